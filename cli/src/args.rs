@@ -1,0 +1,126 @@
+//! Command-line arguments (clap derive). Plain values only; `cmd/` turns them into store
+//! objects.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// A deduplicating store for model weights.
+#[derive(Parser, Debug)]
+#[command(name = "modelcas", version, about, long_about = None)]
+pub struct Cli {
+    /// The store: a directory (default: the user's data directory, ~/.local/share/modelcas/store).
+    #[arg(long, global = true, env = "MODELCAS_STORE", value_name = "PATH")]
+    pub store: Option<String>,
+    /// Directory of the local RocksDB index (default: ~/.cache/modelcas/index/<store id>).
+    #[arg(long, global = true, env = "MODELCAS_INDEX", value_name = "DIR")]
+    pub index_dir: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a store with chosen chunking parameters (ingest creates one with the defaults).
+    Init {
+        /// Average chunk size in bytes (min = avg/4, max = avg*4); default 1 MiB.
+        #[arg(long, default_value_t = 1024 * 1024)]
+        chunk_avg: u32,
+        /// Pack size target in bytes; default 32 MiB.
+        #[arg(long, default_value_t = 32 * 1024 * 1024)]
+        pack_size: u32,
+    },
+    /// Ingest a snapshot directory, a Hugging Face cache repo (models--org--name) or a whole hub cache.
+    Ingest {
+        /// The directory to ingest.
+        path: PathBuf,
+        /// Repository id ORG/NAME (required for a plain directory).
+        #[arg(long)]
+        repo: Option<String>,
+        /// The commit sha (40 hex) of a plain directory; default: read from
+        /// .cache/huggingface/download, else derived from the content.
+        #[arg(long)]
+        revision: Option<String>,
+        /// Point this ref (branch or tag) at the ingested commit; repeatable.
+        #[arg(long = "ref", value_name = "NAME")]
+        refs: Vec<String>,
+        /// Threads for reading and for compressing (each); default: the number of CPUs.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List repositories; the commits and refs of ORG/NAME; the files of ORG/NAME@REV.
+    Ls {
+        /// ORG/NAME or ORG/NAME@REV.
+        target: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the files of a revision into DIR (plain files, checked against their sha256).
+    Checkout {
+        /// ORG/NAME@REV (REV: ref name, full sha, or a unique prefix of at least 7 hex digits).
+        revision: String,
+        /// Target directory: must not exist or be empty.
+        dir: PathBuf,
+    },
+    /// Write one file of a revision to standard output.
+    Cat {
+        /// ORG/NAME@REV.
+        revision: String,
+        /// Path of the file in the revision.
+        path: String,
+    },
+    /// Re-read every file of a revision through the store and check chunk hashes and sha256.
+    Verify {
+        /// ORG/NAME@REV.
+        revision: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Logical bytes, stored bytes, dedup and compression ratios.
+    Stats {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mount the store as read-only directories: MOUNTPOINT/<org>/<name>/<rev>/... (foreground).
+    Mount {
+        /// Where to mount.
+        mountpoint: PathBuf,
+        /// Show one revision at the root instead (ORG/NAME@REV, resolved once at mount time).
+        #[arg(long, value_name = "ORG/NAME@REV")]
+        repo: Option<String>,
+        /// Allow other users (pods running as another uid) to read the mount.
+        #[arg(long)]
+        allow_other: bool,
+        /// Memory for decoded chunks, in MiB.
+        #[arg(long, default_value_t = 128)]
+        cache_mib: usize,
+        /// FUSE worker threads.
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+    },
+    /// Unmount a modelcas mount.
+    Umount {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+    },
+    /// Manage the local index.
+    Index {
+        #[command(subcommand)]
+        action: IndexAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum IndexAction {
+    /// Recreate the index from the store alone.
+    Rebuild,
+}

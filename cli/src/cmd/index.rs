@@ -1,0 +1,28 @@
+//! `modelcas index rebuild`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::Ctx;
+use crate::args::IndexAction;
+
+pub fn run(ctx: &Ctx, action: IndexAction) -> Result<ExitCode> {
+    match action {
+        IndexAction::Rebuild => {
+            let store = ctx.open()?;
+            let index = ctx.index(&store)?;
+            let r = index.rebuild(store.backend().as_ref(), &|w| {
+                eprintln!("modelcas: warning: {w}")
+            })?;
+            println!(
+                "rebuilt index {} from {}: {} packs, {} chunks",
+                index.path().display(),
+                store.backend().location(),
+                r.learned,
+                index.chunk_count_estimate()?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! `modelcas ingest`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use serde_json::json;
+use store::ingest::{IngestOptions, Progress};
+use store::source::{discover, DiscoverOptions};
+use store::{CommitId, CreateOptions, RepoId, Store};
+
+use super::Ctx;
+use crate::output::bytes;
+use crate::progress::Bar;
+
+pub fn run(
+    ctx: &Ctx,
+    path: &Path,
+    repo: Option<String>,
+    revision: Option<String>,
+    refs: Vec<String>,
+    threads: Option<usize>,
+    json: bool,
+) -> Result<ExitCode> {
+    let opts = DiscoverOptions {
+        repo: repo.as_deref().map(RepoId::parse).transpose()?,
+        revision: revision.as_deref().map(CommitId::parse).transpose()?,
+        refs,
+    };
+    if let Some(0) = threads {
+        anyhow::bail!("--threads must be at least 1");
+    }
+    let found = discover(path, &opts)?;
+    let bar = Bar::new(ctx.quiet || json);
+    for w in &found.warnings {
+        bar.warn(w);
+    }
+    if found.snapshots.is_empty() {
+        anyhow::bail!("{}: no snapshot to ingest", path.display());
+    }
+    let store = Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
+    let index = ctx.index(&store)?;
+    let mut iopts = IngestOptions::default();
+    if let Some(t) = threads {
+        iopts.threads = t;
+    }
+    let report = store::ingest::ingest(&store, &index, &found.snapshots, iopts, &bar)?;
+    if json {
+        let snaps: Vec<_> = report
+            .snapshots
+            .iter()
+            .map(|s| {
+                json!({"repo": s.repo.to_string(), "commit": s.commit.to_hex(), "files": s.files,
+                       "bytes": s.bytes, "new": s.new_manifest, "refs": s.refs})
+            })
+            .collect();
+        let v = json!({
+            "snapshots": snaps, "files_read": report.files_read, "bytes_read": report.bytes_read,
+            "chunks": report.chunks, "new_chunks": report.new_chunks, "new_chunk_bytes": report.new_chunk_bytes,
+            "packs_written": report.packs_written, "pack_bytes_written": report.pack_bytes_written,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for s in &report.snapshots {
+        let refs = if s.refs.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", s.refs.join(", "))
+        };
+        let state = if s.new_manifest {
+            "stored"
+        } else {
+            "unchanged"
+        };
+        println!(
+            "{state} {}@{}{refs}: {} files, {}",
+            s.repo,
+            s.commit,
+            s.files,
+            bytes(s.bytes)
+        );
+    }
+    if report.pack_bytes_written == 0 {
+        println!(
+            "read {} in {} files: nothing new, 0 pack bytes written",
+            bytes(report.bytes_read),
+            report.files_read
+        );
+    } else {
+        println!(
+            "read {} in {} files: {} of {} chunks new ({}), wrote {} in {} packs",
+            bytes(report.bytes_read),
+            report.files_read,
+            report.new_chunks,
+            report.chunks,
+            bytes(report.new_chunk_bytes),
+            bytes(report.pack_bytes_written),
+            report.packs_written
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

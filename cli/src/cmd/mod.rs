@@ -1,0 +1,152 @@
+//! One module per subcommand, plus opening the store and index from the global options.
+
+mod index;
+mod ingest;
+mod ls;
+mod mount;
+mod read;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use store::{Index, LocalStore, ObjectStore, RepoId, Store};
+
+use crate::args::{Cli, Command};
+
+/// Global options shared by every subcommand.
+pub struct Ctx {
+    pub store_arg: Option<String>,
+    pub index_dir: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+impl Ctx {
+    /// The backend named by `--store` / `MODELCAS_STORE`, or the default directory.
+    pub fn backend(&self) -> Result<Arc<dyn ObjectStore>> {
+        let loc = match &self.store_arg {
+            Some(s) if !s.is_empty() => s.clone(),
+            _ => default_store_dir()?.display().to_string(),
+        };
+        if let Some(rest) = loc.strip_prefix("s3://") {
+            bail!("--store s3://{rest}: the S3 backend is not available in this build yet");
+        }
+        if loc.contains("://") {
+            bail!("--store {loc}: unknown scheme (use a directory path)");
+        }
+        Ok(Arc::new(LocalStore::new(PathBuf::from(loc))))
+    }
+
+    /// Opens an existing store (reading commands).
+    pub fn open(&self) -> Result<Store> {
+        Ok(Store::open(self.backend()?)?)
+    }
+
+    /// Opens the store's index (creating it if needed).
+    pub fn index(&self, store: &Store) -> Result<Index> {
+        let dir = match &self.index_dir {
+            Some(d) => d.clone(),
+            None => dirs::cache_dir()
+                .context("no cache directory for the index; pass --index-dir")?
+                .join("modelcas/index")
+                .join(hex_id(&store.config().store_id)),
+        };
+        Ok(Index::open(&dir, &store.config().store_id)?)
+    }
+}
+
+fn hex_id(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn default_store_dir() -> Result<PathBuf> {
+    Ok(dirs::data_dir()
+        .context("no data directory; pass --store PATH")?
+        .join("modelcas/store"))
+}
+
+/// Parses `ORG/NAME@REV` and resolves REV.
+pub fn resolve(store: &Store, spec: &str) -> Result<(RepoId, store::CommitId)> {
+    let (repo, rev) = store::names::parse_repo_rev(spec)?;
+    let commit = store.resolve(&repo, &rev)?;
+    Ok((repo, commit))
+}
+
+fn init(ctx: &Ctx, chunk_avg: u32, pack_size: u32) -> Result<ExitCode> {
+    let chunk = store::ChunkParams::around(chunk_avg);
+    chunk
+        .validate()
+        .with_context(|| format!("--chunk-avg {chunk_avg}"))?;
+    if !(64 * 1024..=1 << 30).contains(&pack_size) {
+        bail!("--pack-size {pack_size}: must be between 64 KiB and 1 GiB");
+    }
+    let backend = ctx.backend()?;
+    match Store::open(backend.clone()) {
+        Ok(_) => bail!("a store already exists at {}", backend.location()),
+        Err(store::StoreError::NoStore(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let s = Store::open_or_create(
+        backend,
+        store::CreateOptions {
+            chunk,
+            pack_target: pack_size as usize,
+        },
+    )?;
+    let c = s.config();
+    println!(
+        "created store {} (chunks {}/{}/{} bytes, packs {} bytes)",
+        s.backend().location(),
+        c.chunk_min,
+        c.chunk_avg,
+        c.chunk_max,
+        c.pack_target
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let ctx = Ctx {
+        store_arg: cli.store,
+        index_dir: cli.index_dir,
+        quiet: cli.quiet,
+    };
+    match cli.command {
+        Command::Init {
+            chunk_avg,
+            pack_size,
+        } => init(&ctx, chunk_avg, pack_size),
+        Command::Ingest {
+            path,
+            repo,
+            revision,
+            refs,
+            threads,
+            json,
+        } => ingest::run(&ctx, &path, repo, revision, refs, threads, json),
+        Command::Ls { target, json } => ls::run(&ctx, target.as_deref(), json),
+        Command::Checkout { revision, dir } => read::checkout(&ctx, &revision, &dir),
+        Command::Cat { revision, path } => read::cat(&ctx, &revision, &path),
+        Command::Verify { revision, json } => read::verify(&ctx, &revision, json),
+        Command::Stats { json } => stats::run(&ctx, json),
+        Command::Index { action } => index::run(&ctx, action),
+        Command::Mount {
+            mountpoint,
+            repo,
+            allow_other,
+            cache_mib,
+            threads,
+        } => mount::mount(
+            &ctx,
+            &mountpoint,
+            repo.as_deref(),
+            allow_other,
+            cache_mib,
+            threads,
+        ),
+        Command::Umount { mountpoint } => mount::umount(&mountpoint),
+    }
+}

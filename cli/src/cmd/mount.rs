@@ -1,0 +1,130 @@
+//! `modelcas mount` (foreground until SIGINT/SIGTERM or an external unmount) and
+//! `modelcas umount`.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use modelfs::MountOptions;
+
+use super::{resolve, Ctx};
+
+pub fn mount(
+    ctx: &Ctx,
+    mountpoint: &Path,
+    repo: Option<&str>,
+    allow_other: bool,
+    cache_mib: usize,
+    threads: usize,
+) -> Result<ExitCode> {
+    if cache_mib < 16 {
+        bail!("--cache-mib {cache_mib}: at least 16 MiB is needed");
+    }
+    let store = ctx.open()?;
+    let single = match repo {
+        Some(spec) => Some(resolve(&store, spec)?),
+        None => None,
+    };
+    // Block the signals in every thread; this thread waits for them below.
+    let signals = block_signals();
+    let opts = MountOptions {
+        single: single.clone(),
+        allow_other,
+        threads: threads.max(1),
+        cache_bytes: cache_mib << 20,
+        ..Default::default()
+    };
+    let mounted = modelfs::mount(store, mountpoint, &opts)?;
+    match &single {
+        Some((r, c)) => eprintln!(
+            "modelcas: mounted {r}@{c} at {} (Ctrl-C or `modelcas umount` to stop)",
+            mountpoint.display()
+        ),
+        None => eprintln!(
+            "modelcas: mounted {} at {} (Ctrl-C or `modelcas umount` to stop)",
+            ctx.open()?.backend().location(),
+            mountpoint.display()
+        ),
+    }
+    loop {
+        if mounted.is_finished() {
+            eprintln!("modelcas: {} was unmounted", mountpoint.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Some(sig) = wait_signal(&signals, Duration::from_millis(200)) {
+            eprintln!(
+                "modelcas: signal {sig}: unmounting {}",
+                mountpoint.display()
+            );
+            break;
+        }
+    }
+    if let Err(e) = mounted.unmount() {
+        // Busy (files still open): detach lazily so the process can exit.
+        eprintln!("modelcas: unmount: {e}; detaching lazily");
+        lazy_unmount(mountpoint);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
+    let status = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(mountpoint)
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(ExitCode::SUCCESS),
+        _ => {
+            let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())?;
+            // SAFETY: a valid NUL-terminated path; umount2 touches no other memory.
+            if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                bail!(
+                    "cannot unmount {}: {}",
+                    mountpoint.display(),
+                    std::io::Error::last_os_error()
+                )
+            }
+        }
+    }
+}
+
+fn lazy_unmount(mountpoint: &Path) {
+    let ok = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mountpoint)
+        .status()
+        .map(|s| s.success());
+    if !matches!(ok, Ok(true)) {
+        if let Ok(c) = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
+            // SAFETY: as above.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset operations on a local, zero-initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: set and ts are valid for the call; info may be null.
+    let sig = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (sig > 0).then_some(sig)
+}

@@ -1,0 +1,160 @@
+//! The FUSE adapter of modelcas: presents the store's revisions as plain read-only
+//! directories. It is thin on purpose: [`namespace`] maps inodes to repos, refs, commits and
+//! paths (no kernel types, testable alone), [`adapter`] answers kernel requests with it,
+//! and the read logic (offset → chunk, read-ahead, the decoded-chunk cache) lives in the
+//! store crate (`store::readahead`, `store::cache`).
+
+pub mod adapter;
+pub mod namespace;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fuser::{BackgroundSession, Config, MountOption, SessionACL};
+use store::cache::ChunkCache;
+use store::{CommitId, RepoId, Store};
+
+use crate::adapter::ModelFs;
+use crate::namespace::Namespace;
+
+/// Why a mount could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mountpoint {0} does not exist")]
+    NoMountpoint(PathBuf),
+    #[error("mountpoint {0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("mountpoint {0} is busy: something is already mounted there")]
+    Busy(PathBuf),
+    #[error("/dev/fuse is missing: load the fuse module, or give the container the device (--device /dev/fuse)")]
+    NoFuseDevice,
+    #[error("mount {}: {source}", path.display())]
+    Mount {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+}
+
+/// What to show and how.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// `Some((repo, commit))`: that revision at the root; `None`: every repository.
+    pub single: Option<(RepoId, CommitId)>,
+    /// Let other users (pods running as another uid) read the mount.
+    pub allow_other: bool,
+    /// FUSE worker threads.
+    pub threads: usize,
+    /// Bytes of decoded chunks kept in memory.
+    pub cache_bytes: usize,
+    /// Threads fetching and decoding chunks.
+    pub fetch_threads: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            single: None,
+            allow_other: false,
+            threads: 8,
+            cache_bytes: 128 << 20,
+            fetch_threads: 4,
+        }
+    }
+}
+
+/// A live mount; unmounted when dropped or by [`Mounted::unmount`].
+pub struct Mounted {
+    session: BackgroundSession,
+    path: PathBuf,
+}
+
+impl Mounted {
+    /// Whether the session ended (unmounted from outside).
+    pub fn is_finished(&self) -> bool {
+        self.session.guard.is_finished()
+    }
+
+    /// The mountpoint.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Unmounts and waits for the worker threads.
+    pub fn unmount(self) -> std::io::Result<()> {
+        self.session.umount_and_join()
+    }
+}
+
+fn is_mountpoint(path: &Path) -> std::io::Result<bool> {
+    let me = std::fs::metadata(path)?;
+    let parent = std::fs::metadata(path.join(".."))?;
+    Ok(me.dev() != parent.dev() || me.ino() == parent.ino())
+}
+
+/// Checks the mountpoint and `/dev/fuse`, then mounts `store` at `path` in the background.
+pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, MountError> {
+    let meta = std::fs::metadata(path).map_err(|_| MountError::NoMountpoint(path.to_path_buf()))?;
+    if !meta.is_dir() {
+        return Err(MountError::NotADirectory(path.to_path_buf()));
+    }
+    if is_mountpoint(path).unwrap_or(false) {
+        return Err(MountError::Busy(path.to_path_buf()));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err(MountError::NoFuseDevice);
+    }
+    let cache = Arc::new(ChunkCache::new(
+        store.backend().clone(),
+        opts.cache_bytes,
+        opts.fetch_threads,
+    )?);
+    let ns = match &opts.single {
+        Some((repo, commit)) => {
+            store.manifest(repo, commit)?; // fail now, not on the first lookup
+            Namespace::single(store, repo.clone(), *commit)
+        }
+        None => Namespace::full(store),
+    };
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::RO,
+        MountOption::FSName("modelcas".into()),
+        MountOption::Subtype("modelcas".into()),
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let session = fuser::spawn_mount(ModelFs::new(ns, cache), path, &config).map_err(|source| {
+        MountError::Mount {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    raise_readahead(path);
+    Ok(Mounted {
+        session,
+        path: path.to_path_buf(),
+    })
+}
+
+/// The kernel gives a FUSE mount 128 KiB of read-ahead; model files are read in large
+/// sequential runs, so raise it to [`adapter::MAX_READAHEAD`] (needs root; best effort).
+fn raise_readahead(path: &Path) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    let _ = std::fs::write(knob, format!("{}", adapter::MAX_READAHEAD / 1024));
+}

@@ -1,0 +1,475 @@
+//! What the mount shows, as inodes: no kernel types here, so it can be tested directly.
+//!
+//! ```text
+//! /                          Root       (full mode) organisations
+//! /<org>                     Org        repositories
+//! /<org>/<name>              Repo       every ref and every full commit sha (prefixes resolve on lookup)
+//! /<org>/<name>/<rev>        View       the top of one revision
+//! /<org>/<name>/<rev>/a/b    Dir        a subdirectory of a revision
+//! .../<file>                 File       a file of a revision
+//! ```
+//!
+//! With `--repo ORG/NAME@REV` the root itself is a View of that commit.
+//!
+//! Inode numbers are handed out on first sight and never reused while mounted, so they are
+//! stable for the life of the mount. A File inode is keyed by (repo, commit, path): the same
+//! file seen through a ref, a sha and a prefix is one inode, and a file opened through a
+//! ref keeps its commit when the ref moves. Directory inodes are keyed by the view they are
+//! reached through, so a directory never has two parents. A View of a ref resolves the ref
+//! again when the cached refs are older than [`REFRESH`]; the adapter gives the children of
+//! such views short entry timeouts so the kernel asks again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use store::tree::{Child, Tree};
+use store::{CommitId, RepoId, Store, StoreError};
+
+/// How long listings of repositories and refs are trusted before being read again.
+pub const REFRESH: Duration = Duration::from_secs(2);
+
+/// The root inode.
+pub const ROOT: u64 = 1;
+
+/// What an inode is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Node {
+    /// The top of a full mount.
+    Root,
+    /// An organisation directory.
+    Org(String),
+    /// A repository directory.
+    Repo(RepoId),
+    /// The top of a revision, reached through `name` (a ref, a sha, or a sha prefix).
+    View {
+        repo: RepoId,
+        name: String,
+        target: Target,
+    },
+    /// A subdirectory of a revision, reached through view inode `view`.
+    Dir {
+        view: u64,
+        repo: RepoId,
+        commit: CommitId,
+        path: String,
+    },
+    /// A file of a revision.
+    File {
+        repo: RepoId,
+        commit: CommitId,
+        path: String,
+    },
+}
+
+/// What a View shows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Always this commit.
+    Commit(CommitId),
+    /// Whatever the ref points at now.
+    Ref(String),
+}
+
+/// The kind of an inode, for the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+/// Attributes the adapter turns into a `stat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: Kind,
+    pub size: u64,
+    pub executable: bool,
+    /// Seconds since the epoch.
+    pub mtime: u64,
+    /// True when the content under this inode never changes (long kernel timeouts).
+    pub immutable: bool,
+}
+
+#[derive(Default)]
+struct Inodes {
+    by_node: HashMap<Node, u64>,
+    nodes: Vec<Node>, // index = ino - 1
+}
+
+struct Timed<T> {
+    at: Instant,
+    value: T,
+}
+
+/// The mounted namespace.
+pub struct Namespace {
+    store: Store,
+    inodes: Mutex<Inodes>,
+    trees: Mutex<HashMap<(RepoId, CommitId), Arc<Tree>>>,
+    repos: Mutex<Option<Timed<Vec<RepoId>>>>,
+    refs: Mutex<HashMap<RepoId, Timed<Vec<(String, CommitId)>>>>,
+    mounted_at: u64,
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+impl Namespace {
+    /// A full mount: every repository.
+    pub fn full(store: Store) -> Namespace {
+        Self::with_root(store, Node::Root)
+    }
+
+    /// One revision at the root.
+    pub fn single(store: Store, repo: RepoId, commit: CommitId) -> Namespace {
+        let name = commit.to_hex();
+        Self::with_root(
+            store,
+            Node::View {
+                repo,
+                name,
+                target: Target::Commit(commit),
+            },
+        )
+    }
+
+    fn with_root(store: Store, root: Node) -> Namespace {
+        let mut inodes = Inodes::default();
+        inodes.by_node.insert(root.clone(), ROOT);
+        inodes.nodes.push(root);
+        Namespace {
+            store,
+            inodes: Mutex::new(inodes),
+            trees: Mutex::new(HashMap::new()),
+            repos: Mutex::new(None),
+            refs: Mutex::new(HashMap::new()),
+            mounted_at: store::manifest::now_secs(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The node of an inode.
+    pub fn node(&self, ino: u64) -> Option<Node> {
+        let inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        inodes.nodes.get((ino as usize).checked_sub(1)?).cloned()
+    }
+
+    fn ino(&self, node: Node) -> u64 {
+        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&i) = inodes.by_node.get(&node) {
+            return i;
+        }
+        inodes.nodes.push(node.clone());
+        let i = inodes.nodes.len() as u64;
+        inodes.by_node.insert(node, i);
+        i
+    }
+
+    fn repos(&self) -> Result<Vec<RepoId>> {
+        let mut slot = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = slot.as_ref() {
+            if t.at.elapsed() < REFRESH {
+                return Ok(t.value.clone());
+            }
+        }
+        let value = self.store.repos()?;
+        *slot = Some(Timed {
+            at: Instant::now(),
+            value: value.clone(),
+        });
+        Ok(value)
+    }
+
+    fn refs(&self, repo: &RepoId) -> Result<Vec<(String, CommitId)>> {
+        let mut map = self.refs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = map.get(repo) {
+            if t.at.elapsed() < REFRESH {
+                return Ok(t.value.clone());
+            }
+        }
+        let value: Vec<(String, CommitId)> = self.store.refs(repo)?.into_iter().collect();
+        map.insert(
+            repo.clone(),
+            Timed {
+                at: Instant::now(),
+                value: value.clone(),
+            },
+        );
+        Ok(value)
+    }
+
+    /// The commit a view shows now.
+    pub fn view_commit(&self, repo: &RepoId, target: &Target) -> Result<Option<CommitId>> {
+        match target {
+            Target::Commit(c) => Ok(Some(*c)),
+            Target::Ref(name) => Ok(self
+                .refs(repo)?
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, c)| c)),
+        }
+    }
+
+    /// The tree of a commit (cached for the life of the mount: commits never change).
+    pub fn tree(&self, repo: &RepoId, commit: &CommitId) -> Result<Arc<Tree>> {
+        let key = (repo.clone(), *commit);
+        if let Some(t) = self
+            .trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(t.clone());
+        }
+        let m = self.store.manifest(repo, commit)?;
+        let tree = Arc::new(Tree::new(Arc::new(m)));
+        self.trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, tree.clone());
+        Ok(tree)
+    }
+
+    /// For a View or Dir: (view ino, repo, commit, path) of the directory it shows.
+    fn dir_of(&self, ino: u64, node: &Node) -> Result<Option<(u64, RepoId, CommitId, String)>> {
+        Ok(match node {
+            Node::View { repo, target, .. } => self
+                .view_commit(repo, target)?
+                .map(|c| (ino, repo.clone(), c, String::new())),
+            Node::Dir {
+                view,
+                repo,
+                commit,
+                path,
+            } => Some((*view, repo.clone(), *commit, path.clone())),
+            _ => None,
+        })
+    }
+
+    /// Looks `name` up in directory `parent`; `None` when it does not exist.
+    pub fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>> {
+        let Some(node) = self.node(parent) else {
+            return Ok(None);
+        };
+        match &node {
+            Node::Root => {
+                let found = self.repos()?.iter().any(|r| r.org() == name);
+                Ok(found.then(|| self.ino(Node::Org(name.to_string()))))
+            }
+            Node::Org(org) => {
+                let found = self
+                    .repos()?
+                    .into_iter()
+                    .find(|r| r.org() == org && r.name() == name);
+                Ok(found.map(|r| self.ino(Node::Repo(r))))
+            }
+            Node::Repo(repo) => {
+                if self
+                    .refs(repo)?
+                    .iter()
+                    .any(|(n, _)| n == &unescape_ref(name))
+                {
+                    let target = Target::Ref(unescape_ref(name));
+                    return Ok(Some(self.ino(Node::View {
+                        repo: repo.clone(),
+                        name: name.to_string(),
+                        target,
+                    })));
+                }
+                match self.store.resolve(repo, name) {
+                    Ok(c) => Ok(Some(self.ino(Node::View {
+                        repo: repo.clone(),
+                        name: name.to_string(),
+                        target: Target::Commit(c),
+                    }))),
+                    Err(
+                        StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. },
+                    ) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Node::View { .. } | Node::Dir { .. } => {
+                let Some((view, repo, commit, dir)) = self.dir_of(parent, &node)? else {
+                    return Ok(None);
+                };
+                let tree = self.tree(&repo, &commit)?;
+                let path = Tree::join(&dir, name);
+                Ok(tree.lookup(&dir, name).map(|child| match child {
+                    Child::Dir => self.ino(Node::Dir {
+                        view,
+                        repo,
+                        commit,
+                        path,
+                    }),
+                    Child::File(_) => self.ino(Node::File { repo, commit, path }),
+                }))
+            }
+            Node::File { .. } => Ok(None),
+        }
+    }
+
+    /// Entries of directory `ino` (name, ino, kind); `None` if it is not a directory.
+    pub fn list(&self, ino: u64) -> Result<Option<Vec<(String, u64, Kind)>>> {
+        let Some(node) = self.node(ino) else {
+            return Ok(None);
+        };
+        let out = match &node {
+            Node::Root => {
+                let mut orgs: Vec<String> =
+                    self.repos()?.iter().map(|r| r.org().to_string()).collect();
+                orgs.dedup();
+                orgs.into_iter()
+                    .map(|o| (o.clone(), self.ino(Node::Org(o)), Kind::Dir))
+                    .collect()
+            }
+            Node::Org(org) => self
+                .repos()?
+                .into_iter()
+                .filter(|r| r.org() == org)
+                .map(|r| (r.name().to_string(), self.ino(Node::Repo(r)), Kind::Dir))
+                .collect(),
+            Node::Repo(repo) => {
+                let mut out = Vec::new();
+                for (name, _) in self.refs(repo)? {
+                    let shown = escape_ref(&name);
+                    let ino = self.ino(Node::View {
+                        repo: repo.clone(),
+                        name: shown.clone(),
+                        target: Target::Ref(name),
+                    });
+                    out.push((shown, ino, Kind::Dir));
+                }
+                for c in self.store.commits(repo)? {
+                    let name = c.to_hex();
+                    let ino = self.ino(Node::View {
+                        repo: repo.clone(),
+                        name: name.clone(),
+                        target: Target::Commit(c),
+                    });
+                    out.push((name, ino, Kind::Dir));
+                }
+                out
+            }
+            Node::View { .. } | Node::Dir { .. } => {
+                let Some((view, repo, commit, dir)) = self.dir_of(ino, &node)? else {
+                    return Ok(Some(Vec::new()));
+                };
+                let tree = self.tree(&repo, &commit)?;
+                let Some(entries) = tree.list(&dir) else {
+                    return Ok(None);
+                };
+                entries
+                    .iter()
+                    .map(|(name, child)| {
+                        let path = Tree::join(&dir, name);
+                        match child {
+                            Child::Dir => (
+                                name.clone(),
+                                self.ino(Node::Dir {
+                                    view,
+                                    repo: repo.clone(),
+                                    commit,
+                                    path,
+                                }),
+                                Kind::Dir,
+                            ),
+                            Child::File(_) => (
+                                name.clone(),
+                                self.ino(Node::File {
+                                    repo: repo.clone(),
+                                    commit,
+                                    path,
+                                }),
+                                Kind::File,
+                            ),
+                        }
+                    })
+                    .collect()
+            }
+            Node::File { .. } => return Ok(None),
+        };
+        Ok(Some(out))
+    }
+
+    /// Attributes of an inode.
+    pub fn attr(&self, ino: u64) -> Result<Option<Attr>> {
+        let Some(node) = self.node(ino) else {
+            return Ok(None);
+        };
+        let dir = |mtime, immutable| Attr {
+            ino,
+            kind: Kind::Dir,
+            size: 0,
+            executable: true,
+            mtime,
+            immutable,
+        };
+        Ok(Some(match &node {
+            Node::Root | Node::Org(_) | Node::Repo(_) => dir(self.mounted_at, false),
+            Node::View { repo, target, .. } => match self.view_commit(repo, target)? {
+                Some(c) => dir(
+                    self.tree(repo, &c)?.manifest.ingested_at,
+                    matches!(target, Target::Commit(_)),
+                ),
+                None => dir(self.mounted_at, false),
+            },
+            Node::Dir { repo, commit, .. } => {
+                dir(self.tree(repo, commit)?.manifest.ingested_at, true)
+            }
+            Node::File { repo, commit, path } => {
+                let tree = self.tree(repo, commit)?;
+                let Some(f) = tree.manifest.file(path) else {
+                    return Ok(None);
+                };
+                Attr {
+                    ino,
+                    kind: Kind::File,
+                    size: f.size,
+                    executable: f.executable,
+                    mtime: tree.manifest.ingested_at,
+                    immutable: true,
+                }
+            }
+        }))
+    }
+
+    /// Whether entries found in directory `ino` may change (a ref view, or above).
+    pub fn children_may_change(&self, ino: u64) -> bool {
+        match self.node(ino) {
+            Some(Node::View {
+                target: Target::Commit(_),
+                ..
+            })
+            | Some(Node::Dir { .. }) => false,
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// The file behind a File inode: its tree and index in the manifest.
+    pub fn file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
+        let Some(Node::File { repo, commit, path }) = self.node(ino) else {
+            return Ok(None);
+        };
+        let tree = self.tree(&repo, &commit)?;
+        let idx = tree
+            .manifest
+            .files
+            .binary_search_by(|f| f.path.as_str().cmp(&path))
+            .ok();
+        Ok(idx.map(|i| (tree, i)))
+    }
+}
+
+/// Ref names may contain `/` (`refs/pr/1`); in a directory name it is shown as `%2F`.
+pub fn escape_ref(name: &str) -> String {
+    name.replace('/', "%2F")
+}
+
+fn unescape_ref(name: &str) -> String {
+    name.replace("%2F", "/")
+}

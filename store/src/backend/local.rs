@@ -1,0 +1,191 @@
+//! The local-directory object store: the embedded default.
+//!
+//! A key `a/b/c` is the file `<root>/a/b/c`. `put` writes `<root>/tmp/<random>` first,
+//! fsyncs it and renames it into place, so an object is either absent or complete, even if
+//! the process is killed. `tmp/` is never listed as data; `fsck` and `gc` may remove old
+//! files there.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{check_key, ObjectMeta, ObjectStore};
+use crate::{Result, StoreError};
+
+/// Directory holding temporary files before they are renamed into place.
+pub const TMP_DIR: &str = "tmp";
+
+/// An object store in a local directory.
+pub struct LocalStore {
+    root: PathBuf,
+    counter: AtomicU64,
+}
+
+impl LocalStore {
+    /// A store rooted at `root` (created on the first `put`).
+    pub fn new(root: impl Into<PathBuf>) -> LocalStore {
+        LocalStore {
+            root: root.into(),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf> {
+        check_key(key)?;
+        Ok(self.root.join(key))
+    }
+
+    fn tmp_path(&self) -> PathBuf {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        self.root
+            .join(TMP_DIR)
+            .join(format!("{}-{}-{}", std::process::id(), nanos, n))
+    }
+}
+
+fn map_open_err(key: &str, path: &Path, e: std::io::Error) -> StoreError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        StoreError::NotFound(key.to_string())
+    } else {
+        StoreError::io(path, e)
+    }
+}
+
+impl ObjectStore for LocalStore {
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        let dest = self.path(key)?;
+        let tmp = self.tmp_path();
+        let tmp_dir = self.root.join(TMP_DIR);
+        fs::create_dir_all(&tmp_dir).map_err(|e| StoreError::io(&tmp_dir, e))?;
+        let write = || -> std::io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(data)?;
+            f.sync_data()?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(StoreError::io(&tmp, e));
+        }
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
+        }
+        fs::rename(&tmp, &dest).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            StoreError::io(&dest, e)
+        })
+    }
+
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let path = self.path(key)?;
+        let mut f = File::open(&path).map_err(|e| map_open_err(key, &path, e))?;
+        let mut out = Vec::new();
+        f.read_to_end(&mut out)
+            .map_err(|e| StoreError::io(&path, e))?;
+        Ok(out)
+    }
+
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let path = self.path(key)?;
+        let f = File::open(&path).map_err(|e| map_open_err(key, &path, e))?;
+        let mut out = vec![0u8; len as usize];
+        let mut done = 0usize;
+        while done < out.len() {
+            match f.read_at(&mut out[done..], offset + done as u64) {
+                Ok(0) => {
+                    return Err(StoreError::CorruptObject {
+                        key: key.to_string(),
+                        reason: format!("truncated: wanted {len} bytes at offset {offset}, object ends after {done}"),
+                    })
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(StoreError::io(&path, e)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let mut out = Vec::new();
+        // Walk from the deepest directory that the prefix fully names.
+        let dir_part = match prefix.rfind('/') {
+            Some(i) => &prefix[..i],
+            None => "",
+        };
+        let start = if dir_part.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(dir_part)
+        };
+        walk(&self.root, &start, prefix, &mut out)?;
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io(&path, e)),
+        }
+    }
+
+    fn size(&self, key: &str) -> Result<Option<u64>> {
+        let path = self.path(key)?;
+        match fs::metadata(&path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io(&path, e)),
+        }
+    }
+
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+}
+
+fn walk(root: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::io(dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        let path = entry.path();
+        let rel = match path.strip_prefix(root).ok().and_then(|p| p.to_str()) {
+            Some(r) => r.to_string(),
+            None => continue,
+        };
+        if rel == TMP_DIR || rel.starts_with("tmp/") && !prefix.starts_with("tmp/") {
+            continue;
+        }
+        let ft = entry.file_type().map_err(|e| StoreError::io(&path, e))?;
+        if ft.is_dir() {
+            let as_dir = format!("{rel}/");
+            if as_dir.starts_with(prefix) || prefix.starts_with(&as_dir) {
+                walk(root, &path, prefix, out)?;
+            }
+        } else if ft.is_file() && rel.starts_with(prefix) {
+            let size = entry
+                .metadata()
+                .map_err(|e| StoreError::io(&path, e))?
+                .len();
+            out.push(ObjectMeta { key: rel, size });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! The object-store abstraction: the only way the store touches its bucket.
+//!
+//! Keys are `/`-separated relative names (see `docs/FORMAT.md`, "Bucket layout"). The
+//! contract every implementation keeps:
+//! * `put` is atomic: a reader sees either no object or the whole object, never a prefix
+//!   (the local store writes a temporary file and renames it; S3 PUT is atomic).
+//! * Objects are never modified in place by modelcas except refs and the config, which
+//!   are replaced whole.
+//! * `list` returns every key under a prefix with its size, in lexicographic order.
+
+mod local;
+mod memory;
+
+pub use local::LocalStore;
+pub use memory::MemoryStore;
+
+use crate::Result;
+
+/// One listed object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The full key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A flat key-value object store: a directory, an S3 bucket, memory.
+pub trait ObjectStore: Send + Sync {
+    /// Stores `data` under `key`, replacing any previous object, atomically.
+    fn put(&self, key: &str, data: &[u8]) -> Result<()>;
+    /// The whole object. [`crate::StoreError::NotFound`] when absent.
+    fn get(&self, key: &str) -> Result<Vec<u8>>;
+    /// `len` bytes from `offset`. Fewer bytes than asked is an error
+    /// ([`crate::StoreError::CorruptObject`]: the object is truncated).
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Every object whose key starts with `prefix`, sorted by key.
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>>;
+    /// Deletes `key`; deleting an absent key is not an error.
+    fn delete(&self, key: &str) -> Result<()>;
+    /// Size of `key`, or `None` when absent.
+    fn size(&self, key: &str) -> Result<Option<u64>>;
+    /// A human-readable location (`/path/to/store`, `s3://bucket/prefix`).
+    fn location(&self) -> String;
+}
+
+/// Checks a key before it touches a filesystem or a bucket: no empty segment, no `.`
+/// or `..`, no leading `/`, no backslash.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    let bad = key.is_empty()
+        || key.starts_with('/')
+        || key.contains('\\')
+        || key
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..");
+    if bad {
+        return Err(crate::StoreError::Invalid(format!(
+            "invalid object key {key:?}"
+        )));
+    }
+    Ok(())
+}

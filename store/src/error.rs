@@ -1,0 +1,103 @@
+//! The store's error type. Every variant names the object, file or argument involved,
+//! so that the command line can print one line that says what is wrong.
+
+use std::path::PathBuf;
+
+/// Result alias for the store.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O error on a local path.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The object store failed on a key.
+    #[error("object store: {op} {key}: {reason}")]
+    Backend {
+        op: &'static str,
+        key: String,
+        reason: String,
+    },
+    /// A key that does not exist.
+    #[error("object not found: {0}")]
+    NotFound(String),
+    /// No store config at the location.
+    #[error("no modelcas store at {0} (run `modelcas ingest` to create one)")]
+    NoStore(String),
+    /// A persisted object that fails its magic, version, checksum or decoding.
+    #[error("corrupt object {key}: {reason}")]
+    CorruptObject { key: String, reason: String },
+    /// A chunk whose bytes do not decode or do not hash to its id.
+    #[error("corrupt chunk {chunk} in pack {pack} at offset {offset}: {reason}")]
+    CorruptChunk {
+        chunk: String,
+        pack: String,
+        offset: u64,
+        reason: String,
+    },
+    /// A file whose content does not match its recorded sha256.
+    #[error("{path}: sha256 mismatch (expected {expected}, got {actual})")]
+    Sha256Mismatch {
+        path: String,
+        expected: String,
+        actual: String,
+    },
+    /// A problem reading a file of a revision, with the file named.
+    #[error("{path}: {source}")]
+    InFile {
+        path: String,
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// An argument the user gave that is not valid.
+    #[error("{0}")]
+    Invalid(String),
+    /// A snapshot directory that cannot be ingested.
+    #[error("{}: {reason}", path.display())]
+    BadSource { path: PathBuf, reason: String },
+    /// An unknown repository.
+    #[error("unknown repository {0}")]
+    UnknownRepo(String),
+    /// A revision that names nothing.
+    #[error("unknown revision {rev} of {repo}")]
+    UnknownRevision { repo: String, rev: String },
+    /// A revision prefix that names several commits.
+    #[error("ambiguous revision {rev} of {repo}: matches {}", candidates.join(", "))]
+    AmbiguousRevision {
+        repo: String,
+        rev: String,
+        candidates: Vec<String>,
+    },
+    /// A path that is not in a revision.
+    #[error("{repo}@{commit} has no file {path}")]
+    NoSuchFile {
+        repo: String,
+        commit: String,
+        path: String,
+    },
+    /// The local index failed.
+    #[error("index {}: {reason}", path.display())]
+    Index { path: PathBuf, reason: String },
+}
+
+impl StoreError {
+    /// Wraps an I/O error with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Wraps an error with the name of the revision file it concerns.
+    pub fn in_file(path: &str, e: StoreError) -> StoreError {
+        StoreError::InFile {
+            path: path.to_string(),
+            source: Box::new(e),
+        }
+    }
+}

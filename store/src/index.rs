@@ -1,0 +1,320 @@
+//! The local RocksDB index: a cache that makes dedup and lookups fast on one machine.
+//!
+//! The bucket is the source of truth; this index can always be rebuilt from it
+//! ([`Index::rebuild`]) because every pack carries a footer listing its chunks. Column
+//! families (values documented in `docs/FORMAT.md`, "Local index"):
+//!
+//! * `chunks`: chunk id (32 bytes) → pack id (32) ‖ frame offset u32 ‖ frame length u32 ‖
+//!   raw length u32, little endian (44 bytes).
+//! * `packs`: pack id (32 bytes) → envelope `MCASIPAK` of [`IndexedPack`] (size and the
+//!   chunk ids, so entries can be dropped when a pack disappears).
+//! * `manifests`: `<org>/<name>@<commit hex>` → the manifest object's bytes, as stored.
+//! * `meta`: `store_id` → the 16-byte id of the store this index belongs to; `version`.
+//!
+//! Before an ingest trusts the index it calls [`Index::sync`], which lists the bucket's
+//! packs, reads the footers of packs it has not seen (written by another machine or by an
+//! interrupted run) and forgets packs that are gone.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use bincode::{Decode, Encode};
+use chunker::ChunkId;
+use rocksdb::{ColumnFamilyDescriptor, Options, WriteBatch, DB};
+
+use crate::backend::ObjectStore;
+use crate::codec::{self, Kind};
+use crate::layout;
+use crate::pack::{self, FooterEntry, PackId};
+use crate::{Result, StoreError};
+
+const CF_CHUNKS: &str = "chunks";
+const CF_PACKS: &str = "packs";
+const CF_MANIFESTS: &str = "manifests";
+const CF_META: &str = "meta";
+/// Version of the index layout; an index of another version is rebuilt.
+const INDEX_VERSION: u32 = 1;
+
+/// Where a chunk is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkLoc {
+    /// The pack holding the frame.
+    pub pack: PackId,
+    /// Offset of the frame in the pack.
+    pub offset: u32,
+    /// Frame length.
+    pub frame_len: u32,
+    /// Uncompressed length.
+    pub raw_len: u32,
+}
+
+impl ChunkLoc {
+    fn to_bytes(self) -> [u8; 44] {
+        let mut b = [0u8; 44];
+        b[..32].copy_from_slice(&self.pack.0);
+        b[32..36].copy_from_slice(&self.offset.to_le_bytes());
+        b[36..40].copy_from_slice(&self.frame_len.to_le_bytes());
+        b[40..44].copy_from_slice(&self.raw_len.to_le_bytes());
+        b
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<ChunkLoc> {
+        if b.len() != 44 {
+            return None;
+        }
+        let u = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut pack = [0u8; 32];
+        pack.copy_from_slice(&b[..32]);
+        Some(ChunkLoc {
+            pack: PackId(pack),
+            offset: u(32),
+            frame_len: u(36),
+            raw_len: u(40),
+        })
+    }
+}
+
+/// What the index remembers of a pack.
+#[derive(Clone, Debug, Encode, Decode)]
+pub struct IndexedPack {
+    /// Object size in bytes.
+    pub size: u64,
+    /// The chunk ids in the pack.
+    pub chunks: Vec<[u8; 32]>,
+}
+
+/// What [`Index::sync`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Packs in the bucket.
+    pub packs: usize,
+    /// Packs newly learned (footers read).
+    pub learned: usize,
+    /// Packs forgotten because they are no longer in the bucket.
+    pub forgotten: usize,
+}
+
+/// The RocksDB index of one store.
+pub struct Index {
+    db: DB,
+    path: PathBuf,
+}
+
+impl Index {
+    /// Opens (creating if needed) the index at `path` for the store `store_id`. An index
+    /// that belongs to another store, or has another layout version, is wiped.
+    pub fn open(path: &Path, store_id: &[u8; 16]) -> Result<Index> {
+        std::fs::create_dir_all(path).map_err(|e| StoreError::io(path, e))?;
+        let idx = Self::open_db(path)?;
+        let meta = idx.cf(CF_META)?;
+        let id = idx.db.get_cf(meta, b"store_id").map_err(|e| idx.err(e))?;
+        let version = idx.db.get_cf(meta, b"version").map_err(|e| idx.err(e))?;
+        let matches = id.as_deref() == Some(&store_id[..])
+            && version.as_deref() == Some(&INDEX_VERSION.to_le_bytes()[..]);
+        if matches {
+            return Ok(idx);
+        }
+        drop(idx);
+        if id.is_some() {
+            DB::destroy(&Options::default(), path).map_err(|e| index_err(path, e))?;
+        }
+        let idx = Self::open_db(path)?;
+        let meta = idx.cf(CF_META)?;
+        idx.db
+            .put_cf(meta, b"store_id", store_id)
+            .map_err(|e| idx.err(e))?;
+        idx.db
+            .put_cf(meta, b"version", INDEX_VERSION.to_le_bytes())
+            .map_err(|e| idx.err(e))?;
+        Ok(idx)
+    }
+
+    fn open_db(path: &Path) -> Result<Index> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_max_open_files(256);
+        opts.set_keep_log_file_num(2);
+        let cfs = [CF_CHUNKS, CF_PACKS, CF_MANIFESTS, CF_META]
+            .into_iter()
+            .map(|n| ColumnFamilyDescriptor::new(n, Options::default()));
+        let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("lock") || msg.contains("Resource temporarily unavailable") {
+                StoreError::Index {
+                    path: path.to_path_buf(),
+                    reason: "in use by another modelcas process (one ingest at a time per index)"
+                        .into(),
+                }
+            } else {
+                index_err(path, e)
+            }
+        })?;
+        Ok(Index {
+            db,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Directory of the index.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
+        self.db.cf_handle(name).ok_or_else(|| StoreError::Index {
+            path: self.path.clone(),
+            reason: format!("missing column family {name}"),
+        })
+    }
+
+    fn err(&self, e: rocksdb::Error) -> StoreError {
+        index_err(&self.path, e)
+    }
+
+    /// Where a chunk is, if any known pack holds it.
+    pub fn chunk(&self, id: &ChunkId) -> Result<Option<ChunkLoc>> {
+        let v = self
+            .db
+            .get_pinned_cf(self.cf(CF_CHUNKS)?, id.0)
+            .map_err(|e| self.err(e))?;
+        Ok(v.and_then(|b| ChunkLoc::from_bytes(&b)))
+    }
+
+    /// Records a pack and all its chunks (one atomic batch).
+    pub fn add_pack(&self, id: &PackId, size: u64, entries: &[FooterEntry]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        let chunks = self.cf(CF_CHUNKS)?;
+        for e in entries {
+            let loc = ChunkLoc {
+                pack: *id,
+                offset: e.offset,
+                frame_len: e.frame_len,
+                raw_len: e.raw_len,
+            };
+            batch.put_cf(chunks, e.id, loc.to_bytes());
+        }
+        let value = IndexedPack {
+            size,
+            chunks: entries.iter().map(|e| e.id).collect(),
+        };
+        batch.put_cf(
+            self.cf(CF_PACKS)?,
+            id.0,
+            codec::encode(Kind::IndexPack, &value, false),
+        );
+        self.db.write(batch).map_err(|e| self.err(e))
+    }
+
+    /// Forgets a pack and every chunk entry that points into it.
+    pub fn remove_pack(&self, id: &PackId) -> Result<()> {
+        let packs = self.cf(CF_PACKS)?;
+        let Some(v) = self.db.get_cf(packs, id.0).map_err(|e| self.err(e))? else {
+            return Ok(());
+        };
+        let mut batch = WriteBatch::default();
+        if let Ok(p) = codec::decode::<IndexedPack>(Kind::IndexPack, &v) {
+            let chunks = self.cf(CF_CHUNKS)?;
+            for c in p.chunks {
+                if self.chunk(&ChunkId(c))?.map(|l| l.pack) == Some(*id) {
+                    batch.delete_cf(chunks, c);
+                }
+            }
+        }
+        batch.delete_cf(packs, id.0);
+        self.db.write(batch).map_err(|e| self.err(e))
+    }
+
+    /// Every pack the index knows.
+    pub fn packs(&self) -> Result<HashSet<PackId>> {
+        let mut out = HashSet::new();
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_PACKS)?, rocksdb::IteratorMode::Start)
+        {
+            let (k, _) = item.map_err(|e| self.err(e))?;
+            if k.len() == 32 {
+                let mut id = [0u8; 32];
+                id.copy_from_slice(&k);
+                out.insert(PackId(id));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Number of chunk entries (an estimate from RocksDB's statistics).
+    pub fn chunk_count_estimate(&self) -> Result<u64> {
+        Ok(self
+            .db
+            .property_int_value_cf(self.cf(CF_CHUNKS)?, "rocksdb.estimate-num-keys")
+            .map_err(|e| self.err(e))?
+            .unwrap_or(0))
+    }
+
+    /// Brings the index up to date with the bucket: learns unknown packs from their footers,
+    /// forgets packs that no longer exist. A pack whose footer cannot be read is skipped
+    /// (its chunks will simply be written again) and reported through `warn`.
+    pub fn sync(&self, store: &dyn ObjectStore, warn: &dyn Fn(String)) -> Result<SyncReport> {
+        let listed = store.list(layout::PACKS_PREFIX)?;
+        let mut known = self.packs()?;
+        let mut report = SyncReport {
+            packs: listed.len(),
+            ..Default::default()
+        };
+        for obj in listed {
+            let Some(id) = layout::parse_pack_key(&obj.key) else {
+                continue;
+            };
+            if known.remove(&id) {
+                continue;
+            }
+            match pack::read_footer(store, &obj.key) {
+                Ok(footer) => {
+                    self.add_pack(&id, obj.size, &footer.entries)?;
+                    report.learned += 1;
+                }
+                Err(e) => warn(format!("skipping unreadable pack {}: {e}", obj.key)),
+            }
+        }
+        for gone in known {
+            self.remove_pack(&gone)?;
+            report.forgotten += 1;
+        }
+        Ok(report)
+    }
+
+    /// Drops everything and relearns the packs from the bucket.
+    pub fn rebuild(&self, store: &dyn ObjectStore, warn: &dyn Fn(String)) -> Result<SyncReport> {
+        for cf in [CF_CHUNKS, CF_PACKS, CF_MANIFESTS] {
+            let handle = self.cf(cf)?;
+            let mut batch = WriteBatch::default();
+            for item in self.db.iterator_cf(handle, rocksdb::IteratorMode::Start) {
+                let (k, _) = item.map_err(|e| self.err(e))?;
+                batch.delete_cf(handle, k);
+            }
+            self.db.write(batch).map_err(|e| self.err(e))?;
+        }
+        self.sync(store, warn)
+    }
+
+    /// Caches a manifest's bytes.
+    pub fn put_manifest(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        self.db
+            .put_cf(self.cf(CF_MANIFESTS)?, key, bytes)
+            .map_err(|e| self.err(e))
+    }
+
+    /// A cached manifest's bytes.
+    pub fn manifest(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.db
+            .get_cf(self.cf(CF_MANIFESTS)?, key)
+            .map_err(|e| self.err(e))
+    }
+}
+
+fn index_err(path: &Path, e: rocksdb::Error) -> StoreError {
+    StoreError::Index {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}

@@ -1,0 +1,567 @@
+//! The ingest pipeline: files → chunks → packs → manifests → refs.
+//!
+//! ```text
+//!  reader threads (one file each)          worker threads                 bucket
+//!  read → FastCDC → sha256 ──jobs──▶ BLAKE3 → dedup claim → encode ──▶ pack builder ─put─▶ packs/…
+//!        ◀──────────── (seq, id, len) replies ───────────┘
+//! ```
+//!
+//! * Readers stream each distinct source file once (a blob shared by several cache
+//!   snapshots is read once), hash it with SHA-256 as the bytes pass, and hand chunks to
+//!   the workers through a bounded channel: memory is bounded by the channel, the chunker
+//!   buffers and the pack builders, whatever the file sizes.
+//! * Workers name chunks, claim new ones in a session map (so a chunk repeated within a
+//!   file, across files or across revisions is encoded once), consult the RocksDB index for
+//!   chunks stored by earlier runs, and append frames of new chunks to the open pack. A full
+//!   pack is sealed, written with one atomic put and recorded in the index.
+//! * Only when every pack is written are manifests written, and only then refs: a crash at
+//!   any point leaves no visible revision that references missing data, and a rerun
+//!   dedups against whatever packs did land (the index learns them from the bucket).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use chunker::{ChunkId, ChunkParams, StreamChunker};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use sha2::{Digest, Sha256};
+
+use crate::codec::{self, Kind};
+use crate::frame;
+use crate::index::{ChunkLoc, Index, SyncReport};
+use crate::layout;
+use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest};
+use crate::names::{CommitId, RepoId};
+use crate::pack::{PackBuilder, PackId};
+use crate::repo::Store;
+use crate::source::Snapshot;
+use crate::{Result, StoreError};
+
+/// Receives progress of long operations (the CLI draws bars from it).
+pub trait Progress: Send + Sync {
+    /// Work of `total` bytes begins.
+    fn start(&self, _label: &str, _total: u64) {}
+    /// `n` more bytes are done.
+    fn advance(&self, _n: u64) {}
+    /// The work is finished.
+    fn finish(&self) {}
+    /// A warning worth showing to the user.
+    fn warn(&self, _msg: &str) {}
+}
+
+/// Progress that goes nowhere.
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// Ingest settings.
+#[derive(Clone, Copy, Debug)]
+pub struct IngestOptions {
+    /// Reader threads and worker threads (each); default: the number of CPUs.
+    pub threads: usize,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+        }
+    }
+}
+
+/// The result for one snapshot.
+#[derive(Clone, Debug)]
+pub struct SnapshotOutcome {
+    /// Repository.
+    pub repo: RepoId,
+    /// Commit stored.
+    pub commit: CommitId,
+    /// Files in it.
+    pub files: usize,
+    /// Logical bytes.
+    pub bytes: u64,
+    /// False when the store already had this commit with the same content.
+    pub new_manifest: bool,
+    /// Refs set.
+    pub refs: Vec<String>,
+}
+
+/// What an ingest did.
+#[derive(Clone, Debug, Default)]
+pub struct IngestReport {
+    /// Per snapshot.
+    pub snapshots: Vec<SnapshotOutcome>,
+    /// Distinct source files read.
+    pub files_read: usize,
+    /// Bytes read from them.
+    pub bytes_read: u64,
+    /// Chunks seen (with repeats).
+    pub chunks: u64,
+    /// Chunks not yet in the store, written now.
+    pub new_chunks: u64,
+    /// Uncompressed bytes of the new chunks.
+    pub new_chunk_bytes: u64,
+    /// Packs written.
+    pub packs_written: usize,
+    /// Bytes of the packs written.
+    pub pack_bytes_written: u64,
+    /// What the index learned from the bucket first.
+    pub sync: SyncReport,
+}
+
+/// Where a chunk seen in this session lives.
+#[derive(Clone, Copy, Debug)]
+enum Claim {
+    /// Being decided by another worker; final once the pipeline drains.
+    Pending,
+    /// Already stored before this session.
+    Stored(ChunkLoc),
+    /// Written by this session into the `seq`-th pack.
+    New {
+        seq: usize,
+        offset: u32,
+        frame_len: u32,
+        raw_len: u32,
+    },
+}
+
+struct Shared<'a> {
+    store: &'a Store,
+    index: &'a Index,
+    claims: Mutex<HashMap<ChunkId, Claim>>,
+    open_pack: Mutex<(usize, PackBuilder)>,
+    sealed: Mutex<Vec<Option<PackId>>>,
+    pack_target: usize,
+    abort: AtomicBool,
+    error: Mutex<Option<StoreError>>,
+    chunks: AtomicU64,
+    new_chunks: AtomicU64,
+    new_chunk_bytes: AtomicU64,
+    pack_bytes: AtomicU64,
+    packs: AtomicU64,
+}
+
+impl Shared<'_> {
+    fn fail(&self, e: StoreError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.abort.store(true, Ordering::SeqCst);
+    }
+}
+
+struct Job {
+    seq: u64,
+    data: Vec<u8>,
+    reply: Sender<(u64, ChunkId, u32)>,
+}
+
+/// The chunked form of one source file.
+#[derive(Clone, Debug)]
+struct FileResult {
+    size: u64,
+    sha256: [u8; 32],
+    chunks: Vec<(ChunkId, u32)>,
+}
+
+/// Ingests `snapshots` into `store`, using `index` for dedup.
+pub fn ingest(
+    store: &Store,
+    index: &Index,
+    snapshots: &[Snapshot],
+    opts: IngestOptions,
+    progress: &dyn Progress,
+) -> Result<IngestReport> {
+    let mut report = IngestReport {
+        sync: index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?,
+        ..Default::default()
+    };
+    // Distinct source files: a blob shared by several snapshots is read once.
+    let mut sources: Vec<(PathBuf, Option<[u8; 32]>, u64)> = Vec::new();
+    let mut source_ix: HashMap<PathBuf, usize> = HashMap::new();
+    for s in snapshots {
+        for f in &s.files {
+            source_ix.entry(f.source.clone()).or_insert_with(|| {
+                sources.push((f.source.clone(), f.expected_sha256, f.size));
+                sources.len() - 1
+            });
+        }
+    }
+    let total: u64 = sources.iter().map(|s| s.2).sum();
+    progress.start("ingest", total);
+    let (results, located) = run_pipeline(store, index, &sources, opts, progress, &mut report)?;
+    progress.finish();
+    report.files_read = sources.len();
+    report.bytes_read = results.iter().map(|r| r.size).sum();
+
+    // Build every manifest first, check for conflicts, then write manifests, then refs.
+    let mut manifests = Vec::new();
+    for s in snapshots {
+        let mut pack_table: Vec<PackId> = Vec::new();
+        let mut pack_ix: HashMap<PackId, u32> = HashMap::new();
+        let mut files = Vec::with_capacity(s.files.len());
+        for f in &s.files {
+            let r = &results[source_ix[&f.source]];
+            let mut chunks = Vec::with_capacity(r.chunks.len());
+            for (id, _) in &r.chunks {
+                let loc = *located.get(id).ok_or_else(|| {
+                    StoreError::Invalid(format!(
+                        "internal error: chunk {id} has no location after ingest"
+                    ))
+                })?;
+                let pi = *pack_ix.entry(loc.pack).or_insert_with(|| {
+                    pack_table.push(loc.pack);
+                    (pack_table.len() - 1) as u32
+                });
+                chunks.push(ChunkRef {
+                    id: id.0,
+                    pack: pi,
+                    offset: loc.offset,
+                    frame_len: loc.frame_len,
+                    raw_len: loc.raw_len,
+                });
+            }
+            files.push(FileEntry {
+                path: f.path.clone(),
+                size: r.size,
+                sha256: r.sha256,
+                executable: f.executable,
+                chunks,
+            });
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let commit = s.commit.unwrap_or_else(|| {
+            derive_commit_id(
+                &files
+                    .iter()
+                    .map(|f| (f.path.clone(), f.size, f.sha256, f.executable))
+                    .collect::<Vec<_>>(),
+            )
+        });
+        let manifest = Manifest {
+            repo: s.repo.clone(),
+            commit,
+            ingested_at: now_secs(),
+            source: s.origin.to_string(),
+            packs: pack_table,
+            files,
+        };
+        let existing = if store.has_commit(&s.repo, &commit)? {
+            Some(store.manifest(&s.repo, &commit)?)
+        } else {
+            None
+        };
+        if let Some(old) = &existing {
+            if !old.same_content(&manifest) {
+                return Err(StoreError::Invalid(format!(
+                    "{}@{commit} is already stored with different files; refusing to replace a commit (from {})",
+                    s.repo,
+                    s.dir.display()
+                )));
+            }
+        }
+        manifests.push((s, manifest, existing.is_none()));
+    }
+    for (_, m, new) in &manifests {
+        if *new {
+            let key = layout::manifest_key(&m.repo, &m.commit);
+            let bytes = codec::encode(Kind::Manifest, m, true);
+            store.backend().put(&key, &bytes)?;
+            index.put_manifest(&key, &bytes)?;
+        }
+    }
+    for (s, m, new) in manifests {
+        for r in &s.refs {
+            store.set_ref(&m.repo, r, &m.commit)?;
+        }
+        report.snapshots.push(SnapshotOutcome {
+            repo: m.repo.clone(),
+            commit: m.commit,
+            files: m.files.len(),
+            bytes: m.total_size(),
+            new_manifest: new,
+            refs: s.refs.clone(),
+        });
+    }
+    Ok(report)
+}
+
+fn run_pipeline(
+    store: &Store,
+    index: &Index,
+    sources: &[(PathBuf, Option<[u8; 32]>, u64)],
+    opts: IngestOptions,
+    progress: &dyn Progress,
+    report: &mut IngestReport,
+) -> Result<(Vec<FileResult>, HashMap<ChunkId, ChunkLoc>)> {
+    let threads = opts.threads.max(1);
+    let params = store.config().chunk_params();
+    let shared = Shared {
+        store,
+        index,
+        claims: Mutex::new(HashMap::new()),
+        open_pack: Mutex::new((0, PackBuilder::new())),
+        sealed: Mutex::new(Vec::new()),
+        pack_target: store.config().pack_target as usize,
+        abort: AtomicBool::new(false),
+        error: Mutex::new(None),
+        chunks: AtomicU64::new(0),
+        new_chunks: AtomicU64::new(0),
+        new_chunk_bytes: AtomicU64::new(0),
+        pack_bytes: AtomicU64::new(0),
+        packs: AtomicU64::new(0),
+    };
+    let results: Mutex<Vec<Option<FileResult>>> = Mutex::new(vec![None; sources.len()]);
+    let next_file = AtomicU64::new(0);
+    let (job_tx, job_rx) = bounded::<Job>(threads * 2);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let rx = job_rx.clone();
+            let shared = &shared;
+            s.spawn(move || worker(shared, rx));
+        }
+        drop(job_rx);
+        let mut readers = Vec::new();
+        for _ in 0..threads {
+            let tx = job_tx.clone();
+            let (shared, results, next_file) = (&shared, &results, &next_file);
+            readers.push(s.spawn(move || loop {
+                let i = next_file.fetch_add(1, Ordering::SeqCst) as usize;
+                if i >= sources.len() || shared.abort.load(Ordering::SeqCst) {
+                    break;
+                }
+                match read_file(shared, &sources[i], params, &tx, progress) {
+                    Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
+                    Err(e) => shared.fail(e),
+                }
+            }));
+        }
+        drop(job_tx);
+    });
+    if let Some(e) = shared
+        .error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        return Err(e);
+    }
+    // Seal the last pack.
+    let (seq, last) = std::mem::replace(
+        &mut *shared.open_pack.lock().unwrap_or_else(|p| p.into_inner()),
+        (0, PackBuilder::new()),
+    );
+    if !last.is_empty() {
+        seal(&shared, seq, last)?;
+    }
+    let sealed = shared
+        .sealed
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    let claims = shared
+        .claims
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    let mut located = HashMap::with_capacity(claims.len());
+    for (id, claim) in claims {
+        let loc = match claim {
+            Claim::Stored(loc) => loc,
+            Claim::New {
+                seq,
+                offset,
+                frame_len,
+                raw_len,
+            } => {
+                let pack = sealed.get(seq).copied().flatten().ok_or_else(|| {
+                    StoreError::Invalid(format!(
+                        "internal error: pack {seq} of chunk {id} was never sealed"
+                    ))
+                })?;
+                ChunkLoc {
+                    pack,
+                    offset,
+                    frame_len,
+                    raw_len,
+                }
+            }
+            Claim::Pending => {
+                return Err(StoreError::Invalid(format!(
+                    "internal error: chunk {id} left pending"
+                )))
+            }
+        };
+        located.insert(id, loc);
+    }
+    report.chunks = shared.chunks.load(Ordering::SeqCst);
+    report.new_chunks = shared.new_chunks.load(Ordering::SeqCst);
+    report.new_chunk_bytes = shared.new_chunk_bytes.load(Ordering::SeqCst);
+    report.packs_written = shared.packs.load(Ordering::SeqCst) as usize;
+    report.pack_bytes_written = shared.pack_bytes.load(Ordering::SeqCst);
+    let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    let results = results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "internal error: {} was not read",
+                    sources[i].0.display()
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((results, located))
+}
+
+fn read_file(
+    shared: &Shared<'_>,
+    (path, expected, _size): &(PathBuf, Option<[u8; 32]>, u64),
+    params: ChunkParams,
+    jobs: &Sender<Job>,
+    progress: &dyn Progress,
+) -> Result<FileResult> {
+    let file = File::open(path).map_err(|e| StoreError::io(path, e))?;
+    let (reply_tx, reply_rx) = unbounded();
+    let mut sha = Sha256::new();
+    let mut size = 0u64;
+    let mut seq = 0u64;
+    for chunk in StreamChunker::new(file, params) {
+        if shared.abort.load(Ordering::SeqCst) {
+            return Err(StoreError::Invalid("ingest aborted".into()));
+        }
+        let chunk = chunk.map_err(|e| StoreError::io(path, e))?;
+        sha.update(&chunk.data);
+        size += chunk.data.len() as u64;
+        progress.advance(chunk.data.len() as u64);
+        if jobs
+            .send(Job {
+                seq,
+                data: chunk.data,
+                reply: reply_tx.clone(),
+            })
+            .is_err()
+        {
+            return Err(StoreError::Invalid("ingest workers stopped".into()));
+        }
+        seq += 1;
+    }
+    drop(reply_tx);
+    let mut chunks: Vec<(u64, ChunkId, u32)> = reply_rx.iter().collect();
+    if chunks.len() as u64 != seq {
+        return Err(StoreError::Invalid(format!(
+            "{}: ingest aborted",
+            path.display()
+        )));
+    }
+    chunks.sort_by_key(|c| c.0);
+    let sha256: [u8; 32] = sha.finalize().into();
+    if let Some(exp) = expected {
+        if *exp != sha256 {
+            return Err(StoreError::BadSource {
+                path: path.clone(),
+                reason: format!(
+                    "content does not match its blob name: sha256 is {}, the name says {}",
+                    hex::encode(sha256),
+                    hex::encode(exp)
+                ),
+            });
+        }
+    }
+    Ok(FileResult {
+        size,
+        sha256,
+        chunks: chunks.into_iter().map(|(_, id, n)| (id, n)).collect(),
+    })
+}
+
+fn worker(shared: &Shared<'_>, jobs: Receiver<Job>) {
+    let mut frame = Vec::new();
+    for job in jobs {
+        if shared.abort.load(Ordering::SeqCst) {
+            continue; // drain so that readers never block
+        }
+        let id = ChunkId::of(&job.data);
+        let raw_len = job.data.len() as u32;
+        shared.chunks.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = place(shared, id, &job.data, &mut frame) {
+            shared.fail(e);
+            continue;
+        }
+        let _ = job.reply.send((job.seq, id, raw_len));
+    }
+}
+
+/// Makes sure chunk `id` is stored: already known, claimed by another worker, or encoded
+/// and appended to the open pack now.
+fn place(shared: &Shared<'_>, id: ChunkId, data: &[u8], frame: &mut Vec<u8>) -> Result<()> {
+    {
+        let mut claims = shared.claims.lock().unwrap_or_else(|p| p.into_inner());
+        if claims.contains_key(&id) {
+            return Ok(());
+        }
+        claims.insert(id, Claim::Pending);
+    }
+    if let Some(loc) = shared.index.chunk(&id)? {
+        shared
+            .claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Claim::Stored(loc));
+        return Ok(());
+    }
+    frame.clear();
+    frame::encode(data, frame);
+    shared.new_chunks.fetch_add(1, Ordering::Relaxed);
+    shared
+        .new_chunk_bytes
+        .fetch_add(data.len() as u64, Ordering::Relaxed);
+    let full = {
+        let mut open = shared.open_pack.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = open.0;
+        let offset = open.1.add_frame(id, frame, data.len());
+        shared
+            .claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                id,
+                Claim::New {
+                    seq,
+                    offset,
+                    frame_len: frame.len() as u32,
+                    raw_len: data.len() as u32,
+                },
+            );
+        if open.1.len() >= shared.pack_target {
+            let next = open.0 + 1;
+            Some(std::mem::replace(&mut *open, (next, PackBuilder::new())))
+        } else {
+            None
+        }
+    };
+    if let Some((seq, builder)) = full {
+        seal(shared, seq, builder)?;
+    }
+    Ok(())
+}
+
+/// Writes a finished pack and records it in the index.
+fn seal(shared: &Shared<'_>, seq: usize, builder: PackBuilder) -> Result<()> {
+    let (id, bytes, entries) = builder.finish();
+    shared.store.backend().put(&layout::pack_key(&id), &bytes)?;
+    shared.index.add_pack(&id, bytes.len() as u64, &entries)?;
+    shared
+        .pack_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    shared.packs.fetch_add(1, Ordering::Relaxed);
+    let mut sealed = shared.sealed.lock().unwrap_or_else(|p| p.into_inner());
+    if sealed.len() <= seq {
+        sealed.resize(seq + 1, None);
+    }
+    sealed[seq] = Some(id);
+    Ok(())
+}

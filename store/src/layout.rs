@@ -1,0 +1,90 @@
+//! Object keys: the bucket layout shared by every backend (`docs/FORMAT.md`, "Bucket
+//! layout").
+//!
+//! ```text
+//! config                                   store config (chunk parameters, store id)
+//! packs/<2 hex>/<64 hex>                   pack objects, named by the BLAKE3 of their bytes
+//! repos/<org>/<name>/manifests/<40 hex>    one manifest per commit
+//! repos/<org>/<name>/refs/<escaped ref>    one object per branch or tag ('/' written as %2F)
+//! tmp/...                                  local store only: files being written
+//! ```
+
+use crate::names::{CommitId, RepoId};
+use crate::pack::PackId;
+
+/// The store config object.
+pub const CONFIG_KEY: &str = "config";
+/// Prefix of every pack.
+pub const PACKS_PREFIX: &str = "packs/";
+/// Prefix of every repository.
+pub const REPOS_PREFIX: &str = "repos/";
+
+/// Key of a pack.
+pub fn pack_key(id: &PackId) -> String {
+    let hex = id.to_hex();
+    format!("{PACKS_PREFIX}{}/{hex}", &hex[..2])
+}
+
+/// The pack id named by a pack key, if it is one.
+pub fn parse_pack_key(key: &str) -> Option<PackId> {
+    let rest = key.strip_prefix(PACKS_PREFIX)?;
+    let (dir, name) = rest.split_once('/')?;
+    let id = PackId::from_hex(name).ok()?;
+    (dir.len() == 2 && name.starts_with(dir)).then_some(id)
+}
+
+/// Prefix of one repository's objects.
+pub fn repo_prefix(repo: &RepoId) -> String {
+    format!("{REPOS_PREFIX}{}/{}/", repo.org(), repo.name())
+}
+
+/// Prefix of a repository's manifests.
+pub fn manifests_prefix(repo: &RepoId) -> String {
+    format!("{}manifests/", repo_prefix(repo))
+}
+
+/// Key of a manifest.
+pub fn manifest_key(repo: &RepoId, commit: &CommitId) -> String {
+    format!("{}{}", manifests_prefix(repo), commit.to_hex())
+}
+
+/// Prefix of a repository's refs.
+pub fn refs_prefix(repo: &RepoId) -> String {
+    format!("{}refs/", repo_prefix(repo))
+}
+
+/// Key of a ref (the name must have passed [`crate::names::check_ref_name`]).
+pub fn ref_key(repo: &RepoId, name: &str) -> String {
+    format!("{}{}", refs_prefix(repo), name.replace('/', "%2F"))
+}
+
+/// The ref name stored under a key of [`refs_prefix`].
+pub fn ref_name_from_key(repo: &RepoId, key: &str) -> Option<String> {
+    key.strip_prefix(&refs_prefix(repo))
+        .map(|s| s.replace("%2F", "/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        let r = RepoId::parse("org/m").unwrap();
+        let c = CommitId([0xab; 20]);
+        assert_eq!(
+            manifest_key(&r, &c),
+            format!("repos/org/m/manifests/{}", "ab".repeat(20))
+        );
+        assert_eq!(ref_key(&r, "refs/pr/1"), "repos/org/m/refs/refs%2Fpr%2F1");
+        assert_eq!(
+            ref_name_from_key(&r, "repos/org/m/refs/refs%2Fpr%2F1").unwrap(),
+            "refs/pr/1"
+        );
+        let p = PackId([7; 32]);
+        let k = pack_key(&p);
+        assert_eq!(k, format!("packs/07/{}", "07".repeat(32)));
+        assert_eq!(parse_pack_key(&k), Some(p));
+        assert_eq!(parse_pack_key("packs/08/0707"), None);
+    }
+}

@@ -1,0 +1,42 @@
+//! The modelcas store: content-defined chunks, deduplicated and compressed into packs in
+//! an object store, with an immutable manifest per commit and refs per repository.
+//!
+//! Layers, bottom up:
+//! * [`backend`] — the [`ObjectStore`] trait (put, ranged get, list, delete) and its
+//!   local-directory and in-memory implementations.
+//! * [`codec`] — the one envelope (magic, version, checksum) around every persisted object.
+//! * [`frame`], [`pack`] — how chunks are compressed and grouped into self-describing packs.
+//! * [`manifest`], [`layout`], [`names`] — manifests, refs, config, and their keys.
+//! * [`index`] — the local RocksDB cache used for dedup; rebuildable from the bucket.
+//! * [`repo`] — [`Store`]: open/create, list repos, refs and commits, resolve revisions.
+//! * [`source`], [`ingest`] — finding snapshots on disk and the ingest pipeline.
+//! * [`read`], [`stats`] — reading revisions back (checkout, verify) and store figures.
+//! * [`cache`], [`readahead`] — the shared decoded-chunk cache and per-file read-ahead used
+//!   by the FUSE mount.
+//!
+//! `docs/FORMAT.md` specifies every persisted byte.
+
+pub mod backend;
+pub mod cache;
+pub mod codec;
+mod error;
+pub mod frame;
+pub mod index;
+pub mod ingest;
+pub mod layout;
+pub mod manifest;
+pub mod names;
+pub mod pack;
+pub mod read;
+pub mod readahead;
+pub mod repo;
+pub mod source;
+pub mod stats;
+pub mod tree;
+
+pub use backend::{LocalStore, MemoryStore, ObjectStore};
+pub use chunker::{ChunkId, ChunkParams};
+pub use error::{Result, StoreError};
+pub use index::Index;
+pub use names::{CommitId, RepoId};
+pub use repo::{CreateOptions, Store};

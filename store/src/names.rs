@@ -1,0 +1,177 @@
+//! Validated names: repository ids (`org/name`), commit ids (40 hex digits) and ref names.
+//!
+//! Everything a user types that ends up in an object key passes through here first, so a
+//! key can never escape its prefix (`..`, `/`, empty segments).
+
+use std::fmt;
+
+use bincode::{Decode, Encode};
+
+use crate::{Result, StoreError};
+
+/// A Hugging Face style repository id: `org/name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
+pub struct RepoId {
+    org: String,
+    name: String,
+}
+
+fn valid_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 96
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !s.contains("--")
+        && !s.contains("..")
+        && !s.starts_with(['-', '.'])
+        && !s.ends_with(['-', '.'])
+}
+
+impl RepoId {
+    /// Parses `org/name` (Hugging Face rules: letters, digits, `-`, `_`, `.`; no `--` or
+    /// `..`; at most 96 characters a part).
+    pub fn parse(s: &str) -> Result<RepoId> {
+        let mut parts = s.split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(org), Some(name), None) if valid_part(org) && valid_part(name) => Ok(RepoId {
+                org: org.to_string(),
+                name: name.to_string(),
+            }),
+            _ => Err(StoreError::Invalid(format!(
+                "invalid repo id {s:?}: expected ORG/NAME with letters, digits, '-', '_' or '.'"
+            ))),
+        }
+    }
+
+    /// The organisation part.
+    pub fn org(&self) -> &str {
+        &self.org
+    }
+
+    /// The name part.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for RepoId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.org, self.name)
+    }
+}
+
+/// A commit id: 20 bytes, written as 40 lower-case hex digits (a git sha1 from the Hub, or
+/// one derived from the content when the source has none).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
+pub struct CommitId(pub [u8; 20]);
+
+impl CommitId {
+    /// Parses exactly 40 hex digits (either case).
+    pub fn parse(s: &str) -> Result<CommitId> {
+        if s.len() != 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(StoreError::Invalid(format!(
+                "invalid commit sha {s:?}: expected 40 hex digits"
+            )));
+        }
+        let mut out = [0u8; 20];
+        for (i, pair) in s.as_bytes().chunks(2).enumerate() {
+            let txt = std::str::from_utf8(pair).map_err(|_| StoreError::Invalid(s.into()))?;
+            out[i] = u8::from_str_radix(txt, 16).map_err(|_| StoreError::Invalid(s.into()))?;
+        }
+        Ok(CommitId(out))
+    }
+
+    /// 40 lower-case hex digits.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl fmt::Display for CommitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for CommitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CommitId({})", self.to_hex())
+    }
+}
+
+/// Checks a ref name: `main`, `v1.0`, `refs/pr/1`. Letters, digits, `.`, `_`, `-`, `/`;
+/// no empty segment, no `..`, at most 200 characters; not 40 hex digits (that would read
+/// as a commit).
+pub fn check_ref_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
+        && !name
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
+        && !name.contains("..")
+        && !(name.len() == 40 && name.bytes().all(|b| b.is_ascii_hexdigit()));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "invalid ref name {name:?}: use letters, digits, '.', '_', '-' and '/' (not a 40-hex sha)"
+        )))
+    }
+}
+
+/// Splits `ORG/NAME@REV` into the repo id and the revision.
+pub fn parse_repo_rev(s: &str) -> Result<(RepoId, String)> {
+    match s.split_once('@') {
+        Some((repo, rev)) if !rev.is_empty() => Ok((RepoId::parse(repo)?, rev.to_string())),
+        _ => Err(StoreError::Invalid(format!(
+            "expected ORG/NAME@REV, got {s:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_ids() {
+        assert_eq!(
+            RepoId::parse("meta-llama/Llama-3.1-8B")
+                .unwrap()
+                .to_string(),
+            "meta-llama/Llama-3.1-8B"
+        );
+        for bad in [
+            "", "a", "a/b/c", "../x", "a/..", "a--b/c", "a/b-", "a /b", "a/.b",
+        ] {
+            assert!(RepoId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn commits_and_refs() {
+        let c = CommitId::parse("0123456789ABCDEF0123456789abcdef01234567").unwrap();
+        assert_eq!(c.to_hex(), "0123456789abcdef0123456789abcdef01234567");
+        assert!(CommitId::parse("0123").is_err());
+        check_ref_name("main").unwrap();
+        check_ref_name("refs/pr/1").unwrap();
+        check_ref_name("v1.0").unwrap();
+        for bad in [
+            "",
+            "a//b",
+            "../x",
+            "a/../b",
+            "x y",
+            "0123456789abcdef0123456789abcdef01234567",
+            "/a",
+        ] {
+            assert!(check_ref_name(bad).is_err(), "{bad:?} accepted");
+        }
+        let (r, rev) = parse_repo_rev("a/b@main").unwrap();
+        assert_eq!((r.to_string(), rev.as_str()), ("a/b".to_string(), "main"));
+        assert!(parse_repo_rev("a/b").is_err());
+    }
+}

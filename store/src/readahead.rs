@@ -1,0 +1,166 @@
+//! Per-open-file reads with sequential detection and a growing read-ahead window, on top of
+//! the shared [`ChunkCache`].
+//!
+//! How model servers read (see `shared/notes/read-path.md`): `safe_open` memory-maps a
+//! shard and faults pages in roughly sequential order with jumps; the `eager`/`prefetch`
+//! strategies read whole files sequentially, sometimes from several threads in 16 MiB
+//! blocks; tokenizer and config files are small reads. The kernel's own read-ahead reorders
+//! requests a little. So:
+//!
+//! * A read counts as sequential when it starts no more than [`BACK_SLACK`] before or
+//!   [`FORWARD_SLACK`] after where the previous read ended; small reorderings do not reset
+//!   the stream.
+//! * While reads stay sequential the window doubles from [`INITIAL_WINDOW`] up to
+//!   [`MAX_WINDOW`] (bounded further by half the cache budget); a random read resets it.
+//! * Chunks in the window ahead are handed to the cache as prefetches, fetched and decoded
+//!   by the cache's workers while the reader consumes earlier ones.
+//! * Offset → chunk is a binary search over the chunks' start offsets.
+
+use std::sync::{Arc, Mutex};
+
+use crate::cache::{ChunkCache, ChunkSource};
+use crate::layout;
+use crate::manifest::{FileEntry, Manifest};
+use crate::{Result, StoreError};
+
+/// Window after the first sequential read: 8 MiB (a few default chunks).
+pub const INITIAL_WINDOW: u64 = 8 * 1024 * 1024;
+/// Largest window: 256 MiB; on 2 cores the decoder saturates well before.
+pub const MAX_WINDOW: u64 = 256 * 1024 * 1024;
+/// A read starting this far before the previous end still counts as sequential.
+pub const BACK_SLACK: u64 = 1024 * 1024;
+/// A read starting this far after the previous end still counts as sequential.
+pub const FORWARD_SLACK: u64 = 16 * 1024 * 1024;
+
+struct State {
+    last_end: u64,
+    window: u64,
+    prefetched_to: u64,
+}
+
+/// One open file of a revision.
+pub struct FileStream {
+    cache: Arc<ChunkCache>,
+    sources: Vec<ChunkSource>,
+    starts: Vec<u64>,
+    size: u64,
+    state: Mutex<State>,
+}
+
+impl FileStream {
+    /// A stream over `file` of `manifest`, reading through `cache`.
+    pub fn new(
+        cache: Arc<ChunkCache>,
+        manifest: &Manifest,
+        file: &FileEntry,
+    ) -> Result<FileStream> {
+        let mut keys: Vec<Arc<str>> = Vec::with_capacity(manifest.packs.len());
+        for p in &manifest.packs {
+            keys.push(Arc::from(layout::pack_key(p)));
+        }
+        let mut sources = Vec::with_capacity(file.chunks.len());
+        let mut starts = Vec::with_capacity(file.chunks.len() + 1);
+        let mut at = 0u64;
+        for c in &file.chunks {
+            let key =
+                keys.get(c.pack as usize)
+                    .cloned()
+                    .ok_or_else(|| StoreError::CorruptObject {
+                        key: layout::manifest_key(&manifest.repo, &manifest.commit),
+                        reason: format!("{}: chunk points past the pack table", file.path),
+                    })?;
+            sources.push(ChunkSource {
+                key,
+                id: c.chunk_id(),
+                offset: c.offset as u64,
+                frame_len: c.frame_len,
+                raw_len: c.raw_len,
+            });
+            starts.push(at);
+            at += c.raw_len as u64;
+        }
+        starts.push(at);
+        Ok(FileStream {
+            cache,
+            sources,
+            starts,
+            size: file.size,
+            state: Mutex::new(State {
+                last_end: 0,
+                window: 0,
+                prefetched_to: 0,
+            }),
+        })
+    }
+
+    /// File size.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn chunk_at(&self, offset: u64) -> usize {
+        self.starts.partition_point(|&s| s <= offset) - 1
+    }
+
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the file), prefetching ahead
+    /// when the reads are sequential.
+    pub fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        if offset >= self.size || len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = (offset + len as u64).min(self.size);
+        self.plan_prefetch(offset, end);
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut i = self.chunk_at(offset);
+        while i < self.sources.len() && self.starts[i] < end {
+            let data = self.cache.get(&self.sources[i])?;
+            let from = offset.max(self.starts[i]) - self.starts[i];
+            let to = end.min(self.starts[i + 1]) - self.starts[i];
+            out.extend_from_slice(&data[from as usize..to as usize]);
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    fn plan_prefetch(&self, offset: u64, end: u64) {
+        let (from, to) = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let sequential = (offset == 0 && st.last_end == 0)
+                || (offset + BACK_SLACK >= st.last_end && offset <= st.last_end + FORWARD_SLACK);
+            let cap = MAX_WINDOW.min(self.cache.budget() as u64 / 2).max(1);
+            if sequential {
+                st.window = if st.window == 0 {
+                    INITIAL_WINDOW.min(cap)
+                } else {
+                    (st.window * 2).min(cap)
+                };
+            } else {
+                st.window = 0;
+                st.prefetched_to = 0;
+            }
+            st.last_end = st.last_end.max(end);
+            if !sequential {
+                st.last_end = end;
+            }
+            let from = end.max(st.prefetched_to);
+            let to = (end + st.window).min(self.size);
+            if to > from {
+                st.prefetched_to = to;
+            }
+            (from, to)
+        };
+        if to <= from {
+            return;
+        }
+        let mut i = self.chunk_at(from);
+        while i < self.sources.len() && self.starts[i] < to {
+            if !self.cache.prefetch(&self.sources[i]) {
+                // Budget taken by loads in flight: remember where we stopped.
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.prefetched_to = st.prefetched_to.min(self.starts[i]);
+                break;
+            }
+            i += 1;
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The [`Store`]: an object store plus its config, with the operations on repositories,
+//! refs and manifests that every command shares (listing, resolving a revision).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chunker::ChunkParams;
+
+use crate::backend::ObjectStore;
+use crate::codec::{self, Kind};
+use crate::layout;
+use crate::manifest::{now_secs, Manifest, RefObject, StoreConfig};
+use crate::names::{check_ref_name, CommitId, RepoId};
+use crate::pack::DEFAULT_PACK_TARGET;
+use crate::{Result, StoreError};
+
+/// Shortest commit prefix accepted as a revision.
+pub const MIN_PREFIX: usize = 7;
+
+/// An opened store.
+#[derive(Clone)]
+pub struct Store {
+    backend: Arc<dyn ObjectStore>,
+    config: StoreConfig,
+}
+
+/// Options for creating a new store.
+#[derive(Clone, Copy, Debug)]
+pub struct CreateOptions {
+    /// Chunking parameters.
+    pub chunk: ChunkParams,
+    /// Pack size target.
+    pub pack_target: usize,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            chunk: ChunkParams::default(),
+            pack_target: DEFAULT_PACK_TARGET,
+        }
+    }
+}
+
+impl Store {
+    /// Opens an existing store; [`StoreError::NoStore`] when there is no config object.
+    pub fn open(backend: Arc<dyn ObjectStore>) -> Result<Store> {
+        let bytes = match backend.get(layout::CONFIG_KEY) {
+            Ok(b) => b,
+            Err(StoreError::NotFound(_)) => return Err(StoreError::NoStore(backend.location())),
+            Err(e) => return Err(e),
+        };
+        let config: StoreConfig =
+            codec::decode(Kind::Config, &bytes).map_err(|e| StoreError::CorruptObject {
+                key: layout::CONFIG_KEY.into(),
+                reason: e.to_string(),
+            })?;
+        config
+            .chunk_params()
+            .validate()
+            .map_err(|e| StoreError::CorruptObject {
+                key: layout::CONFIG_KEY.into(),
+                reason: e.to_string(),
+            })?;
+        Ok(Store { backend, config })
+    }
+
+    /// Opens the store, creating it with `opts` if it has no config yet.
+    pub fn open_or_create(backend: Arc<dyn ObjectStore>, opts: CreateOptions) -> Result<Store> {
+        match Store::open(backend.clone()) {
+            Err(StoreError::NoStore(_)) => {}
+            other => return other,
+        }
+        opts.chunk
+            .validate()
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let mut store_id = [0u8; 16];
+        let seed = format!(
+            "{}-{}-{:?}",
+            backend.location(),
+            std::process::id(),
+            std::time::SystemTime::now()
+        );
+        store_id.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..16]);
+        let config = StoreConfig {
+            store_id,
+            created_at: now_secs(),
+            chunk_min: opts.chunk.min,
+            chunk_avg: opts.chunk.avg,
+            chunk_max: opts.chunk.max,
+            pack_target: opts.pack_target as u32,
+        };
+        backend.put(
+            layout::CONFIG_KEY,
+            &codec::encode(Kind::Config, &config, false),
+        )?;
+        // Another process may have created it at the same moment: whoever's config is
+        // there now wins, and both use it.
+        Store::open(backend)
+    }
+
+    /// The object store.
+    pub fn backend(&self) -> &Arc<dyn ObjectStore> {
+        &self.backend
+    }
+
+    /// The config.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// Every repository with at least one manifest or ref.
+    pub fn repos(&self) -> Result<Vec<RepoId>> {
+        let mut out = std::collections::BTreeSet::new();
+        for obj in self.backend.list(layout::REPOS_PREFIX)? {
+            let mut parts = obj.key[layout::REPOS_PREFIX.len()..].split('/');
+            if let (Some(org), Some(name)) = (parts.next(), parts.next()) {
+                if let Ok(r) = RepoId::parse(&format!("{org}/{name}")) {
+                    out.insert(r);
+                }
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// The commits of a repository (those with a manifest), sorted.
+    pub fn commits(&self, repo: &RepoId) -> Result<Vec<CommitId>> {
+        let prefix = layout::manifests_prefix(repo);
+        Ok(self
+            .backend
+            .list(&prefix)?
+            .into_iter()
+            .filter_map(|o| CommitId::parse(&o.key[prefix.len()..]).ok())
+            .collect())
+    }
+
+    /// The refs of a repository: name → commit.
+    pub fn refs(&self, repo: &RepoId) -> Result<BTreeMap<String, CommitId>> {
+        let mut out = BTreeMap::new();
+        for obj in self.backend.list(&layout::refs_prefix(repo))? {
+            let Some(name) = layout::ref_name_from_key(repo, &obj.key) else {
+                continue;
+            };
+            let bytes = self.backend.get(&obj.key)?;
+            let r: RefObject =
+                codec::decode(Kind::Ref, &bytes).map_err(|e| StoreError::CorruptObject {
+                    key: obj.key.clone(),
+                    reason: e.to_string(),
+                })?;
+            out.insert(name, r.commit);
+        }
+        Ok(out)
+    }
+
+    /// Points `name` at `commit` (which must have a manifest: data first, then the
+    /// manifest, then the ref).
+    pub fn set_ref(&self, repo: &RepoId, name: &str, commit: &CommitId) -> Result<()> {
+        check_ref_name(name)?;
+        let key = layout::manifest_key(repo, commit);
+        if self.backend.size(&key)?.is_none() {
+            return Err(StoreError::Invalid(format!(
+                "cannot point {repo} ref {name} at {commit}: no such commit"
+            )));
+        }
+        let obj = RefObject {
+            commit: *commit,
+            updated_at: now_secs(),
+        };
+        self.backend.put(
+            &layout::ref_key(repo, name),
+            &codec::encode(Kind::Ref, &obj, false),
+        )
+    }
+
+    /// Reads a manifest.
+    pub fn manifest(&self, repo: &RepoId, commit: &CommitId) -> Result<Manifest> {
+        let key = layout::manifest_key(repo, commit);
+        let bytes = match self.backend.get(&key) {
+            Err(StoreError::NotFound(_)) => {
+                return Err(StoreError::UnknownRevision {
+                    repo: repo.to_string(),
+                    rev: commit.to_hex(),
+                })
+            }
+            other => other?,
+        };
+        decode_manifest(&key, &bytes)
+    }
+
+    /// Whether a manifest exists for the commit.
+    pub fn has_commit(&self, repo: &RepoId, commit: &CommitId) -> Result<bool> {
+        Ok(self
+            .backend
+            .size(&layout::manifest_key(repo, commit))?
+            .is_some())
+    }
+
+    /// Resolves a revision: a ref name, a full commit sha, or a unique prefix of at least
+    /// [`MIN_PREFIX`] hex digits. A ref name wins over a prefix.
+    pub fn resolve(&self, repo: &RepoId, rev: &str) -> Result<CommitId> {
+        let commits = self.commits(repo)?;
+        let refs = self.refs(repo)?;
+        if commits.is_empty() && refs.is_empty() {
+            return Err(StoreError::UnknownRepo(repo.to_string()));
+        }
+        if let Some(c) = refs.get(rev) {
+            return Ok(*c);
+        }
+        let unknown = || StoreError::UnknownRevision {
+            repo: repo.to_string(),
+            rev: rev.to_string(),
+        };
+        let lower = rev.to_ascii_lowercase();
+        if lower.len() < MIN_PREFIX
+            || lower.len() > 40
+            || !lower.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(unknown());
+        }
+        let matches: Vec<&CommitId> = commits
+            .iter()
+            .filter(|c| c.to_hex().starts_with(&lower))
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok(**one),
+            [] => Err(unknown()),
+            many => Err(StoreError::AmbiguousRevision {
+                repo: repo.to_string(),
+                rev: rev.to_string(),
+                candidates: many.iter().map(|c| c.to_hex()).collect(),
+            }),
+        }
+    }
+}
+
+/// Decodes a manifest object read from `key`.
+pub fn decode_manifest(key: &str, bytes: &[u8]) -> Result<Manifest> {
+    codec::decode(Kind::Manifest, bytes).map_err(|e| StoreError::CorruptObject {
+        key: key.into(),
+        reason: e.to_string(),
+    })
+}

@@ -1,0 +1,399 @@
+//! Ingest sources: turning a directory on disk into snapshots to ingest.
+//!
+//! Three layouts are recognised ([`discover`]):
+//! * a Hugging Face hub cache (`~/.cache/huggingface/hub`): every `models--org--name` in it;
+//! * one cache repo directory `models--org--name`: every `snapshots/<commit>` with the
+//!   refs in `refs/`, each snapshot file resolved through its symlink to `blobs/<etag>`;
+//! * a plain snapshot directory (`hf download --local-dir` output, or any directory).
+//!
+//! Nothing here reads file contents; the ingest pipeline does, once per distinct blob.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::names::{check_ref_name, CommitId, RepoId};
+use crate::{Result, StoreError};
+
+/// One file to ingest.
+#[derive(Clone, Debug)]
+pub struct SourceFile {
+    /// Path inside the snapshot, `/`-separated.
+    pub path: String,
+    /// The real file to read (a blob for cache snapshots).
+    pub source: PathBuf,
+    /// Size when discovered.
+    pub size: u64,
+    /// Whether an execute bit is set.
+    pub executable: bool,
+    /// The sha256 the content must have (from a 64-hex blob name).
+    pub expected_sha256: Option<[u8; 32]>,
+}
+
+/// One revision to ingest.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Target repository.
+    pub repo: RepoId,
+    /// The commit, when the source names one.
+    pub commit: Option<CommitId>,
+    /// Refs to point at the commit once stored.
+    pub refs: Vec<String>,
+    /// Files, sorted by path.
+    pub files: Vec<SourceFile>,
+    /// `plain` or `hf-cache`.
+    pub origin: &'static str,
+    /// The directory it came from (for messages).
+    pub dir: PathBuf,
+}
+
+/// Options from the command line that shape discovery.
+#[derive(Clone, Debug, Default)]
+pub struct DiscoverOptions {
+    /// `--repo`: required for a plain directory; renames a single cache repo.
+    pub repo: Option<RepoId>,
+    /// `--revision`: the commit sha of a plain directory.
+    pub revision: Option<CommitId>,
+    /// `--ref`: refs to set on a plain directory's commit.
+    pub refs: Vec<String>,
+}
+
+/// What [`discover`] found, with warnings for things skipped.
+#[derive(Debug, Default)]
+pub struct Discovered {
+    /// The snapshots.
+    pub snapshots: Vec<Snapshot>,
+    /// Human-readable warnings (skipped partial downloads, refs to missing snapshots).
+    pub warnings: Vec<String>,
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> StoreError {
+    StoreError::BadSource {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Finds the snapshots under `path`.
+pub fn discover(path: &Path, opts: &DiscoverOptions) -> Result<Discovered> {
+    for r in &opts.refs {
+        check_ref_name(r)?;
+    }
+    let meta = fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => bad(path, "no such file or directory"),
+        _ => StoreError::io(path, e),
+    })?;
+    if !meta.is_dir() {
+        return Err(bad(
+            path,
+            "not a directory (expected a snapshot directory or a Hugging Face cache)",
+        ));
+    }
+    let mut out = Discovered::default();
+    if is_cache_repo(path) {
+        reject_plain_options(path, opts, true)?;
+        cache_repo(path, opts.repo.clone(), &mut out)?;
+    } else if let Some(repos) = cache_repos_in(path)? {
+        reject_plain_options(path, opts, false)?;
+        for r in repos {
+            cache_repo(&r, None, &mut out)?;
+        }
+    } else {
+        plain(path, opts, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn reject_plain_options(path: &Path, opts: &DiscoverOptions, single: bool) -> Result<()> {
+    if opts.revision.is_some() || !opts.refs.is_empty() {
+        return Err(bad(path, "--revision and --ref apply to a plain snapshot directory; a Hugging Face cache brings its own commits and refs"));
+    }
+    if opts.repo.is_some() && !single {
+        return Err(bad(
+            path,
+            "--repo cannot be used with a whole hub cache (each repo is named by its folder)",
+        ));
+    }
+    Ok(())
+}
+
+fn is_cache_repo(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with("models--") && path.join("snapshots").is_dir()
+}
+
+/// The `models--*` directories of a hub cache, or `None` if `path` is not one.
+fn cache_repos_in(path: &Path) -> Result<Option<Vec<PathBuf>>> {
+    let mut repos = Vec::new();
+    let mut other_kinds = false;
+    for entry in fs::read_dir(path).map_err(|e| StoreError::io(path, e))? {
+        let entry = entry.map_err(|e| StoreError::io(path, e))?;
+        let p = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_cache_repo(&p) {
+            repos.push(p);
+        } else if (name.starts_with("datasets--") || name.starts_with("spaces--")) && p.is_dir() {
+            other_kinds = true;
+        }
+    }
+    if repos.is_empty() && !other_kinds {
+        return Ok(None);
+    }
+    repos.sort();
+    Ok(Some(repos))
+}
+
+/// `models--org--name` → `org/name`.
+fn repo_from_cache_dir(dir: &Path) -> Result<RepoId> {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let rest = name.strip_prefix("models--").unwrap_or(name);
+    match rest.split_once("--") {
+        Some((org, n)) => RepoId::parse(&format!("{org}/{n}")).map_err(|e| bad(dir, e.to_string())),
+        None => Err(bad(
+            dir,
+            format!("repo {rest:?} has no organisation; ingest it with --repo ORG/NAME"),
+        )),
+    }
+}
+
+fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<()> {
+    let repo = match repo {
+        Some(r) => r,
+        None => repo_from_cache_dir(dir)?,
+    };
+    let blobs = dir.join("blobs");
+    if let Ok(entries) = fs::read_dir(&blobs) {
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.ends_with(".incomplete") {
+                out.warnings
+                    .push(format!("skipping partial download {}", e.path().display()));
+            }
+        }
+    }
+    // refs: refs/<name> (nested for refs/pr/N) containing a commit sha
+    let mut refs: BTreeMap<CommitId, Vec<String>> = BTreeMap::new();
+    let refs_dir = dir.join("refs");
+    let mut ref_files = Vec::new();
+    if refs_dir.is_dir() {
+        walk_files(&refs_dir, &refs_dir, &mut ref_files)?;
+    }
+    let snaps_dir = dir.join("snapshots");
+    for (name, file) in ref_files {
+        let text = fs::read_to_string(&file).map_err(|e| StoreError::io(&file, e))?;
+        let commit = CommitId::parse(text.trim()).map_err(|e| bad(&file, e.to_string()))?;
+        check_ref_name(&name).map_err(|e| bad(&file, e.to_string()))?;
+        if snaps_dir.join(commit.to_hex()).is_dir() {
+            refs.entry(commit).or_default().push(name);
+        } else {
+            out.warnings.push(format!(
+                "ref {name} of {repo} points to {commit}, which has no snapshot here; skipped"
+            ));
+        }
+    }
+    let mut commits = Vec::new();
+    for entry in fs::read_dir(&snaps_dir).map_err(|e| StoreError::io(&snaps_dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io(&snaps_dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let commit = CommitId::parse(&name).map_err(|_| {
+            bad(
+                &entry.path(),
+                "snapshot folder is not named by a 40-hex commit",
+            )
+        })?;
+        commits.push((commit, entry.path()));
+    }
+    commits.sort();
+    for (commit, snap) in commits {
+        let mut files = Vec::new();
+        collect(&snap, &snap, &mut files, true)?;
+        if files.is_empty() {
+            out.warnings
+                .push(format!("snapshot {} is empty; skipped", snap.display()));
+            continue;
+        }
+        out.snapshots.push(Snapshot {
+            repo: repo.clone(),
+            commit: Some(commit),
+            refs: refs.remove(&commit).unwrap_or_default(),
+            files,
+            origin: "hf-cache",
+            dir: snap,
+        });
+    }
+    Ok(())
+}
+
+/// Lists regular files under `dir` as (relative name, path), for refs.
+fn walk_files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
+    for entry in fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        let p = entry.path();
+        if p.is_dir() {
+            walk_files(root, &p, out)?;
+        } else if let Some(rel) = p.strip_prefix(root).ok().and_then(|r| r.to_str()) {
+            out.push((rel.to_string(), p.clone()));
+        }
+    }
+    Ok(())
+}
+
+fn plain(dir: &Path, opts: &DiscoverOptions, out: &mut Discovered) -> Result<()> {
+    let repo = opts.repo.clone().ok_or_else(|| {
+        bad(
+            dir,
+            "a plain snapshot directory needs --repo ORG/NAME (or point at a Hugging Face cache)",
+        )
+    })?;
+    let mut files = Vec::new();
+    collect(dir, dir, &mut files, false)?;
+    if files.is_empty() {
+        return Err(bad(dir, "not a snapshot: no files in it"));
+    }
+    let commit = match opts.revision {
+        Some(c) => Some(c),
+        None => local_dir_commit(dir, out),
+    };
+    out.snapshots.push(Snapshot {
+        repo,
+        commit,
+        refs: opts.refs.clone(),
+        files,
+        origin: "plain",
+        dir: dir.to_path_buf(),
+    });
+    Ok(())
+}
+
+/// The commit recorded by `hf download --local-dir` in `.cache/huggingface/download/*.metadata`
+/// (first line), when every metadata file agrees.
+fn local_dir_commit(dir: &Path, out: &mut Discovered) -> Option<CommitId> {
+    let meta_dir = dir.join(".cache/huggingface/download");
+    let mut files = Vec::new();
+    walk_files(&meta_dir, &meta_dir, &mut files).ok()?;
+    let mut found: Option<CommitId> = None;
+    for (name, p) in files {
+        if !name.ends_with(".metadata") {
+            continue;
+        }
+        let text = fs::read_to_string(&p).ok()?;
+        let c = CommitId::parse(text.lines().next()?.trim()).ok()?;
+        if found.is_some_and(|f| f != c) {
+            out.warnings.push(format!(
+                "{}: files of several commits; deriving the commit id from the content",
+                meta_dir.display()
+            ));
+            return None;
+        }
+        found = Some(c);
+    }
+    found
+}
+
+/// Collects the files under `dir` (relative to `root`). Symlinks are followed to a
+/// regular file; a dangling one is an error that names it. In a cache snapshot, a link into
+/// `blobs/` named by 64 hex digits gives the expected sha256.
+fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, cache: bool) -> Result<()> {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .map_err(|e| StoreError::io(dir, e))?
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| StoreError::io(dir, e))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let p = entry.path();
+        let name = entry.file_name();
+        let name = name
+            .to_str()
+            .ok_or_else(|| bad(&p, "file name is not valid UTF-8"))?;
+        let rel = p
+            .strip_prefix(root)
+            .ok()
+            .and_then(|r| r.to_str())
+            .ok_or_else(|| bad(&p, "path is not valid UTF-8"))?
+            .to_string();
+        if !cache
+            && (rel == ".cache/huggingface"
+                || rel == ".git"
+                || (rel == ".cache" && p.join("huggingface").is_dir()))
+        {
+            continue;
+        }
+        let lmeta = fs::symlink_metadata(&p).map_err(|e| StoreError::io(&p, e))?;
+        if lmeta.is_dir() {
+            collect(root, &p, out, cache)?;
+            continue;
+        }
+        let meta = match fs::metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let target = fs::read_link(&p)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                let hint = partial_download_hint(&p);
+                return Err(bad(&p, format!("dangling symlink to {target}{hint}")));
+            }
+            Err(e) => return Err(StoreError::io(&p, e)),
+        };
+        if meta.is_dir() {
+            return Err(bad(
+                &p,
+                "symlink to a directory is not supported in a snapshot",
+            ));
+        }
+        if !meta.is_file() {
+            return Err(bad(&p, "not a regular file"));
+        }
+        let source = if lmeta.file_type().is_symlink() {
+            fs::canonicalize(&p).map_err(|e| StoreError::io(&p, e))?
+        } else {
+            p.clone()
+        };
+        if name.ends_with(".incomplete") && cache {
+            continue;
+        }
+        let expected_sha256 = if cache { blob_sha256(&source) } else { None };
+        out.push(SourceFile {
+            path: rel,
+            source,
+            size: meta.len(),
+            executable: meta.permissions().mode() & 0o111 != 0,
+            expected_sha256,
+        });
+    }
+    Ok(())
+}
+
+/// For a dangling link into `blobs/`, says whether a partial download is there.
+fn partial_download_hint(link: &Path) -> String {
+    let Ok(target) = fs::read_link(link) else {
+        return String::new();
+    };
+    let blob = link.parent().map(|d| d.join(&target)).unwrap_or(target);
+    let (Some(dir), Some(name)) = (blob.parent(), blob.file_name().and_then(|n| n.to_str())) else {
+        return String::new();
+    };
+    let partial = fs::read_dir(dir).ok().and_then(|rd| {
+        rd.flatten().find(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(name) && n.ends_with(".incomplete")
+        })
+    });
+    match partial {
+        Some(e) => format!(
+            " (download incomplete: {} exists; finish the download first)",
+            e.path().display()
+        ),
+        None => String::new(),
+    }
+}
+
+fn blob_sha256(source: &Path) -> Option<[u8; 32]> {
+    let name = source.file_name()?.to_str()?;
+    if name.len() != 64 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(name.to_ascii_lowercase(), &mut out).ok()?;
+    Some(out)
+}

@@ -1,0 +1,416 @@
+//! Bad input: each case gets a clear one-line error naming what is wrong, a non-zero exit,
+//! and leaves the store as it was (what was there still verifies).
+
+mod common;
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use common::{series, tree_hashes, Env};
+
+/// A store holding r1 (ref `r1`), and the `ls` listing to compare with afterwards.
+fn with_r1() -> (Env, String) {
+    let s = series();
+    let env = Env::new();
+    env.ok(&[
+        "ingest".as_ref(),
+        s.plain("r1").as_os_str(),
+        "--repo".as_ref(),
+        "demo-org/demo-llm".as_ref(),
+        "--revision".as_ref(),
+        s.commit("r1").as_ref(),
+        "--ref".as_ref(),
+        "r1".as_ref(),
+    ]);
+    let listing = env.ok(&["ls", "demo-org/demo-llm", "--json"]);
+    (env, listing)
+}
+
+/// The store still holds exactly r1, and it verifies.
+fn unchanged(env: &Env, listing: &str) {
+    assert_eq!(env.ok(&["ls", "demo-org/demo-llm", "--json"]), listing);
+    assert_eq!(
+        env.json(&["ls", "--json"])["repos"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let v = env.json(&["verify", "demo-org/demo-llm@r1", "--json"]);
+    assert_eq!(v["ok"], true, "{v}");
+}
+
+fn one_line(err: &str) -> &str {
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "want a one-line error, got:\n{err}");
+    lines[0]
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            symlink(std::fs::read_link(e.path()).unwrap(), &dest).unwrap();
+        } else if ft.is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn missing_path_and_non_snapshots() {
+    let (env, listing) = with_r1();
+    let missing = env.path("nope");
+    let err = env.fails(&[
+        "ingest".as_ref(),
+        missing.as_os_str(),
+        "--repo".as_ref(),
+        "a/b".as_ref(),
+    ]);
+    assert!(
+        one_line(&err).contains("nope: no such file or directory"),
+        "{err}"
+    );
+    let empty = env.path("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let err = env.fails(&[
+        "ingest".as_ref(),
+        empty.as_os_str(),
+        "--repo".as_ref(),
+        "a/b".as_ref(),
+    ]);
+    assert!(one_line(&err).contains("empty: not a snapshot"), "{err}");
+    let file = env.path("file.bin");
+    std::fs::write(&file, b"x").unwrap();
+    let err = env.fails(&[
+        "ingest".as_ref(),
+        file.as_os_str(),
+        "--repo".as_ref(),
+        "a/b".as_ref(),
+    ]);
+    assert!(
+        one_line(&err).contains("file.bin: not a directory"),
+        "{err}"
+    );
+    // a plain directory without --repo
+    let err = env.fails(&["ingest".as_ref(), series().plain("r2").as_os_str()]);
+    assert!(one_line(&err).contains("needs --repo"), "{err}");
+    unchanged(&env, &listing);
+}
+
+#[test]
+fn invalid_repo_ids_and_revisions() {
+    let (env, listing) = with_r1();
+    for bad in ["noslash", "a/b/c", "../etc", "a/b--c", "a /b"] {
+        let err = env.fails(&[
+            "ingest".as_ref(),
+            series().plain("r2").as_os_str(),
+            "--repo".as_ref(),
+            bad.as_ref(),
+        ]);
+        assert!(one_line(&err).contains("invalid repo id"), "{bad}: {err}");
+    }
+    let err = env.fails(&[
+        "ingest".as_ref(),
+        series().plain("r2").as_os_str(),
+        "--repo".as_ref(),
+        "a/b".as_ref(),
+        "--revision".as_ref(),
+        "1234".as_ref(),
+    ]);
+    assert!(
+        one_line(&err).contains("invalid commit sha \"1234\""),
+        "{err}"
+    );
+    let err = env.fails(&[
+        "ingest".as_ref(),
+        series().plain("r2").as_os_str(),
+        "--repo".as_ref(),
+        "a/b".as_ref(),
+        "--ref".as_ref(),
+        "../x".as_ref(),
+    ]);
+    assert!(one_line(&err).contains("invalid ref name"), "{err}");
+    let err = env.fails(&["ls", "demo-org/demo-llm@nosuchref"]);
+    assert!(
+        one_line(&err).contains("unknown revision nosuchref of demo-org/demo-llm"),
+        "{err}"
+    );
+    let err = env.fails(&["ls", "demo-org/nope@main"]);
+    assert!(
+        one_line(&err).contains("unknown repository demo-org/nope"),
+        "{err}"
+    );
+    let err = env.fails(&["cat", "demo-org/demo-llm@r1", "no/such/file"]);
+    assert!(one_line(&err).contains("has no file no/such/file"), "{err}");
+    let err = env.fails(&["checkout", "demo-org/demo-llm", "/tmp/x"]);
+    assert!(one_line(&err).contains("expected ORG/NAME@REV"), "{err}");
+    // a prefix shorter than 7 digits is not accepted
+    let short = &series().commit("r1")[..6];
+    let err = env.fails(&["ls", &format!("demo-org/demo-llm@{short}")]);
+    assert!(one_line(&err).contains("unknown revision"), "{err}");
+    unchanged(&env, &listing);
+}
+
+#[test]
+fn ambiguous_prefix() {
+    let (env, listing) = with_r1();
+    let s = series();
+    for (rev, sha) in [
+        ("r2", "abcdef1000000000000000000000000000000000"),
+        ("r3", "abcdef1999999999999999999999999999999999"),
+    ] {
+        env.ok(&[
+            "ingest".as_ref(),
+            s.plain(rev).as_os_str(),
+            "--repo".as_ref(),
+            "amb/x".as_ref(),
+            "--revision".as_ref(),
+            sha.as_ref(),
+        ]);
+    }
+    let err = env.fails(&["ls", "amb/x@abcdef1"]);
+    let line = one_line(&err);
+    assert!(
+        line.contains("ambiguous revision abcdef1 of amb/x"),
+        "{err}"
+    );
+    assert!(
+        line.contains("abcdef1000000000000000000000000000000000")
+            && line.contains("abcdef1999999999999999999999999999999999")
+    );
+    env.ok(&["ls", "amb/x@abcdef19"]);
+    assert_eq!(env.ok(&["ls", "demo-org/demo-llm", "--json"]), listing);
+}
+
+#[test]
+fn dangling_symlink_in_plain_snapshot() {
+    let (env, listing) = with_r1();
+    let snap = env.path("snap");
+    copy_dir(&series().plain("r2"), &snap);
+    symlink("does-not-exist.bin", snap.join("extra.safetensors")).unwrap();
+    let err = env.fails(&[
+        "ingest".as_ref(),
+        snap.as_os_str(),
+        "--repo".as_ref(),
+        "demo-org/demo-llm".as_ref(),
+    ]);
+    assert!(
+        one_line(&err).contains("extra.safetensors: dangling symlink to does-not-exist.bin"),
+        "{err}"
+    );
+    unchanged(&env, &listing);
+}
+
+#[test]
+fn incomplete_downloads_in_hf_cache() {
+    let (env, listing) = with_r1();
+    let s = series();
+    let cache = env.path("hub/models--demo-org--demo-llm");
+    copy_dir(&s.cache_repo(), &cache);
+    // A stray partial download beside complete blobs is skipped with a warning.
+    std::fs::write(cache.join("blobs/0123abcd.incomplete"), b"partial").unwrap();
+    let out = env.cmd().arg("ingest").arg(&cache).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: skipping partial download")
+            && stderr.contains("0123abcd.incomplete"),
+        "{stderr}"
+    );
+    let files = env.json(&[
+        "ls",
+        &format!("demo-org/demo-llm@{}", s.commit("r2")),
+        "--json",
+    ]);
+    assert!(files["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| !f["path"].as_str().unwrap().contains("incomplete")));
+    let listing2 = env.ok(&["ls", "demo-org/demo-llm", "--json"]);
+
+    // A snapshot whose blob is still downloading: the link dangles, the .incomplete exists.
+    let cache2 = env.path("hub2/models--demo-org--demo-llm");
+    copy_dir(&s.cache_repo(), &cache2);
+    let snap = cache2.join("snapshots").join(s.commit("r2"));
+    let link = snap.join("model-00004-of-00004.safetensors");
+    let target = cache2
+        .join("snapshots")
+        .join(s.commit("r2"))
+        .join(std::fs::read_link(&link).unwrap());
+    let blob_name = target.file_name().unwrap().to_str().unwrap().to_string();
+    let blob = cache2.join("blobs").join(&blob_name);
+    std::fs::rename(
+        &blob,
+        cache2
+            .join("blobs")
+            .join(format!("{blob_name}.1a2b3c4d.incomplete")),
+    )
+    .unwrap();
+    let err = env.fails(&["ingest".as_ref(), cache2.as_os_str()]);
+    let line = one_line(&err);
+    assert!(
+        line.contains("model-00004-of-00004.safetensors: dangling symlink"),
+        "{err}"
+    );
+    assert!(line.contains("download incomplete"), "{err}");
+    assert_eq!(env.ok(&["ls", "demo-org/demo-llm", "--json"]), listing2);
+    let _ = listing;
+}
+
+#[test]
+fn blob_content_not_matching_its_sha256_name() {
+    let (env, listing) = with_r1();
+    let cache = env.path("hub/models--demo-org--demo-llm");
+    copy_dir(&series().cache_repo(), &cache);
+    // corrupt one safetensors blob (named by its sha256)
+    let blob = std::fs::read_dir(cache.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name().unwrap().len() == 64 && std::fs::metadata(p).unwrap().len() > 1_000_000
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[500_000] ^= 0xff;
+    std::fs::write(&blob, bytes).unwrap();
+    let err = env.fails(&["ingest".as_ref(), cache.as_os_str()]);
+    let line = one_line(&err);
+    assert!(
+        line.contains(blob.file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
+    assert!(line.contains("does not match its blob name"), "{err}");
+    unchanged(&env, &listing);
+}
+
+#[test]
+fn checkout_target_not_empty() {
+    let (env, listing) = with_r1();
+    let target = env.path("target");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("keep.txt"), b"mine").unwrap();
+    let err = env.fails(&[
+        "checkout".as_ref(),
+        "demo-org/demo-llm@r1".as_ref(),
+        target.as_os_str(),
+    ]);
+    assert!(
+        one_line(&err).contains("target: checkout target exists and is not empty"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(target.join("keep.txt")).unwrap(), b"mine");
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 1);
+    unchanged(&env, &listing);
+}
+
+#[test]
+fn store_that_does_not_exist() {
+    let env = Env::empty();
+    let err = env.fails(&["ls"]);
+    assert!(one_line(&err).contains("no modelcas store at"), "{err}");
+    assert!(!env.store().exists(), "a read must not create a store");
+}
+
+#[test]
+fn corrupted_and_truncated_packs_are_refused() {
+    let s = series();
+    let (env, _) = with_r1();
+    let packs = env.packs();
+    assert!(packs.len() > 3, "want several packs, got {}", packs.len());
+    // Flip one byte in the middle of a pack (inside some frame).
+    let victim = &packs[packs.len() / 2];
+    let mut bytes = std::fs::read(victim).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    std::fs::write(victim, &bytes).unwrap();
+    let out = env.run(&["verify", "demo-org/demo-llm@r1"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let bad: Vec<&str> = stderr.lines().filter(|l| l.starts_with("BAD ")).collect();
+    assert!(!bad.is_empty(), "{stderr}");
+    let pack_name = victim.file_name().unwrap().to_str().unwrap();
+    let bad_file = bad[0]
+        .trim_start_matches("BAD ")
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        bad[0].contains("corrupt chunk") && bad[0].contains(pack_name),
+        "{stderr}"
+    );
+    assert!(
+        s.files("r1").iter().any(|(p, _)| *p == bad_file),
+        "verify names a file of the revision: {bad_file}"
+    );
+    // cat of that file refuses instead of returning wrong bytes
+    let cat = env.run(&["cat", "demo-org/demo-llm@r1", &bad_file]);
+    assert!(!cat.status.success());
+    let err = String::from_utf8_lossy(&cat.stderr);
+    assert!(err.contains("corrupt chunk"), "{err}");
+    let original = std::fs::read(s.plain("r1").join(&bad_file)).unwrap();
+    assert_ne!(
+        cat.stdout, original,
+        "cat must not print the whole file as if it were fine"
+    );
+    // checkout refuses too and leaves no partial file behind
+    let target = env.path("co");
+    let err = env.fails(&[
+        "checkout".as_ref(),
+        "demo-org/demo-llm@r1".as_ref(),
+        target.as_os_str(),
+    ]);
+    assert!(
+        err.contains(&bad_file) && err.contains("corrupt chunk"),
+        "{err}"
+    );
+    assert!(!target.join(&bad_file).exists());
+    for (p, _) in tree_hashes(&target) {
+        assert!(!p.ends_with(".modelcas-partial"), "partial file left: {p}");
+    }
+
+    // Truncate another pack: reads past its end fail with a clear error.
+    bytes[at] ^= 0x55;
+    std::fs::write(victim, &bytes).unwrap();
+    assert_eq!(
+        env.json(&["verify", "demo-org/demo-llm@r1", "--json"])["ok"],
+        true
+    );
+    let victim2 = &packs[0];
+    let len = std::fs::metadata(victim2).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(victim2)
+        .unwrap();
+    f.set_len(len / 3).unwrap();
+    let v = env.json_fail(&["verify", "demo-org/demo-llm@r1", "--json"]);
+    assert_eq!(v["ok"], false);
+    let problems = v["problems"].as_array().unwrap();
+    assert!(!problems.is_empty());
+    assert!(
+        problems[0]["error"].as_str().unwrap().contains("truncated"),
+        "{v}"
+    );
+}
+
+trait JsonFail {
+    fn json_fail(&self, args: &[&str]) -> serde_json::Value;
+}
+impl JsonFail for Env {
+    fn json_fail(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.run(args);
+        assert!(!out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}

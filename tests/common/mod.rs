@@ -1,0 +1,253 @@
+//! Helpers shared by the end-to-end tests: locating the binary, a scratch store per test,
+//! the generated model revisions, and hashing.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use sha2::{Digest, Sha256};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// The `modelcas` binary under test.
+pub fn bin() -> PathBuf {
+    if let Ok(p) = std::env::var("MODELCAS_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> → target/<profile>/modelcas
+    let p = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("modelcas");
+    assert!(
+        p.exists(),
+        "{} not built: run `cargo build --release` first (or set MODELCAS_BIN)",
+        p.display()
+    );
+    p
+}
+
+/// The generated four-revision series (16 MiB), made once per test process.
+pub struct Series {
+    pub dir: PathBuf,
+    pub expected: serde_json::Value,
+}
+
+impl Series {
+    pub fn plain(&self, rev: &str) -> PathBuf {
+        self.dir.join("plain").join(rev)
+    }
+    pub fn hub(&self) -> PathBuf {
+        self.dir.join("hub")
+    }
+    pub fn cache_repo(&self) -> PathBuf {
+        self.dir.join("hub/models--demo-org--demo-llm")
+    }
+    pub fn revision(&self, name: &str) -> &serde_json::Value {
+        self.expected["revisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap()
+    }
+    pub fn commit(&self, name: &str) -> String {
+        self.revision(name)["commit"].as_str().unwrap().to_string()
+    }
+    /// path → sha256 of a revision's files.
+    pub fn files(&self, name: &str) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = self.revision(name)["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["path"].as_str().unwrap().to_string(),
+                    f["sha256"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+    pub fn floor(&self) -> u64 {
+        self.expected["unique_bytes_floor"].as_u64().unwrap()
+    }
+}
+
+/// Generates a series with the project's generator into `out`.
+pub fn generate(out: &Path, size_mib: u32) {
+    let st = Command::new("python3")
+        .arg(repo_root().join("bench/gen_revisions.py"))
+        .arg(out)
+        .args(["--size-mib", &size_mib.to_string()])
+        .output()
+        .expect("run python3");
+    assert!(
+        st.status.success(),
+        "generator failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+pub fn series() -> &'static Series {
+    static S: OnceLock<Series> = OnceLock::new();
+    S.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("modelcas-series-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        generate(&dir, 16);
+        let expected =
+            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        Series { dir, expected }
+    })
+}
+
+/// A scratch store and index for one test.
+pub struct Env {
+    pub tmp: tempfile::TempDir,
+}
+
+impl Env {
+    /// A new empty environment; the store is created with small chunks (16 KiB average)
+    /// and 1 MiB packs so that the 16 MiB series spans many chunks and packs.
+    pub fn new() -> Env {
+        let env = Env {
+            tmp: tempfile::Builder::new()
+                .prefix("modelcas-test-")
+                .tempdir()
+                .unwrap(),
+        };
+        env.ok(&["init", "--chunk-avg", "16384", "--pack-size", "1048576"]);
+        env
+    }
+
+    /// An environment whose store does not exist yet.
+    pub fn empty() -> Env {
+        Env {
+            tmp: tempfile::Builder::new()
+                .prefix("modelcas-test-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.tmp.path().join("store")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.env("MODELCAS_STORE", self.store())
+            .env("MODELCAS_INDEX", self.tmp.path().join("index"))
+            .arg("-q");
+        c
+    }
+
+    pub fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Output {
+        self.cmd().args(args).output().expect("run modelcas")
+    }
+
+    /// Runs and asserts success; returns stdout.
+    pub fn ok<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> String {
+        let out = self.run(args);
+        let shown: Vec<_> = args
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            out.status.success(),
+            "modelcas {:?} failed ({}):\nstdout: {}\nstderr: {}",
+            shown,
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs and asserts failure; returns stderr.
+    pub fn fails<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> String {
+        let out = self.run(args);
+        let shown: Vec<_> = args
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !out.status.success(),
+            "modelcas {shown:?} should have failed:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    pub fn json<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> serde_json::Value {
+        serde_json::from_str(&self.ok(args)).expect("json output")
+    }
+
+    /// Every pack file of the store.
+    pub fn packs(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for d in std::fs::read_dir(self.store().join("packs")).unwrap() {
+            for f in std::fs::read_dir(d.unwrap().path()).unwrap() {
+                out.push(f.unwrap().path());
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+pub fn sha256_file(p: &Path) -> String {
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(p).unwrap();
+    std::io::copy(&mut f, &mut h).unwrap();
+    hex::encode(h.finalize())
+}
+
+/// path → sha256 of every regular file under `dir`; panics on a symlink.
+pub fn tree_hashes(dir: &Path) -> Vec<(String, String)> {
+    fn walk(root: &Path, d: &Path, out: &mut Vec<(String, String)>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            assert!(
+                !ft.is_symlink(),
+                "symlink in checkout: {}",
+                e.path().display()
+            );
+            if ft.is_dir() {
+                walk(root, &e.path(), out);
+            } else {
+                let rel = e
+                    .path()
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                out.push((rel, sha256_file(&e.path())));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}

@@ -1,0 +1,473 @@
+//! The FUSE mount on a real kernel mount: every revision reads back byte-exact, no
+//! symlinks, random pread and mmap reads, safetensors loads, concurrent readers, EROFS on
+//! every write, refs that move while files stay open, and the mount's own errors.
+
+mod common;
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{series, sha256_file, tree_hashes, Env};
+use rand::{Rng, SeedableRng};
+
+const REVS: [&str; 4] = ["r1", "r2", "r3", "r4"];
+const REPO: &str = "demo-org/demo-llm";
+
+fn is_mounted(path: &Path) -> bool {
+    let want = path.canonicalize().unwrap_or(path.to_path_buf());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
+}
+
+/// A `modelcas mount` child process, unmounted and reaped on drop.
+struct Mount {
+    child: Option<Child>,
+    path: PathBuf,
+}
+
+impl Mount {
+    fn start(env: &Env, extra: &[&str]) -> Mount {
+        let path = env.path(&format!("mnt-{}", rand::random::<u32>()));
+        std::fs::create_dir_all(&path).unwrap();
+        let child = env
+            .cmd()
+            .arg("mount")
+            .arg(&path)
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut m = Mount {
+            child: Some(child),
+            path,
+        };
+        let t = Instant::now();
+        while !is_mounted(&m.path) {
+            if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(
+                    m.child.as_mut().unwrap().stderr.as_mut().unwrap(),
+                    &mut err,
+                )
+                .unwrap();
+                panic!("mount exited early ({st}): {err}");
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "mount did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                return child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+        if is_mounted(&self.path) {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&self.path)
+                .status();
+        }
+    }
+}
+
+fn ingest_series(env: &Env) {
+    let s = series();
+    for r in REVS {
+        env.ok(&[
+            "ingest".as_ref(),
+            s.plain(r).as_os_str(),
+            "--repo".as_ref(),
+            REPO.as_ref(),
+            "--revision".as_ref(),
+            s.commit(r).as_ref(),
+            "--ref".as_ref(),
+            r.as_ref(),
+        ]);
+    }
+}
+
+#[test]
+fn every_revision_reads_back_and_nothing_is_a_symlink() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &[]);
+    // the repo directory lists every ref and every full commit sha, nothing else
+    let mut listed: Vec<String> = std::fs::read_dir(m.p(REPO))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = REVS
+        .iter()
+        .map(|r| r.to_string())
+        .chain(REVS.iter().map(|r| s.commit(r)))
+        .collect();
+    want.sort();
+    assert_eq!(listed, want);
+    for r in REVS {
+        // by ref, by sha, by a 7-digit prefix (resolved on lookup)
+        for name in [r.to_string(), s.commit(r), s.commit(r)[..7].to_string()] {
+            let dir = m.p(&format!("{REPO}/{name}"));
+            assert_eq!(tree_hashes(&dir), s.files(r), "{r} through {name}");
+        }
+    }
+    // no symlinks anywhere, and stat looks like plain files
+    let out = Command::new("find")
+        .arg(&m.path)
+        .args(["-type", "l"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "symlinks: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let f = m.p(&format!("{REPO}/r1/model-00001-of-00004.safetensors"));
+    let a = std::fs::metadata(&f).unwrap();
+    let b = std::fs::metadata(m.p(&format!(
+        "{REPO}/{}/model-00001-of-00004.safetensors",
+        s.commit("r1")
+    )))
+    .unwrap();
+    assert!(a.is_file());
+    assert_eq!(a.mode() & 0o777, 0o444);
+    assert_eq!(
+        a.len(),
+        std::fs::metadata(s.plain("r1").join("model-00001-of-00004.safetensors"))
+            .unwrap()
+            .len()
+    );
+    assert_eq!(a.blocks(), a.len().div_ceil(512));
+    assert_eq!(a.ino(), b.ino(), "one inode for one file of one commit");
+    assert_eq!(a.mtime(), b.mtime());
+    std::thread::sleep(Duration::from_millis(1100));
+    let again = std::fs::metadata(&f).unwrap();
+    assert_eq!(
+        (again.ino(), again.mtime()),
+        (a.ino(), a.mtime()),
+        "inode and mtime are stable"
+    );
+}
+
+#[test]
+fn single_revision_at_the_root() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &["--repo", &format!("{REPO}@r3")]);
+    assert_eq!(tree_hashes(&m.path), s.files("r3"));
+}
+
+#[test]
+fn random_pread_and_mmap_match_the_source() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &["--cache-mib", "16"]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for name in [
+        "model-00001-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+        "tokenizer.json",
+        "config.json",
+    ] {
+        let src = std::fs::read(s.plain("r3").join(name)).unwrap();
+        let path = m.p(&format!("{REPO}/r3/{name}"));
+        let f = File::open(&path).unwrap();
+        for _ in 0..150 {
+            let off = rng.gen_range(0..src.len());
+            let len = match rng.gen_range(0..3) {
+                0 => rng.gen_range(1..64),
+                1 => rng.gen_range(1..200_000),
+                _ => rng.gen_range(1..4 << 20),
+            };
+            let mut buf = vec![0u8; len];
+            let n = f.read_at(&mut buf, off as u64).unwrap();
+            let end = (off + len).min(src.len());
+            assert_eq!(n, end - off);
+            assert!(buf[..n] == src[off..end], "pread {name} at {off}+{len}");
+        }
+        // mmap the whole file (the safe_open pattern) and compare slices in random order
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                src.len(),
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let mapped = std::slice::from_raw_parts(p as *const u8, src.len());
+            for _ in 0..100 {
+                let off = rng.gen_range(0..src.len());
+                let end = (off + rng.gen_range(1..3 << 20)).min(src.len());
+                assert!(
+                    mapped[off..end] == src[off..end],
+                    "mmap {name} at {off}..{end}"
+                );
+            }
+            assert!(mapped == &src[..], "full mmap walk of {name}");
+            libc::munmap(p, src.len());
+        }
+    }
+}
+
+#[test]
+fn safetensors_loads_every_tensor() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &[]);
+    for r in ["r1", "r3"] {
+        let out = Command::new("python3")
+            .arg(common::repo_root().join("tests/safetensors_check.py"))
+            .arg(m.p(&format!("{REPO}/{r}")))
+            .arg(s.plain(r))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("tensors equal"), "{text}");
+    }
+}
+
+#[test]
+fn concurrent_readers_get_the_right_bytes() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &["--cache-mib", "32"]);
+    let files = s.files("r2");
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let (m, files) = (&m, &files);
+            scope.spawn(move || {
+                for round in 0..3 {
+                    // half the threads read the same file, the others different ones
+                    let (path, sha) = if t % 2 == 0 {
+                        &files[0]
+                    } else {
+                        &files[(t + round) % files.len()]
+                    };
+                    let got = sha256_file(&m.p(&format!("{REPO}/r2/{path}")));
+                    assert_eq!(&got, sha, "thread {t} reading {path}");
+                }
+            });
+        }
+    });
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+#[test]
+fn writes_fail_with_erofs() {
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &[]);
+    let dir = m.p(&format!("{REPO}/r1"));
+    let file = dir.join("config.json");
+    let erofs = libc::EROFS;
+    assert_eq!(
+        errno_of(std::fs::OpenOptions::new().write(true).open(&file)),
+        erofs,
+        "open for write"
+    );
+    assert_eq!(errno_of(File::create(dir.join("new.txt"))), erofs, "create");
+    assert_eq!(
+        errno_of(std::fs::create_dir(dir.join("newdir"))),
+        erofs,
+        "mkdir"
+    );
+    assert_eq!(errno_of(std::fs::remove_file(&file)), erofs, "unlink");
+    assert_eq!(
+        errno_of(std::fs::rename(&file, dir.join("x.json"))),
+        erofs,
+        "rename"
+    );
+    assert_eq!(
+        errno_of(std::fs::set_permissions(
+            &file,
+            std::os::unix::fs::PermissionsExt::from_mode(0o777)
+        )),
+        erofs,
+        "chmod"
+    );
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink("a", dir.join("l"))),
+        erofs,
+        "symlink"
+    );
+    assert_eq!(
+        errno_of(std::fs::hard_link(&file, dir.join("h"))),
+        erofs,
+        "link"
+    );
+    let c = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    let rc = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"user.x".as_ptr(),
+            b"1".as_ptr() as *const _,
+            1,
+            0,
+        )
+    };
+    assert_eq!(
+        (rc, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(erofs)),
+        "setxattr"
+    );
+    let rc = unsafe { libc::truncate(c.as_ptr(), 0) };
+    assert_eq!(
+        (rc, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(erofs)),
+        "truncate"
+    );
+    // and nothing changed
+    assert_eq!(
+        sha256_file(&file),
+        series()
+            .files("r1")
+            .iter()
+            .find(|f| f.0 == "config.json")
+            .unwrap()
+            .1
+    );
+}
+
+#[test]
+fn moved_ref_shows_up_while_open_files_keep_their_commit() {
+    let s = series();
+    let env = Env::new();
+    let ingest = |r: &str| {
+        env.ok(&[
+            "ingest".as_ref(),
+            s.plain(r).as_os_str(),
+            "--repo".as_ref(),
+            REPO.as_ref(),
+            "--revision".as_ref(),
+            s.commit(r).as_ref(),
+            "--ref".as_ref(),
+            "main".as_ref(),
+        ])
+    };
+    ingest("r1");
+    let m = Mount::start(&env, &[]);
+    let name = "model-00004-of-00004.safetensors";
+    let sha = |r: &str| s.files(r).into_iter().find(|f| f.0 == name).unwrap().1;
+    let path = m.p(&format!("{REPO}/main/{name}"));
+    assert_eq!(sha256_file(&path), sha("r1"));
+    let old = File::open(&path).unwrap();
+    ingest("r2");
+    let t = Instant::now();
+    while sha256_file(&path) != sha("r2") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the moved ref did not show up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("ref move visible after {:?}", t.elapsed());
+    // the file opened before the move still reads the old commit
+    let len = old.metadata().unwrap().len() as usize;
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let n = old.read_at(&mut buf[done..], done as u64).unwrap();
+        assert!(n > 0);
+        done += n;
+    }
+    use sha2::Digest;
+    assert_eq!(hex::encode(sha2::Sha256::digest(&buf)), sha("r1"));
+}
+
+#[test]
+fn clean_unmount_on_sigterm() {
+    let env = Env::new();
+    ingest_series(&env);
+    let mut m = Mount::start(&env, &[]);
+    assert!(m.p(REPO).exists());
+    let st = m.stop();
+    assert!(st.success(), "{st}");
+    assert!(!is_mounted(&m.path));
+}
+
+#[test]
+fn umount_command() {
+    let env = Env::new();
+    ingest_series(&env);
+    let mut m = Mount::start(&env, &[]);
+    env.ok(&["umount".as_ref(), m.path.as_os_str()]);
+    let t = Instant::now();
+    let child = m.child.as_mut().unwrap();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "mount process did not exit after umount"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(child.try_wait().unwrap().unwrap().success());
+    m.child = None;
+    assert!(!is_mounted(&m.path));
+}
+
+#[test]
+fn mount_errors_are_clear() {
+    let env = Env::empty();
+    let mnt = env.path("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let err = env.fails(&["mount".as_ref(), mnt.as_os_str()]);
+    assert!(err.contains("no modelcas store at"), "{err}");
+    let env = Env::new();
+    ingest_series(&env);
+    let err = env.fails(&["mount".as_ref(), env.path("missing").as_os_str()]);
+    assert!(err.contains("missing does not exist"), "{err}");
+    let m = Mount::start(&env, &[]);
+    let err = env.fails(&["mount".as_ref(), m.path.as_os_str()]);
+    assert!(err.contains("is busy"), "{err}");
+    let err = env.fails(&["mount", "/tmp", "--repo", "demo-org/demo-llm@nope"]);
+    assert!(err.contains("unknown revision nope"), "{err}");
+}
