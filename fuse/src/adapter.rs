@@ -115,9 +115,10 @@ impl Filesystem for ModelFs {
                 } else {
                     IMMUTABLE_TTL
                 };
+                // fuser's argument order: attribute timeout, then entry timeout.
                 reply.entry_with_ttls(
-                    &entry_ttl,
                     &Self::ttl(&a),
+                    &entry_ttl,
                     &self.file_attr(&a),
                     Generation(0),
                 )

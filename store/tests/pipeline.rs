@@ -131,8 +131,9 @@ fn insert_changes_only_chunks_around_the_edit() {
     assert!(r2.new_chunk_bytes < 3 * 16384 + 37);
 }
 
-/// Fails the Nth put for every N until an ingest succeeds; after each failure no manifest
-/// or ref is visible unless complete, and what is visible verifies.
+/// For every N, an ingest whose Nth put fails (on a fresh store, so that every point of the
+/// write sequence is hit): no ref or manifest is visible unless complete, what is visible
+/// verifies, and a rerun completes, storing each chunk once.
 #[test]
 fn interrupted_at_every_put_leaves_nothing_visible_and_rerun_completes() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
@@ -152,13 +153,14 @@ fn interrupted_at_every_put_leaves_nothing_visible_and_rerun_completes() {
         };
         discover(dir.path(), &opts).unwrap().snapshots
     };
-    let backend = Arc::new(MemoryStore::new());
-    let store = tiny_store(backend.clone());
-    let idx_dir = tempfile::tempdir().unwrap();
-    let index = Index::open(idx_dir.path(), &store.config().store_id).unwrap();
     let repo = RepoId::parse("c/r").unwrap();
     let mut failures = 0;
     for n in 0.. {
+        assert!(n < 1000);
+        let backend = Arc::new(MemoryStore::new());
+        let store = tiny_store(backend.clone());
+        let idx_dir = tempfile::tempdir().unwrap();
+        let index = Index::open(idx_dir.path(), &store.config().store_id).unwrap();
         backend.fail_put_after(n);
         let r = ingest(
             &store,
@@ -175,39 +177,50 @@ fn interrupted_at_every_put_leaves_nothing_visible_and_rerun_completes() {
         for (_, c) in store.refs(&repo).unwrap() {
             assert!(store.has_commit(&repo, &c).unwrap());
         }
-        match r {
-            Ok(_) => break,
-            Err(_) => {
-                failures += 1;
-                assert!(
-                    store.refs(&repo).unwrap().is_empty(),
-                    "ref visible after a failed ingest"
-                );
-            }
+        if r.is_ok() {
+            break;
         }
-        assert!(n < 1000);
+        failures += 1;
+        assert!(
+            store.refs(&repo).unwrap().is_empty(),
+            "ref visible after a failed ingest (n = {n})"
+        );
+        // The rerun completes, reusing the packs that did land.
+        let bytes_before = backend.bytes_put();
+        ingest(
+            &store,
+            &index,
+            &snaps,
+            IngestOptions { threads: 2 },
+            &NoProgress,
+        )
+        .unwrap();
+        assert!(backend.bytes_put() > bytes_before);
+        let c = store.resolve(&repo, "main").unwrap();
+        let m = store.manifest(&repo, &c).unwrap();
+        assert_eq!(m.files.len(), 3);
+        assert!(verify(&store, &m, &NoProgress).problems.is_empty());
+        let chunks_in_packs: usize = backend
+            .list("packs/")
+            .unwrap()
+            .iter()
+            .map(|o| {
+                store::pack::read_footer(backend.as_ref(), &o.key)
+                    .unwrap()
+                    .entries
+                    .len()
+            })
+            .sum();
+        let distinct: std::collections::HashSet<[u8; 32]> = m
+            .files
+            .iter()
+            .flat_map(|f| f.chunks.iter().map(|c| c.id))
+            .collect();
+        assert_eq!(
+            chunks_in_packs,
+            distinct.len(),
+            "no chunk stored twice (n = {n})"
+        );
     }
     assert!(failures > 5, "the ingest needs several puts ({failures})");
-    let c = store.resolve(&repo, "main").unwrap();
-    assert_eq!(store.manifest(&repo, &c).unwrap().files.len(), 3);
-    // packs written by the failed attempts were reused: the bucket holds each chunk once
-    let chunks_in_packs: usize = backend
-        .list("packs/")
-        .unwrap()
-        .iter()
-        .map(|o| {
-            store::pack::read_footer(backend.as_ref(), &o.key)
-                .unwrap()
-                .entries
-                .len()
-        })
-        .sum();
-    let distinct: std::collections::HashSet<[u8; 32]> = store
-        .manifest(&repo, &c)
-        .unwrap()
-        .files
-        .iter()
-        .flat_map(|f| f.chunks.iter().map(|c| c.id))
-        .collect();
-    assert_eq!(chunks_in_packs, distinct.len(), "no chunk stored twice");
 }
