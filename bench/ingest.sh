@@ -37,12 +37,12 @@ t cp cp -r "$series/plain/r1" "$work/cp-r1"; rm -rf "$work/cp-r1"
 for r in r1 r2 r3 r4; do
   t "mc-$r" "$bin" -q ingest "$series/plain/$r" --repo demo-org/demo-llm --revision "$(commit "$r")" --ref "$r"
 done
-borg init -q --encryption=none "$BORG_REPO"
-for r in r1 r2 r3 r4; do (cd "$series/plain/$r" && t "borg-$r" borg create --compression zstd,3 "::$r" .); done
+borg init --encryption=none "$BORG_REPO"
+for r in r1 r2 r3 r4; do cd "$series/plain/$r"; t "borg-$r" borg create --compression zstd,3 "::$r" .; cd - >/dev/null; done
 restic init -q >/dev/null
-for r in r1 r2 r3 r4; do (cd "$series/plain/$r" && t "restic-$r" restic backup -q .); done
+for r in r1 r2 r3 r4; do cd "$series/plain/$r"; t "restic-$r" restic backup -q .; cd - >/dev/null; done
 drop; t mc-checkout "$bin" -q checkout demo-org/demo-llm@r4 "$work/co-mc"
-drop; mkdir -p "$work/co-borg"; (cd "$work/co-borg" && t borg-extract borg extract ::r4)
+drop; mkdir -p "$work/co-borg"; cd "$work/co-borg"; t borg-extract borg extract ::r4; cd - >/dev/null
 cmp -s "$work/co-mc/model-00001-of-00003.safetensors" "$work/co-borg/model-00001-of-00003.safetensors"
 rev4=$(python3 -c "import json;print([x['bytes'] for x in json.load(open('$series/expected.json'))['revisions'] if x['name']=='r4'][0])")
 floor=$(python3 -c "import json;print(json.load(open('$series/expected.json'))['unique_bytes_floor'])")

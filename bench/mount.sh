@@ -19,6 +19,6 @@ work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"; trap 'rm -rf "$work"' EXIT
 export MODELCAS_STORE="$work/store" MODELCAS_INDEX="$work/index" BORG_REPO="$work/borg" BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK=yes
 c3=$(python3 -c "import json;print([x['commit'] for x in json.load(open('$series/expected.json'))['revisions'] if x['name']=='r3'][0])")
 "$bin" -q ingest "$series/plain/r3" --repo demo-org/demo-llm --revision "$c3" --ref r3 >/dev/null
-borg init -q --encryption=none "$BORG_REPO"
+borg init --encryption=none "$BORG_REPO"
 (cd "$series/plain/r3" && borg create --compression zstd,3 ::r3 .)
 python3 bench/mount_bench.py "$bin" "$series" "$work"

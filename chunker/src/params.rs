@@ -2,7 +2,7 @@
 
 /// Minimum, average (target) and maximum chunk sizes in bytes.
 ///
-/// The defaults (256 KiB / 1 MiB / 4 MiB) were chosen from measurements on the generated
+/// The defaults (128 KiB / 512 KiB / 2 MiB) were chosen from measurements on the generated
 /// model revisions; `docs/FORMAT.md` ("Chunking parameters") gives the figures and the
 /// reasoning. Changing them changes every boundary, so a store records the parameters it
 /// was created with and every writer uses those.
@@ -38,9 +38,9 @@ pub enum ParamsError {
 impl Default for ChunkParams {
     fn default() -> Self {
         ChunkParams {
-            min: 256 * 1024,
-            avg: 1024 * 1024,
-            max: 4 * 1024 * 1024,
+            min: 128 * 1024,
+            avg: 512 * 1024,
+            max: 2 * 1024 * 1024,
         }
     }
 }

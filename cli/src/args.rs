@@ -26,8 +26,8 @@ pub struct Cli {
 pub enum Command {
     /// Create a store with chosen chunking parameters (ingest creates one with the defaults).
     Init {
-        /// Average chunk size in bytes (min = avg/4, max = avg*4); default 1 MiB.
-        #[arg(long, default_value_t = 1024 * 1024)]
+        /// Average chunk size in bytes (min = avg/4, max = avg*4); default 512 KiB.
+        #[arg(long, default_value_t = 512 * 1024)]
         chunk_avg: u32,
         /// Pack size target in bytes; default 32 MiB.
         #[arg(long, default_value_t = 32 * 1024 * 1024)]

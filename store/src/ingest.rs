@@ -266,6 +266,8 @@ pub fn ingest(
         }
         manifests.push((s, manifest, existing.is_none()));
     }
+    // Every pack must be durable before a manifest can name it.
+    store.backend().sync_deferred()?;
     for (_, m, new) in &manifests {
         if *new {
             let key = layout::manifest_key(&m.repo, &m.commit);
@@ -552,7 +554,10 @@ fn place(shared: &Shared<'_>, id: ChunkId, data: &[u8], frame: &mut Vec<u8>) -> 
 /// Writes a finished pack and records it in the index.
 fn seal(shared: &Shared<'_>, seq: usize, builder: PackBuilder) -> Result<()> {
     let (id, bytes, entries) = builder.finish();
-    shared.store.backend().put(&layout::pack_key(&id), &bytes)?;
+    shared
+        .store
+        .backend()
+        .put_deferred(&layout::pack_key(&id), &bytes)?;
     shared.index.add_pack(&id, bytes.len() as u64, &entries)?;
     shared
         .pack_bytes

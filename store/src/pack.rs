@@ -195,6 +195,24 @@ pub fn read_chunk(
     decode_checked(&frame, id, key, offset)
 }
 
+/// Reads and decodes one frame without checking the chunk's hash: for callers that check
+/// a whole-file sha256 instead (checkout), and look for the bad chunk only on a mismatch.
+pub fn read_chunk_unchecked(
+    store: &dyn ObjectStore,
+    key: &str,
+    id: &ChunkId,
+    offset: u64,
+    frame_len: u32,
+) -> Result<Vec<u8>> {
+    let frame = store
+        .get_range(key, offset, frame_len as u64)
+        .map_err(|e| match e {
+            StoreError::CorruptObject { reason, .. } => corrupt_chunk(id, key, offset, reason),
+            other => other,
+        })?;
+    frame::decode(&frame).map_err(|r| corrupt_chunk(id, key, offset, r))
+}
+
 /// Decodes a frame already in memory, checking the chunk's BLAKE3 against `id`.
 pub fn decode_checked(frame: &[u8], id: &ChunkId, key: &str, offset: u64) -> Result<Vec<u8>> {
     let data = frame::decode(frame).map_err(|r| corrupt_chunk(id, key, offset, r))?;

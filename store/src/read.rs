@@ -100,16 +100,19 @@ impl<'a> FileReader<'a> {
 
     /// Reads and checks chunk `i`.
     pub fn read_chunk(&self, i: usize) -> Result<Vec<u8>> {
+        self.read_chunk_with(i, true)
+    }
+
+    fn read_chunk_with(&self, i: usize, check: bool) -> Result<Vec<u8>> {
         let c = &self.file.chunks[i];
         let key = layout::pack_key(&self.manifest.packs[c.pack as usize]);
-        pack::read_chunk(
-            self.store.backend().as_ref(),
-            &key,
-            &c.chunk_id(),
-            c.offset as u64,
-            c.frame_len,
-        )
-        .map_err(|e| {
+        let backend = self.store.backend().as_ref();
+        let r = if check {
+            pack::read_chunk(backend, &key, &c.chunk_id(), c.offset as u64, c.frame_len)
+        } else {
+            pack::read_chunk_unchecked(backend, &key, &c.chunk_id(), c.offset as u64, c.frame_len)
+        };
+        r.map_err(|e| {
             StoreError::in_file(
                 &format!(
                     "{}: chunk {i} of {}",
@@ -119,6 +122,17 @@ impl<'a> FileReader<'a> {
                 e,
             )
         })
+    }
+
+    /// After a sha256 mismatch: the first chunk whose bytes do not match its id, as an
+    /// error naming it, or the mismatch itself if every chunk is intact.
+    fn diagnose(&self, mismatch: StoreError) -> StoreError {
+        for i in 0..self.chunk_count() {
+            if let Err(e) = self.read_chunk(i) {
+                return e;
+            }
+        }
+        mismatch
     }
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
@@ -136,10 +150,30 @@ impl<'a> FileReader<'a> {
         Ok(out)
     }
 
-    /// Streams the whole file into `out`, decoding windows of chunks in parallel, and
-    /// checks its sha256 at the end. On a mismatch the bytes already written are wrong:
-    /// callers write to a temporary place and discard it on error.
+    /// Streams the whole file into `out`, decoding windows of chunks in parallel and
+    /// checking every chunk's BLAKE3 before its bytes are written, then the file's sha256.
     pub fn copy_to(&self, out: &mut dyn Write, progress: &dyn Progress) -> Result<()> {
+        self.copy_checked(out, progress, true)
+    }
+
+    /// Like [`FileReader::copy_to`] but relying on the file's sha256 alone while streaming
+    /// (on a mismatch the chunks are checked one by one to name the bad one). Faster; the
+    /// bytes written before the error are wrong, so the caller must write to a temporary
+    /// place and discard it on error (checkout does).
+    pub fn copy_to_unchecked_chunks(
+        &self,
+        out: &mut dyn Write,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        self.copy_checked(out, progress, false)
+    }
+
+    fn copy_checked(
+        &self,
+        out: &mut dyn Write,
+        progress: &dyn Progress,
+        check: bool,
+    ) -> Result<()> {
         let mut sha = Sha256::new();
         let mut i = 0;
         let n = self.chunk_count();
@@ -167,10 +201,15 @@ impl<'a> FileReader<'a> {
         }
         let got: [u8; 32] = sha.finalize().into();
         if got != self.file.sha256 {
-            return Err(StoreError::Sha256Mismatch {
+            let mismatch = StoreError::Sha256Mismatch {
                 path: self.file.path.clone(),
                 expected: self.file.sha256_hex(),
                 actual: hex::encode(got),
+            };
+            return Err(if check {
+                mismatch
+            } else {
+                self.diagnose(mismatch)
             });
         }
         Ok(())
@@ -271,7 +310,7 @@ fn write_one(
     let result = (|| -> Result<()> {
         let file = fs::File::create(&partial).map_err(|e| StoreError::io(&partial, e))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        FileReader::new(store, manifest, f)?.copy_to(&mut w, progress)?;
+        FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut w, progress)?;
         let file = w
             .into_inner()
             .map_err(|e| StoreError::io(&partial, e.into_error()))?;

@@ -1,9 +1,11 @@
 //! The local-directory object store: the embedded default.
 //!
 //! A key `a/b/c` is the file `<root>/a/b/c`. `put` writes `<root>/tmp/<random>` first,
-//! fsyncs it and renames it into place, so an object is either absent or complete, even if
-//! the process is killed. `tmp/` is never listed as data; `fsck` and `gc` may remove old
-//! files there.
+//! fsyncs it, renames it into place and fsyncs the directory, so an object is either absent
+//! or complete, even if the process or the machine dies. `put_deferred` does the same
+//! without waiting for the disk: it starts writeback (`sync_file_range`) and leaves the
+//! waiting to `sync_deferred`, which ingest calls once before writing manifests. `tmp/` is
+//! never listed as data.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -21,6 +23,8 @@ pub const TMP_DIR: &str = "tmp";
 pub struct LocalStore {
     root: PathBuf,
     counter: AtomicU64,
+    /// Files written by `put_deferred` and not yet synced.
+    unsynced: std::sync::Mutex<Vec<PathBuf>>,
 }
 
 impl LocalStore {
@@ -29,6 +33,7 @@ impl LocalStore {
         LocalStore {
             root: root.into(),
             counter: AtomicU64::new(0),
+            unsynced: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -62,8 +67,10 @@ fn map_open_err(key: &str, path: &Path, e: std::io::Error) -> StoreError {
     }
 }
 
-impl ObjectStore for LocalStore {
-    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+impl LocalStore {
+    /// Writes `data` to a temporary file and renames it to `key`'s path; `durable` waits
+    /// for the disk (file and directory), otherwise writeback is only started.
+    fn write_object(&self, key: &str, data: &[u8], durable: bool) -> Result<PathBuf> {
         let dest = self.path(key)?;
         let tmp = self.tmp_path();
         let tmp_dir = self.root.join(TMP_DIR);
@@ -71,7 +78,19 @@ impl ObjectStore for LocalStore {
         let write = || -> std::io::Result<()> {
             let mut f = File::create(&tmp)?;
             f.write_all(data)?;
-            f.sync_data()?;
+            if durable {
+                f.sync_data()?;
+            } else {
+                // SAFETY: a valid open fd; the call only schedules writeback.
+                unsafe {
+                    libc::sync_file_range(
+                        std::os::fd::AsRawFd::as_raw_fd(&f),
+                        0,
+                        0,
+                        libc::SYNC_FILE_RANGE_WRITE,
+                    )
+                };
+            }
             Ok(())
         };
         if let Err(e) = write() {
@@ -84,7 +103,49 @@ impl ObjectStore for LocalStore {
         fs::rename(&tmp, &dest).map_err(|e| {
             let _ = fs::remove_file(&tmp);
             StoreError::io(&dest, e)
-        })
+        })?;
+        if durable {
+            sync_dir(dest.parent().unwrap_or(&self.root))?;
+        }
+        Ok(dest)
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(dir, e))
+}
+
+impl ObjectStore for LocalStore {
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        self.write_object(key, data, true).map(|_| ())
+    }
+
+    fn put_deferred(&self, key: &str, data: &[u8]) -> Result<()> {
+        let dest = self.write_object(key, data, false)?;
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(dest);
+        Ok(())
+    }
+
+    fn sync_deferred(&self) -> Result<()> {
+        let files = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut dirs = std::collections::BTreeSet::new();
+        for f in &files {
+            File::open(f)
+                .and_then(|h| h.sync_data())
+                .map_err(|e| StoreError::io(f, e))?;
+            if let Some(d) = f.parent() {
+                dirs.insert(d.to_path_buf());
+            }
+        }
+        for d in dirs {
+            sync_dir(&d)?;
+        }
+        Ok(())
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>> {

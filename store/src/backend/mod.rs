@@ -27,8 +27,19 @@ pub struct ObjectMeta {
 
 /// A flat key-value object store: a directory, an S3 bucket, memory.
 pub trait ObjectStore: Send + Sync {
-    /// Stores `data` under `key`, replacing any previous object, atomically.
+    /// Stores `data` under `key`, replacing any previous object, atomically and durably:
+    /// when `put` returns, the object survives a crash of the machine.
     fn put(&self, key: &str, data: &[u8]) -> Result<()>;
+    /// Like [`ObjectStore::put`] (atomic, visible on return), but durable only once
+    /// [`ObjectStore::sync_deferred`] has returned. Ingest writes packs this way so that
+    /// writeback overlaps the work, and syncs them all before writing a manifest.
+    fn put_deferred(&self, key: &str, data: &[u8]) -> Result<()> {
+        self.put(key, data)
+    }
+    /// Makes every object written with [`ObjectStore::put_deferred`] so far durable.
+    fn sync_deferred(&self) -> Result<()> {
+        Ok(())
+    }
     /// The whole object. [`crate::StoreError::NotFound`] when absent.
     fn get(&self, key: &str) -> Result<Vec<u8>>;
     /// `len` bytes from `offset`. Fewer bytes than asked is an error
