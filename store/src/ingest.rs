@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use chunker::{ChunkId, ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
@@ -156,7 +156,7 @@ impl Shared<'_> {
 
 struct Job {
     seq: u64,
-    data: Vec<u8>,
+    data: Arc<Vec<u8>>,
     reply: Sender<(u64, ChunkId, u32)>,
 }
 
@@ -319,6 +319,10 @@ fn run_pipeline(
     };
     let results: Mutex<Vec<Option<FileResult>>> = Mutex::new(vec![None; sources.len()]);
     let next_file = AtomicU64::new(0);
+    // Largest files first, so that the long ones do not start last and run alone.
+    let mut order: Vec<usize> = (0..sources.len()).collect();
+    order.sort_by(|&a, &b| sources[b].2.cmp(&sources[a].2));
+    let order = &order;
     let (job_tx, job_rx) = bounded::<Job>(threads * 2);
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -332,10 +336,11 @@ fn run_pipeline(
             let tx = job_tx.clone();
             let (shared, results, next_file) = (&shared, &results, &next_file);
             readers.push(s.spawn(move || loop {
-                let i = next_file.fetch_add(1, Ordering::SeqCst) as usize;
-                if i >= sources.len() || shared.abort.load(Ordering::SeqCst) {
+                let k = next_file.fetch_add(1, Ordering::SeqCst) as usize;
+                if k >= sources.len() || shared.abort.load(Ordering::SeqCst) {
                     break;
                 }
+                let i = order[k];
                 match read_file(shared, &sources[i], params, &tx, progress) {
                     Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
                     Err(e) => shared.fail(e),
@@ -428,28 +433,53 @@ fn read_file(
 ) -> Result<FileResult> {
     let file = File::open(path).map_err(|e| StoreError::io(path, e))?;
     let (reply_tx, reply_rx) = unbounded();
-    let mut sha = Sha256::new();
+    // SHA-256 runs in its own thread, fed in order, so that one large file keeps two
+    // cores busy (chunking here, hashing there) instead of one.
+    let (sha_tx, sha_rx) = bounded::<Arc<Vec<u8>>>(4);
+    let hasher = std::thread::spawn(move || {
+        let mut sha = Sha256::new();
+        for data in sha_rx {
+            sha.update(&data[..]);
+        }
+        <[u8; 32]>::from(sha.finalize())
+    });
     let mut size = 0u64;
     let mut seq = 0u64;
+    let mut failed = None;
     for chunk in StreamChunker::new(file, params) {
         if shared.abort.load(Ordering::SeqCst) {
-            return Err(StoreError::Invalid("ingest aborted".into()));
+            failed = Some(StoreError::Invalid("ingest aborted".into()));
+            break;
         }
-        let chunk = chunk.map_err(|e| StoreError::io(path, e))?;
-        sha.update(&chunk.data);
-        size += chunk.data.len() as u64;
-        progress.advance(chunk.data.len() as u64);
+        let data = match chunk {
+            Ok(c) => Arc::new(c.data),
+            Err(e) => {
+                failed = Some(StoreError::io(path, e));
+                break;
+            }
+        };
+        size += data.len() as u64;
+        progress.advance(data.len() as u64);
+        let _ = sha_tx.send(data.clone());
         if jobs
             .send(Job {
                 seq,
-                data: chunk.data,
+                data,
                 reply: reply_tx.clone(),
             })
             .is_err()
         {
-            return Err(StoreError::Invalid("ingest workers stopped".into()));
+            failed = Some(StoreError::Invalid("ingest workers stopped".into()));
+            break;
         }
         seq += 1;
+    }
+    drop(sha_tx);
+    let sha256 = hasher
+        .join()
+        .map_err(|_| StoreError::Invalid("sha256 thread panicked".into()))?;
+    if let Some(e) = failed {
+        return Err(e);
     }
     drop(reply_tx);
     let mut chunks: Vec<(u64, ChunkId, u32)> = reply_rx.iter().collect();
@@ -460,7 +490,6 @@ fn read_file(
         )));
     }
     chunks.sort_by_key(|c| c.0);
-    let sha256: [u8; 32] = sha.finalize().into();
     if let Some(exp) = expected {
         if *exp != sha256 {
             return Err(StoreError::BadSource {
