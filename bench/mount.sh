@@ -2,7 +2,7 @@
 # The mount benchmark of issue 3: the largest shard and a whole revision of the series, read
 # from a plain directory (page cache dropped), through `modelcas mount` cold and warm, and
 # through `borg mount`, in one run. Needs root (drop_caches) and /dev/fuse.
-#   bench/mount.sh [SIZE_MIB]    (default 512)
+#   bench/mount.sh [SIZE_MIB] [ROUNDS]    (default 512 MiB, 3 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size="${1:-512}"
@@ -21,4 +21,4 @@ c3=$(python3 -c "import json;print([x['commit'] for x in json.load(open('$series
 "$bin" -q ingest "$series/plain/r3" --repo demo-org/demo-llm --revision "$c3" --ref r3 >/dev/null
 borg init --encryption=none "$BORG_REPO"
 (cd "$series/plain/r3" && borg create --compression zstd,3 ::r3 .)
-python3 bench/mount_bench.py "$bin" "$series" "$work"
+python3 bench/mount_bench.py "$bin" "$series" "$work" "${2:-3}"

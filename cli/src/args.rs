@@ -100,9 +100,12 @@ pub enum Command {
         /// Allow other users (pods running as another uid) to read the mount.
         #[arg(long)]
         allow_other: bool,
-        /// Memory for decoded chunks, in MiB.
-        #[arg(long, default_value_t = 128)]
+        /// Memory for decoded chunks, in MiB (read-ahead uses up to half of it).
+        #[arg(long, default_value_t = 64)]
         cache_mib: usize,
+        /// Threads fetching, decompressing and verifying chunks.
+        #[arg(long, default_value_t = 4)]
+        fetch_threads: usize,
         /// FUSE worker threads.
         #[arg(long, default_value_t = 8)]
         threads: usize,

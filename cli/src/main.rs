@@ -27,15 +27,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// Chunks and frames are buffers of hundreds of KiB that are allocated and freed at a high
-/// rate. glibc serves such sizes with fresh `mmap`s and trims freed heap eagerly, so every
-/// buffer costs page faults and zeroing in the kernel; keeping them in the heap makes
-/// checkout about a fifth faster here (docs/BENCHMARKS.md). Memory stays bounded by the
-/// pipelines' own limits.
+/// Chunks and frames are buffers of hundreds of KiB to a few MiB, allocated and freed at a
+/// high rate. glibc serves such sizes with fresh `mmap`s and trims freed heap eagerly, so
+/// every buffer costs page faults and zeroing in the kernel; keeping them in the heap makes
+/// checkout about a fifth faster here (docs/BENCHMARKS.md). Larger buffers (packs being
+/// built, fuser's 16 MiB request buffers) still get their own mappings, so they do not eat
+/// the heap that chunk buffers reuse. Memory stays bounded by the pipelines' own limits.
 fn tune_malloc() {
     // SAFETY: mallopt only changes allocator tunables; called before any thread starts.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
 }

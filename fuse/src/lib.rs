@@ -59,7 +59,7 @@ impl Default for MountOptions {
             single: None,
             allow_other: false,
             threads: 8,
-            cache_bytes: 128 << 20,
+            cache_bytes: 64 << 20,
             fetch_threads: 4,
         }
     }

@@ -4,7 +4,8 @@
 //! Readers that serve many small requests (the FUSE mount) ask for chunks here instead of
 //! reading packs themselves. A chunk missing from the cache is fetched, decoded and checked
 //! against its BLAKE3 id by a worker thread, never by the caller's thread, so a slow fetch
-//! holds one worker, and several requests for the same chunk wait for the one fetch.
+//! holds one worker, and several requests for the same chunk wait for the one fetch (each
+//! waiter sleeps on that chunk's own slot, so a finished fetch wakes only its waiters).
 //! Prefetches are requests nobody waits for. When the decoded bytes pass the budget, the
 //! least recently used ready chunks are dropped; chunks being loaded are never dropped.
 
@@ -32,10 +33,35 @@ pub struct ChunkSource {
     pub raw_len: u32,
 }
 
+type Outcome = std::result::Result<Arc<Vec<u8>>, String>;
+
+/// One fetch in flight: its waiters sleep here until the outcome is set.
+#[derive(Default)]
+struct Slot {
+    outcome: Mutex<Option<Outcome>>,
+    done: Condvar,
+}
+
+impl Slot {
+    fn wait(&self) -> Outcome {
+        let mut g = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(o) = g.as_ref() {
+                return o.clone();
+            }
+            g = self.done.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn set(&self, o: Outcome) {
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(o);
+        self.done.notify_all();
+    }
+}
+
 enum Entry {
-    Loading,
+    Loading(Arc<Slot>),
     Ready { data: Arc<Vec<u8>>, tick: u64 },
-    Failed(String),
 }
 
 #[derive(Default)]
@@ -51,7 +77,6 @@ struct Inner {
 pub struct ChunkCache {
     backend: Arc<dyn ObjectStore>,
     inner: Mutex<Inner>,
-    ready: Condvar,
     budget: usize,
     pool: rayon::ThreadPool,
 }
@@ -68,7 +93,6 @@ impl ChunkCache {
         Ok(ChunkCache {
             backend,
             inner: Mutex::new(Inner::default()),
-            ready: Condvar::new(),
             budget,
             pool,
         })
@@ -90,8 +114,8 @@ impl ChunkCache {
 
     /// The chunk's bytes, fetching it if needed; blocks until they are there.
     pub fn get(self: &Arc<Self>, src: &ChunkSource) -> Result<Arc<Vec<u8>>> {
-        let mut inner = self.lock();
-        loop {
+        let slot = {
+            let mut inner = self.lock();
             inner.tick += 1;
             let tick = inner.tick;
             match inner.map.get_mut(&src.id) {
@@ -102,28 +126,16 @@ impl ChunkCache {
                     inner.lru.insert(tick, src.id);
                     return Ok(data);
                 }
-                Some(Entry::Loading) => {
-                    inner = self.ready.wait(inner).unwrap_or_else(|p| p.into_inner());
-                }
-                Some(Entry::Failed(reason)) => {
-                    let reason = reason.clone();
-                    inner.map.remove(&src.id);
-                    return Err(StoreError::CorruptChunk {
-                        chunk: src.id.to_hex(),
-                        pack: src.key.to_string(),
-                        offset: src.offset,
-                        reason,
-                    });
-                }
-                None => {
-                    inner.map.insert(src.id, Entry::Loading);
-                    inner.loading_bytes += src.raw_len as usize;
-                    drop(inner);
-                    self.spawn_fetch(src.clone());
-                    inner = self.lock();
-                }
+                Some(Entry::Loading(slot)) => slot.clone(),
+                None => self.start_fetch(&mut inner, src),
             }
-        }
+        };
+        slot.wait().map_err(|reason| StoreError::CorruptChunk {
+            chunk: src.id.to_hex(),
+            pack: src.key.to_string(),
+            offset: src.offset,
+            reason,
+        })
     }
 
     /// Starts fetching the chunk unless it is cached, loading, or the budget is taken by
@@ -137,15 +149,15 @@ impl ChunkCache {
         if inner.loading_bytes + src.raw_len as usize > self.budget / 2 {
             return false;
         }
-        inner.map.insert(src.id, Entry::Loading);
-        inner.loading_bytes += src.raw_len as usize;
-        drop(inner);
-        self.spawn_fetch(src.clone());
+        self.start_fetch(&mut inner, src);
         true
     }
 
-    fn spawn_fetch(self: &Arc<Self>, src: ChunkSource) {
-        let me = self.clone();
+    fn start_fetch(self: &Arc<Self>, inner: &mut Inner, src: &ChunkSource) -> Arc<Slot> {
+        let slot = Arc::new(Slot::default());
+        inner.map.insert(src.id, Entry::Loading(slot.clone()));
+        inner.loading_bytes += src.raw_len as usize;
+        let (me, src, s) = (self.clone(), src.clone(), slot.clone());
         self.pool.spawn(move || {
             let result = pack::read_chunk(
                 me.backend.as_ref(),
@@ -154,34 +166,39 @@ impl ChunkCache {
                 src.offset,
                 src.frame_len,
             );
-            let mut inner = me.lock();
-            inner.loading_bytes = inner.loading_bytes.saturating_sub(src.raw_len as usize);
-            match result {
-                Ok(data) => {
-                    inner.tick += 1;
-                    let tick = inner.tick;
-                    inner.bytes += data.len();
-                    inner.map.insert(
-                        src.id,
-                        Entry::Ready {
-                            data: Arc::new(data),
-                            tick,
-                        },
-                    );
-                    inner.lru.insert(tick, src.id);
-                    me.evict(&mut inner);
+            let outcome = {
+                let mut inner = me.lock();
+                inner.loading_bytes = inner.loading_bytes.saturating_sub(src.raw_len as usize);
+                match result {
+                    Ok(data) => {
+                        let data = Arc::new(data);
+                        inner.tick += 1;
+                        let tick = inner.tick;
+                        inner.bytes += data.len();
+                        inner.map.insert(
+                            src.id,
+                            Entry::Ready {
+                                data: data.clone(),
+                                tick,
+                            },
+                        );
+                        inner.lru.insert(tick, src.id);
+                        me.evict(&mut inner);
+                        Ok(data)
+                    }
+                    Err(e) => {
+                        // Forget the failure so that a later read tries again.
+                        inner.map.remove(&src.id);
+                        Err(match e {
+                            StoreError::CorruptChunk { reason, .. } => reason,
+                            other => other.to_string(),
+                        })
+                    }
                 }
-                Err(e) => {
-                    let reason = match e {
-                        StoreError::CorruptChunk { reason, .. } => reason,
-                        other => other.to_string(),
-                    };
-                    inner.map.insert(src.id, Entry::Failed(reason));
-                }
-            }
-            drop(inner);
-            me.ready.notify_all();
+            };
+            s.set(outcome);
         });
+        slot
     }
 
     fn evict(&self, inner: &mut Inner) {

@@ -138,15 +138,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             repo,
             allow_other,
             cache_mib,
+            fetch_threads,
             threads,
-        } => mount::mount(
-            &ctx,
-            &mountpoint,
-            repo.as_deref(),
-            allow_other,
-            cache_mib,
-            threads,
-        ),
+        } => {
+            let opts = mount::Options {
+                repo,
+                allow_other,
+                cache_mib,
+                fetch_threads,
+                threads,
+            };
+            mount::mount(&ctx, &mountpoint, &opts)
+        }
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
     }
 }

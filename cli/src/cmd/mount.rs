@@ -10,19 +10,25 @@ use modelfs::MountOptions;
 
 use super::{resolve, Ctx};
 
-pub fn mount(
-    ctx: &Ctx,
-    mountpoint: &Path,
-    repo: Option<&str>,
-    allow_other: bool,
-    cache_mib: usize,
-    threads: usize,
-) -> Result<ExitCode> {
+/// Options of `modelcas mount`.
+pub struct Options {
+    pub repo: Option<String>,
+    pub allow_other: bool,
+    pub cache_mib: usize,
+    pub fetch_threads: usize,
+    pub threads: usize,
+}
+
+pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
+    let (cache_mib, threads) = (o.cache_mib, o.threads);
     if cache_mib < 16 {
         bail!("--cache-mib {cache_mib}: at least 16 MiB is needed");
     }
+    if o.fetch_threads == 0 || threads == 0 {
+        bail!("--threads and --fetch-threads must be at least 1");
+    }
     let store = ctx.open()?;
-    let single = match repo {
+    let single = match o.repo.as_deref() {
         Some(spec) => Some(resolve(&store, spec)?),
         None => None,
     };
@@ -30,10 +36,10 @@ pub fn mount(
     let signals = block_signals();
     let opts = MountOptions {
         single: single.clone(),
-        allow_other,
-        threads: threads.max(1),
+        allow_other: o.allow_other,
+        threads,
         cache_bytes: cache_mib << 20,
-        ..Default::default()
+        fetch_threads: o.fetch_threads,
     };
     let mounted = modelfs::mount(store, mountpoint, &opts)?;
     match &single {

@@ -9,7 +9,6 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -158,22 +157,24 @@ impl ObjectStore for LocalStore {
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        use std::io::{Seek, SeekFrom};
         let path = self.path(key)?;
-        let f = File::open(&path).map_err(|e| map_open_err(key, &path, e))?;
-        let mut out = vec![0u8; len as usize];
-        let mut done = 0usize;
-        while done < out.len() {
-            match f.read_at(&mut out[done..], offset + done as u64) {
-                Ok(0) => {
-                    return Err(StoreError::CorruptObject {
-                        key: key.to_string(),
-                        reason: format!("truncated: wanted {len} bytes at offset {offset}, object ends after {done}"),
-                    })
-                }
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(StoreError::io(&path, e)),
-            }
+        let mut f = File::open(&path).map_err(|e| map_open_err(key, &path, e))?;
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|e| StoreError::io(&path, e))?;
+        // read_to_end fills spare capacity without zeroing it first.
+        let mut out = Vec::with_capacity(len as usize);
+        f.take(len)
+            .read_to_end(&mut out)
+            .map_err(|e| StoreError::io(&path, e))?;
+        if (out.len() as u64) < len {
+            return Err(StoreError::CorruptObject {
+                key: key.to_string(),
+                reason: format!(
+                    "truncated: wanted {len} bytes at offset {offset}, object ends after {}",
+                    out.len()
+                ),
+            });
         }
         Ok(out)
     }
