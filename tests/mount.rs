@@ -482,21 +482,42 @@ fn allow_other_lets_another_user_read() {
     let env = Env::new();
     ingest_series(&env);
     // the test's temporary directories must be reachable by that user
-    std::fs::set_permissions(env.tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        env.tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let read_as_nobody = |m: &Mount| {
         Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sha256sum"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sha256sum",
+            ])
             .arg(m.p(&format!("{REPO}/r1/config.json")))
             .output()
             .unwrap()
     };
     let owner_only = Mount::start(&env, &[]);
     let out = read_as_nobody(&owner_only);
-    assert!(!out.status.success(), "another user could read a mount without --allow-other");
+    assert!(
+        !out.status.success(),
+        "another user could read a mount without --allow-other"
+    );
     drop(owner_only);
     let shared = Mount::start(&env, &["--allow-other"]);
     let out = read_as_nobody(&shared);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let want = s.files("r1").into_iter().find(|f| f.0 == "config.json").unwrap().1;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = s
+        .files("r1")
+        .into_iter()
+        .find(|f| f.0 == "config.json")
+        .unwrap()
+        .1;
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&want));
 }

@@ -6,8 +6,11 @@
 //! against its BLAKE3 id by a worker thread, never by the caller's thread, so a slow fetch
 //! holds one worker, and several requests for the same chunk wait for the one fetch (each
 //! waiter sleeps on that chunk's own slot, so a finished fetch wakes only its waiters).
-//! Prefetches are requests nobody waits for. When the decoded bytes pass the budget, the
-//! least recently used ready chunks are dropped; chunks being loaded are never dropped.
+//! Prefetches are requests nobody waits for; a run of prefetched chunks whose frames are
+//! adjacent in one pack is fetched with one ranged read (one request on S3, one large
+//! sequential read on disk) and decoded in parallel. When the decoded bytes pass the
+//! budget, the least recently used ready chunks are dropped; chunks being loaded are never
+//! dropped.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,6 +34,40 @@ pub struct ChunkSource {
     pub frame_len: u32,
     /// Uncompressed length.
     pub raw_len: u32,
+}
+
+/// Most bytes fetched with one ranged read when prefetching.
+pub const MAX_COALESCED: u64 = 8 * 1024 * 1024;
+/// A ranged read may include bytes of frames nobody asked for, up to this fraction of the
+/// range: frames of one file are mostly in order in a pack, with small swaps where two
+/// workers appended concurrently.
+const MAX_WASTE_FRACTION: u64 = 4;
+
+/// The byte range of a group of frames in their pack.
+fn span(group: &[(ChunkSource, Arc<Slot>)]) -> (u64, u64) {
+    let start = group.iter().map(|(g, _)| g.offset).min().unwrap_or(0);
+    let end = group
+        .iter()
+        .map(|(g, _)| g.offset + g.frame_len as u64)
+        .max()
+        .unwrap_or(0);
+    (start, end)
+}
+
+/// Whether `src` can join `group` in one ranged read.
+fn fits(group: &[(ChunkSource, Arc<Slot>)], src: &ChunkSource) -> bool {
+    if group[0].0.key != src.key {
+        return false;
+    }
+    let (start, end) = span(group);
+    let (start, end) = (
+        start.min(src.offset),
+        end.max(src.offset + src.frame_len as u64),
+    );
+    let wanted: u64 =
+        group.iter().map(|(g, _)| g.frame_len as u64).sum::<u64>() + src.frame_len as u64;
+    let range = end - start;
+    range <= MAX_COALESCED && range - wanted.min(range) <= range / MAX_WASTE_FRACTION
 }
 
 type Outcome = std::result::Result<Arc<Vec<u8>>, String>;
@@ -153,6 +190,99 @@ impl ChunkCache {
         true
     }
 
+    /// Prefetches `run` (chunks in file order), fetching frames that are adjacent in a pack
+    /// with one ranged read of at most [`MAX_COALESCED`] bytes. Stops where the budget for
+    /// loads in flight is used up; returns how many chunks of `run` are cached or on their
+    /// way.
+    pub fn prefetch_run(self: &Arc<Self>, run: &[ChunkSource]) -> usize {
+        let mut inner = self.lock();
+        let mut accepted = 0;
+        let mut group: Vec<(ChunkSource, Arc<Slot>)> = Vec::new();
+        let mut groups = Vec::new();
+        for src in run {
+            if inner.map.contains_key(&src.id) {
+                accepted += 1;
+                continue;
+            }
+            if inner.loading_bytes + src.raw_len as usize > self.budget / 2 {
+                break;
+            }
+            if !group.is_empty() && !fits(&group, src) {
+                groups.push(std::mem::take(&mut group));
+            }
+            let slot = Arc::new(Slot::default());
+            inner.map.insert(src.id, Entry::Loading(slot.clone()));
+            inner.loading_bytes += src.raw_len as usize;
+            group.push((src.clone(), slot));
+            accepted += 1;
+        }
+        if !group.is_empty() {
+            groups.push(group);
+        }
+        drop(inner);
+        for g in groups {
+            let me = self.clone();
+            self.pool.spawn(move || me.fetch_group(g));
+        }
+        accepted
+    }
+
+    /// Fetches a group of nearby frames with one read and decodes them in parallel.
+    fn fetch_group(self: &Arc<Self>, group: Vec<(ChunkSource, Arc<Slot>)>) {
+        use rayon::prelude::*;
+        let (start, end) = span(&group);
+        let key = group[0].0.key.clone();
+        match self.backend.get_range(&key, start, end - start) {
+            Ok(bytes) => group.par_iter().for_each(|(src, slot)| {
+                let at = (src.offset - start) as usize;
+                let frame = &bytes[at..at + src.frame_len as usize];
+                let result = pack::decode_checked(frame, &src.id, &src.key, src.offset);
+                self.finish(src, slot, result);
+            }),
+            Err(e) => {
+                let reason = e.to_string();
+                for (src, slot) in &group {
+                    self.finish(src, slot, Err(StoreError::Invalid(reason.clone())));
+                }
+            }
+        }
+    }
+
+    /// Records the outcome of a fetch and wakes its waiters.
+    fn finish(&self, src: &ChunkSource, slot: &Slot, result: Result<Vec<u8>>) {
+        let outcome = {
+            let mut inner = self.lock();
+            inner.loading_bytes = inner.loading_bytes.saturating_sub(src.raw_len as usize);
+            match result {
+                Ok(data) => {
+                    let data = Arc::new(data);
+                    inner.tick += 1;
+                    let tick = inner.tick;
+                    inner.bytes += data.len();
+                    inner.map.insert(
+                        src.id,
+                        Entry::Ready {
+                            data: data.clone(),
+                            tick,
+                        },
+                    );
+                    inner.lru.insert(tick, src.id);
+                    self.evict(&mut inner);
+                    Ok(data)
+                }
+                Err(e) => {
+                    // Forget the failure so that a later read tries again.
+                    inner.map.remove(&src.id);
+                    Err(match e {
+                        StoreError::CorruptChunk { reason, .. } => reason,
+                        other => other.to_string(),
+                    })
+                }
+            }
+        };
+        slot.set(outcome);
+    }
+
     fn start_fetch(self: &Arc<Self>, inner: &mut Inner, src: &ChunkSource) -> Arc<Slot> {
         let slot = Arc::new(Slot::default());
         inner.map.insert(src.id, Entry::Loading(slot.clone()));
@@ -166,37 +296,7 @@ impl ChunkCache {
                 src.offset,
                 src.frame_len,
             );
-            let outcome = {
-                let mut inner = me.lock();
-                inner.loading_bytes = inner.loading_bytes.saturating_sub(src.raw_len as usize);
-                match result {
-                    Ok(data) => {
-                        let data = Arc::new(data);
-                        inner.tick += 1;
-                        let tick = inner.tick;
-                        inner.bytes += data.len();
-                        inner.map.insert(
-                            src.id,
-                            Entry::Ready {
-                                data: data.clone(),
-                                tick,
-                            },
-                        );
-                        inner.lru.insert(tick, src.id);
-                        me.evict(&mut inner);
-                        Ok(data)
-                    }
-                    Err(e) => {
-                        // Forget the failure so that a later read tries again.
-                        inner.map.remove(&src.id);
-                        Err(match e {
-                            StoreError::CorruptChunk { reason, .. } => reason,
-                            other => other.to_string(),
-                        })
-                    }
-                }
-            };
-            s.set(outcome);
+            me.finish(&src, &s, result);
         });
         slot
     }

@@ -132,7 +132,11 @@ struct Shared<'a> {
     store: &'a Store,
     index: &'a Index,
     claims: Mutex<HashMap<ChunkId, Claim>>,
-    open_pack: Mutex<(usize, PackBuilder)>,
+    /// One open pack per reader thread ("lane"), so that the frames of a file land next
+    /// to each other in a pack: sequential reads of the file then read the pack
+    /// sequentially, and adjacent frames can be fetched with one ranged read.
+    open_packs: Vec<Mutex<(usize, PackBuilder)>>,
+    next_pack_seq: std::sync::atomic::AtomicUsize,
     sealed: Mutex<Vec<Option<PackId>>>,
     pack_target: usize,
     abort: AtomicBool,
@@ -155,6 +159,7 @@ impl Shared<'_> {
 }
 
 struct Job {
+    lane: usize,
     seq: u64,
     data: Arc<Vec<u8>>,
     reply: Sender<(u64, ChunkId, u32)>,
@@ -306,7 +311,10 @@ fn run_pipeline(
         store,
         index,
         claims: Mutex::new(HashMap::new()),
-        open_pack: Mutex::new((0, PackBuilder::new())),
+        open_packs: (0..threads)
+            .map(|i| Mutex::new((i, PackBuilder::new())))
+            .collect(),
+        next_pack_seq: std::sync::atomic::AtomicUsize::new(threads),
         sealed: Mutex::new(Vec::new()),
         pack_target: store.config().pack_target as usize,
         abort: AtomicBool::new(false),
@@ -332,7 +340,7 @@ fn run_pipeline(
         }
         drop(job_rx);
         let mut readers = Vec::new();
-        for _ in 0..threads {
+        for lane in 0..threads {
             let tx = job_tx.clone();
             let (shared, results, next_file) = (&shared, &results, &next_file);
             readers.push(s.spawn(move || loop {
@@ -341,7 +349,7 @@ fn run_pipeline(
                     break;
                 }
                 let i = order[k];
-                match read_file(shared, &sources[i], params, &tx, progress) {
+                match read_file(shared, lane, &sources[i], params, &tx, progress) {
                     Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
                     Err(e) => shared.fail(e),
                 }
@@ -357,13 +365,15 @@ fn run_pipeline(
     {
         return Err(e);
     }
-    // Seal the last pack.
-    let (seq, last) = std::mem::replace(
-        &mut *shared.open_pack.lock().unwrap_or_else(|p| p.into_inner()),
-        (0, PackBuilder::new()),
-    );
-    if !last.is_empty() {
-        seal(&shared, seq, last)?;
+    // Seal the last pack of every lane.
+    for lane in &shared.open_packs {
+        let (seq, last) = std::mem::replace(
+            &mut *lane.lock().unwrap_or_else(|p| p.into_inner()),
+            (0, PackBuilder::new()),
+        );
+        if !last.is_empty() {
+            seal(&shared, seq, last)?;
+        }
     }
     let sealed = shared
         .sealed
@@ -426,6 +436,7 @@ fn run_pipeline(
 
 fn read_file(
     shared: &Shared<'_>,
+    lane: usize,
     (path, expected, _size): &(PathBuf, Option<[u8; 32]>, u64),
     params: ChunkParams,
     jobs: &Sender<Job>,
@@ -463,6 +474,7 @@ fn read_file(
         let _ = sha_tx.send(data.clone());
         if jobs
             .send(Job {
+                lane,
                 seq,
                 data,
                 reply: reply_tx.clone(),
@@ -518,7 +530,7 @@ fn worker(shared: &Shared<'_>, jobs: Receiver<Job>) {
         let id = ChunkId::of(&job.data);
         let raw_len = job.data.len() as u32;
         shared.chunks.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = place(shared, id, &job.data, &mut frame) {
+        if let Err(e) = place(shared, job.lane, id, &job.data, &mut frame) {
             shared.fail(e);
             continue;
         }
@@ -528,7 +540,13 @@ fn worker(shared: &Shared<'_>, jobs: Receiver<Job>) {
 
 /// Makes sure chunk `id` is stored: already known, claimed by another worker, or encoded
 /// and appended to the open pack now.
-fn place(shared: &Shared<'_>, id: ChunkId, data: &[u8], frame: &mut Vec<u8>) -> Result<()> {
+fn place(
+    shared: &Shared<'_>,
+    lane: usize,
+    id: ChunkId,
+    data: &[u8],
+    frame: &mut Vec<u8>,
+) -> Result<()> {
     {
         let mut claims = shared.claims.lock().unwrap_or_else(|p| p.into_inner());
         if claims.contains_key(&id) {
@@ -551,7 +569,9 @@ fn place(shared: &Shared<'_>, id: ChunkId, data: &[u8], frame: &mut Vec<u8>) -> 
         .new_chunk_bytes
         .fetch_add(data.len() as u64, Ordering::Relaxed);
     let full = {
-        let mut open = shared.open_pack.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = shared.open_packs[lane]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let seq = open.0;
         let offset = open.1.add_frame(id, frame, data.len());
         shared
@@ -568,7 +588,7 @@ fn place(shared: &Shared<'_>, id: ChunkId, data: &[u8], frame: &mut Vec<u8>) -> 
                 },
             );
         if open.1.len() >= shared.pack_target {
-            let next = open.0 + 1;
+            let next = shared.next_pack_seq.fetch_add(1, Ordering::SeqCst);
             Some(std::mem::replace(&mut *open, (next, PackBuilder::new())))
         } else {
             None

@@ -152,15 +152,16 @@ impl FileStream {
         if to <= from {
             return;
         }
-        let mut i = self.chunk_at(from);
-        while i < self.sources.len() && self.starts[i] < to {
-            if !self.cache.prefetch(&self.sources[i]) {
-                // Budget taken by loads in flight: remember where we stopped.
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                st.prefetched_to = st.prefetched_to.min(self.starts[i]);
-                break;
-            }
-            i += 1;
+        let first = self.chunk_at(from);
+        let mut last = first;
+        while last < self.sources.len() && self.starts[last] < to {
+            last += 1;
+        }
+        let accepted = self.cache.prefetch_run(&self.sources[first..last]);
+        if first + accepted < last {
+            // Budget taken by loads in flight: remember where we stopped.
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.prefetched_to = st.prefetched_to.min(self.starts[first + accepted]);
         }
     }
 }
