@@ -12,16 +12,17 @@ use common::{series, tree_hashes, Env};
 fn with_r1() -> (Env, String) {
     let s = series();
     let env = Env::new();
-    env.ok(&[
-        "ingest".as_ref(),
-        s.plain("r1").as_os_str(),
-        "--repo".as_ref(),
-        "demo-org/demo-llm".as_ref(),
-        "--revision".as_ref(),
-        s.commit("r1").as_ref(),
-        "--ref".as_ref(),
-        "r1".as_ref(),
-    ]);
+    env.ingest(
+        &s.plain("r1"),
+        &[
+            "--repo",
+            "demo-org/demo-llm",
+            "--revision",
+            &s.commit("r1"),
+            "--ref",
+            "r1",
+        ],
+    );
     let listing = env.ok(&["ls", "demo-org/demo-llm", "--json"]);
     (env, listing)
 }
@@ -165,14 +166,7 @@ fn ambiguous_prefix() {
         ("r2", "abcdef1000000000000000000000000000000000"),
         ("r3", "abcdef1999999999999999999999999999999999"),
     ] {
-        env.ok(&[
-            "ingest".as_ref(),
-            s.plain(rev).as_os_str(),
-            "--repo".as_ref(),
-            "amb/x".as_ref(),
-            "--revision".as_ref(),
-            sha.as_ref(),
-        ]);
+        env.ingest(&s.plain(rev), &["--repo", "amb/x", "--revision", sha]);
     }
     let err = env.fails(&["ls", "amb/x@abcdef1"]);
     let line = one_line(&err);

@@ -72,7 +72,7 @@ fn killed_ingest_leaves_no_broken_revision_and_rerun_completes() {
         killed >= 3,
         "only {killed} runs were killed mid-way (full ingest took {full:?})"
     );
-    env.ok(&["ingest".as_ref(), s.cache_repo().as_os_str()]);
+    env.ingest(&s.cache_repo(), &[]);
     assert_eq!(consistent(&env), 4);
     let out = env.path("co");
     env.ok(&[

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{series, sha256_file, tree_hashes, Env};
+use common::{ingest_series, series, sha256_file, tree_hashes, Env};
 use rand::{Rng, SeedableRng};
 
 const REVS: [&str; 4] = ["r1", "r2", "r3", "r4"];
@@ -99,22 +99,6 @@ impl Drop for Mount {
                 .arg(&self.path)
                 .status();
         }
-    }
-}
-
-fn ingest_series(env: &Env) {
-    let s = series();
-    for r in REVS {
-        env.ok(&[
-            "ingest".as_ref(),
-            s.plain(r).as_os_str(),
-            "--repo".as_ref(),
-            REPO.as_ref(),
-            "--revision".as_ref(),
-            s.commit(r).as_ref(),
-            "--ref".as_ref(),
-            r.as_ref(),
-        ]);
     }
 }
 
@@ -382,16 +366,10 @@ fn moved_ref_shows_up_while_open_files_keep_their_commit() {
     let s = series();
     let env = Env::new();
     let ingest = |r: &str| {
-        env.ok(&[
-            "ingest".as_ref(),
-            s.plain(r).as_os_str(),
-            "--repo".as_ref(),
-            REPO.as_ref(),
-            "--revision".as_ref(),
-            s.commit(r).as_ref(),
-            "--ref".as_ref(),
-            "main".as_ref(),
-        ])
+        env.ingest(
+            &s.plain(r),
+            &["--repo", REPO, "--revision", &s.commit(r), "--ref", "main"],
+        )
     };
     ingest("r1");
     let m = Mount::start(&env, &[]);

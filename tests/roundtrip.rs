@@ -3,31 +3,15 @@
 
 mod common;
 
-use common::{series, tree_hashes, Env};
+use common::{ingest_series, series, tree_hashes, Env};
 
 const REVS: [&str; 4] = ["r1", "r2", "r3", "r4"];
-
-fn ingest_plain_series(env: &Env) {
-    let s = series();
-    for r in REVS {
-        env.ok(&[
-            "ingest".as_ref(),
-            s.plain(r).as_os_str(),
-            "--repo".as_ref(),
-            "demo-org/demo-llm".as_ref(),
-            "--revision".as_ref(),
-            s.commit(r).as_ref(),
-            "--ref".as_ref(),
-            r.as_ref(),
-        ]);
-    }
-}
 
 #[test]
 fn plain_layout_round_trip() {
     let s = series();
     let env = Env::new();
-    ingest_plain_series(&env);
+    ingest_series(&env);
     for r in REVS {
         // by ref name, by full sha and by a 7-digit prefix
         for rev in [r.to_string(), s.commit(r), s.commit(r)[..7].to_string()] {
@@ -92,7 +76,7 @@ fn plain_layout_round_trip() {
 fn hf_cache_round_trip_keeps_refs() {
     let s = series();
     let env = Env::new();
-    let out = env.ok(&["ingest".as_ref(), s.cache_repo().as_os_str()]);
+    let out = env.ingest(&s.cache_repo(), &[]);
     assert!(out.contains("stored demo-org/demo-llm@"), "{out}");
     let repo = env.json(&["ls", "demo-org/demo-llm", "--json"]);
     assert_eq!(
@@ -123,7 +107,7 @@ fn hf_cache_round_trip_keeps_refs() {
 fn whole_hub_cache_and_plain_dedup_against_each_other() {
     let s = series();
     let env = Env::new();
-    let first = env.json(&["ingest".as_ref(), s.hub().as_os_str(), "--json".as_ref()]);
+    let first = env.ingest_json(&s.hub(), &[]);
     assert_eq!(first["snapshots"].as_array().unwrap().len(), 4);
     // each blob is read once: the cache holds fewer distinct files than the 4 snapshots
     let distinct_blobs = std::fs::read_dir(s.cache_repo().join("blobs"))
@@ -134,13 +118,7 @@ fn whole_hub_cache_and_plain_dedup_against_each_other() {
         distinct_blobs
     );
     // the same data from the plain layout under another repo adds no pack bytes
-    let again = env.json(&[
-        "ingest".as_ref(),
-        s.plain("r2").as_os_str(),
-        "--repo".as_ref(),
-        "other/copy".as_ref(),
-        "--json".as_ref(),
-    ]);
+    let again = env.ingest_json(&s.plain("r2"), &["--repo", "other/copy"]);
     assert_eq!(again["pack_bytes_written"], 0, "{again}");
     assert_eq!(again["snapshots"][0]["new"], true);
     let out = env.path("co");
@@ -160,7 +138,7 @@ fn whole_hub_cache_and_plain_dedup_against_each_other() {
 fn dedup_below_floor_and_reingest_writes_nothing() {
     let s = series();
     let env = Env::new();
-    ingest_plain_series(&env);
+    ingest_series(&env);
     let st = env.json(&["stats", "--json"]);
     let stored = st["stored_bytes"].as_u64().unwrap();
     let logical = st["logical_bytes"].as_u64().unwrap();
@@ -179,14 +157,10 @@ fn dedup_below_floor_and_reingest_writes_nothing() {
     assert_eq!(stored, on_disk);
     // re-ingest of r4 writes no pack bytes and says so
     let packs_before = env.packs();
-    let out = env.ok(&[
-        "ingest".as_ref(),
-        s.plain("r4").as_os_str(),
-        "--repo".as_ref(),
-        "demo-org/demo-llm".as_ref(),
-        "--revision".as_ref(),
-        s.commit("r4").as_ref(),
-    ]);
+    let out = env.ingest(
+        &s.plain("r4"),
+        &["--repo", "demo-org/demo-llm", "--revision", &s.commit("r4")],
+    );
     assert!(out.contains("nothing new, 0 pack bytes written"), "{out}");
     assert!(out.contains("unchanged"), "{out}");
     assert_eq!(env.packs(), packs_before);
@@ -196,27 +170,9 @@ fn dedup_below_floor_and_reingest_writes_nothing() {
 fn commit_id_is_derived_from_content_when_absent() {
     let s = series();
     let env = Env::new();
-    let a = env.json(&[
-        "ingest".as_ref(),
-        s.plain("r1").as_os_str(),
-        "--repo".as_ref(),
-        "x/y".as_ref(),
-        "--json".as_ref(),
-    ]);
-    let b = env.json(&[
-        "ingest".as_ref(),
-        s.plain("r1").as_os_str(),
-        "--repo".as_ref(),
-        "x/y".as_ref(),
-        "--json".as_ref(),
-    ]);
-    let c = env.json(&[
-        "ingest".as_ref(),
-        s.plain("r2").as_os_str(),
-        "--repo".as_ref(),
-        "x/y".as_ref(),
-        "--json".as_ref(),
-    ]);
+    let a = env.ingest_json(&s.plain("r1"), &["--repo", "x/y"]);
+    let b = env.ingest_json(&s.plain("r1"), &["--repo", "x/y"]);
+    let c = env.ingest_json(&s.plain("r2"), &["--repo", "x/y"]);
     assert_eq!(a["snapshots"][0]["commit"], b["snapshots"][0]["commit"]);
     assert_ne!(a["snapshots"][0]["commit"], c["snapshots"][0]["commit"]);
     assert_eq!(b["snapshots"][0]["new"], false);
@@ -227,18 +183,12 @@ fn commit_id_is_derived_from_content_when_absent() {
 fn index_rebuild_from_store_alone() {
     let s = series();
     let env = Env::new();
-    ingest_plain_series(&env);
+    ingest_series(&env);
     std::fs::remove_dir_all(env.path("index")).unwrap();
     let out = env.ok(&["index", "rebuild"]);
     assert!(out.contains("rebuilt index"), "{out}");
     // the rebuilt index knows every chunk: re-ingesting everything writes nothing
-    let v = env.json(&[
-        "ingest".as_ref(),
-        s.plain("r3").as_os_str(),
-        "--repo".as_ref(),
-        "demo-org/demo-llm".as_ref(),
-        "--json".as_ref(),
-    ]);
+    let v = env.ingest_json(&s.plain("r3"), &["--repo", "demo-org/demo-llm"]);
     assert_eq!(v["pack_bytes_written"], 0);
     assert!(v["chunks"].as_u64().unwrap() > 100);
 }
@@ -263,4 +213,37 @@ fn generator_matches_reference() {
     let theirs: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("expected.json")).unwrap()).unwrap();
     assert_eq!(theirs, series().expected);
+}
+
+#[test]
+fn concurrent_ingests_on_one_machine_both_complete() {
+    // Two ingests share the store and the local index: the second waits for the index
+    // instead of failing, and both revisions end up stored and verified.
+    let s = series();
+    let env = Env::new();
+    let spawn = |r: &str| {
+        env.cmd()
+            .arg("ingest")
+            .arg(s.plain(r))
+            .args([
+                "--repo",
+                "demo-org/demo-llm",
+                "--revision",
+                &s.commit(r),
+                "--ref",
+                r,
+            ])
+            .output()
+    };
+    let (a, b) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| spawn("r1").unwrap());
+        let b = sc.spawn(|| spawn("r2").unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    for r in ["r1", "r2"] {
+        let v = env.json(&["verify", &format!("demo-org/demo-llm@{r}"), "--json"]);
+        assert_eq!(v["ok"], true);
+    }
 }

@@ -79,6 +79,9 @@ pub enum StoreError {
         commit: String,
         path: String,
     },
+    /// The local index is open in another process (one ingest at a time per index).
+    #[error("index {} is in use by another modelcas process", .0.display())]
+    IndexBusy(PathBuf),
     /// The local index failed.
     #[error("index {}: {reason}", path.display())]
     Index { path: PathBuf, reason: String },

@@ -141,11 +141,7 @@ impl Index {
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| {
             let msg = e.to_string();
             if msg.contains("lock") || msg.contains("Resource temporarily unavailable") {
-                StoreError::Index {
-                    path: path.to_path_buf(),
-                    reason: "in use by another modelcas process (one ingest at a time per index)"
-                        .into(),
-                }
+                StoreError::IndexBusy(path.to_path_buf())
             } else {
                 index_err(path, e)
             }

@@ -186,13 +186,12 @@ pub fn read_chunk(
     offset: u64,
     frame_len: u32,
 ) -> Result<Vec<u8>> {
-    let frame = store
-        .get_range(key, offset, frame_len as u64)
-        .map_err(|e| match e {
-            StoreError::CorruptObject { reason, .. } => corrupt_chunk(id, key, offset, reason),
-            other => other,
-        })?;
-    decode_checked(&frame, id, key, offset)
+    decode_checked(
+        &read_frame(store, key, id, offset, frame_len)?,
+        id,
+        key,
+        offset,
+    )
 }
 
 /// Reads and decodes one frame without checking the chunk's hash: for callers that check
@@ -204,13 +203,24 @@ pub fn read_chunk_unchecked(
     offset: u64,
     frame_len: u32,
 ) -> Result<Vec<u8>> {
-    let frame = store
+    let frame = read_frame(store, key, id, offset, frame_len)?;
+    frame::decode(&frame).map_err(|r| corrupt_chunk(id, key, offset, r))
+}
+
+/// The frame's bytes; a frame cut short by the end of the pack is a corrupt chunk.
+fn read_frame(
+    store: &dyn ObjectStore,
+    key: &str,
+    id: &ChunkId,
+    offset: u64,
+    frame_len: u32,
+) -> Result<Vec<u8>> {
+    store
         .get_range(key, offset, frame_len as u64)
         .map_err(|e| match e {
             StoreError::CorruptObject { reason, .. } => corrupt_chunk(id, key, offset, reason),
             other => other,
-        })?;
-    frame::decode(&frame).map_err(|r| corrupt_chunk(id, key, offset, r))
+        })
 }
 
 /// Decodes a frame already in memory, checking the chunk's BLAKE3 against `id`.

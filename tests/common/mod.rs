@@ -85,6 +85,25 @@ impl Series {
     }
 }
 
+/// Ingests r1..r4 of the series from the plain layout into `demo-org/demo-llm`, each with
+/// its commit sha and a ref named after it.
+pub fn ingest_series(env: &Env) {
+    let s = series();
+    for r in ["r1", "r2", "r3", "r4"] {
+        env.ingest(
+            &s.plain(r),
+            &[
+                "--repo",
+                "demo-org/demo-llm",
+                "--revision",
+                &s.commit(r),
+                "--ref",
+                r,
+            ],
+        );
+    }
+}
+
 /// Generates a series with the project's generator into `out`.
 pub fn generate(out: &Path, size_mib: u32) {
     let st = Command::new("python3")
@@ -199,6 +218,20 @@ impl Env {
 
     pub fn json<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> serde_json::Value {
         serde_json::from_str(&self.ok(args)).expect("json output")
+    }
+
+    /// `modelcas ingest DIR ARGS...`, asserting success; returns stdout.
+    pub fn ingest(&self, dir: &Path, args: &[&str]) -> String {
+        let mut all: Vec<std::ffi::OsString> = vec!["ingest".into(), dir.into()];
+        all.extend(args.iter().map(|a| a.into()));
+        self.ok(&all)
+    }
+
+    /// `modelcas ingest DIR ARGS... --json`, asserting success.
+    pub fn ingest_json(&self, dir: &Path, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        serde_json::from_str(&self.ingest(dir, &all)).expect("json output")
     }
 
     /// Every pack file of the store.

@@ -16,6 +16,9 @@ use store::{Index, LocalStore, ObjectStore, RepoId, Store};
 
 use crate::args::{Cli, Command};
 
+/// How long a command waits for another process to release the local index.
+const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Global options shared by every subcommand.
 pub struct Ctx {
     pub store_arg: Option<String>,
@@ -53,7 +56,24 @@ impl Ctx {
                 .join("modelcas/index")
                 .join(hex_id(&store.config().store_id)),
         };
-        Ok(Index::open(&dir, &store.config().store_id)?)
+        // One ingest at a time per index: wait for the other one rather than fail.
+        let start = std::time::Instant::now();
+        let mut told = false;
+        loop {
+            match Index::open(&dir, &store.config().store_id) {
+                Err(store::StoreError::IndexBusy(p)) if start.elapsed() < INDEX_WAIT => {
+                    if !told {
+                        eprintln!(
+                            "modelcas: index {} is in use by another modelcas process; waiting",
+                            p.display()
+                        );
+                        told = true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                other => return Ok(other?),
+            }
+        }
     }
 }
 

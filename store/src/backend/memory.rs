@@ -49,7 +49,7 @@ impl MemoryStore {
     pub fn overwrite(&self, key: &str, data: Vec<u8>) {
         self.objects
             .lock()
-            .expect("lock")
+            .unwrap_or_else(|p| p.into_inner())
             .insert(key.to_string(), data);
     }
 }
@@ -70,7 +70,7 @@ impl ObjectStore for MemoryStore {
         }
         self.objects
             .lock()
-            .expect("lock")
+            .unwrap_or_else(|p| p.into_inner())
             .insert(key.to_string(), data.to_vec());
         self.puts.fetch_add(1, Ordering::SeqCst);
         self.bytes_put
@@ -81,14 +81,14 @@ impl ObjectStore for MemoryStore {
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         self.objects
             .lock()
-            .expect("lock")
+            .unwrap_or_else(|p| p.into_inner())
             .get(key)
             .cloned()
             .ok_or_else(|| StoreError::NotFound(key.into()))
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let map = self.objects.lock().expect("lock");
+        let map = self.objects.lock().unwrap_or_else(|p| p.into_inner());
         let obj = map
             .get(key)
             .ok_or_else(|| StoreError::NotFound(key.into()))?;
@@ -103,7 +103,7 @@ impl ObjectStore for MemoryStore {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        let map = self.objects.lock().expect("lock");
+        let map = self.objects.lock().unwrap_or_else(|p| p.into_inner());
         Ok(map
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
@@ -115,7 +115,10 @@ impl ObjectStore for MemoryStore {
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        self.objects.lock().expect("lock").remove(key);
+        self.objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
         Ok(())
     }
 
@@ -123,7 +126,7 @@ impl ObjectStore for MemoryStore {
         Ok(self
             .objects
             .lock()
-            .expect("lock")
+            .unwrap_or_else(|p| p.into_inner())
             .get(key)
             .map(|v| v.len() as u64))
     }
