@@ -149,11 +149,7 @@ fn dedup_below_floor_and_reingest_writes_nothing() {
         s.floor()
     );
     // stats agree with the packs on disk
-    let on_disk: u64 = env
-        .packs()
-        .iter()
-        .map(|p| std::fs::metadata(p).unwrap().len())
-        .sum();
+    let on_disk: u64 = env.packs().iter().map(|p| p.1).sum();
     assert_eq!(stored, on_disk);
     // re-ingest of r4 writes no pack bytes and says so
     let packs_before = env.packs();

@@ -9,9 +9,24 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "modelcas", version, about, long_about = None)]
 pub struct Cli {
-    /// The store: a directory (default: the user's data directory, ~/.local/share/modelcas/store).
-    #[arg(long, global = true, env = "MODELCAS_STORE", value_name = "PATH")]
+    /// The store: a directory (default: the user's data directory, ~/.local/share/modelcas/store)
+    /// or an S3 bucket, s3://BUCKET/PREFIX.
+    #[arg(
+        long,
+        global = true,
+        env = "MODELCAS_STORE",
+        value_name = "PATH|s3://BUCKET/PREFIX"
+    )]
     pub store: Option<String>,
+    /// S3 endpoint for S3-compatible servers (MinIO, Ceph RGW, Garage), e.g. http://127.0.0.1:3900.
+    #[arg(long, global = true, env = "MODELCAS_ENDPOINT_URL", value_name = "URL")]
+    pub endpoint_url: Option<String>,
+    /// S3 region (default: AWS_REGION or the profile's, else us-east-1).
+    #[arg(long, global = true, env = "MODELCAS_REGION")]
+    pub region: Option<String>,
+    /// Path-style S3 addressing (default: on with --endpoint-url, off for AWS).
+    #[arg(long, global = true, env = "MODELCAS_PATH_STYLE", value_name = "BOOL")]
+    pub path_style: Option<bool>,
     /// Directory of the local RocksDB index (default: ~/.cache/modelcas/index/<store id>).
     #[arg(long, global = true, env = "MODELCAS_INDEX", value_name = "DIR")]
     pub index_dir: Option<PathBuf>,

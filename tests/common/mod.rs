@@ -134,37 +134,105 @@ pub fn series() -> &'static Series {
     })
 }
 
-/// A scratch store and index for one test.
+/// Which backend the tests run against: the local directory store, or S3 (Garage) when
+/// `MODELCAS_TEST_BACKEND=s3` and the settings written by `tests/garage.sh` are in the
+/// environment. `.ci/run` runs the whole suite once with each.
+pub fn s3_settings() -> Option<S3Settings> {
+    if std::env::var("MODELCAS_TEST_BACKEND").ok().as_deref() != Some("s3") {
+        return None;
+    }
+    let var = |k: &str| {
+        std::env::var(k)
+            .unwrap_or_else(|_| panic!("MODELCAS_TEST_BACKEND=s3 needs {k} (tests/garage.sh)"))
+    };
+    Some(S3Settings {
+        endpoint: var("MODELCAS_TEST_S3_ENDPOINT"),
+        bucket: var("MODELCAS_TEST_S3_BUCKET"),
+        region: var("MODELCAS_TEST_S3_REGION"),
+        key_id: var("MODELCAS_TEST_S3_KEY_ID"),
+        secret: var("MODELCAS_TEST_S3_SECRET"),
+        ro_key_id: var("MODELCAS_TEST_S3_RO_KEY_ID"),
+        ro_secret: var("MODELCAS_TEST_S3_RO_SECRET"),
+    })
+}
+
+/// How to reach the test bucket.
+#[derive(Clone, Debug)]
+pub struct S3Settings {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+    pub key_id: String,
+    pub secret: String,
+    pub ro_key_id: String,
+    pub ro_secret: String,
+}
+
+/// A scratch store and index for one test, on the backend the suite runs against.
 pub struct Env {
     pub tmp: tempfile::TempDir,
+    /// `Some` when the store is an S3 prefix.
+    pub s3: Option<S3Settings>,
+    /// The store location (`--store`).
+    pub location: String,
+    /// Use the read-only S3 key.
+    pub read_only: bool,
 }
 
 impl Env {
     /// A new empty environment; the store is created with small chunks (16 KiB average)
     /// and 1 MiB packs so that the 16 MiB series spans many chunks and packs.
     pub fn new() -> Env {
-        let env = Env {
-            tmp: tempfile::Builder::new()
-                .prefix("modelcas-test-")
-                .tempdir()
-                .unwrap(),
-        };
+        let env = Env::empty();
         env.ok(&["init", "--chunk-avg", "16384", "--pack-size", "1048576"]);
         env
     }
 
     /// An environment whose store does not exist yet.
     pub fn empty() -> Env {
+        let tmp = tempfile::Builder::new()
+            .prefix("modelcas-test-")
+            .tempdir()
+            .unwrap();
+        let s3 = s3_settings();
+        let location = match &s3 {
+            Some(s) => {
+                let name = tmp
+                    .path()
+                    .file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                format!("s3://{}/tests/{name}", s.bucket)
+            }
+            None => tmp.path().join("store").to_str().unwrap().to_string(),
+        };
         Env {
-            tmp: tempfile::Builder::new()
-                .prefix("modelcas-test-")
-                .tempdir()
-                .unwrap(),
+            tmp,
+            s3,
+            location,
+            read_only: false,
         }
     }
 
-    pub fn store(&self) -> PathBuf {
-        self.tmp.path().join("store")
+    /// The same store, reached with read-only credentials (S3 only).
+    pub fn read_only(&self) -> Env {
+        let tmp = tempfile::Builder::new()
+            .prefix("modelcas-test-ro-")
+            .tempdir()
+            .unwrap();
+        Env {
+            tmp,
+            s3: self.s3.clone(),
+            location: self.location.clone(),
+            read_only: true,
+        }
+    }
+
+    /// Whether the suite runs on S3.
+    pub fn is_s3(&self) -> bool {
+        self.s3.is_some()
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -173,10 +241,63 @@ impl Env {
 
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(bin());
-        c.env("MODELCAS_STORE", self.store())
+        c.env("MODELCAS_STORE", &self.location)
             .env("MODELCAS_INDEX", self.tmp.path().join("index"))
             .arg("-q");
+        if let Some(s) = &self.s3 {
+            let (id, secret) = if self.read_only {
+                (&s.ro_key_id, &s.ro_secret)
+            } else {
+                (&s.key_id, &s.secret)
+            };
+            c.env("MODELCAS_ENDPOINT_URL", &s.endpoint)
+                .env("MODELCAS_REGION", &s.region)
+                .env("AWS_ACCESS_KEY_ID", id)
+                .env("AWS_SECRET_ACCESS_KEY", secret)
+                .env_remove("AWS_PROFILE")
+                .env_remove("AWS_SESSION_TOKEN");
+        }
         c
+    }
+
+    /// The store's object store, opened directly (to inspect or damage objects).
+    pub fn backend(&self) -> std::sync::Arc<dyn store::ObjectStore> {
+        match &self.s3 {
+            Some(s) => {
+                std::env::set_var("AWS_ACCESS_KEY_ID", &s.key_id);
+                std::env::set_var("AWS_SECRET_ACCESS_KEY", &s.secret);
+                let opts = store::backend::S3Options {
+                    endpoint: Some(s.endpoint.clone()),
+                    region: Some(s.region.clone()),
+                    path_style: Some(true),
+                };
+                std::sync::Arc::new(store::backend::S3Store::new(&self.location, &opts).unwrap())
+            }
+            None => std::sync::Arc::new(store::LocalStore::new(&self.location)),
+        }
+    }
+
+    /// Keys and sizes of every pack.
+    pub fn packs(&self) -> Vec<(String, u64)> {
+        self.backend()
+            .list("packs/")
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.key, o.size))
+            .collect()
+    }
+
+    /// Replaces an object's bytes with `f(bytes)`.
+    pub fn rewrite(&self, key: &str, f: impl FnOnce(&mut Vec<u8>)) {
+        let b = self.backend();
+        let mut bytes = b.get(key).unwrap();
+        f(&mut bytes);
+        b.put(key, &bytes).unwrap();
+    }
+
+    /// Whether anything exists at the store location.
+    pub fn store_exists(&self) -> bool {
+        !self.backend().list("").unwrap().is_empty()
     }
 
     pub fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Output {
@@ -232,18 +353,6 @@ impl Env {
         let mut all = args.to_vec();
         all.push("--json");
         serde_json::from_str(&self.ingest(dir, &all)).expect("json output")
-    }
-
-    /// Every pack file of the store.
-    pub fn packs(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for d in std::fs::read_dir(self.store().join("packs")).unwrap() {
-            for f in std::fs::read_dir(d.unwrap().path()).unwrap() {
-                out.push(f.unwrap().path());
-            }
-        }
-        out.sort();
-        out
     }
 }
 

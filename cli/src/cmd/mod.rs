@@ -22,6 +22,7 @@ const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Global options shared by every subcommand.
 pub struct Ctx {
     pub store_arg: Option<String>,
+    pub s3: store::backend::S3Options,
     pub index_dir: Option<PathBuf>,
     pub quiet: bool,
 }
@@ -33,8 +34,8 @@ impl Ctx {
             Some(s) if !s.is_empty() => s.clone(),
             _ => default_store_dir()?.display().to_string(),
         };
-        if let Some(rest) = loc.strip_prefix("s3://") {
-            bail!("--store s3://{rest}: the S3 backend is not available in this build yet");
+        if loc.starts_with("s3://") {
+            return Ok(Arc::new(store::backend::S3Store::new(&loc, &self.s3)?));
         }
         if loc.contains("://") {
             bail!("--store {loc}: unknown scheme (use a directory path)");
@@ -131,6 +132,11 @@ fn init(ctx: &Ctx, chunk_avg: u32, pack_size: u32) -> Result<ExitCode> {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let ctx = Ctx {
         store_arg: cli.store,
+        s3: store::backend::S3Options {
+            endpoint: cli.endpoint_url,
+            region: cli.region,
+            path_style: cli.path_style,
+        },
         index_dir: cli.index_dir,
         quiet: cli.quiet,
     };

@@ -10,9 +10,11 @@
 
 mod local;
 mod memory;
+mod s3;
 
 pub use local::LocalStore;
 pub use memory::MemoryStore;
+pub use s3::{S3Options, S3Store};
 
 use crate::Result;
 

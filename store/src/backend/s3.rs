@@ -1,0 +1,426 @@
+//! The S3 object store (aws-sdk-s3 on a small tokio runtime), for AWS S3 and S3-compatible
+//! servers (MinIO, Ceph RGW, Garage).
+//!
+//! * Location: `s3://bucket/prefix`; every key of `docs/FORMAT.md` lives under `prefix/`.
+//! * Endpoint, region and path-style addressing come from [`S3Options`]; credentials from
+//!   the standard AWS chain (environment, profile, web identity, container and instance
+//!   metadata). TLS uses rustls with the system roots plus, when `AWS_CA_BUNDLE` names a
+//!   PEM file, the certificates in it. There is no way to turn certificate checks off.
+//! * Puts are atomic: a single PUT, or for objects over [`MULTIPART_THRESHOLD`] a multipart
+//!   upload that is invisible until completed (and aborted on failure). Nothing depends on
+//!   conditional PUT headers (Garage ignores them).
+//! * The SDK's standard retry mode retries throttling, 5xx and timeouts with exponential
+//!   backoff and jitter, [`MAX_ATTEMPTS`] attempts in all.
+
+use std::time::Duration;
+
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::Region;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::Client;
+
+use super::{check_key, ObjectMeta, ObjectStore};
+use crate::{Result, StoreError};
+
+/// Objects larger than this are uploaded in parts.
+pub const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
+/// Part size of multipart uploads (S3 needs at least 5 MiB).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// Attempts per request, retries included.
+pub const MAX_ATTEMPTS: u32 = 6;
+
+/// How to reach the bucket.
+#[derive(Clone, Debug, Default)]
+pub struct S3Options {
+    /// `--endpoint-url` (e.g. `http://127.0.0.1:3900`); AWS when absent.
+    pub endpoint: Option<String>,
+    /// Region; default from the environment or profile, else `us-east-1`.
+    pub region: Option<String>,
+    /// Path-style addressing (`endpoint/bucket/key`); default: on when an endpoint is given.
+    pub path_style: Option<bool>,
+}
+
+/// A bucket (and prefix) as an object store.
+pub struct S3Store {
+    client: Client,
+    rt: tokio::runtime::Runtime,
+    bucket: String,
+    prefix: String,
+    location: String,
+}
+
+fn backend_err(op: &'static str, key: &str, reason: impl Into<String>) -> StoreError {
+    StoreError::Backend {
+        op,
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// A readable reason for an SDK error, naming access-denied errors as such.
+fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    e: &SdkError<E, R>,
+) -> String {
+    match e {
+        SdkError::ServiceError(se) => {
+            let err = se.err();
+            match err.code() {
+                Some("AccessDenied") | Some("Forbidden") => format!(
+                    "access denied ({}): these credentials may not allow this (read-only credentials cannot write)",
+                    err.message().unwrap_or("no message")
+                ),
+                Some(code) => format!("{code}: {}", err.message().unwrap_or("no message")),
+                None => format!("{err}"),
+            }
+        }
+        SdkError::DispatchFailure(d) => format!("cannot reach the S3 endpoint: {d:?}"),
+        SdkError::TimeoutError(_) => "timed out".to_string(),
+        other => format!("{other}"),
+    }
+}
+
+fn is_not_found<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+    match e {
+        SdkError::ServiceError(se) => {
+            matches!(
+                se.err().code(),
+                Some("NoSuchKey") | Some("NotFound") | Some("404")
+            )
+        }
+        _ => false,
+    }
+}
+
+impl S3Store {
+    /// Connects to `url` (`s3://bucket/prefix`). Loading credentials happens here; requests
+    /// happen on use.
+    pub fn new(url: &str, opts: &S3Options) -> Result<S3Store> {
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| StoreError::Invalid(format!("not an s3:// URL: {url:?}")))?;
+        let (bucket, prefix) = match rest.split_once('/') {
+            Some((b, p)) => (b.to_string(), p.trim_matches('/').to_string()),
+            None => (rest.to_string(), String::new()),
+        };
+        if bucket.is_empty() {
+            return Err(StoreError::Invalid(format!("{url:?} names no bucket")));
+        }
+        if !prefix.is_empty() {
+            check_key(&prefix)
+                .map_err(|_| StoreError::Invalid(format!("invalid prefix in {url:?}")))?;
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("modelcas-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("cannot start the S3 runtime: {e}")))?;
+        let http = http_client(opts.endpoint.as_deref())?;
+        let mut loader =
+            aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http);
+        if let Some(ep) = &opts.endpoint {
+            loader = loader.endpoint_url(ep);
+        }
+        if let Some(r) = &opts.region {
+            loader = loader.region(Region::new(r.clone()));
+        }
+        let sdk = rt.block_on(loader.load());
+        let mut conf = aws_sdk_s3::config::Builder::from(&sdk)
+            .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .read_timeout(Duration::from_secs(60))
+                    .operation_attempt_timeout(Duration::from_secs(300))
+                    .build(),
+            )
+            .force_path_style(opts.path_style.unwrap_or(opts.endpoint.is_some()));
+        if sdk.region().is_none() {
+            conf = conf.region(Region::new("us-east-1"));
+        }
+        let client = Client::from_conf(conf.build());
+        Ok(S3Store {
+            client,
+            rt,
+            bucket,
+            prefix,
+            location: url.trim_end_matches('/').to_string(),
+        })
+    }
+
+    fn full_key(&self, key: &str) -> Result<String> {
+        check_key(key)?;
+        Ok(if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}/{key}", self.prefix)
+        })
+    }
+
+    async fn put_multipart(&self, full: &str, key: &str, data: &[u8]) -> Result<()> {
+        let create = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(full)
+            .send()
+            .await
+            .map_err(|e| backend_err("put", key, describe(&e)))?;
+        let upload_id = create.upload_id().unwrap_or_default().to_string();
+        let parts = async {
+            // Up to 4 parts in flight: bounded memory and bandwidth per upload.
+            let mut done = Vec::new();
+            for (batch_no, batch) in data.chunks(PART_SIZE * 4).enumerate() {
+                let mut set = tokio::task::JoinSet::new();
+                for (i, part) in batch.chunks(PART_SIZE).enumerate() {
+                    let number = (batch_no * 4 + i + 1) as i32;
+                    let req = self
+                        .client
+                        .upload_part()
+                        .bucket(&self.bucket)
+                        .key(full)
+                        .upload_id(&upload_id)
+                        .part_number(number)
+                        .body(ByteStream::from(part.to_vec()));
+                    set.spawn(async move {
+                        req.send()
+                            .await
+                            .map(|o| (number, o.e_tag().map(str::to_string)))
+                    });
+                }
+                while let Some(joined) = set.join_next().await {
+                    let sent = joined.map_err(|e| backend_err("put", key, e.to_string()))?;
+                    let (number, etag) = sent.map_err(|e| backend_err("put", key, describe(&e)))?;
+                    done.push(
+                        CompletedPart::builder()
+                            .part_number(number)
+                            .set_e_tag(etag)
+                            .build(),
+                    );
+                }
+            }
+            done.sort_by_key(|p| p.part_number());
+            Ok::<_, StoreError>(done)
+        }
+        .await;
+        let result = match parts {
+            Ok(parts) => self
+                .client
+                .complete_multipart_upload()
+                .bucket(&self.bucket)
+                .key(full)
+                .upload_id(&upload_id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts))
+                        .build(),
+                )
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| backend_err("put", key, describe(&e))),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(full)
+                .upload_id(&upload_id)
+                .send()
+                .await;
+        }
+        result
+    }
+}
+
+/// An HTTPS-capable client (plain http works too) trusting the system roots and the
+/// certificates of `AWS_CA_BUNDLE` when it names a file.
+fn http_client(endpoint: Option<&str>) -> Result<aws_sdk_s3::config::SharedHttpClient> {
+    use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+    let mut trust = TrustStore::default();
+    if let Some(path) = std::env::var_os("AWS_CA_BUNDLE").filter(|p| !p.is_empty()) {
+        match std::fs::read(&path) {
+            Ok(pem) => trust = trust.with_pem_certificate(pem),
+            // A plain-http endpoint needs no CA; anything else must not silently drop it.
+            Err(e) if !endpoint.is_some_and(|ep| ep.starts_with("http://")) => {
+                return Err(StoreError::Invalid(format!(
+                    "AWS_CA_BUNDLE={}: {e}",
+                    std::path::Path::new(&path).display()
+                )))
+            }
+            Err(_) => {}
+        }
+    }
+    let ctx = TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .map_err(|e| StoreError::Invalid(format!("TLS setup: {e}")))?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .tls_context(ctx)
+        .build_https())
+}
+
+impl ObjectStore for S3Store {
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        let full = self.full_key(key)?;
+        self.rt.block_on(async {
+            if data.len() > MULTIPART_THRESHOLD {
+                return self.put_multipart(&full, key, data).await;
+            }
+            self.client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(&full)
+                .body(ByteStream::from(data.to_vec()))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| backend_err("put", key, describe(&e)))
+        })
+    }
+
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let full = self.full_key(key)?;
+        self.rt.block_on(async {
+            let out = match self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&full)
+                .send()
+                .await
+            {
+                Ok(o) => o,
+                Err(e) if is_not_found(&e) => return Err(StoreError::NotFound(key.to_string())),
+                Err(e) => return Err(backend_err("get", key, describe(&e))),
+            };
+            let body = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| backend_err("get", key, e.to_string()))?;
+            Ok(body.into_bytes().to_vec())
+        })
+    }
+
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let full = self.full_key(key)?;
+        let truncated = |got: u64| StoreError::CorruptObject {
+            key: key.to_string(),
+            reason: format!("truncated: wanted {len} bytes at offset {offset}, got {got}"),
+        };
+        self.rt.block_on(async {
+            let range = format!("bytes={}-{}", offset, offset + len - 1);
+            let out = match self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&full)
+                .range(range)
+                .send()
+                .await
+            {
+                Ok(o) => o,
+                Err(e) if is_not_found(&e) => return Err(StoreError::NotFound(key.to_string())),
+                Err(SdkError::ServiceError(se)) if se.err().code() == Some("InvalidRange") => {
+                    return Err(truncated(0))
+                }
+                Err(e) => return Err(backend_err("get", key, describe(&e))),
+            };
+            let body = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| backend_err("get", key, e.to_string()))?;
+            let bytes = body.into_bytes();
+            if (bytes.len() as u64) < len {
+                return Err(truncated(bytes.len() as u64));
+            }
+            Ok(bytes[..len as usize].to_vec())
+        })
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let full_prefix = if self.prefix.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{}/{prefix}", self.prefix)
+        };
+        let strip = if self.prefix.is_empty() {
+            0
+        } else {
+            self.prefix.len() + 1
+        };
+        self.rt.block_on(async {
+            let mut out = Vec::new();
+            let mut pages = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&full_prefix)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| backend_err("list", prefix, describe(&e)))?;
+                for o in page.contents() {
+                    if let Some(k) = o.key() {
+                        if k.len() >= strip {
+                            out.push(ObjectMeta {
+                                key: k[strip..].to_string(),
+                                size: o.size().unwrap_or(0).max(0) as u64,
+                            });
+                        }
+                    }
+                }
+            }
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(out)
+        })
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let full = self.full_key(key)?;
+        self.rt.block_on(async {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(&full)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| backend_err("delete", key, describe(&e)))
+        })
+    }
+
+    fn size(&self, key: &str) -> Result<Option<u64>> {
+        let full = self.full_key(key)?;
+        self.rt.block_on(async {
+            match self
+                .client
+                .head_object()
+                .bucket(&self.bucket)
+                .key(&full)
+                .send()
+                .await
+            {
+                Ok(o) => Ok(Some(o.content_length().unwrap_or(0).max(0) as u64)),
+                Err(SdkError::ServiceError(se)) if se.raw().status().as_u16() == 404 => Ok(None),
+                Err(e) if is_not_found(&e) => Ok(None),
+                Err(e) => Err(backend_err("head", key, describe(&e))),
+            }
+        })
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+}
