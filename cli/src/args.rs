@@ -30,6 +30,12 @@ pub struct Cli {
     /// Directory of the local RocksDB index (default: ~/.cache/modelcas/index/<store id>).
     #[arg(long, global = true, env = "MODELCAS_INDEX", value_name = "DIR")]
     pub index_dir: Option<PathBuf>,
+    /// Node-local chunk cache for reads from an S3 store (default ~/.cache/modelcas/chunks/<store id>).
+    #[arg(long, global = true, env = "MODELCAS_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Size limit of the chunk cache (e.g. 20G, 512M; default 10G).
+    #[arg(long, global = true, env = "MODELCAS_CACHE_SIZE", value_name = "SIZE")]
+    pub cache_size: Option<String>,
     /// No progress bars.
     #[arg(long, short, global = true)]
     pub quiet: bool,

@@ -107,7 +107,7 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
         return Err(MountError::NoFuseDevice);
     }
     let cache = Arc::new(ChunkCache::new(
-        store.backend().clone(),
+        store.clone(),
         opts.cache_bytes,
         opts.fetch_threads,
     )?);

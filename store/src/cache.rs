@@ -17,8 +17,8 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use chunker::ChunkId;
 
-use crate::backend::ObjectStore;
 use crate::pack;
+use crate::repo::Store;
 use crate::{Result, StoreError};
 
 /// Where to fetch one chunk from.
@@ -112,7 +112,7 @@ struct Inner {
 
 /// Decoded chunks shared by every reader of a store.
 pub struct ChunkCache {
-    backend: Arc<dyn ObjectStore>,
+    store: Store,
     inner: Mutex<Inner>,
     budget: usize,
     pool: rayon::ThreadPool,
@@ -121,14 +121,14 @@ pub struct ChunkCache {
 impl ChunkCache {
     /// A cache holding at most about `budget` bytes of decoded chunks, fetching with
     /// `workers` threads.
-    pub fn new(backend: Arc<dyn ObjectStore>, budget: usize, workers: usize) -> Result<ChunkCache> {
+    pub fn new(store: Store, budget: usize, workers: usize) -> Result<ChunkCache> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers.max(1))
             .thread_name(|i| format!("modelcas-fetch-{i}"))
             .build()
             .map_err(|e| StoreError::Invalid(format!("cannot start fetch threads: {e}")))?;
         Ok(ChunkCache {
-            backend,
+            store,
             inner: Mutex::new(Inner::default()),
             budget,
             pool,
@@ -227,21 +227,46 @@ impl ChunkCache {
         accepted
     }
 
-    /// Fetches a group of nearby frames with one read and decodes them in parallel.
+    /// Fetches a group of nearby frames with one read and decodes them in parallel; frames
+    /// the node-local cache holds (and that pass their check) are not fetched.
     fn fetch_group(self: &Arc<Self>, group: Vec<(ChunkSource, Arc<Slot>)>) {
         use rayon::prelude::*;
-        let (start, end) = span(&group);
-        let key = group[0].0.key.clone();
-        match self.backend.get_range(&key, start, end - start) {
-            Ok(bytes) => group.par_iter().for_each(|(src, slot)| {
+        let mut missing = Vec::with_capacity(group.len());
+        if let Some(disk) = self.store.disk_cache() {
+            for (src, slot) in group {
+                match disk
+                    .get(&src.id)
+                    .map(|f| pack::decode_checked(&f, &src.id, &src.key, src.offset))
+                {
+                    Some(Ok(data)) => self.finish(&src, &slot, Ok(data)),
+                    Some(Err(_)) => {
+                        disk.remove(&src.id);
+                        missing.push((src, slot));
+                    }
+                    None => missing.push((src, slot)),
+                }
+            }
+        } else {
+            missing = group;
+        }
+        if missing.is_empty() {
+            return;
+        }
+        let (start, end) = span(&missing);
+        let key = missing[0].0.key.clone();
+        match self.store.backend().get_range(&key, start, end - start) {
+            Ok(bytes) => missing.par_iter().for_each(|(src, slot)| {
                 let at = (src.offset - start) as usize;
                 let frame = &bytes[at..at + src.frame_len as usize];
                 let result = pack::decode_checked(frame, &src.id, &src.key, src.offset);
+                if let (Ok(_), Some(disk)) = (&result, self.store.disk_cache()) {
+                    disk.put(&src.id, frame);
+                }
                 self.finish(src, slot, result);
             }),
             Err(e) => {
                 let reason = e.to_string();
-                for (src, slot) in &group {
+                for (src, slot) in &missing {
                     self.finish(src, slot, Err(StoreError::Invalid(reason.clone())));
                 }
             }
@@ -289,13 +314,9 @@ impl ChunkCache {
         inner.loading_bytes += src.raw_len as usize;
         let (me, src, s) = (self.clone(), src.clone(), slot.clone());
         self.pool.spawn(move || {
-            let result = pack::read_chunk(
-                me.backend.as_ref(),
-                &src.key,
-                &src.id,
-                src.offset,
-                src.frame_len,
-            );
+            let result = me
+                .store
+                .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
             me.finish(&src, &s, result);
         });
         slot

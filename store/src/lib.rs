@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod cache;
 pub mod codec;
+pub mod disk_cache;
 mod error;
 pub mod frame;
 pub mod index;

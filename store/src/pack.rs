@@ -208,7 +208,7 @@ pub fn read_chunk_unchecked(
 }
 
 /// The frame's bytes; a frame cut short by the end of the pack is a corrupt chunk.
-fn read_frame(
+pub fn read_frame(
     store: &dyn ObjectStore,
     key: &str,
     id: &ChunkId,

@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 use crate::ingest::Progress;
 use crate::layout;
 use crate::manifest::{FileEntry, Manifest};
-use crate::pack;
 use crate::repo::Store;
 use crate::{Result, StoreError};
 
@@ -106,22 +105,18 @@ impl<'a> FileReader<'a> {
     fn read_chunk_with(&self, i: usize, check: bool) -> Result<Vec<u8>> {
         let c = &self.file.chunks[i];
         let key = layout::pack_key(&self.manifest.packs[c.pack as usize]);
-        let backend = self.store.backend().as_ref();
-        let r = if check {
-            pack::read_chunk(backend, &key, &c.chunk_id(), c.offset as u64, c.frame_len)
-        } else {
-            pack::read_chunk_unchecked(backend, &key, &c.chunk_id(), c.offset as u64, c.frame_len)
-        };
-        r.map_err(|e| {
-            StoreError::in_file(
-                &format!(
-                    "{}: chunk {i} of {}",
-                    self.file.path,
-                    self.file.chunks.len()
-                ),
-                e,
-            )
-        })
+        self.store
+            .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, check)
+            .map_err(|e| {
+                StoreError::in_file(
+                    &format!(
+                        "{}: chunk {i} of {}",
+                        self.file.path,
+                        self.file.chunks.len()
+                    ),
+                    e,
+                )
+            })
     }
 
     /// After a sha256 mismatch: the first chunk whose bytes do not match its id, as an

@@ -8,11 +8,14 @@ use chunker::ChunkParams;
 
 use crate::backend::ObjectStore;
 use crate::codec::{self, Kind};
+use crate::disk_cache::DiskCache;
 use crate::layout;
 use crate::manifest::{now_secs, Manifest, RefObject, StoreConfig};
 use crate::names::{check_ref_name, CommitId, RepoId};
+use crate::pack;
 use crate::pack::DEFAULT_PACK_TARGET;
 use crate::{Result, StoreError};
+use chunker::ChunkId;
 
 /// Shortest commit prefix accepted as a revision.
 pub const MIN_PREFIX: usize = 7;
@@ -22,6 +25,7 @@ pub const MIN_PREFIX: usize = 7;
 pub struct Store {
     backend: Arc<dyn ObjectStore>,
     config: StoreConfig,
+    disk_cache: Option<Arc<DiskCache>>,
 }
 
 /// Options for creating a new store.
@@ -62,7 +66,11 @@ impl Store {
                 key: layout::CONFIG_KEY.into(),
                 reason: e.to_string(),
             })?;
-        Ok(Store { backend, config })
+        Ok(Store {
+            backend,
+            config,
+            disk_cache: None,
+        })
     }
 
     /// Opens the store, creating it with `opts` if it has no config yet.
@@ -97,6 +105,48 @@ impl Store {
         // Another process may have created it at the same moment: whoever's config is
         // there now wins, and both use it.
         Store::open(backend)
+    }
+
+    /// Reads through a node-local chunk cache from now on.
+    pub fn with_disk_cache(mut self, cache: DiskCache) -> Store {
+        self.disk_cache = Some(Arc::new(cache));
+        self
+    }
+
+    /// The node-local chunk cache, if any.
+    pub fn disk_cache(&self) -> Option<&Arc<DiskCache>> {
+        self.disk_cache.as_ref()
+    }
+
+    /// One chunk's bytes: from the node-local cache when it holds a frame that passes its
+    /// check, else from the pack (and then into the cache). With `check` false a frame read
+    /// from the pack is only decoded, not hashed (the caller checks a whole-file sha256);
+    /// cached frames are always checked.
+    pub fn read_chunk(
+        &self,
+        key: &str,
+        id: &ChunkId,
+        offset: u64,
+        frame_len: u32,
+        check: bool,
+    ) -> Result<Vec<u8>> {
+        let Some(cache) = &self.disk_cache else {
+            return if check {
+                pack::read_chunk(self.backend.as_ref(), key, id, offset, frame_len)
+            } else {
+                pack::read_chunk_unchecked(self.backend.as_ref(), key, id, offset, frame_len)
+            };
+        };
+        if let Some(frame) = cache.get(id) {
+            match pack::decode_checked(&frame, id, key, offset) {
+                Ok(data) => return Ok(data),
+                Err(_) => cache.remove(id),
+            }
+        }
+        let frame = pack::read_frame(self.backend.as_ref(), key, id, offset, frame_len)?;
+        let data = pack::decode_checked(&frame, id, key, offset)?;
+        cache.put(id, &frame);
+        Ok(data)
     }
 
     /// The object store.

@@ -250,7 +250,8 @@ impl Env {
             } else {
                 (&s.key_id, &s.secret)
             };
-            c.env("MODELCAS_ENDPOINT_URL", &s.endpoint)
+            c.env("MODELCAS_CACHE_DIR", self.tmp.path().join("chunk-cache"))
+                .env("MODELCAS_ENDPOINT_URL", &s.endpoint)
                 .env("MODELCAS_REGION", &s.region)
                 .env("AWS_ACCESS_KEY_ID", id)
                 .env("AWS_SECRET_ACCESS_KEY", secret)

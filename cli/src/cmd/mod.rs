@@ -22,6 +22,8 @@ const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Global options shared by every subcommand.
 pub struct Ctx {
     pub store_arg: Option<String>,
+    pub cache_dir: Option<PathBuf>,
+    pub cache_size: Option<String>,
     pub s3: store::backend::S3Options,
     pub index_dir: Option<PathBuf>,
     pub quiet: bool,
@@ -43,9 +45,27 @@ impl Ctx {
         Ok(Arc::new(LocalStore::new(PathBuf::from(loc))))
     }
 
-    /// Opens an existing store (reading commands).
+    /// Opens an existing store (reading commands), with the node-local chunk cache when the
+    /// store is remote (or `--cache-dir` asks for one).
     pub fn open(&self) -> Result<Store> {
-        Ok(Store::open(self.backend()?)?)
+        let backend = self.backend()?;
+        let remote = backend.location().starts_with("s3://");
+        let store = Store::open(backend)?;
+        if !remote && self.cache_dir.is_none() {
+            return Ok(store);
+        }
+        let size = match &self.cache_size {
+            Some(s) => parse_size(s).with_context(|| format!("--cache-size {s:?}"))?,
+            None => 10 << 30,
+        };
+        let dir = match &self.cache_dir {
+            Some(d) => d.clone(),
+            None => dirs::cache_dir()
+                .context("no cache directory for the chunk cache; pass --cache-dir")?
+                .join("modelcas/chunks")
+                .join(hex_id(&store.config().store_id)),
+        };
+        Ok(store.with_disk_cache(store::disk_cache::DiskCache::open(&dir, size)?))
     }
 
     /// Opens the store's index (creating it if needed).
@@ -76,6 +96,24 @@ impl Ctx {
             }
         }
     }
+}
+
+/// `20G`, `512M`, `64K` or a number of bytes.
+fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        Some('T' | 't') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("not a size (use e.g. 20G, 512M or bytes)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| anyhow::anyhow!("size too large"))
 }
 
 fn hex_id(id: &[u8]) -> String {
@@ -132,6 +170,8 @@ fn init(ctx: &Ctx, chunk_avg: u32, pack_size: u32) -> Result<ExitCode> {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let ctx = Ctx {
         store_arg: cli.store,
+        cache_dir: cli.cache_dir,
+        cache_size: cli.cache_size,
         s3: store::backend::S3Options {
             endpoint: cli.endpoint_url,
             region: cli.region,
