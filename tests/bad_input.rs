@@ -379,6 +379,9 @@ fn corrupted_and_truncated_packs_are_refused() {
         env.json(&["verify", "demo-org/demo-llm@r1", "--json"])["ok"],
         true
     );
+    // (a node-local chunk cache, on S3, holds verified copies of what was read so far: a
+    // fresh node has none)
+    let _ = std::fs::remove_dir_all(env.path("chunk-cache"));
     let victim2 = &packs[0].0;
     env.rewrite(victim2, |b| b.truncate(b.len() / 3));
     let v = env.json_fail(&["verify", "demo-org/demo-llm@r1", "--json"]);

@@ -8,12 +8,29 @@
 set -euo pipefail
 cmd="${1:?start|stop}"; dir="${2:?DIR}"
 export PATH="$HOME/.cargo/bin:$PATH"
+wait_up() { for _ in $(seq 150); do garage -c "$dir/garage.toml" status >/dev/null 2>&1 && return 0; sleep 0.2; done; return 1; }
 case "$cmd" in
 stop)
-  if [ -f "$dir/pid" ]; then kill "$(cat "$dir/pid")" 2>/dev/null || true; rm -f "$dir/pid"; fi
+  if [ -f "$dir/pid" ]; then
+    pid=$(cat "$dir/pid"); kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    rm -f "$dir/pid"
+  fi
+  exit 0 ;;
+restart)
+  garage -c "$dir/garage.toml" server >> "$dir/garage.log" 2>&1 &
+  echo $! > "$dir/pid"
+  wait_up || { echo "garage.sh: server did not come back" >&2; exit 1; }
+  # the S3 API answers a moment after the RPC layer
+  . "$dir/env"
+  port=${MODELCAS_TEST_S3_ENDPOINT##*:}
+  for _ in $(seq 50); do
+    python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$port" 2>/dev/null && break
+    sleep 0.1
+  done
   exit 0 ;;
 start) ;;
-*) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+*) echo "usage: $0 start|stop|restart DIR" >&2; exit 2 ;;
 esac
 if ! command -v garage >/dev/null; then
   echo "garage.sh: installing Garage (cargo install garage --locked)" >&2
@@ -42,8 +59,8 @@ TOML
 g() { garage -c "$dir/garage.toml" "$@"; }
 garage -c "$dir/garage.toml" server > "$dir/garage.log" 2>&1 &
 echo $! > "$dir/pid"
-for _ in $(seq 100); do g status >/dev/null 2>&1 && break; sleep 0.2; done
-node=$(g status 2>/dev/null | awk '/^[0-9a-f]{16}/ {print $1; exit}')
+wait_up || true
+node=$(g node id 2>/dev/null | head -1 | cut -c1-16)
 [ -n "$node" ] || { echo "garage.sh: server did not start:" >&2; cat "$dir/garage.log" >&2; exit 1; }
 g layout assign -z dc1 -c 1G "$node" >/dev/null
 g layout apply --version 1 >/dev/null

@@ -216,6 +216,20 @@ impl Env {
         }
     }
 
+    /// Another machine on the same store: its own index, cache and scratch directory.
+    pub fn sharing(&self) -> Env {
+        let tmp = tempfile::Builder::new()
+            .prefix("modelcas-test-peer-")
+            .tempdir()
+            .unwrap();
+        Env {
+            tmp,
+            s3: self.s3.clone(),
+            location: self.location.clone(),
+            read_only: false,
+        }
+    }
+
     /// The same store, reached with read-only credentials (S3 only).
     pub fn read_only(&self) -> Env {
         let tmp = tempfile::Builder::new()

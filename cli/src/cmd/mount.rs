@@ -27,13 +27,14 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
     if o.fetch_threads == 0 || threads == 0 {
         bail!("--threads and --fetch-threads must be at least 1");
     }
+    // Block the signals before any thread starts (the S3 client starts some when the store
+    // is opened), so that every thread inherits the mask and this one receives them below.
+    let signals = block_signals();
     let store = ctx.open()?;
     let single = match o.repo.as_deref() {
         Some(spec) => Some(resolve(&store, spec)?),
         None => None,
     };
-    // Block the signals in every thread; this thread waits for them below.
-    let signals = block_signals();
     let opts = MountOptions {
         single: single.clone(),
         allow_other: o.allow_other,

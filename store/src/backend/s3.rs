@@ -76,7 +76,18 @@ fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::
                 None => format!("{err}"),
             }
         }
-        SdkError::DispatchFailure(d) => format!("cannot reach the S3 endpoint: {d:?}"),
+        SdkError::DispatchFailure(d) => {
+            let mut msg = String::from("cannot reach the S3 endpoint");
+            let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
+            while let Some(s) = src {
+                msg = format!("{msg}: {s}");
+                src = s.source();
+            }
+            if d.is_timeout() {
+                msg.push_str(" (timed out)");
+            }
+            msg
+        }
         SdkError::TimeoutError(_) => "timed out".to_string(),
         other => format!("{other}"),
     }

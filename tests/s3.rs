@@ -1,0 +1,205 @@
+//! What only an S3 store has: read-only credentials, several writing machines, the
+//! node-local chunk cache, and the server going away in the middle of an ingest. These run
+//! when the suite runs against Garage (`MODELCAS_TEST_BACKEND=s3`, see `.ci/run`); the rest
+//! of the suite runs against both backends.
+
+mod common;
+
+use std::process::Command;
+
+use common::{ingest_series, series, tree_hashes, Env};
+
+const REPO: &str = "demo-org/demo-llm";
+
+/// One test at a time: one of them stops the server.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn s3_env() -> Option<Env> {
+    let env = Env::new();
+    if env.is_s3() {
+        Some(env)
+    } else {
+        eprintln!("not running against S3 (MODELCAS_TEST_BACKEND=s3); nothing to check here");
+        None
+    }
+}
+
+#[test]
+fn read_only_credentials_serve_but_cannot_write() {
+    let _serial = serial();
+    let Some(env) = s3_env() else { return };
+    let s = series();
+    ingest_series(&env);
+    let ro = env.read_only();
+    assert!(ro.ok(&["ls"]).contains(REPO));
+    let out = ro.path("co");
+    ro.ok(&[
+        "checkout".as_ref(),
+        format!("{REPO}@r2").as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(tree_hashes(&out), s.files("r2"));
+    assert_eq!(
+        ro.json(&["verify", &format!("{REPO}@r3"), "--json"])["ok"],
+        true
+    );
+    let cat = ro.run(&["cat", &format!("{REPO}@r1"), "config.json"]);
+    assert!(cat.status.success());
+    // a write fails, clearly, and changes nothing
+    let err = ro.fails(&[
+        "ingest".as_ref(),
+        s.plain("r1").as_os_str(),
+        "--repo".as_ref(),
+        "other/x".as_ref(),
+    ]);
+    assert!(err.contains("access denied"), "{err}");
+    assert_eq!(
+        env.json(&["ls", "--json"])["repos"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_second_machine_dedups_against_the_first() {
+    let _serial = serial();
+    let Some(a) = s3_env() else { return };
+    let s = series();
+    let first = a.ingest_json(&s.plain("r1"), &["--repo", REPO]);
+    assert!(first["pack_bytes_written"].as_u64().unwrap() > 0);
+    // another machine: its own (empty) index, same bucket
+    let b = a.sharing();
+    let second = b.ingest_json(&s.plain("r1"), &["--repo", "mirror/copy"]);
+    assert_eq!(second["pack_bytes_written"], 0, "{second}");
+    let out = b.path("co");
+    let commit = second["snapshots"][0]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    b.ok(&[
+        "checkout".as_ref(),
+        format!("mirror/copy@{commit}").as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(tree_hashes(&out), s.files("r1"));
+    // and the index can be rebuilt from the bucket alone
+    assert!(b.ok(&["index", "rebuild"]).contains("rebuilt index"));
+}
+
+#[test]
+fn chunk_cache_survives_restarts_and_heals_damaged_entries() {
+    let _serial = serial();
+    let Some(env) = s3_env() else { return };
+    let s = series();
+    ingest_series(&env);
+    let co = |name: &str| {
+        let out = env.path(name);
+        env.ok(&[
+            "checkout".as_ref(),
+            format!("{REPO}@r2").as_ref(),
+            out.as_os_str(),
+        ]);
+        tree_hashes(&out)
+    };
+    assert_eq!(co("a"), s.files("r2"));
+    let cache = env.path("chunk-cache");
+    let mut entries: Vec<_> = walk(&cache);
+    entries.sort();
+    assert!(
+        entries.len() > 10,
+        "the checkout filled the node cache ({} entries)",
+        entries.len()
+    );
+    // damage one entry: it is detected, refetched and rewritten
+    let victim = &entries[entries.len() / 2];
+    let good = std::fs::read(victim).unwrap();
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n / 2] ^= 0xff;
+    std::fs::write(victim, &bad).unwrap();
+    assert_eq!(co("b"), s.files("r2"));
+    assert_eq!(
+        std::fs::read(victim).unwrap(),
+        good,
+        "the damaged entry was fetched again"
+    );
+    // a later process reads from the cache: with the pack objects gone it still works
+    let packs = env.packs();
+    let backend = env.backend();
+    let saved: Vec<(String, Vec<u8>)> = packs
+        .iter()
+        .map(|(k, _)| (k.clone(), backend.get(k).unwrap()))
+        .collect();
+    for (k, _) in &saved {
+        backend.delete(k).unwrap();
+    }
+    let from_cache = co("c");
+    for (k, v) in &saved {
+        backend.put(k, v).unwrap();
+    }
+    assert_eq!(from_cache, s.files("r2"));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(dir).unwrap().flatten() {
+        if d.path().is_dir() {
+            out.extend(walk(&d.path()));
+        } else {
+            out.push(d.path());
+        }
+    }
+    out
+}
+
+#[test]
+fn server_gone_mid_ingest_then_back() {
+    let _serial = serial();
+    let Some(env) = s3_env() else { return };
+    let Ok(gdir) = std::env::var("MODELCAS_TEST_GARAGE_DIR") else {
+        return;
+    };
+    let s = series();
+    let garage = common::repo_root().join("tests/garage.sh");
+    // Stop the server while an ingest of the whole cache runs.
+    let child = env
+        .cmd()
+        .arg("ingest")
+        .arg(s.cache_repo())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert!(Command::new("bash")
+        .arg(&garage)
+        .args(["stop", &gdir])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output();
+    let restarted = Command::new("bash")
+        .arg(&garage)
+        .args(["restart", &gdir])
+        .status()
+        .unwrap();
+    assert!(restarted.success());
+    let out = out.unwrap();
+    if out.status.success() {
+        eprintln!("the ingest finished before the server stopped; nothing interrupted");
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("modelcas: error:"), "{err}");
+        // nothing visible
+        let repos = env.json(&["ls", "--json"]);
+        assert!(repos["repos"].as_array().unwrap().is_empty(), "{repos}");
+    }
+    env.ingest(&s.cache_repo(), &[]);
+    let v = env.json(&["verify", &format!("{REPO}@main"), "--json"]);
+    assert_eq!(v["ok"], true);
+}
