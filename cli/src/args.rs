@@ -124,9 +124,9 @@ pub enum Command {
         /// Memory for decoded chunks, in MiB (read-ahead uses up to half of it).
         #[arg(long, default_value_t = 64)]
         cache_mib: usize,
-        /// Threads fetching, decompressing and verifying chunks.
-        #[arg(long, default_value_t = 4)]
-        fetch_threads: usize,
+        /// Threads fetching, decompressing and verifying chunks (default 4, 16 for S3).
+        #[arg(long)]
+        fetch_threads: Option<usize>,
         /// FUSE worker threads.
         #[arg(long, default_value_t = 8)]
         threads: usize,

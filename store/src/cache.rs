@@ -231,24 +231,30 @@ impl ChunkCache {
     /// the node-local cache holds (and that pass their check) are not fetched.
     fn fetch_group(self: &Arc<Self>, group: Vec<(ChunkSource, Arc<Slot>)>) {
         use rayon::prelude::*;
-        let mut missing = Vec::with_capacity(group.len());
-        if let Some(disk) = self.store.disk_cache() {
-            for (src, slot) in group {
-                match disk
-                    .get(&src.id)
-                    .map(|f| pack::decode_checked(&f, &src.id, &src.key, src.offset))
-                {
-                    Some(Ok(data)) => self.finish(&src, &slot, Ok(data)),
-                    Some(Err(_)) => {
-                        disk.remove(&src.id);
-                        missing.push((src, slot));
+        // Frames the node-local cache holds are checked (in parallel) and used; a frame that
+        // fails its check is dropped from that cache and fetched like the others.
+        let missing: Vec<(ChunkSource, Arc<Slot>)> = match self.store.disk_cache() {
+            Some(disk) => group
+                .into_par_iter()
+                .filter_map(|(src, slot)| {
+                    match disk
+                        .get(&src.id)
+                        .map(|f| pack::decode_checked(&f, &src.id, &src.key, src.offset))
+                    {
+                        Some(Ok(data)) => {
+                            self.finish(&src, &slot, Ok(data));
+                            None
+                        }
+                        Some(Err(_)) => {
+                            disk.remove(&src.id);
+                            Some((src, slot))
+                        }
+                        None => Some((src, slot)),
                     }
-                    None => missing.push((src, slot)),
-                }
-            }
-        } else {
-            missing = group;
-        }
+                })
+                .collect(),
+            None => group,
+        };
         if missing.is_empty() {
             return;
         }

@@ -16,6 +16,9 @@ use store::{Index, LocalStore, ObjectStore, RepoId, Store};
 
 use crate::args::{Cli, Command};
 
+/// Threads reading chunks in parallel from a remote store (checkout, verify, mount fetches).
+pub const REMOTE_READ_THREADS: usize = 16;
+
 /// How long a command waits for another process to release the local index.
 const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -51,6 +54,13 @@ impl Ctx {
         let backend = self.backend()?;
         let remote = backend.location().starts_with("s3://");
         let store = Store::open(backend)?;
+        if remote {
+            // Reads from a remote store wait on the network more than on the CPU: checkout
+            // and verify fetch with more threads than cores (a no-op if the pool exists).
+            let _ = rayon::ThreadPoolBuilder::new()
+                .num_threads(REMOTE_READ_THREADS)
+                .build_global();
+        }
         if !remote && self.cache_dir.is_none() {
             return Ok(store);
         }

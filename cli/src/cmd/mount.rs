@@ -15,7 +15,7 @@ pub struct Options {
     pub repo: Option<String>,
     pub allow_other: bool,
     pub cache_mib: usize,
-    pub fetch_threads: usize,
+    pub fetch_threads: Option<usize>,
     pub threads: usize,
 }
 
@@ -24,13 +24,14 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
     if cache_mib < 16 {
         bail!("--cache-mib {cache_mib}: at least 16 MiB is needed");
     }
-    if o.fetch_threads == 0 || threads == 0 {
+    if o.fetch_threads == Some(0) || threads == 0 {
         bail!("--threads and --fetch-threads must be at least 1");
     }
     // Block the signals before any thread starts (the S3 client starts some when the store
     // is opened), so that every thread inherits the mask and this one receives them below.
     let signals = block_signals();
     let store = ctx.open()?;
+    let remote = store.backend().location().starts_with("s3://");
     let single = match o.repo.as_deref() {
         Some(spec) => Some(resolve(&store, spec)?),
         None => None,
@@ -40,7 +41,11 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         allow_other: o.allow_other,
         threads,
         cache_bytes: cache_mib << 20,
-        fetch_threads: o.fetch_threads,
+        fetch_threads: o.fetch_threads.unwrap_or(if remote {
+            super::REMOTE_READ_THREADS
+        } else {
+            4
+        }),
     };
     let mounted = modelfs::mount(store, mountpoint, &opts)?;
     match &single {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The S3 benchmark of issue 4: uploads and reads through a Garage server on loopback beside
+# rclone (bench/s3_bench.py says what is measured). Needs root (drop_caches), /dev/fuse,
+# Garage (installed by tests/garage.sh when missing) and rclone (installed when missing).
+#   bench/s3.sh [SIZE_MIB]    (default 512)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size="${1:-512}"
+command -v rclone >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone >/dev/null; }
+bash scripts/install-deps.sh
+target="${CARGO_TARGET_DIR:-target}"
+cargo build --release -q -p modelcas
+bin="$(realpath "$target/release/modelcas")"
+series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
+[ -f "$series/expected.json" ] || python3 bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
+work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"
+trap 'bash tests/garage.sh stop "$work/garage"; rm -rf "$work"' EXIT
+mkdir -p "$work/garage"
+bash tests/garage.sh start "$work/garage"
+rclone version | head -1
+python3 bench/s3_bench.py "$bin" "$series" "$work" "$work/garage/env"
