@@ -49,6 +49,22 @@ fn read_only_credentials_serve_but_cannot_write() {
     );
     let cat = ro.run(&["cat", &format!("{REPO}@r1"), "config.json"]);
     assert!(cat.status.success());
+    // the mount serves with read-only credentials too
+    let mnt = ro.path("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mut child = ro.cmd().arg("mount").arg(&mnt).spawn().unwrap();
+    let file = mnt.join(format!("{REPO}/r2/config.json"));
+    let t = std::time::Instant::now();
+    while !file.exists() && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let served = std::fs::read(&file);
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        served.unwrap(),
+        std::fs::read(s.plain("r2").join("config.json")).unwrap()
+    );
     // a write fails, clearly, and changes nothing
     let err = ro.fails(&[
         "ingest".as_ref(),
