@@ -6,17 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size="${1:-512}"; rounds="${2:-3}"
-need=()
-command -v borg >/dev/null || need+=(borgbackup)
-command -v restic >/dev/null || need+=(restic)
-[ -x /usr/bin/time ] || need+=(time)
-if [ ${#need[@]} -gt 0 ]; then apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; fi
-bash scripts/install-deps.sh
-target="${CARGO_TARGET_DIR:-target}"
-cargo build --release -q -p modelcas
-bin="$(realpath "$target/release/modelcas")"
-series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
-[ -f "$series/expected.json" ] || python3 bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
-work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"; trap 'rm -rf "$work"' EXIT
+. bench/lib.sh
+need_debs borgbackup:borg restic:restic time:/usr/bin/time
+bench_setup "$size"
 borg --version; restic version | head -1
 python3 bench/ingest_bench.py "$bin" "$series" "$work" "$rounds"

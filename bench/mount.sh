@@ -6,16 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size="${1:-512}"
-command -v borg >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq borgbackup python3-llfuse >/dev/null; }
-python3 -c 'import llfuse' 2>/dev/null || python3 -c 'import pyfuse3' 2>/dev/null || \
-  { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-llfuse >/dev/null; }
-bash scripts/install-deps.sh
-target="${CARGO_TARGET_DIR:-target}"
-cargo build --release -q -p modelcas
-bin="$(realpath "$target/release/modelcas")"
-series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
-[ -f "$series/expected.json" ] || python3 bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
-work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"; trap 'rm -rf "$work"' EXIT
+. bench/lib.sh
+need_debs borgbackup:borg
+python3 -c 'import llfuse' 2>/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-llfuse >/dev/null; }
+bench_setup "$size"
 export MODELCAS_STORE="$work/store" MODELCAS_INDEX="$work/index" BORG_REPO="$work/borg" BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK=yes
 c3=$(python3 -c "import json;print([x['commit'] for x in json.load(open('$series/expected.json'))['revisions'] if x['name']=='r3'][0])")
 "$bin" -q ingest "$series/plain/r3" --repo demo-org/demo-llm --revision "$c3" --ref r3 >/dev/null

@@ -6,14 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size="${1:-512}"
-command -v rclone >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone >/dev/null; }
-bash scripts/install-deps.sh
-target="${CARGO_TARGET_DIR:-target}"
-cargo build --release -q -p modelcas
-bin="$(realpath "$target/release/modelcas")"
-series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
-[ -f "$series/expected.json" ] || python3 bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
-work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"
+. bench/lib.sh
+need_debs rclone:rclone
+bench_setup "$size"
 trap 'bash tests/garage.sh stop "$work/garage"; rm -rf "$work"' EXIT
 mkdir -p "$work/garage"
 bash tests/garage.sh start "$work/garage"

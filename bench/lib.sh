@@ -1,0 +1,27 @@
+# Shared set-up of the benchmark scripts; source it from the repository root.
+#   need_debs PKG:COMMAND...   installs the Debian packages whose command is missing
+#   bench_setup SIZE_MIB       builds the release binary and generates the series (cached
+#                              under ~/.cache/modelcas); sets $bin, $series and $work (a
+#                              temporary directory under /var/tmp, removed at exit unless the
+#                              caller sets its own EXIT trap that does so)
+
+need_debs() {
+  local missing=() p
+  for p in "$@"; do command -v "${p#*:}" >/dev/null 2>&1 || missing+=("${p%%:*}"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+bench_setup() {
+  local size="$1"
+  bash scripts/install-deps.sh
+  local target="${CARGO_TARGET_DIR:-target}"
+  cargo build --release -q -p modelcas
+  bin="$(realpath "$target/release/modelcas")"
+  series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
+  [ -f "$series/expected.json" ] || python3 bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
+  work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"
+  trap 'rm -rf "$work"' EXIT
+}
