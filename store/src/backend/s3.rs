@@ -249,6 +249,38 @@ impl S3Store {
     }
 }
 
+impl S3Store {
+    /// GET of a whole object, or of `len` bytes from `offset` (a range starting past the end
+    /// of the object gives an empty result, which `get_range` reports as truncation).
+    fn get_object(&self, key: &str, range: Option<(u64, u64)>) -> Result<Vec<u8>> {
+        let full = self.full_key(key)?;
+        self.rt.block_on(async {
+            let mut req = self.client.get_object().bucket(&self.bucket).key(&full);
+            if let Some((offset, len)) = range {
+                req = req.range(format!("bytes={}-{}", offset, offset + len - 1));
+            }
+            let out = match req.send().await {
+                Ok(o) => o,
+                Err(e) if is_not_found(&e) => return Err(StoreError::NotFound(key.to_string())),
+                Err(SdkError::ServiceError(se)) if se.err().code() == Some("InvalidRange") => {
+                    return Ok(Vec::new())
+                }
+                Err(e) => return Err(backend_err("get", key, describe(&e))),
+            };
+            let body = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| backend_err("get", key, e.to_string()))?;
+            let mut bytes = body.into_bytes().to_vec();
+            if let Some((_, len)) = range {
+                bytes.truncate(len as usize);
+            }
+            Ok(bytes)
+        })
+    }
+}
+
 /// An HTTPS-capable client (plain http works too) trusting the system roots and the
 /// certificates of `AWS_CA_BUNDLE` when it names a file.
 fn http_client(endpoint: Option<&str>) -> Result<aws_sdk_s3::config::SharedHttpClient> {
@@ -297,67 +329,24 @@ impl ObjectStore for S3Store {
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>> {
-        let full = self.full_key(key)?;
-        self.rt.block_on(async {
-            let out = match self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(&full)
-                .send()
-                .await
-            {
-                Ok(o) => o,
-                Err(e) if is_not_found(&e) => return Err(StoreError::NotFound(key.to_string())),
-                Err(e) => return Err(backend_err("get", key, describe(&e))),
-            };
-            let body = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| backend_err("get", key, e.to_string()))?;
-            Ok(body.into_bytes().to_vec())
-        })
+        self.get_object(key, None)
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let full = self.full_key(key)?;
-        let truncated = |got: u64| StoreError::CorruptObject {
-            key: key.to_string(),
-            reason: format!("truncated: wanted {len} bytes at offset {offset}, got {got}"),
-        };
-        self.rt.block_on(async {
-            let range = format!("bytes={}-{}", offset, offset + len - 1);
-            let out = match self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(&full)
-                .range(range)
-                .send()
-                .await
-            {
-                Ok(o) => o,
-                Err(e) if is_not_found(&e) => return Err(StoreError::NotFound(key.to_string())),
-                Err(SdkError::ServiceError(se)) if se.err().code() == Some("InvalidRange") => {
-                    return Err(truncated(0))
-                }
-                Err(e) => return Err(backend_err("get", key, describe(&e))),
-            };
-            let body = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| backend_err("get", key, e.to_string()))?;
-            let bytes = body.into_bytes();
-            if (bytes.len() as u64) < len {
-                return Err(truncated(bytes.len() as u64));
-            }
-            Ok(bytes[..len as usize].to_vec())
-        })
+        let bytes = self.get_object(key, Some((offset, len)))?;
+        if (bytes.len() as u64) < len {
+            return Err(StoreError::CorruptObject {
+                key: key.to_string(),
+                reason: format!(
+                    "truncated: wanted {len} bytes at offset {offset}, got {}",
+                    bytes.len()
+                ),
+            });
+        }
+        Ok(bytes)
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
