@@ -36,6 +36,9 @@ pub struct Cli {
     /// Size limit of the chunk cache (e.g. 20G, 512M; default 10G).
     #[arg(long, global = true, env = "MODELCAS_CACHE_SIZE", value_name = "SIZE")]
     pub cache_size: Option<String>,
+    /// Config file (TOML); default /etc/modelcas/config.toml when it exists.
+    #[arg(long, global = true, env = "MODELCAS_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short, global = true)]
     pub quiet: bool,
@@ -135,6 +138,60 @@ pub enum Command {
     Umount {
         /// The mountpoint.
         mountpoint: PathBuf,
+    },
+    /// Expire old revisions and reclaim the space no kept revision uses (safe beside
+    /// running ingests and mounts). Exit status: 0 done, 1 failed, 3 another gc holds the lock.
+    Gc {
+        /// Keep the N most recently ingested revisions of each repository (besides those
+        /// refs point at and pinned ones).
+        #[arg(long, value_name = "N")]
+        keep_last: Option<usize>,
+        /// Keep revisions ingested within this long (e.g. 30d, 12h, 1d12h).
+        #[arg(long, value_name = "DURATION")]
+        keep_within: Option<String>,
+        /// Time between marking a pack unused and deleting it: bounds how long a mount can
+        /// keep reading a revision that expired while open (default 24h).
+        #[arg(long, value_name = "DURATION")]
+        grace: Option<String>,
+        /// Rewrite packs whose live fraction is below this (0..1; default 0.8).
+        #[arg(long, value_name = "FRACTION")]
+        rewrite_below: Option<f64>,
+        /// Print what would be expired and reclaimed; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a ref (ORG/NAME@REF), or a revision (ORG/NAME@SHA) whose data gc then reclaims.
+    Rm {
+        /// ORG/NAME@REV.
+        revision: String,
+        /// Also remove the refs that point at the commit and its pin.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Pin a revision: no retention policy expires it.
+    Pin {
+        /// ORG/NAME@REV.
+        revision: String,
+    },
+    /// Remove a pin.
+    Unpin {
+        /// ORG/NAME@REV.
+        revision: String,
+    },
+    /// Check that the whole store is consistent. Exit status 1 when a problem is found.
+    Fsck {
+        /// Also read every pack and check every chunk's hash.
+        #[arg(long)]
+        read_data: bool,
+        /// Leftover temporaries older than this are problems (default 24h).
+        #[arg(long, value_name = "DURATION")]
+        grace: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Manage the local index.
     Index {

@@ -3,6 +3,7 @@
 
 mod args;
 mod cmd;
+mod config;
 mod output;
 mod progress;
 

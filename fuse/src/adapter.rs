@@ -162,7 +162,7 @@ impl Filesystem for ModelFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -181,6 +181,29 @@ impl Filesystem for ModelFs {
         };
         match stream.read(offset, size as usize) {
             Ok(data) => reply.data(&data),
+            Err(e) if e.is_not_found() => {
+                // A pack is gone: gc may have repacked this revision. Read its manifest
+                // again and retry once with the new locations.
+                let fresh = match self.ns.reload_file(ino.0) {
+                    Ok(Some((tree, i))) => {
+                        FileStream::new(self.cache.clone(), &tree.manifest, &tree.manifest.files[i])
+                            .ok()
+                    }
+                    _ => None,
+                };
+                let Some(fresh) = fresh else {
+                    return reply.error(eio(e));
+                };
+                let fresh = Arc::new(fresh);
+                self.handles
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fh.0, fresh.clone());
+                match fresh.read(offset, size as usize) {
+                    Ok(data) => reply.data(&data),
+                    Err(e) => reply.error(eio(e)),
+                }
+            }
             Err(e) => reply.error(eio(e)),
         }
     }

@@ -450,6 +450,30 @@ impl Namespace {
         }
     }
 
+    /// Reads the manifest of a File inode's commit again and replaces the cached tree, if
+    /// the file is still there with the same content. gc may rewrite a kept revision's
+    /// manifest to point at repacked chunks and delete the old packs after its grace
+    /// period; a mount that has held the old manifest longer finds the new locations here.
+    pub fn reload_file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
+        let Some(Node::File { repo, commit, path }) = self.node(ino) else {
+            return Ok(None);
+        };
+        let old = self.tree(&repo, &commit)?;
+        let m = self.store.manifest(&repo, &commit)?;
+        let (Some(a), Some(b)) = (old.manifest.file(&path), m.file(&path)) else {
+            return Ok(None);
+        };
+        if a.sha256 != b.sha256 || a.size != b.size {
+            return Ok(None);
+        }
+        let tree = Arc::new(Tree::new(Arc::new(m)));
+        self.trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((repo, commit), tree.clone());
+        self.file(ino)
+    }
+
     /// The file behind a File inode: its tree and index in the manifest.
     pub fn file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
         let Some(Node::File { repo, commit, path }) = self.node(ino) else {

@@ -70,7 +70,15 @@ fn fits(group: &[(ChunkSource, Arc<Slot>)], src: &ChunkSource) -> bool {
     range <= MAX_COALESCED && range - wanted.min(range) <= range / MAX_WASTE_FRACTION
 }
 
-type Outcome = std::result::Result<Arc<Vec<u8>>, String>;
+/// A failed fetch: the reason, and whether the pack was missing (gc may have repacked the
+/// revision; the reader can look its manifest up again).
+#[derive(Clone)]
+struct Failure {
+    reason: String,
+    missing: bool,
+}
+
+type Outcome = std::result::Result<Arc<Vec<u8>>, Failure>;
 
 /// One fetch in flight: its waiters sleep here until the outcome is set.
 #[derive(Default)]
@@ -167,11 +175,17 @@ impl ChunkCache {
                 None => self.start_fetch(&mut inner, src),
             }
         };
-        slot.wait().map_err(|reason| StoreError::CorruptChunk {
-            chunk: src.id.to_hex(),
-            pack: src.key.to_string(),
-            offset: src.offset,
-            reason,
+        slot.wait().map_err(|f| {
+            if f.missing {
+                StoreError::NotFound(src.key.to_string())
+            } else {
+                StoreError::CorruptChunk {
+                    chunk: src.id.to_hex(),
+                    pack: src.key.to_string(),
+                    offset: src.offset,
+                    reason: f.reason,
+                }
+            }
         })
     }
 
@@ -273,7 +287,12 @@ impl ChunkCache {
             Err(e) => {
                 let reason = e.to_string();
                 for (src, slot) in &missing {
-                    self.finish(src, slot, Err(StoreError::Invalid(reason.clone())));
+                    let err = if e.is_not_found() {
+                        StoreError::NotFound(src.key.to_string())
+                    } else {
+                        StoreError::Invalid(reason.clone())
+                    };
+                    self.finish(src, slot, Err(err));
                 }
             }
         }
@@ -304,9 +323,13 @@ impl ChunkCache {
                 Err(e) => {
                     // Forget the failure so that a later read tries again.
                     inner.map.remove(&src.id);
-                    Err(match e {
-                        StoreError::CorruptChunk { reason, .. } => reason,
-                        other => other.to_string(),
+                    let missing = e.is_not_found();
+                    Err(Failure {
+                        reason: match e {
+                            StoreError::CorruptChunk { reason, .. } => reason,
+                            other => other.to_string(),
+                        },
+                        missing,
                     })
                 }
             }

@@ -48,6 +48,12 @@ pub enum Kind {
     PackFooter,
     /// Values of the local index's `packs` column family.
     IndexPack,
+    /// `repos/<org>/<name>/pins/<commit>`: a revision no retention policy expires.
+    Pin,
+    /// `locks/<kind>-<id>`: a gc lock or an ingest lease.
+    Lock,
+    /// `gc/condemned`: packs marked for deletion by gc, with when they were marked.
+    GcState,
 }
 
 impl Kind {
@@ -59,6 +65,9 @@ impl Kind {
             Kind::Ref => b"MCASREF\0",
             Kind::PackFooter => b"MCASPFTR",
             Kind::IndexPack => b"MCASIPAK",
+            Kind::Pin => b"MCASPIN\0",
+            Kind::Lock => b"MCASLOCK",
+            Kind::GcState => b"MCASGCST",
         }
     }
 

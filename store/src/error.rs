@@ -82,6 +82,13 @@ pub enum StoreError {
     /// The local index is open in another process (one ingest at a time per index).
     #[error("index {} is in use by another modelcas process", .0.display())]
     IndexBusy(PathBuf),
+    /// Another gc holds the lock.
+    #[error("another gc is running ({holder}); lock object {key}. It expires by itself if that run died")]
+    LockHeld { key: String, holder: String },
+    /// This process could not refresh its lock or lease in time, so others may have
+    /// considered it gone: stop before publishing anything.
+    #[error("lost {key}: not refreshed for {age_secs} s (object store unreachable or process paused); nothing was published, run again")]
+    LockLost { key: String, age_secs: u64 },
     /// The local index failed.
     #[error("index {}: {reason}", path.display())]
     Index { path: PathBuf, reason: String },
@@ -93,6 +100,15 @@ impl StoreError {
         StoreError::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// Whether this is (or wraps) a missing object.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            StoreError::NotFound(_) => true,
+            StoreError::InFile { source, .. } => source.is_not_found(),
+            _ => false,
         }
     }
 

@@ -8,12 +8,15 @@
 //!   raw length u32, little endian (44 bytes).
 //! * `packs`: pack id (32 bytes) → envelope `MCASIPAK` of [`IndexedPack`] (size and the
 //!   chunk ids, so entries can be dropped when a pack disappears).
-//! * `manifests`: `<org>/<name>@<commit hex>` → the manifest object's bytes, as stored.
+//! * `manifests`: object key → u16 tag length ‖ tag ‖ the object's bytes: a cache of small
+//!   objects (manifests) that gc reads every run, valid while the listing shows the same
+//!   tag.
 //! * `meta`: `store_id` → the 16-byte id of the store this index belongs to; `version`.
 //!
 //! Before an ingest trusts the index it calls [`Index::sync`], which lists the bucket's
 //! packs, reads the footers of packs it has not seen (written by another machine or by an
-//! interrupted run) and forgets packs that are gone.
+//! interrupted run) and forgets packs that are gone **or condemned by gc**
+//! (`gc/condemned`): an ingest never deduplicates against a pack gc may delete.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,7 @@ use rocksdb::{ColumnFamilyDescriptor, Options, WriteBatch, DB};
 
 use crate::backend::ObjectStore;
 use crate::codec::{self, Kind};
+use crate::gc;
 use crate::layout;
 use crate::pack::{self, FooterEntry, PackId};
 use crate::{Result, StoreError};
@@ -33,7 +37,7 @@ const CF_PACKS: &str = "packs";
 const CF_MANIFESTS: &str = "manifests";
 const CF_META: &str = "meta";
 /// Version of the index layout; an index of another version is rebuilt.
-const INDEX_VERSION: u32 = 1;
+const INDEX_VERSION: u32 = 2;
 
 /// Where a chunk is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,8 +94,10 @@ pub struct SyncReport {
     pub packs: usize,
     /// Packs newly learned (footers read).
     pub learned: usize,
-    /// Packs forgotten because they are no longer in the bucket.
+    /// Packs forgotten because they are no longer in the bucket or are condemned.
     pub forgotten: usize,
+    /// Packs gc has condemned (not used for dedup).
+    pub condemned: usize,
 }
 
 /// The RocksDB index of one store.
@@ -251,6 +257,13 @@ impl Index {
     /// forgets packs that no longer exist. A pack whose footer cannot be read is skipped
     /// (its chunks will simply be written again) and reported through `warn`.
     pub fn sync(&self, store: &dyn ObjectStore, warn: &dyn Fn(String)) -> Result<SyncReport> {
+        // The condemned list first: a pack condemned after this read was condemned after
+        // our caller's lease started, and gc keeps it while the lease lives.
+        let condemned: HashSet<PackId> = gc::state::read(store)?
+            .condemned
+            .into_iter()
+            .map(|c| c.pack)
+            .collect();
         let listed = store.list(layout::PACKS_PREFIX)?;
         let mut known = self.packs()?;
         let mut report = SyncReport {
@@ -261,6 +274,10 @@ impl Index {
             let Some(id) = layout::parse_pack_key(&obj.key) else {
                 continue;
             };
+            if condemned.contains(&id) {
+                report.condemned += 1;
+                continue; // left in `known`: forgotten below
+            }
             if known.remove(&id) {
                 continue;
             }
@@ -293,18 +310,38 @@ impl Index {
         self.sync(store, warn)
     }
 
-    /// Caches a manifest's bytes.
-    pub fn put_manifest(&self, key: &str, bytes: &[u8]) -> Result<()> {
+    /// Caches an object's bytes under its listing tag.
+    pub fn cache_object(&self, key: &str, tag: &str, bytes: &[u8]) -> Result<()> {
+        let tag = tag.as_bytes();
+        let Ok(len) = u16::try_from(tag.len()) else {
+            return Ok(());
+        };
+        let mut v = Vec::with_capacity(2 + tag.len() + bytes.len());
+        v.extend_from_slice(&len.to_le_bytes());
+        v.extend_from_slice(tag);
+        v.extend_from_slice(bytes);
         self.db
-            .put_cf(self.cf(CF_MANIFESTS)?, key, bytes)
+            .put_cf(self.cf(CF_MANIFESTS)?, key, v)
             .map_err(|e| self.err(e))
     }
 
-    /// A cached manifest's bytes.
-    pub fn manifest(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.db
-            .get_cf(self.cf(CF_MANIFESTS)?, key)
-            .map_err(|e| self.err(e))
+    /// A cached object's bytes, if cached with this tag.
+    pub fn cached_object(&self, key: &str, tag: &str) -> Result<Option<Vec<u8>>> {
+        let Some(v) = self
+            .db
+            .get_pinned_cf(self.cf(CF_MANIFESTS)?, key)
+            .map_err(|e| self.err(e))?
+        else {
+            return Ok(None);
+        };
+        if v.len() < 2 {
+            return Ok(None);
+        }
+        let len = u16::from_le_bytes([v[0], v[1]]) as usize;
+        if v.len() < 2 + len || &v[2..2 + len] != tag.as_bytes() {
+            return Ok(None);
+        }
+        Ok(Some(v[2 + len..].to_vec()))
     }
 }
 

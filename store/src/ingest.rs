@@ -29,9 +29,11 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sha2::{Digest, Sha256};
 
 use crate::codec::{self, Kind};
+use crate::failpoint;
 use crate::frame;
 use crate::index::{ChunkLoc, Index, SyncReport};
 use crate::layout;
+use crate::lock::{self, Held};
 use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest};
 use crate::names::{CommitId, RepoId};
 use crate::pack::{PackBuilder, PackId};
@@ -181,10 +183,15 @@ pub fn ingest(
     opts: IngestOptions,
     progress: &dyn Progress,
 ) -> Result<IngestReport> {
+    // The lease goes up before the index learns what gc has condemned: gc keeps every
+    // pack condemned after this moment until the lease is gone (see `gc`).
+    let lease = Held::ingest_lease(store.backend().clone(), lock::DEFAULT_TTL)?;
+    failpoint::pause("ingest-after-lease");
     let mut report = IngestReport {
         sync: index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?,
         ..Default::default()
     };
+    failpoint::pause("ingest-after-sync");
     // Distinct source files: a blob shared by several snapshots is read once.
     let mut sources: Vec<(PathBuf, Option<[u8; 32]>, u64)> = Vec::new();
     let mut source_ix: HashMap<PathBuf, usize> = HashMap::new();
@@ -273,17 +280,35 @@ pub fn ingest(
     }
     // Every pack must be durable before a manifest can name it.
     store.backend().sync_deferred()?;
+    failpoint::pause("ingest-before-manifests");
+    lease.check()?;
     for (_, m, new) in &manifests {
         if *new {
             let key = layout::manifest_key(&m.repo, &m.commit);
             let bytes = codec::encode(Kind::Manifest, m, true);
             store.backend().put(&key, &bytes)?;
-            index.put_manifest(&key, &bytes)?;
         }
     }
+    failpoint::pause("ingest-before-refs");
     for (s, m, new) in manifests {
+        // Until its ref exists the commit is detached, and a gc may expire it meanwhile:
+        // put the manifest back if so (its packs are protected by our lease until the
+        // manifest is seen), before and after setting each ref.
+        let restore = || -> Result<()> {
+            if !store.has_commit(&m.repo, &m.commit)? {
+                let key = layout::manifest_key(&m.repo, &m.commit);
+                store
+                    .backend()
+                    .put(&key, &codec::encode(Kind::Manifest, &m, true))?;
+            }
+            Ok(())
+        };
         for r in &s.refs {
+            restore()?;
             store.set_ref(&m.repo, r, &m.commit)?;
+        }
+        if !s.refs.is_empty() {
+            restore()?;
         }
         report.snapshots.push(SnapshotOutcome {
             repo: m.repo.clone(),

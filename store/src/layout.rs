@@ -6,6 +6,9 @@
 //! packs/<2 hex>/<64 hex>                   pack objects, named by the BLAKE3 of their bytes
 //! repos/<org>/<name>/manifests/<40 hex>    one manifest per commit
 //! repos/<org>/<name>/refs/<escaped ref>    one object per branch or tag ('/' written as %2F)
+//! repos/<org>/<name>/pins/<40 hex>         one object per pinned commit
+//! locks/<gc|ingest>-<16 hex>               gc locks and ingest leases
+//! gc/condemned                             packs marked for deletion, and when
 //! tmp/...                                  local store only: files being written
 //! ```
 
@@ -16,6 +19,10 @@ use crate::pack::PackId;
 pub const CONFIG_KEY: &str = "config";
 /// Prefix of every pack.
 pub const PACKS_PREFIX: &str = "packs/";
+/// Prefix of every lock and lease.
+pub const LOCKS_PREFIX: &str = "locks/";
+/// The list of packs gc has marked for deletion.
+pub const CONDEMNED_KEY: &str = "gc/condemned";
 /// Prefix of every repository.
 pub const REPOS_PREFIX: &str = "repos/";
 
@@ -51,6 +58,21 @@ pub fn manifest_key(repo: &RepoId, commit: &CommitId) -> String {
 /// Prefix of a repository's refs.
 pub fn refs_prefix(repo: &RepoId) -> String {
     format!("{}refs/", repo_prefix(repo))
+}
+
+/// Prefix of a repository's pins.
+pub fn pins_prefix(repo: &RepoId) -> String {
+    format!("{}pins/", repo_prefix(repo))
+}
+
+/// Key of a pin.
+pub fn pin_key(repo: &RepoId, commit: &CommitId) -> String {
+    format!("{}{}", pins_prefix(repo), commit.to_hex())
+}
+
+/// Key of a lock or lease.
+pub fn lock_key(kind: &str, id: u64) -> String {
+    format!("{LOCKS_PREFIX}{kind}-{id:016x}")
 }
 
 /// Key of a ref (the name must have passed [`crate::names::check_ref_name`]).

@@ -11,6 +11,8 @@
 //! * [`repo`] — [`Store`]: open/create, list repos, refs and commits, resolve revisions.
 //! * [`source`], [`ingest`] — finding snapshots on disk and the ingest pipeline.
 //! * [`read`], [`stats`] — reading revisions back (checkout, verify) and store figures.
+//! * [`gc`], [`lock`], [`fsck`] — retention, reclaiming space beside running ingests and
+//!   mounts, the locks and leases that make it safe, and the consistency check.
 //! * [`cache`], [`readahead`] — the shared decoded-chunk cache and per-file read-ahead used
 //!   by the FUSE mount.
 //!
@@ -21,10 +23,14 @@ pub mod cache;
 pub mod codec;
 pub mod disk_cache;
 mod error;
+pub mod failpoint;
 pub mod frame;
+pub mod fsck;
+pub mod gc;
 pub mod index;
 pub mod ingest;
 pub mod layout;
+pub mod lock;
 pub mod manifest;
 pub mod names;
 pub mod pack;

@@ -130,6 +130,15 @@ pub struct RefObject {
     pub updated_at: u64,
 }
 
+/// A pin: `repos/<org>/<name>/pins/<commit>`, magic `MCASPIN\0`.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct PinObject {
+    /// The pinned commit.
+    pub commit: CommitId,
+    /// When it was pinned (seconds since the Unix epoch).
+    pub pinned_at: u64,
+}
+
 /// The store config: `config`, magic `MCASCONF`.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct StoreConfig {

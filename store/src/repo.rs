@@ -10,7 +10,7 @@ use crate::backend::ObjectStore;
 use crate::codec::{self, Kind};
 use crate::disk_cache::DiskCache;
 use crate::layout;
-use crate::manifest::{now_secs, Manifest, RefObject, StoreConfig};
+use crate::manifest::{now_secs, Manifest, PinObject, RefObject, StoreConfig};
 use crate::names::{check_ref_name, CommitId, RepoId};
 use crate::pack;
 use crate::pack::DEFAULT_PACK_TARGET;
@@ -149,6 +149,16 @@ impl Store {
         Ok(data)
     }
 
+    /// The same store reached through another backend (a wrapper of this one, such as
+    /// [`crate::backend::CountingStore`]).
+    pub fn with_backend(&self, backend: Arc<dyn ObjectStore>) -> Store {
+        Store {
+            backend,
+            config: self.config.clone(),
+            disk_cache: self.disk_cache.clone(),
+        }
+    }
+
     /// The object store.
     pub fn backend(&self) -> &Arc<dyn ObjectStore> {
         &self.backend
@@ -220,6 +230,108 @@ impl Store {
             &layout::ref_key(repo, name),
             &codec::encode(Kind::Ref, &obj, false),
         )
+    }
+
+    /// Deletes a ref; [`StoreError::UnknownRevision`] when there is no such ref.
+    pub fn delete_ref(&self, repo: &RepoId, name: &str) -> Result<CommitId> {
+        let Some(commit) = self.refs(repo)?.get(name).copied() else {
+            return Err(StoreError::UnknownRevision {
+                repo: repo.to_string(),
+                rev: name.to_string(),
+            });
+        };
+        self.backend.delete(&layout::ref_key(repo, name))?;
+        Ok(commit)
+    }
+
+    /// The pinned commits of a repository.
+    pub fn pins(&self, repo: &RepoId) -> Result<Vec<CommitId>> {
+        let prefix = layout::pins_prefix(repo);
+        Ok(self
+            .backend
+            .list(&prefix)?
+            .into_iter()
+            .filter_map(|o| CommitId::parse(&o.key[prefix.len()..]).ok())
+            .collect())
+    }
+
+    /// Pins a commit: no retention policy expires it. Returns false if it was pinned
+    /// already.
+    pub fn pin(&self, repo: &RepoId, commit: &CommitId) -> Result<bool> {
+        if !self.has_commit(repo, commit)? {
+            return Err(StoreError::UnknownRevision {
+                repo: repo.to_string(),
+                rev: commit.to_hex(),
+            });
+        }
+        let key = layout::pin_key(repo, commit);
+        if self.backend.size(&key)?.is_some() {
+            return Ok(false);
+        }
+        let obj = PinObject {
+            commit: *commit,
+            pinned_at: now_secs(),
+        };
+        self.backend
+            .put(&key, &codec::encode(Kind::Pin, &obj, false))?;
+        Ok(true)
+    }
+
+    /// Unpins a commit; [`StoreError::Invalid`] if it was not pinned.
+    pub fn unpin(&self, repo: &RepoId, commit: &CommitId) -> Result<()> {
+        let key = layout::pin_key(repo, commit);
+        if self.backend.size(&key)?.is_none() {
+            return Err(StoreError::Invalid(format!(
+                "{repo}@{commit} is not pinned"
+            )));
+        }
+        self.backend.delete(&key)
+    }
+
+    /// Removes a commit's manifest (its data goes at the next gc runs). Refuses a commit
+    /// that a ref points to or that is pinned, unless `force`, which deletes those refs and
+    /// the pin first (so that no ref ever points at a missing commit). Returns the refs
+    /// deleted.
+    pub fn remove_commit(
+        &self,
+        repo: &RepoId,
+        commit: &CommitId,
+        force: bool,
+    ) -> Result<Vec<String>> {
+        if !self.has_commit(repo, commit)? {
+            return Err(StoreError::UnknownRevision {
+                repo: repo.to_string(),
+                rev: commit.to_hex(),
+            });
+        }
+        let refs: Vec<String> = self
+            .refs(repo)?
+            .into_iter()
+            .filter(|(_, c)| c == commit)
+            .map(|(n, _)| n)
+            .collect();
+        let pinned = self.backend.size(&layout::pin_key(repo, commit))?.is_some();
+        if !force && (!refs.is_empty() || pinned) {
+            let mut why = Vec::new();
+            if !refs.is_empty() {
+                why.push(format!("refs {} point to it", refs.join(", ")));
+            }
+            if pinned {
+                why.push("it is pinned".to_string());
+            }
+            return Err(StoreError::Invalid(format!(
+                "refusing to remove {repo}@{commit}: {} (use --force to remove them too)",
+                why.join(" and ")
+            )));
+        }
+        for r in &refs {
+            self.backend.delete(&layout::ref_key(repo, r))?;
+        }
+        if pinned {
+            self.backend.delete(&layout::pin_key(repo, commit))?;
+        }
+        self.backend.delete(&layout::manifest_key(repo, commit))?;
+        Ok(refs)
     }
 
     /// Reads a manifest.

@@ -58,6 +58,8 @@ pub fn run(
             "snapshots": snaps, "files_read": report.files_read, "bytes_read": report.bytes_read,
             "chunks": report.chunks, "new_chunks": report.new_chunks, "new_chunk_bytes": report.new_chunk_bytes,
             "packs_written": report.packs_written, "pack_bytes_written": report.pack_bytes_written,
+            "sync": {"packs": report.sync.packs, "learned": report.sync.learned,
+                     "forgotten": report.sync.forgotten, "condemned": report.sync.condemned},
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);

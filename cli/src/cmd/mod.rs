@@ -1,5 +1,6 @@
 //! One module per subcommand, plus opening the store and index from the global options.
 
+mod gc;
 mod index;
 mod ingest;
 mod ls;
@@ -30,6 +31,7 @@ pub struct Ctx {
     pub s3: store::backend::S3Options,
     pub index_dir: Option<PathBuf>,
     pub quiet: bool,
+    pub config: crate::config::Config,
 }
 
 impl Ctx {
@@ -78,15 +80,31 @@ impl Ctx {
         Ok(store.with_disk_cache(store::disk_cache::DiskCache::open(&dir, size)?))
     }
 
-    /// Opens the store's index (creating it if needed).
-    pub fn index(&self, store: &Store) -> Result<Index> {
-        let dir = match &self.index_dir {
+    /// Opens an existing store without the node-local chunk cache (maintenance commands).
+    pub fn open_plain(&self) -> Result<Store> {
+        Ok(Store::open(self.backend()?)?)
+    }
+
+    fn index_dir(&self, store: &Store) -> Result<PathBuf> {
+        Ok(match &self.index_dir {
             Some(d) => d.clone(),
             None => dirs::cache_dir()
                 .context("no cache directory for the index; pass --index-dir")?
                 .join("modelcas/index")
                 .join(hex_id(&store.config().store_id)),
-        };
+        })
+    }
+
+    /// The store's index if it can be opened now (not in use by an ingest), for caches
+    /// that are optional.
+    pub fn try_index(&self, store: &Store) -> Option<Index> {
+        let dir = self.index_dir(store).ok()?;
+        Index::open(&dir, &store.config().store_id).ok()
+    }
+
+    /// Opens the store's index (creating it if needed).
+    pub fn index(&self, store: &Store) -> Result<Index> {
+        let dir = self.index_dir(store)?;
         // One ingest at a time per index: wait for the other one rather than fail.
         let start = std::time::Instant::now();
         let mut told = false;
@@ -189,6 +207,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         },
         index_dir: cli.index_dir,
         quiet: cli.quiet,
+        config: crate::config::load(cli.config.as_deref())?.0,
     };
     match cli.command {
         Command::Init {
@@ -227,5 +246,31 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             mount::mount(&ctx, &mountpoint, &opts)
         }
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::Gc {
+            keep_last,
+            keep_within,
+            grace,
+            rewrite_below,
+            dry_run,
+            json,
+        } => {
+            let args = gc::GcArgs {
+                keep_last,
+                keep_within,
+                grace,
+                rewrite_below,
+                dry_run,
+                json,
+            };
+            gc::gc(&ctx, &ctx.config, &args)
+        }
+        Command::Rm { revision, force } => gc::rm(&ctx, &revision, force),
+        Command::Pin { revision } => gc::pin(&ctx, &revision, true),
+        Command::Unpin { revision } => gc::pin(&ctx, &revision, false),
+        Command::Fsck {
+            read_data,
+            grace,
+            json,
+        } => gc::fsck(&ctx, &ctx.config, read_data, grace.as_deref(), json),
     }
 }

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{check_key, ObjectMeta, ObjectStore};
+use super::{check_key, ObjectMeta, ObjectStore, Temporary};
 use crate::{Result, StoreError};
 
 /// Directory holding temporary files before they are renamed into place.
@@ -196,6 +196,51 @@ impl ObjectStore for LocalStore {
         Ok(out)
     }
 
+    fn temporaries(&self, min_age: std::time::Duration) -> Result<Vec<Temporary>> {
+        let dir = self.root.join(TMP_DIR);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(StoreError::io(&dir, e)),
+        };
+        let now = std::time::SystemTime::now();
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+            let Ok(meta) = entry.metadata() else {
+                continue; // renamed into place meanwhile
+            };
+            let age = meta
+                .modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .unwrap_or_default();
+            if age >= min_age {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                out.push(Temporary {
+                    name: format!("{TMP_DIR}/{name}"),
+                    age_secs: age.as_secs(),
+                    handle: name,
+                    key: None,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn remove_temporary(&self, t: &Temporary) -> Result<()> {
+        if t.handle.contains('/') || t.handle.starts_with('.') {
+            return Err(StoreError::Invalid(format!("bad temporary {}", t.name)));
+        }
+        let path = self.root.join(TMP_DIR).join(&t.handle);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io(&path, e)),
+        }
+    }
+
     fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         match fs::remove_file(&path) {
@@ -217,6 +262,12 @@ impl ObjectStore for LocalStore {
     fn location(&self) -> String {
         self.root.display().to_string()
     }
+}
+
+/// Modification time (ns) and inode: every put renames a new file into place.
+fn local_tag(meta: &fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{}.{}-{}", meta.mtime(), meta.mtime_nsec(), meta.ino())
 }
 
 fn walk(root: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> Result<()> {
@@ -242,11 +293,12 @@ fn walk(root: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> Res
                 walk(root, &path, prefix, out)?;
             }
         } else if ft.is_file() && rel.starts_with(prefix) {
-            let size = entry
-                .metadata()
-                .map_err(|e| StoreError::io(&path, e))?
-                .len();
-            out.push(ObjectMeta { key: rel, size });
+            let meta = entry.metadata().map_err(|e| StoreError::io(&path, e))?;
+            out.push(ObjectMeta {
+                key: rel,
+                size: meta.len(),
+                tag: local_tag(&meta),
+            });
         }
     }
     Ok(())

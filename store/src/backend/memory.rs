@@ -110,6 +110,7 @@ impl ObjectStore for MemoryStore {
             .map(|(k, v)| ObjectMeta {
                 key: k.clone(),
                 size: v.len() as u64,
+                tag: blake3::hash(v).to_hex()[..16].to_string(),
             })
             .collect())
     }

@@ -8,10 +8,12 @@
 //!   are replaced whole.
 //! * `list` returns every key under a prefix with its size, in lexicographic order.
 
+mod counting;
 mod local;
 mod memory;
 mod s3;
 
+pub use counting::{CountingStore, Requests};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use s3::{S3Options, S3Store};
@@ -25,6 +27,23 @@ pub struct ObjectMeta {
     pub key: String,
     /// Size in bytes.
     pub size: u64,
+    /// Changes whenever the object is replaced (S3: the ETag; local: modification time and
+    /// inode). Lets a cache of small objects (gc's manifest cache) skip unchanged ones.
+    pub tag: String,
+}
+
+/// A leftover of an interrupted write: a local temporary file or an incomplete S3
+/// multipart upload. Invisible to readers; only space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Temporary {
+    /// What it is, for reports (`tmp/<file>`, `upload <key> <id>`).
+    pub name: String,
+    /// Age in seconds.
+    pub age_secs: u64,
+    /// What the backend needs to remove it.
+    pub handle: String,
+    /// Key being written, where known.
+    pub key: Option<String>,
 }
 
 /// A flat key-value object store: a directory, an S3 bucket, memory.
@@ -53,6 +72,14 @@ pub trait ObjectStore: Send + Sync {
     fn delete(&self, key: &str) -> Result<()>;
     /// Size of `key`, or `None` when absent.
     fn size(&self, key: &str) -> Result<Option<u64>>;
+    /// Leftovers of interrupted writes at least `min_age` old (none by default).
+    fn temporaries(&self, _min_age: std::time::Duration) -> Result<Vec<Temporary>> {
+        Ok(Vec::new())
+    }
+    /// Removes a leftover found by [`ObjectStore::temporaries`].
+    fn remove_temporary(&self, _t: &Temporary) -> Result<()> {
+        Ok(())
+    }
     /// A human-readable location (`/path/to/store`, `s3://bucket/prefix`).
     fn location(&self) -> String;
 }

@@ -22,7 +22,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
 
-use super::{check_key, ObjectMeta, ObjectStore};
+use super::{check_key, ObjectMeta, ObjectStore, Temporary};
 use crate::{Result, StoreError};
 
 /// Objects larger than this are uploaded in parts.
@@ -377,6 +377,7 @@ impl ObjectStore for S3Store {
                             out.push(ObjectMeta {
                                 key: k[strip..].to_string(),
                                 size: o.size().unwrap_or(0).max(0) as u64,
+                                tag: o.e_tag().unwrap_or_default().to_string(),
                             });
                         }
                     }
@@ -384,6 +385,80 @@ impl ObjectStore for S3Store {
             }
             out.sort_by(|a, b| a.key.cmp(&b.key));
             Ok(out)
+        })
+    }
+
+    fn temporaries(&self, min_age: Duration) -> Result<Vec<Temporary>> {
+        let strip = if self.prefix.is_empty() {
+            0
+        } else {
+            self.prefix.len() + 1
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        self.rt.block_on(async {
+            let mut out = Vec::new();
+            let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
+            loop {
+                let mut req = self.client.list_multipart_uploads().bucket(&self.bucket);
+                if !self.prefix.is_empty() {
+                    req = req.prefix(format!("{}/", self.prefix));
+                }
+                if let Some(k) = &key_marker {
+                    req = req.key_marker(k);
+                }
+                if let Some(i) = &id_marker {
+                    req = req.upload_id_marker(i);
+                }
+                let page = req
+                    .send()
+                    .await
+                    .map_err(|e| backend_err("list uploads", "", describe(&e)))?;
+                for u in page.uploads() {
+                    let (Some(k), Some(id)) = (u.key(), u.upload_id()) else {
+                        continue;
+                    };
+                    let started = u.initiated().map(|t| t.secs()).unwrap_or(now);
+                    let age = (now - started).max(0) as u64;
+                    if age >= min_age.as_secs() && k.len() >= strip {
+                        out.push(Temporary {
+                            name: format!("upload {} {id}", &k[strip..]),
+                            age_secs: age,
+                            handle: id.to_string(),
+                            key: Some(k[strip..].to_string()),
+                        });
+                    }
+                }
+                if page.is_truncated() != Some(true) {
+                    break;
+                }
+                key_marker = page.next_key_marker().map(str::to_string);
+                id_marker = page.next_upload_id_marker().map(str::to_string);
+                if key_marker.is_none() {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn remove_temporary(&self, t: &Temporary) -> Result<()> {
+        let Some(key) = &t.key else {
+            return Ok(());
+        };
+        let full = self.full_key(key)?;
+        self.rt.block_on(async {
+            self.client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(&full)
+                .upload_id(&t.handle)
+                .send()
+                .await
+                .map_err(|e| backend_err("abort upload", key, describe(&e)))?;
+            Ok(())
         })
     }
 

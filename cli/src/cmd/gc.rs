@@ -1,0 +1,260 @@
+//! `modelcas gc`, `rm`, `pin`, `unpin` and `fsck`: retention and store maintenance.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use store::gc::retention::{parse_duration, Policy};
+use store::gc::{GcOptions, GcReport};
+use store::RepoId;
+
+use super::Ctx;
+use crate::config::Config;
+use crate::output::{bytes, utc};
+
+/// Exit status when another gc holds the lock.
+pub const EXIT_LOCKED: u8 = 3;
+
+/// Options of `modelcas gc` as given on the command line.
+pub struct GcArgs {
+    pub keep_last: Option<usize>,
+    pub keep_within: Option<String>,
+    pub grace: Option<String>,
+    pub rewrite_below: Option<f64>,
+    pub dry_run: bool,
+    pub json: bool,
+}
+
+fn duration(what: &str, s: &str) -> Result<std::time::Duration> {
+    parse_duration(s).with_context(|| what.to_string())
+}
+
+/// The gc options from the config file with the flags on top.
+pub fn options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
+    let gc = &config.gc;
+    let mut opts = GcOptions::default();
+    let within = |s: &Option<String>, what: &str| -> Result<Option<std::time::Duration>> {
+        s.as_deref().map(|v| duration(what, v)).transpose()
+    };
+    let flag_within = within(&args.keep_within, "--keep-within")?;
+    opts.retention.default = Policy {
+        keep_last: args.keep_last.or(gc.keep_last),
+        keep_within: flag_within.or(within(&gc.keep_within, "config gc.keep_within")?),
+    };
+    for (name, p) in &gc.repos {
+        let repo = RepoId::parse(name).with_context(|| format!("config gc.repos.{name:?}"))?;
+        let what = format!("config gc.repos.\"{name}\".keep_within");
+        let policy = Policy {
+            keep_last: args.keep_last.or(p.keep_last).or(gc.keep_last),
+            keep_within: flag_within
+                .or(within(&p.keep_within, &what)?)
+                .or(opts.retention.default.keep_within),
+        };
+        opts.retention.repos.insert(repo, policy);
+    }
+    if let Some(g) = args.grace.as_ref().or(gc.grace.as_ref()) {
+        opts.grace = duration("--grace", g)?;
+    }
+    if let Some(r) = args.rewrite_below.or(gc.rewrite_below) {
+        if !(0.0..=1.0).contains(&r) {
+            bail!("--rewrite-below {r}: must be between 0 and 1");
+        }
+        opts.rewrite_below = r;
+    }
+    opts.dry_run = args.dry_run;
+    Ok(opts)
+}
+
+/// `modelcas gc`.
+pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
+    let opts = options(config, args)?;
+    let store = ctx.open_plain()?;
+    let cache = ctx.try_index(&store);
+    let warn = |w: String| eprintln!("modelcas: warning: {w}");
+    let report = match store::gc::run(&store, cache, &opts, &warn) {
+        Ok(r) => r,
+        Err(e @ store::StoreError::LockHeld { .. }) => {
+            eprintln!("modelcas: error: {e}");
+            return Ok(ExitCode::from(EXIT_LOCKED));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report, &opts);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_report(r: &GcReport, opts: &GcOptions) {
+    let would = if r.dry_run { "would be " } else { "" };
+    if r.dry_run {
+        println!("dry run: nothing changed");
+    }
+    println!(
+        "revisions: {} kept in {} repositories, {} {would}expired",
+        r.revisions_kept,
+        r.repos,
+        r.expired.len()
+    );
+    for e in &r.expired {
+        println!(
+            "  {}@{} (ingested {}, {})",
+            e.repo,
+            e.commit,
+            utc(e.ingested_at),
+            bytes(e.bytes)
+        );
+    }
+    for e in &r.restored {
+        println!(
+            "  kept {}@{}: a ref appeared while it expired",
+            e.repo, e.commit
+        );
+    }
+    println!(
+        "packs: {} {would}deleted ({} reclaimed, {} chunks), {} {would}condemned ({}), {} {would}rewritten ({} -> {} written, {} chunks copied, {} manifests updated), {} rescued",
+        r.packs_deleted,
+        bytes(r.bytes_reclaimed),
+        r.chunks_deleted,
+        r.packs_condemned,
+        bytes(r.bytes_condemned),
+        r.packs_rewritten,
+        bytes(r.bytes_rewritten),
+        bytes(r.rewrite_bytes_written),
+        r.chunks_copied,
+        r.manifests_rewritten,
+        r.packs_rescued
+    );
+    if r.packs_waiting > 0 {
+        println!(
+            "waiting: {} packs ({}) condemned less than {}s ago or held by {} running ingests",
+            r.packs_waiting,
+            bytes(r.bytes_waiting),
+            opts.grace.as_secs(),
+            r.packs_waiting_on_ingest
+        );
+    }
+    if r.temporaries_removed + r.stale_locks_removed > 0 {
+        println!(
+            "removed {} leftover temporaries and {} stale locks",
+            r.temporaries_removed, r.stale_locks_removed
+        );
+    }
+    println!(
+        "stored: {} packs, {} (live chunk data {})",
+        r.packs_stored,
+        bytes(r.bytes_stored),
+        bytes(r.live_bytes)
+    );
+    let q = &r.requests;
+    println!(
+        "requests: {} list, {} get, {} ranged get, {} put, {} delete; {} read, {} written; {} manifests fetched, {} from cache; {:.1}s",
+        q.list,
+        q.get,
+        q.get_range,
+        q.put,
+        q.delete,
+        bytes(q.bytes_read),
+        bytes(q.bytes_written),
+        r.manifests_fetched,
+        r.manifests_cached,
+        r.duration_ms as f64 / 1000.0
+    );
+}
+
+/// `modelcas rm`.
+pub fn rm(ctx: &Ctx, spec: &str, force: bool) -> Result<ExitCode> {
+    let store = ctx.open_plain()?;
+    let (repo, rev) = store::names::parse_repo_rev(spec)?;
+    if store.refs(&repo)?.contains_key(&rev) {
+        let commit = store.delete_ref(&repo, &rev)?;
+        println!("deleted ref {repo}@{rev} (was {commit})");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let commit = store.resolve(&repo, &rev)?;
+    let refs = store.remove_commit(&repo, &commit, force)?;
+    for r in refs {
+        println!("deleted ref {repo}@{r}");
+    }
+    println!("removed {repo}@{commit}; gc reclaims its data");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `modelcas pin` / `unpin`.
+pub fn pin(ctx: &Ctx, spec: &str, pin: bool) -> Result<ExitCode> {
+    let store = ctx.open_plain()?;
+    let (repo, commit) = super::resolve(&store, spec)?;
+    if pin {
+        if store.pin(&repo, &commit)? {
+            println!("pinned {repo}@{commit}");
+        } else {
+            println!("{repo}@{commit} was already pinned");
+        }
+    } else {
+        store.unpin(&repo, &commit)?;
+        println!("unpinned {repo}@{commit}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `modelcas fsck`.
+pub fn fsck(
+    ctx: &Ctx,
+    config: &Config,
+    read_data: bool,
+    grace: Option<&str>,
+    json: bool,
+) -> Result<ExitCode> {
+    let grace = match grace.or(config.gc.grace.as_deref()) {
+        Some(g) => duration("--grace", g)?,
+        None => store::gc::DEFAULT_GRACE,
+    };
+    let store = ctx.open_plain()?;
+    let report = store::fsck::run(&store, &store::fsck::FsckOptions { read_data, grace })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} repositories, {} revisions, {} refs, {} pins; {} packs ({}), {} chunk references checked",
+            report.repos,
+            report.revisions,
+            report.refs,
+            report.pins,
+            report.packs,
+            bytes(report.pack_bytes),
+            report.chunk_refs
+        );
+        if read_data {
+            println!(
+                "read {} and hashed {} chunks",
+                bytes(report.bytes_hashed),
+                report.chunks_hashed
+            );
+        }
+        for n in &report.notes {
+            println!("note: {n}");
+        }
+        for p in &report.problems {
+            println!("problem: {p}");
+        }
+        if report.problem_count > report.problems.len() {
+            println!(
+                "... {} more problems",
+                report.problem_count - report.problems.len()
+            );
+        }
+    }
+    if report.is_clean() {
+        if !json {
+            println!("no problems found");
+        }
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "modelcas: error: fsck found {} problems",
+            report.problem_count
+        );
+        Ok(ExitCode::from(1))
+    }
+}

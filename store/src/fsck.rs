@@ -1,0 +1,342 @@
+//! `fsck`: checks that the whole store is consistent.
+//!
+//! * every manifest decodes, names its own repository and commit, and every chunk it
+//!   references is in a pack that exists, at the offset and with the length the manifest
+//!   says (checked against the pack's footer);
+//! * every ref and pin points at an existing commit;
+//! * no leftover temporary (local `tmp/` file, incomplete multipart upload) is older than
+//!   the grace period (and [`crate::gc::TEMPORARY_MIN_AGE`]);
+//! * the condemned list and every lock object decode;
+//! * with `read_data`, every pack hashes to its name and every chunk decodes and hashes to
+//!   its id.
+//!
+//! Findings that are normal between gc runs (unreferenced packs that gc will condemn,
+//! condemned packs waiting for their grace period, stale locks of dead processes) are
+//! reported as notes, not problems.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chunker::ChunkId;
+use serde::Serialize;
+
+use crate::gc::{self, state};
+use crate::layout;
+use crate::lock;
+use crate::pack::{self, FooterEntry, PackId};
+use crate::repo::{decode_manifest, Store};
+use crate::{Result, StoreError};
+
+/// Problems listed in full; beyond this only counted.
+const MAX_LISTED: usize = 200;
+
+/// What to check.
+#[derive(Clone, Debug)]
+pub struct FsckOptions {
+    /// Also read every pack and hash every chunk.
+    pub read_data: bool,
+    /// Temporaries older than this (and [`gc::TEMPORARY_MIN_AGE`]) are problems.
+    pub grace: Duration,
+}
+
+/// What was found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FsckReport {
+    /// Repositories.
+    pub repos: usize,
+    /// Manifests checked.
+    pub revisions: usize,
+    /// Refs checked.
+    pub refs: usize,
+    /// Pins checked.
+    pub pins: usize,
+    /// Packs in the bucket.
+    pub packs: usize,
+    /// Their bytes.
+    pub pack_bytes: u64,
+    /// Chunk references checked against footers.
+    pub chunk_refs: u64,
+    /// Chunks hashed (with `read_data`).
+    pub chunks_hashed: u64,
+    /// Bytes read to hash them.
+    pub bytes_hashed: u64,
+    /// Packs no manifest references (gc condemns them).
+    pub unreferenced_packs: usize,
+    /// Packs on gc's condemned list.
+    pub condemned_packs: usize,
+    /// Number of problems.
+    pub problem_count: usize,
+    /// The problems (the first [`MAX_LISTED`]).
+    pub problems: Vec<String>,
+    /// Things worth knowing that are not problems.
+    pub notes: Vec<String>,
+}
+
+impl FsckReport {
+    fn problem(&mut self, p: String) {
+        self.problem_count += 1;
+        if self.problems.len() < MAX_LISTED {
+            self.problems.push(p);
+        }
+    }
+
+    /// True when no problem was found.
+    pub fn is_clean(&self) -> bool {
+        self.problem_count == 0
+    }
+}
+
+/// Checks `store`.
+pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
+    let backend = store.backend();
+    let mut report = FsckReport::default();
+
+    let mut packs: BTreeMap<PackId, u64> = BTreeMap::new();
+    for obj in backend.list(layout::PACKS_PREFIX)? {
+        match layout::parse_pack_key(&obj.key) {
+            Some(id) => {
+                packs.insert(id, obj.size);
+            }
+            None => report.problem(format!("{}: not a pack name", obj.key)),
+        }
+    }
+    report.packs = packs.len();
+    report.pack_bytes = packs.values().sum();
+
+    // (pack) → offset → (chunk, frame_len, raw_len, first user)
+    let mut wanted: HashMap<PackId, HashMap<u32, ([u8; 32], u32, u32, String)>> = HashMap::new();
+    let repos = store.repos()?;
+    report.repos = repos.len();
+    for repo in &repos {
+        let commits: HashSet<_> = store.commits(repo)?.into_iter().collect();
+        for commit in &commits {
+            report.revisions += 1;
+            let key = layout::manifest_key(repo, commit);
+            let m = match backend.get(&key).and_then(|b| decode_manifest(&key, &b)) {
+                Ok(m) => m,
+                Err(StoreError::NotFound(_)) => continue, // removed meanwhile
+                Err(e) => {
+                    report.problem(format!("{key}: {e}"));
+                    continue;
+                }
+            };
+            if &m.repo != repo || &m.commit != commit {
+                report.problem(format!("{key}: describes {}@{} instead", m.repo, m.commit));
+            }
+            for f in &m.files {
+                let mut total = 0u64;
+                for (i, c) in f.chunks.iter().enumerate() {
+                    total += c.raw_len as u64;
+                    let Some(p) = m.packs.get(c.pack as usize) else {
+                        report.problem(format!(
+                            "{repo}@{commit} {}: chunk {i} points past the pack table",
+                            f.path
+                        ));
+                        continue;
+                    };
+                    report.chunk_refs += 1;
+                    wanted.entry(*p).or_default().entry(c.offset).or_insert((
+                        c.id,
+                        c.frame_len,
+                        c.raw_len,
+                        format!("{repo}@{commit} {}", f.path),
+                    ));
+                }
+                if total != f.size {
+                    report.problem(format!(
+                        "{repo}@{commit} {}: chunks add up to {total} bytes, the file has {}",
+                        f.path, f.size
+                    ));
+                }
+            }
+        }
+        match store.refs(repo) {
+            Ok(refs) => {
+                for (name, c) in refs {
+                    report.refs += 1;
+                    if !commits.contains(&c) && !store.has_commit(repo, &c)? {
+                        report.problem(format!(
+                            "{repo} ref {name} points at {c}, which has no manifest"
+                        ));
+                    }
+                }
+            }
+            Err(e) => report.problem(format!("{repo}: refs: {e}")),
+        }
+        for c in store.pins(repo)? {
+            report.pins += 1;
+            if !commits.contains(&c) && !store.has_commit(repo, &c)? {
+                report.problem(format!("{repo}: pin of {c}, which has no manifest"));
+            }
+        }
+    }
+
+    // Every referenced chunk where its manifest says.
+    for (p, offsets) in &wanted {
+        let key = layout::pack_key(p);
+        if !packs.contains_key(p) {
+            let (_, (_, _, _, user)) = offsets.iter().next().expect("non-empty");
+            report.problem(format!(
+                "pack {} is missing; {} chunks reference it (first: {user})",
+                p.to_hex(),
+                offsets.len()
+            ));
+            continue;
+        }
+        let footer = match pack::read_footer(backend.as_ref(), &key) {
+            Ok(f) => f,
+            Err(e) => {
+                report.problem(format!("{e}"));
+                continue;
+            }
+        };
+        let by_offset: HashMap<u32, &FooterEntry> =
+            footer.entries.iter().map(|e| (e.offset, e)).collect();
+        for (off, (id, frame_len, raw_len, user)) in offsets {
+            match by_offset.get(off) {
+                Some(e) if e.id == *id && e.frame_len == *frame_len && e.raw_len == *raw_len => {}
+                Some(_) => report.problem(format!(
+                    "{user}: chunk {} at offset {off} of pack {} differs from the pack's footer",
+                    ChunkId(*id),
+                    p.to_hex()
+                )),
+                None => report.problem(format!(
+                    "{user}: no frame at offset {off} of pack {}",
+                    p.to_hex()
+                )),
+            }
+        }
+    }
+
+    // gc's list, locks, temporaries.
+    let condemned: HashSet<PackId> = match state::read(backend.as_ref()) {
+        Ok(s) => s.condemned.into_iter().map(|c| c.pack).collect(),
+        Err(e) => {
+            report.problem(e.to_string());
+            HashSet::new()
+        }
+    };
+    report.condemned_packs = condemned.iter().filter(|p| packs.contains_key(p)).count();
+    let referenced_condemned = condemned.iter().filter(|p| wanted.contains_key(p)).count();
+    if referenced_condemned > 0 {
+        report.notes.push(format!(
+            "{referenced_condemned} condemned packs are referenced again; the next gc keeps them"
+        ));
+    }
+    report.unreferenced_packs = packs
+        .keys()
+        .filter(|p| !wanted.contains_key(p) && !condemned.contains(p))
+        .count();
+    if report.unreferenced_packs > 0 {
+        report.notes.push(format!(
+            "{} packs are referenced by no revision; gc will reclaim them",
+            report.unreferenced_packs
+        ));
+    }
+    let now = lock::now_ms();
+    for kind in ["gc", "ingest"] {
+        match lock::list(backend.as_ref(), kind) {
+            Ok(locks) => {
+                for (key, l) in locks {
+                    let state = if l.is_stale(now) { "stale" } else { "held" };
+                    report
+                        .notes
+                        .push(format!("{key}: {state}, {}", l.describe(now)));
+                }
+            }
+            Err(e) => report.problem(e.to_string()),
+        }
+    }
+    let min_age = opts.grace.max(gc::TEMPORARY_MIN_AGE);
+    for t in backend.temporaries(min_age)? {
+        report.problem(format!(
+            "orphaned temporary {} is {} s old (gc removes it)",
+            t.name, t.age_secs
+        ));
+    }
+
+    if opts.read_data {
+        read_data(store, &packs, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// Reads every pack: its bytes must hash to its name, every frame must decode and hash to
+/// its chunk id.
+fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckReport) -> Result<()> {
+    use rayon::prelude::*;
+    let found = Mutex::new(Vec::new());
+    let totals = Mutex::new((0u64, 0u64));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .map_err(|e| StoreError::Invalid(format!("thread pool: {e}")))?;
+    pool.install(|| {
+        packs.par_iter().for_each(|(id, _)| {
+            let key = layout::pack_key(id);
+            let mut problems = Vec::new();
+            let bytes = match store.backend().get(&key) {
+                Ok(b) => b,
+                Err(StoreError::NotFound(_)) => return, // deleted by gc meanwhile
+                Err(e) => {
+                    problems.push(e.to_string());
+                    found
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend(problems);
+                    return;
+                }
+            };
+            if blake3::hash(&bytes).as_bytes() != &id.0 {
+                problems.push(format!(
+                    "pack {}: its bytes do not hash to its name",
+                    id.to_hex()
+                ));
+            }
+            let mut chunks = 0u64;
+            match pack::read_footer(store.backend().as_ref(), &key) {
+                Ok(footer) => {
+                    for e in &footer.entries {
+                        let (s, end) =
+                            (e.offset as usize, e.offset as usize + e.frame_len as usize);
+                        let Some(frame) = bytes.get(s..end) else {
+                            problems.push(format!(
+                                "pack {}: frame at {s} runs past the end",
+                                id.to_hex()
+                            ));
+                            continue;
+                        };
+                        match pack::decode_checked(frame, &ChunkId(e.id), &key, e.offset as u64) {
+                            Ok(data) if data.len() == e.raw_len as usize => chunks += 1,
+                            Ok(data) => problems.push(format!(
+                                "pack {}: chunk at {s} decodes to {} bytes, footer says {}",
+                                id.to_hex(),
+                                data.len(),
+                                e.raw_len
+                            )),
+                            Err(err) => problems.push(err.to_string()),
+                        }
+                    }
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
+            {
+                let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+                t.0 += chunks;
+                t.1 += bytes.len() as u64;
+            }
+            found
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(problems);
+        })
+    });
+    let (chunks, bytes) = totals.into_inner().unwrap_or_else(|p| p.into_inner());
+    report.chunks_hashed = chunks;
+    report.bytes_hashed = bytes;
+    for p in found.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        report.problem(p);
+    }
+    Ok(())
+}

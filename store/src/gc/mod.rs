@@ -1,0 +1,653 @@
+//! Garbage collection: expire revisions by policy and reclaim the packs no kept revision
+//! needs, safely beside running ingests and mounts. The design (`docs/FORMAT.md`,
+//! "Garbage collection") in short:
+//!
+//! 1. Take the gc lock (`locks/gc-*`): one gc at a time.
+//! 2. List live ingest leases, **then** manifests and refs. An ingest whose lease is gone
+//!    by then has already published its manifests, so they are seen.
+//! 3. Expire revisions ([`retention`]): delete their manifests. Refs are listed again
+//!    afterwards and a manifest a ref now points at is put back.
+//! 4. Liveness: every (pack, offset) a kept manifest references. Nothing but manifests
+//!    and listings is read, so a run that finds nothing new costs a LIST per prefix and a
+//!    GET per changed manifest (unchanged ones come from the local index's cache).
+//! 5. Phase two, for packs condemned by earlier runs: a pack a manifest references again
+//!    is *rescued*; one condemned less than the grace period ago waits; one condemned
+//!    before (or just after) a live ingest lease started waits for that ingest; the rest
+//!    are deleted.
+//! 6. Phase one: packs nothing references are condemned. Packs whose live fraction is
+//!    below `rewrite_below` have their live frames copied into new packs, the manifests
+//!    that use them are rewritten to point at the copies, and the old packs are condemned.
+//! 7. The condemned list is written (`gc/condemned`). Every index sync reads it and stops
+//!    deduplicating against condemned packs, so only ingests that started before the mark
+//!    (and hold a lease) can still reference them, and phase two waits for those.
+//!
+//! A gc killed anywhere leaves a consistent store: new packs are written before manifests
+//! point at them, manifests before anything is condemned, and deletion only removes packs
+//! that no manifest references.
+
+pub mod retention;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chunker::ChunkId;
+use serde::Serialize;
+
+use crate::backend::{CountingStore, ObjectStore, Requests};
+use crate::codec::{self, Kind};
+use crate::failpoint;
+use crate::index::Index;
+use crate::layout;
+use crate::lock::{self, Held};
+use crate::manifest::{ChunkRef, Manifest};
+use crate::names::{CommitId, RepoId};
+use crate::pack::{self, FooterEntry, PackBuilder, PackFooter, PackId};
+use crate::repo::{decode_manifest, Store};
+use crate::{Result, StoreError};
+
+use retention::{Candidate, Keep, Retention};
+use state::{Condemned, GcState};
+
+/// Default grace period between condemning a pack and deleting it.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
+/// Default: rewrite packs less than 80 % live.
+pub const DEFAULT_REWRITE_BELOW: f64 = 0.8;
+/// Clock skew tolerated between machines: a lease that started up to this long after a
+/// pack was condemned still protects it.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+/// Leftover temporaries younger than this are never removed (writes in progress).
+pub const TEMPORARY_MIN_AGE: Duration = Duration::from_secs(3600);
+
+/// How a gc run behaves.
+#[derive(Clone, Debug)]
+pub struct GcOptions {
+    /// Which revisions to keep.
+    pub retention: Retention,
+    /// Time between condemning a pack and deleting it.
+    pub grace: Duration,
+    /// Rewrite packs whose live fraction is below this (0 disables rewriting; 1 rewrites
+    /// every pack with any dead byte).
+    pub rewrite_below: f64,
+    /// Report only; change nothing, take no lock.
+    pub dry_run: bool,
+    /// Time to live of the gc lock.
+    pub lock_ttl: Duration,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            retention: Retention::default(),
+            grace: DEFAULT_GRACE,
+            rewrite_below: DEFAULT_REWRITE_BELOW,
+            dry_run: false,
+            lock_ttl: lock::DEFAULT_TTL,
+        }
+    }
+}
+
+/// A revision gc expired.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ExpiredRevision {
+    /// `org/name`.
+    pub repo: String,
+    /// Commit sha.
+    pub commit: String,
+    /// When it was ingested (seconds since the epoch).
+    pub ingested_at: u64,
+    /// Total size of its files.
+    pub bytes: u64,
+}
+
+/// What a run did (or, with `dry_run`, would do).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GcReport {
+    /// Nothing was changed.
+    pub dry_run: bool,
+    /// Repositories seen.
+    pub repos: usize,
+    /// Revisions kept.
+    pub revisions_kept: usize,
+    /// Revisions expired this run.
+    pub expired: Vec<ExpiredRevision>,
+    /// Expired manifests put back because a ref appeared meanwhile.
+    pub restored: Vec<ExpiredRevision>,
+    /// Manifests fetched from the bucket.
+    pub manifests_fetched: usize,
+    /// Manifests taken from the local cache.
+    pub manifests_cached: usize,
+    /// Bytes of chunk frames kept revisions reference.
+    pub live_bytes: u64,
+    /// Packs condemned this run (nothing references them).
+    pub packs_condemned: usize,
+    /// Their bytes.
+    pub bytes_condemned: u64,
+    /// Packs rewritten this run (their live chunks copied, the old pack condemned).
+    pub packs_rewritten: usize,
+    /// Bytes of the packs rewritten.
+    pub bytes_rewritten: u64,
+    /// Bytes of the new packs written by rewrites.
+    pub rewrite_bytes_written: u64,
+    /// Chunks copied by rewrites.
+    pub chunks_copied: u64,
+    /// Manifests rewritten to point at the copies.
+    pub manifests_rewritten: usize,
+    /// Condemned packs referenced again (by an ingest that started before the mark).
+    pub packs_rescued: usize,
+    /// Packs deleted this run.
+    pub packs_deleted: usize,
+    /// Dead chunks in the packs deleted.
+    pub chunks_deleted: u64,
+    /// Bytes freed by deleting packs this run.
+    pub bytes_reclaimed: u64,
+    /// Condemned packs still waiting (grace period or a running ingest).
+    pub packs_waiting: usize,
+    /// Their bytes.
+    pub bytes_waiting: u64,
+    /// Of those, packs held back by a live ingest lease.
+    pub packs_waiting_on_ingest: usize,
+    /// Leftover temporaries removed.
+    pub temporaries_removed: usize,
+    /// Stale locks and leases removed.
+    pub stale_locks_removed: usize,
+    /// Packs in the bucket after the run.
+    pub packs_stored: usize,
+    /// Bytes of packs in the bucket after the run.
+    pub bytes_stored: u64,
+    /// Requests made to the object store.
+    pub requests: Requests,
+    /// Wall time.
+    pub duration_ms: u64,
+}
+
+/// One manifest as gc holds it.
+struct Rev {
+    repo: RepoId,
+    key: String,
+    bytes: Vec<u8>,
+    manifest: Manifest,
+}
+
+/// What kept manifests use of one pack: offset → (chunk id, frame length, raw length).
+#[derive(Default)]
+struct PackUse {
+    frames: BTreeMap<u32, ([u8; 32], u32, u32)>,
+    bytes: u64,
+}
+
+impl PackUse {
+    /// Size of a pack holding exactly these frames (header, frames, footer, trailer).
+    fn size_if_only_live(&self) -> u64 {
+        let mut at = pack::PACK_HEADER_LEN as u32;
+        let entries: Vec<FooterEntry> = self
+            .frames
+            .values()
+            .map(|(id, frame_len, raw_len)| {
+                let e = FooterEntry {
+                    id: *id,
+                    offset: at,
+                    frame_len: *frame_len,
+                    raw_len: *raw_len,
+                };
+                at = at.saturating_add(*frame_len);
+                e
+            })
+            .collect();
+        let footer = codec::encode(Kind::PackFooter, &PackFooter { entries }, false);
+        at as u64 + footer.len() as u64 + pack::PACK_TRAILER_LEN as u64
+    }
+}
+
+/// Runs gc on `store`. `cache` (the local index) keeps manifests between runs so that
+/// unchanged ones are not fetched again; it is closed as soon as the manifests are read,
+/// so that an ingest on this machine does not wait for the whole run. `warn` receives
+/// non-fatal findings.
+pub fn run(
+    store: &Store,
+    cache: Option<Index>,
+    opts: &GcOptions,
+    warn: &dyn Fn(String),
+) -> Result<GcReport> {
+    let started = Instant::now();
+    let counted = Arc::new(CountingStore::new(store.backend().clone()));
+    let backend: Arc<dyn ObjectStore> = counted.clone();
+    let store = store.with_backend(backend.clone());
+    let mut report = GcReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let lock = if opts.dry_run {
+        None
+    } else {
+        Some(Held::gc_lock(backend.clone(), opts.lock_ttl)?)
+    };
+    let check_lock = || lock.as_ref().map_or(Ok(()), |l| l.check());
+
+    // 2. Leases first, then revisions.
+    let now = lock::now_ms();
+    let mut leases = Vec::new();
+    for (key, lease) in lock::list(backend.as_ref(), "ingest")? {
+        if lease.is_stale(now) {
+            if !opts.dry_run {
+                backend.delete(&key)?;
+                report.stale_locks_removed += 1;
+            }
+        } else {
+            leases.push(lease);
+        }
+    }
+    let repos = store.repos()?;
+    report.repos = repos.len();
+    let mut kept: Vec<Rev> = Vec::new();
+    let mut expired: Vec<Rev> = Vec::new();
+    for repo in &repos {
+        let (k, e) = revisions(&store, cache.as_ref(), repo, opts, &mut report)?;
+        kept.extend(k);
+        expired.extend(e);
+    }
+    // Rewritten manifests get new tags: their stale entries simply miss next time.
+    drop(cache);
+    failpoint::pause("gc-after-listing");
+
+    // 3. Expire.
+    if !opts.dry_run && !expired.is_empty() {
+        check_lock()?;
+        for h in &expired {
+            backend.delete(&h.key)?;
+        }
+        let mut by_repo: HashMap<RepoId, Vec<Rev>> = HashMap::new();
+        for h in expired {
+            by_repo.entry(h.repo.clone()).or_default().push(h);
+        }
+        for (repo, gone) in by_repo {
+            let refs: HashSet<CommitId> = store.refs(&repo)?.into_values().collect();
+            for h in gone {
+                let rev = expired_revision(&h.manifest);
+                if refs.contains(&h.manifest.commit) {
+                    backend.put(&h.key, &h.bytes)?;
+                    warn(format!(
+                        "{repo}@{}: a ref appeared while it was expiring; kept",
+                        h.manifest.commit
+                    ));
+                    report.restored.push(rev);
+                    kept.push(h);
+                } else {
+                    report.expired.push(rev);
+                }
+            }
+        }
+    } else {
+        report.expired = expired
+            .iter()
+            .map(|h| expired_revision(&h.manifest))
+            .collect();
+    }
+    report.revisions_kept = kept.len();
+
+    // 4. Liveness.
+    let mut uses: HashMap<PackId, PackUse> = HashMap::new();
+    for h in &kept {
+        for f in &h.manifest.files {
+            for c in &f.chunks {
+                let Some(p) = h.manifest.packs.get(c.pack as usize) else {
+                    return Err(StoreError::CorruptObject {
+                        key: h.key.clone(),
+                        reason: format!("{}: chunk points past the pack table", f.path),
+                    });
+                };
+                let u = uses.entry(*p).or_default();
+                if u.frames
+                    .insert(c.offset, (c.id, c.frame_len, c.raw_len))
+                    .is_none()
+                {
+                    u.bytes += c.frame_len as u64;
+                }
+            }
+        }
+    }
+    report.live_bytes = uses.values().map(|u| u.bytes).sum();
+
+    // 5. Phase two: delete what was condemned long enough ago.
+    let mut listed: BTreeMap<PackId, u64> = BTreeMap::new();
+    for obj in backend.list(layout::PACKS_PREFIX)? {
+        if let Some(id) = layout::parse_pack_key(&obj.key) {
+            listed.insert(id, obj.size);
+        }
+    }
+    let old_state = state::read(backend.as_ref())?;
+    let mut new_state = GcState::default();
+    let mut to_delete = Vec::new();
+    let grace_ms = opts.grace.as_millis() as u64;
+    let skew_ms = MAX_CLOCK_SKEW.as_millis() as u64;
+    for c in &old_state.condemned {
+        if !listed.contains_key(&c.pack) {
+            continue; // deleted by an earlier run that died before writing the list
+        }
+        if uses.contains_key(&c.pack) {
+            report.packs_rescued += 1;
+            continue;
+        }
+        let waiting_on_ingest = leases
+            .iter()
+            .any(|l| l.started_ms <= c.marked_ms.saturating_add(skew_ms));
+        if now < c.marked_ms.saturating_add(grace_ms) || waiting_on_ingest {
+            report.packs_waiting += 1;
+            report.bytes_waiting += c.size;
+            if waiting_on_ingest {
+                report.packs_waiting_on_ingest += 1;
+            }
+            new_state.condemned.push(c.clone());
+            continue;
+        }
+        to_delete.push(c.clone());
+    }
+    failpoint::pause("gc-before-delete");
+    if !opts.dry_run && !to_delete.is_empty() {
+        check_lock()?;
+    }
+    for c in &to_delete {
+        if !opts.dry_run {
+            backend.delete(&layout::pack_key(&c.pack))?;
+        }
+        listed.remove(&c.pack);
+        report.packs_deleted += 1;
+        report.bytes_reclaimed += c.size;
+        report.chunks_deleted += c.chunks.saturating_sub(c.live_chunks) as u64;
+    }
+
+    // 6. Phase one: condemn unreferenced packs, rewrite mostly dead ones.
+    let pending: HashSet<PackId> = new_state.condemned.iter().map(|c| c.pack).collect();
+    let mut condemn: Vec<Condemned> = Vec::new();
+    let mut rewrite: Vec<(PackId, u64)> = Vec::new();
+    for (id, size) in &listed {
+        if pending.contains(id) {
+            continue;
+        }
+        match uses.get(id) {
+            None => {
+                let chunks = match pack::read_footer(backend.as_ref(), &layout::pack_key(id)) {
+                    Ok(f) => f.entries.len() as u32,
+                    Err(e) => {
+                        warn(format!("pack {}: {e}", id.to_hex()));
+                        0
+                    }
+                };
+                condemn.push(Condemned {
+                    pack: *id,
+                    marked_ms: 0,
+                    size: *size,
+                    chunks,
+                    live_chunks: 0,
+                });
+                report.packs_condemned += 1;
+                report.bytes_condemned += size;
+            }
+            Some(u) => {
+                let live_size = u.size_if_only_live();
+                if live_size < *size && (live_size as f64) < opts.rewrite_below * *size as f64 {
+                    rewrite.push((*id, *size));
+                }
+            }
+        }
+    }
+    if !rewrite.is_empty() {
+        if opts.dry_run {
+            report.packs_rewritten = rewrite.len();
+            report.bytes_rewritten = rewrite.iter().map(|r| r.1).sum();
+        } else {
+            check_lock()?;
+            let moved = rewrite_packs(&store, &rewrite, &uses, &mut report)?;
+            failpoint::pause("gc-before-manifest-rewrite");
+            for h in kept.iter_mut() {
+                if !h.manifest.packs.iter().any(|p| moved.contains_key(p)) {
+                    continue;
+                }
+                let m = relocate(&h.manifest, &moved)?;
+                let bytes = codec::encode(Kind::Manifest, &m, true);
+                check_lock()?;
+                backend.put(&h.key, &bytes)?;
+                h.manifest = m;
+                h.bytes = bytes;
+                report.manifests_rewritten += 1;
+            }
+            for (id, size) in &rewrite {
+                let u = &uses[id];
+                let chunks = u.frames.len() as u32;
+                condemn.push(Condemned {
+                    pack: *id,
+                    marked_ms: 0,
+                    size: *size,
+                    chunks,
+                    live_chunks: chunks,
+                });
+            }
+        }
+    }
+
+    // Leftovers of interrupted writes.
+    let min_age = opts.grace.max(TEMPORARY_MIN_AGE);
+    for t in backend.temporaries(min_age)? {
+        if !opts.dry_run {
+            backend.remove_temporary(&t)?;
+        }
+        report.temporaries_removed += 1;
+    }
+
+    // 7. Write the condemned list.
+    failpoint::pause("gc-before-state");
+    let changed = !condemn.is_empty() || new_state.condemned != old_state.condemned;
+    if !opts.dry_run && changed {
+        check_lock()?;
+        let marked = lock::now_ms();
+        for mut c in condemn {
+            c.marked_ms = marked;
+            new_state.condemned.push(c);
+        }
+        new_state.written_ms = marked;
+        state::write(backend.as_ref(), &new_state)?;
+    }
+
+    let after = backend.list(layout::PACKS_PREFIX)?;
+    report.packs_stored = after.len();
+    report.bytes_stored = after.iter().map(|o| o.size).sum();
+    if opts.dry_run {
+        // Nothing was deleted: show what would remain.
+        let deleted: u64 = to_delete.iter().map(|c| c.size).sum();
+        report.packs_stored -= to_delete.len().min(report.packs_stored);
+        report.bytes_stored = report.bytes_stored.saturating_sub(deleted);
+    }
+    drop(lock);
+    report.requests = counted.requests();
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+fn expired_revision(m: &Manifest) -> ExpiredRevision {
+    ExpiredRevision {
+        repo: m.repo.to_string(),
+        commit: m.commit.to_hex(),
+        ingested_at: m.ingested_at,
+        bytes: m.total_size(),
+    }
+}
+
+/// Loads a repository's manifests (through the cache) and splits them by retention.
+fn revisions(
+    store: &Store,
+    cache: Option<&Index>,
+    repo: &RepoId,
+    opts: &GcOptions,
+    report: &mut GcReport,
+) -> Result<(Vec<Rev>, Vec<Rev>)> {
+    let backend = store.backend();
+    let prefix = layout::manifests_prefix(repo);
+    let mut held = Vec::new();
+    for obj in backend.list(&prefix)? {
+        if CommitId::parse(&obj.key[prefix.len()..]).is_err() {
+            continue;
+        }
+        let cached = match cache {
+            Some(idx) if !obj.tag.is_empty() => idx.cached_object(&obj.key, &obj.tag)?,
+            _ => None,
+        };
+        let bytes = match cached {
+            Some(b) => {
+                report.manifests_cached += 1;
+                b
+            }
+            None => {
+                let b = match backend.get(&obj.key) {
+                    Ok(b) => b,
+                    Err(StoreError::NotFound(_)) => continue, // removed meanwhile
+                    Err(e) => return Err(e),
+                };
+                report.manifests_fetched += 1;
+                if let Some(idx) = cache {
+                    if !obj.tag.is_empty() {
+                        idx.cache_object(&obj.key, &obj.tag, &b)?;
+                    }
+                }
+                b
+            }
+        };
+        // A manifest gc cannot read makes every pack potentially live: stop.
+        let manifest = decode_manifest(&obj.key, &bytes)?;
+        held.push(Rev {
+            repo: repo.clone(),
+            key: obj.key,
+            bytes,
+            manifest,
+        });
+    }
+    let referenced: HashSet<CommitId> = store.refs(repo)?.into_values().collect();
+    let pinned: HashSet<CommitId> = store.pins(repo)?.into_iter().collect();
+    let candidates: Vec<Candidate> = held
+        .iter()
+        .map(|h| Candidate {
+            commit: h.manifest.commit,
+            ingested_at: h.manifest.ingested_at,
+        })
+        .collect();
+    let (keep, _) = retention::decide(
+        &opts.retention.policy(repo),
+        &candidates,
+        &referenced,
+        &pinned,
+        crate::manifest::now_secs(),
+    );
+    let keep: HashMap<CommitId, Keep> = keep.into_iter().collect();
+    let (kept, expired) = held
+        .into_iter()
+        .partition(|h| keep.contains_key(&h.manifest.commit));
+    Ok((kept, expired))
+}
+
+/// Copies the live frames of `packs` into new packs; returns old (pack, offset) → new
+/// location, grouped by old pack.
+fn rewrite_packs(
+    store: &Store,
+    packs: &[(PackId, u64)],
+    uses: &HashMap<PackId, PackUse>,
+    report: &mut GcReport,
+) -> Result<HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>> {
+    let backend = store.backend();
+    let target = store.config().pack_target.max(1) as usize;
+    let mut moved: HashMap<PackId, HashMap<u32, (PackId, u32, u32)>> = HashMap::new();
+    let mut builder = PackBuilder::new();
+    // Frames in the open builder: (old pack, old offset, new offset, frame length).
+    let mut open: Vec<(PackId, u32, u32, u32)> = Vec::new();
+    let seal = |builder: PackBuilder,
+                open: &mut Vec<(PackId, u32, u32, u32)>,
+                moved: &mut HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>,
+                report: &mut GcReport|
+     -> Result<()> {
+        let (id, bytes, _) = builder.finish();
+        backend.put(&layout::pack_key(&id), &bytes)?;
+        report.rewrite_bytes_written += bytes.len() as u64;
+        for (old, old_off, new_off, len) in open.drain(..) {
+            moved
+                .entry(old)
+                .or_default()
+                .insert(old_off, (id, new_off, len));
+        }
+        Ok(())
+    };
+    for (id, size) in packs {
+        let key = layout::pack_key(id);
+        let bytes = backend.get(&key)?;
+        if bytes.len() as u64 != *size {
+            return Err(StoreError::CorruptObject {
+                key,
+                reason: format!("listed with {size} bytes, read {}", bytes.len()),
+            });
+        }
+        for (off, (chunk, frame_len, raw_len)) in &uses[id].frames {
+            let (s, e) = (*off as usize, *off as usize + *frame_len as usize);
+            let frame = bytes.get(s..e).ok_or_else(|| StoreError::CorruptObject {
+                key: key.clone(),
+                reason: format!("frame at {off} runs past the end"),
+            })?;
+            // Never copy a damaged chunk into a fresh pack: stop and let fsck report it.
+            pack::decode_checked(frame, &ChunkId(*chunk), &key, *off as u64)?;
+            let new_off = builder.add_frame(ChunkId(*chunk), frame, *raw_len as usize);
+            open.push((*id, *off, new_off, *frame_len));
+            report.chunks_copied += 1;
+            if builder.len() >= target {
+                let full = std::mem::take(&mut builder);
+                seal(full, &mut open, &mut moved, report)?;
+            }
+        }
+        report.packs_rewritten += 1;
+        report.bytes_rewritten += size;
+    }
+    if !builder.is_empty() {
+        seal(builder, &mut open, &mut moved, report)?;
+    }
+    backend.sync_deferred()?;
+    Ok(moved)
+}
+
+/// The manifest with every chunk in a moved pack pointing at its copy.
+fn relocate(
+    m: &Manifest,
+    moved: &HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>,
+) -> Result<Manifest> {
+    let key = layout::manifest_key(&m.repo, &m.commit);
+    let mut table: Vec<PackId> = Vec::new();
+    let mut ix: HashMap<PackId, u32> = HashMap::new();
+    let mut out = m.clone();
+    for f in out.files.iter_mut() {
+        for c in f.chunks.iter_mut() {
+            let old = m.packs[c.pack as usize];
+            let (pack, offset) = match moved.get(&old) {
+                Some(map) => {
+                    let (p, o, len) = map.get(&c.offset).ok_or_else(|| {
+                        StoreError::CorruptObject {
+                            key: key.clone(),
+                            reason: format!(
+                                "internal error: chunk at {} of a rewritten pack was not copied",
+                                c.offset
+                            ),
+                        }
+                    })?;
+                    debug_assert_eq!(*len, c.frame_len);
+                    (*p, *o)
+                }
+                None => (old, c.offset),
+            };
+            let pi = *ix.entry(pack).or_insert_with(|| {
+                table.push(pack);
+                (table.len() - 1) as u32
+            });
+            *c = ChunkRef {
+                pack: pi,
+                offset,
+                ..*c
+            };
+        }
+    }
+    out.packs = table;
+    Ok(out)
+}

@@ -1,0 +1,223 @@
+//! Retention: which revisions of a repository gc keeps.
+//!
+//! A commit is kept when any of these holds:
+//! * a ref (branch or tag) points at it;
+//! * it is pinned (`modelcas pin`);
+//! * it is among the `keep_last` most recently ingested commits of its repository;
+//! * it was ingested within `keep_within` of now;
+//! * the policy for its repository is empty (no `keep_last`, no `keep_within`): without a
+//!   policy gc expires nothing, and only `modelcas rm` removes revisions.
+//!
+//! Everything else is *expired*: gc deletes its manifest, and its data once no kept
+//! revision uses it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::names::{CommitId, RepoId};
+use crate::{Result, StoreError};
+
+/// The policy of one repository.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Keep the N most recently ingested commits.
+    pub keep_last: Option<usize>,
+    /// Keep commits ingested within this long.
+    pub keep_within: Option<Duration>,
+}
+
+impl Policy {
+    /// True when the policy expires nothing.
+    pub fn is_empty(&self) -> bool {
+        self.keep_last.is_none() && self.keep_within.is_none()
+    }
+}
+
+/// Policies for every repository: a default, and overrides per repository.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Applies to repositories without an override.
+    pub default: Policy,
+    /// Overrides per repository.
+    pub repos: BTreeMap<RepoId, Policy>,
+}
+
+impl Retention {
+    /// The policy of `repo`.
+    pub fn policy(&self, repo: &RepoId) -> Policy {
+        self.repos.get(repo).copied().unwrap_or(self.default)
+    }
+}
+
+/// One commit as retention sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Candidate {
+    /// The commit.
+    pub commit: CommitId,
+    /// When it was ingested (seconds since the epoch).
+    pub ingested_at: u64,
+}
+
+/// Why a commit is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// A ref points at it.
+    Ref,
+    /// It is pinned.
+    Pin,
+    /// One of the `keep_last` newest.
+    Last,
+    /// Ingested within `keep_within`.
+    Within,
+    /// No policy for the repository.
+    NoPolicy,
+}
+
+/// Splits a repository's commits into kept (with a reason) and expired.
+pub fn decide(
+    policy: &Policy,
+    commits: &[Candidate],
+    referenced: &HashSet<CommitId>,
+    pinned: &HashSet<CommitId>,
+    now_secs: u64,
+) -> (Vec<(CommitId, Keep)>, Vec<CommitId>) {
+    let mut by_age: Vec<&Candidate> = commits.iter().collect();
+    // Newest first; ties broken by commit id so the result does not depend on listing order.
+    by_age.sort_by(|a, b| {
+        b.ingested_at
+            .cmp(&a.ingested_at)
+            .then(a.commit.0.cmp(&b.commit.0))
+    });
+    let mut kept = Vec::new();
+    let mut expired = Vec::new();
+    for (rank, c) in by_age.into_iter().enumerate() {
+        let reason = if referenced.contains(&c.commit) {
+            Some(Keep::Ref)
+        } else if pinned.contains(&c.commit) {
+            Some(Keep::Pin)
+        } else if policy.is_empty() {
+            Some(Keep::NoPolicy)
+        } else if policy.keep_last.is_some_and(|n| rank < n) {
+            Some(Keep::Last)
+        } else if policy
+            .keep_within
+            .is_some_and(|d| now_secs.saturating_sub(c.ingested_at) < d.as_secs().max(1))
+        {
+            Some(Keep::Within)
+        } else {
+            None
+        };
+        match reason {
+            Some(r) => kept.push((c.commit, r)),
+            None => expired.push(c.commit),
+        }
+    }
+    (kept, expired)
+}
+
+/// Parses a duration: one or more `<number><unit>` terms with units `s`, `m`, `h`, `d`,
+/// `w` (`90s`, `12h`, `30d`, `1d12h`). A bare number is refused: the unit must be said.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let bad = |why: &str| {
+        StoreError::Invalid(format!(
+            "invalid duration {s:?}: {why} (examples: 90s, 15m, 12h, 30d, 2w, 1d12h)"
+        ))
+    };
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(bad("empty"));
+    }
+    let mut total: u64 = 0;
+    let mut num = String::new();
+    for ch in t.chars() {
+        if ch.is_ascii_digit() {
+            num.push(ch);
+            continue;
+        }
+        let unit = match ch {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            'w' => 604_800,
+            _ => return Err(bad(&format!("unknown unit {ch:?}"))),
+        };
+        if num.is_empty() {
+            return Err(bad("a unit without a number"));
+        }
+        let n: u64 = num.parse().map_err(|_| bad("number too large"))?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(|| bad("too long"))?;
+        num.clear();
+    }
+    if !num.is_empty() {
+        return Err(bad("a number without a unit"));
+    }
+    Ok(Duration::from_secs(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(n: u8, at: u64) -> Candidate {
+        Candidate {
+            commit: CommitId([n; 20]),
+            ingested_at: at,
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30d").unwrap().as_secs(), 30 * 86_400);
+        assert_eq!(parse_duration("1d12h").unwrap().as_secs(), 36 * 3600);
+        assert_eq!(parse_duration("2s").unwrap().as_secs(), 2);
+        assert_eq!(parse_duration("0s").unwrap().as_secs(), 0);
+        for bad in [
+            "",
+            "30",
+            "d",
+            "3x",
+            "-1d",
+            "1.5h",
+            "99999999999999999999w",
+            "h1",
+        ] {
+            let e = parse_duration(bad).unwrap_err().to_string();
+            assert!(e.contains("invalid duration"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn decide_keeps_refs_pins_last_and_within() {
+        let commits = [c(1, 100), c(2, 200), c(3, 300), c(4, 400), c(5, 500)];
+        let refs: HashSet<_> = [CommitId([1; 20])].into();
+        let pins: HashSet<_> = [CommitId([2; 20])].into();
+        let empty = Policy::default();
+        let (kept, expired) = decide(&empty, &commits, &refs, &pins, 1000);
+        assert_eq!(kept.len(), 5);
+        assert!(expired.is_empty());
+
+        let last2 = Policy {
+            keep_last: Some(2),
+            keep_within: None,
+        };
+        let (kept, expired) = decide(&last2, &commits, &refs, &pins, 1000);
+        let mut kept_ids: Vec<u8> = kept.iter().map(|(c, _)| c.0[0]).collect();
+        kept_ids.sort();
+        assert_eq!(kept_ids, vec![1, 2, 4, 5]);
+        assert_eq!(expired, vec![CommitId([3; 20])]);
+
+        let within = Policy {
+            keep_last: Some(0),
+            keep_within: Some(Duration::from_secs(650)),
+        };
+        // now 1000: within 650 s means ingested after 350.
+        let (_, expired) = decide(&within, &commits, &HashSet::new(), &HashSet::new(), 1000);
+        let mut ex: Vec<u8> = expired.iter().map(|c| c.0[0]).collect();
+        ex.sort();
+        assert_eq!(ex, vec![1, 2, 3]);
+    }
+}

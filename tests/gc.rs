@@ -1,0 +1,584 @@
+//! gc, rm, pin and fsck end to end: exact reclaiming, gc interleaved with ingests at
+//! chosen points, gc killed at random points, and bad input. Runs on the local store and,
+//! in `.ci/run`, on Garage.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ingest_series, series, Env};
+use rand::{Rng, SeedableRng};
+use store::pack::read_footer;
+use store::{CommitId, RepoId, Store};
+
+const REPO: &str = "demo-org/demo-llm";
+
+fn rev(r: &str) -> String {
+    format!("{REPO}@{r}")
+}
+
+/// gc with a short grace period, as JSON.
+fn gc(env: &Env, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["gc", "--json", "--grace", "0s"];
+    args.extend_from_slice(extra);
+    env.json(&args)
+}
+
+/// Chunk id → frame length of every chunk a revision references.
+fn chunks_of(env: &Env, commit: &str) -> HashMap<[u8; 32], u32> {
+    let store = Store::open(env.backend()).unwrap();
+    let m = store
+        .manifest(
+            &RepoId::parse(REPO).unwrap(),
+            &CommitId::parse(commit).unwrap(),
+        )
+        .unwrap();
+    m.files
+        .iter()
+        .flat_map(|f| f.chunks.iter().map(|c| (c.id, c.frame_len)))
+        .collect()
+}
+
+/// Chunk id → how many packs hold it, over every pack's footer.
+fn stored_chunks(env: &Env) -> BTreeMap<[u8; 32], (usize, u32)> {
+    let b = env.backend();
+    let mut out: BTreeMap<[u8; 32], (usize, u32)> = BTreeMap::new();
+    for (key, _) in env.packs() {
+        for e in read_footer(b.as_ref(), &key).unwrap().entries {
+            let v = out.entry(e.id).or_insert((0, e.frame_len));
+            v.0 += 1;
+        }
+    }
+    out
+}
+
+fn pack_bytes(env: &Env) -> u64 {
+    env.packs().iter().map(|p| p.1).sum()
+}
+
+fn fsck_clean(env: &Env, read_data: bool) {
+    let mut args = vec!["fsck", "--json", "--grace", "0s"];
+    if read_data {
+        args.push("--read-data");
+    }
+    let out = env.run(&args);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert!(
+        out.status.success() && report["problem_count"] == 0,
+        "fsck found problems: {report:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn verifies(env: &Env, r: &str) {
+    let v = env.json(&["verify", &rev(r), "--json"]);
+    assert_eq!(v["ok"], true, "{r}: {v}");
+}
+
+#[test]
+fn gc_reclaims_exactly_what_only_expired_revisions_used() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let r4 = chunks_of(&env, &s.commit("r4"));
+    let before = pack_bytes(&env);
+
+    // r1 and r3 lose their refs and expire by policy; r2 is removed explicitly.
+    env.ok(&["rm", &rev("r1")]);
+    env.ok(&["rm", &rev("r3")]);
+    let err = env.fails(&["rm", &rev(&s.commit("r2"))]);
+    assert!(err.contains("refs r2 point to it"), "{err}");
+    env.ok(&["rm", "--force", &rev(&s.commit("r2"))]);
+
+    let dry = gc(
+        &env,
+        &["--keep-last", "0", "--rewrite-below", "1", "--dry-run"],
+    );
+    assert_eq!(pack_bytes(&env), before, "dry run changed the store");
+    let mut dry_expired: Vec<&str> = dry["expired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["commit"].as_str().unwrap())
+        .collect();
+    dry_expired.sort();
+    let mut want = vec![s.commit("r1"), s.commit("r3")];
+    want.sort();
+    assert_eq!(dry_expired, want);
+
+    let mut reclaimed = 0u64;
+    let mut written = 0u64;
+    let first = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    assert_eq!(first["expired"].as_array().unwrap().len(), 2, "{first:#}");
+    assert_eq!(
+        first["packs_deleted"], 0,
+        "nothing is deleted before a second run"
+    );
+    assert!(first["packs_condemned"].as_u64().unwrap() > 0, "{first:#}");
+    assert!(first["packs_rewritten"].as_u64().unwrap() > 0, "{first:#}");
+    written += first["rewrite_bytes_written"].as_u64().unwrap();
+    verifies(&env, "r4");
+    let second = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    reclaimed += second["bytes_reclaimed"].as_u64().unwrap();
+    assert!(second["packs_deleted"].as_u64().unwrap() > 0, "{second:#}");
+    let third = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    for k in [
+        "packs_deleted",
+        "packs_condemned",
+        "packs_rewritten",
+        "packs_waiting",
+    ] {
+        assert_eq!(third[k], 0, "a third run had work left ({k}): {third:#}");
+    }
+
+    // Exactly r4's chunks remain, each once, and the report's figure is what is stored.
+    let stored = stored_chunks(&env);
+    assert_eq!(stored.len(), r4.len(), "chunks stored vs chunks r4 uses");
+    for (id, (copies, frame_len)) in &stored {
+        assert_eq!(*copies, 1, "chunk stored {copies} times");
+        assert_eq!(
+            r4.get(id),
+            Some(frame_len),
+            "a chunk r4 does not use survived"
+        );
+    }
+    let after = pack_bytes(&env);
+    assert_eq!(third["bytes_stored"].as_u64().unwrap(), after);
+    assert_eq!(
+        third["live_bytes"].as_u64().unwrap(),
+        r4.values().map(|l| *l as u64).sum::<u64>()
+    );
+    assert_eq!(before + written - reclaimed, after, "bytes accounted for");
+    verifies(&env, "r4");
+    fsck_clean(&env, true);
+    let listed = env.json(&["ls", REPO, "--json"]);
+    assert_eq!(listed["commits"].as_array().unwrap().len(), 1, "{listed}");
+
+    // The index learned about the deletions: ingesting r1 again stores its data again.
+    let again = env.ingest_json(&s.plain("r1"), &["--repo", REPO, "--ref", "r1"]);
+    assert!(
+        again["pack_bytes_written"].as_u64().unwrap() > 0,
+        "{again:#}"
+    );
+    verifies(&env, "r1");
+    fsck_clean(&env, true);
+}
+
+#[test]
+fn pins_and_policies_decide_what_expires() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    for r in ["r1", "r2", "r3"] {
+        env.ok(&["rm", &rev(r)]);
+    }
+    env.ok(&["pin", &rev(&s.commit("r2")[..12])]);
+    let out = env.ok(&["pin", &rev(&s.commit("r2"))]);
+    assert!(out.contains("already pinned"), "{out}");
+    // Policy from the config file, per repository.
+    let cfg = env.path("config.toml");
+    std::fs::write(
+        &cfg,
+        format!("[gc]\nkeep_last = 5\n\n[gc.repos.\"{REPO}\"]\nkeep_last = 0\n"),
+    )
+    .unwrap();
+    let r = env.json(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "gc",
+        "--json",
+        "--grace",
+        "0s",
+    ]);
+    let mut expired: Vec<String> = r["expired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["commit"].as_str().unwrap().to_string())
+        .collect();
+    expired.sort();
+    let mut want = vec![s.commit("r1"), s.commit("r3")];
+    want.sort();
+    assert_eq!(expired, want, "pinned r2 and ref'd r4 stay");
+    verifies(&env, &s.commit("r2"));
+    let err = env.fails(&["rm", &rev(&s.commit("r2"))]);
+    assert!(err.contains("pinned"), "{err}");
+    env.ok(&["unpin", &rev(&s.commit("r2"))]);
+    let err = env.fails(&["unpin", &rev(&s.commit("r2"))]);
+    assert!(err.contains("not pinned"), "{err}");
+    let r = gc(&env, &["--keep-last", "0"]);
+    assert_eq!(r["expired"][0]["commit"], s.commit("r2"));
+    // keep-within keeps what was just ingested.
+    env.ingest(
+        &s.plain("r1"),
+        &["--repo", REPO, "--revision", &s.commit("r1")],
+    );
+    let r = gc(&env, &["--keep-last", "0", "--keep-within", "1h"]);
+    assert_eq!(r["expired"].as_array().unwrap().len(), 0, "{r:#}");
+    let r = gc(&env, &["--keep-last", "0"]);
+    assert_eq!(r["expired"][0]["commit"], s.commit("r1"));
+    gc(&env, &[]);
+    verifies(&env, "r4");
+    fsck_clean(&env, true);
+}
+
+#[test]
+fn bad_input_is_refused_and_deletes_nothing() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    env.ok(&["rm", &rev("r1")]);
+    let snapshot = |env: &Env| -> Vec<String> {
+        env.backend()
+            .list("")
+            .unwrap()
+            .into_iter()
+            .filter(|o| !o.key.starts_with("locks/"))
+            .map(|o| format!("{} {}", o.key, o.size))
+            .collect()
+    };
+    let before = snapshot(&env);
+    let cases: &[(&[&str], &str)] = &[
+        (&["rm", "nope/nope@main"], "unknown repository nope/nope"),
+        (
+            &["rm", "demo-org/demo-llm@nosuchref"],
+            "unknown revision nosuchref",
+        ),
+        (&["rm", "demo-org/demo-llm"], "ORG/NAME@REV"),
+        (&["pin", "demo-org/demo-llm@0000000"], "unknown revision"),
+        (&["gc", "--keep-within", "3x"], "invalid duration \"3x\""),
+        (&["gc", "--keep-within", "30"], "a number without a unit"),
+        (&["gc", "--grace", "soon"], "invalid duration \"soon\""),
+        (
+            &["gc", "--keep-last", "many"],
+            "invalid value 'many' for '--keep-last",
+        ),
+        (&["gc", "--rewrite-below", "2"], "between 0 and 1"),
+        (&["fsck", "--grace", "1y"], "unknown unit"),
+    ];
+    for (args, want) in cases {
+        let err = env.fails(args);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let cfg = env.path("bad.toml");
+    std::fs::write(&cfg, "[gc]\nkeep_lats = 1\n").unwrap();
+    let err = env.fails(&["--config", cfg.to_str().unwrap(), "gc"]);
+    assert!(
+        err.contains("keep_lats") && err.contains("bad.toml"),
+        "{err}"
+    );
+    std::fs::write(&cfg, "[gc]\nkeep_within = \"forever\"\n").unwrap();
+    let err = env.fails(&["--config", cfg.to_str().unwrap(), "gc"]);
+    assert!(
+        err.contains("gc.keep_within") && err.contains("forever"),
+        "{err}"
+    );
+    assert_eq!(
+        snapshot(&env),
+        before,
+        "a refused command changed the store"
+    );
+
+    // A second gc while one holds the lock: exit status 3, nothing deleted.
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let first = paused(
+        &env,
+        &["gc", "--keep-last", "0", "--grace", "0s"],
+        "gc-after-listing",
+        &pause,
+    );
+    let out = env.run(&["gc", "--keep-last", "0", "--grace", "0s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("another gc is running"), "{err}");
+    assert_eq!(
+        snapshot(&env)
+            .iter()
+            .filter(|k| !k.starts_with("locks/"))
+            .count(),
+        before.len()
+    );
+    release(first, "gc-after-listing", &pause);
+    verifies(&env, "r4");
+    let _ = s;
+}
+
+/// Starts modelcas with `args`, pausing at `point`; returns once it is there.
+fn paused(env: &Env, args: &[&str], point: &str, dir: &Path) -> Child {
+    let _ = std::fs::remove_file(dir.join(format!("{point}.go")));
+    let _ = std::fs::remove_file(dir.join(format!("{point}.reached")));
+    let mut child = env
+        .cmd()
+        .args(args)
+        .env("MODELCAS_PAUSE_AT", point)
+        .env("MODELCAS_PAUSE_DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !dir.join(format!("{point}.reached")).exists() {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("{args:?} exited ({st}) before {point}: {err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{point} never reached"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Lets a paused process go on and asserts it succeeds.
+fn release(child: Child, point: &str, dir: &Path) {
+    std::fs::write(dir.join(format!("{point}.go")), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "paused process failed after {point}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn gc_interleaved_with_ingest_loses_nothing() {
+    let s = series();
+    // Ingest of r3 (the re-shard of r2: its chunks are r2's) paused at each point while
+    // gc condemns r2's packs and tries to delete them.
+    for point in [
+        "ingest-after-lease",
+        "ingest-after-sync",
+        "ingest-before-manifests",
+        "ingest-before-refs",
+    ] {
+        let env = Env::new();
+        let pause = env.path("pause");
+        std::fs::create_dir_all(&pause).unwrap();
+        env.ingest(
+            &s.plain("r1"),
+            &[
+                "--repo",
+                REPO,
+                "--revision",
+                &s.commit("r1"),
+                "--ref",
+                "main",
+            ],
+        );
+        env.ingest(
+            &s.plain("r2"),
+            &["--repo", REPO, "--revision", &s.commit("r2")],
+        );
+        env.ok(&["rm", &rev(&s.commit("r2"))]);
+        let ingest = paused(
+            &env,
+            &[
+                "ingest",
+                s.plain("r3").to_str().unwrap(),
+                "--repo",
+                REPO,
+                "--revision",
+                &s.commit("r3"),
+                "--ref",
+                "r3",
+            ],
+            point,
+            &pause,
+        );
+        let g1 = gc(&env, &["--keep-last", "0"]);
+        assert!(
+            g1["packs_condemned"].as_u64().unwrap() > 0,
+            "{point}: {g1:#}"
+        );
+        let g2 = gc(&env, &["--keep-last", "0"]);
+        assert_eq!(
+            g2["packs_deleted"], 0,
+            "{point}: deleted under a live ingest lease: {g2:#}"
+        );
+        assert!(
+            g2["packs_waiting_on_ingest"].as_u64().unwrap() > 0,
+            "{point}: {g2:#}"
+        );
+        release(ingest, point, &pause);
+        for _ in 0..3 {
+            gc(&env, &["--keep-last", "0"]);
+        }
+        verifies(&env, "r3");
+        verifies(&env, "main");
+        fsck_clean(&env, true);
+    }
+
+    // A gc paused after listing while a whole ingest runs: the new revision's packs look
+    // unreferenced to that gc; the next run rescues them.
+    let env = Env::new();
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    env.ingest(
+        &s.plain("r1"),
+        &[
+            "--repo",
+            REPO,
+            "--revision",
+            &s.commit("r1"),
+            "--ref",
+            "main",
+        ],
+    );
+    let g = paused(
+        &env,
+        &["gc", "--keep-last", "0", "--grace", "0s"],
+        "gc-after-listing",
+        &pause,
+    );
+    env.ingest(
+        &s.plain("r2"),
+        &["--repo", REPO, "--revision", &s.commit("r2"), "--ref", "r2"],
+    );
+    release(g, "gc-after-listing", &pause);
+    let next = gc(&env, &["--keep-last", "0"]);
+    assert!(next["packs_rescued"].as_u64().unwrap() > 0, "{next:#}");
+    gc(&env, &["--keep-last", "0"]);
+    verifies(&env, "r2");
+    verifies(&env, "main");
+    fsck_clean(&env, true);
+
+    // An ingest that starts after the mark must not dedup against condemned packs: its
+    // index knew them, the sync makes it forget them.
+    let env = Env::new();
+    env.ingest(
+        &s.plain("r2"),
+        &["--repo", REPO, "--revision", &s.commit("r2")],
+    );
+    env.ingest(
+        &s.plain("r1"),
+        &[
+            "--repo",
+            REPO,
+            "--revision",
+            &s.commit("r1"),
+            "--ref",
+            "main",
+        ],
+    );
+    env.ok(&["rm", &rev(&s.commit("r2"))]);
+    gc(&env, &["--keep-last", "0"]);
+    let again = env.ingest_json(
+        &s.plain("r3"),
+        &["--repo", REPO, "--revision", &s.commit("r3"), "--ref", "r3"],
+    );
+    assert!(
+        again["sync"]["condemned"].as_u64().unwrap() > 0,
+        "{again:#}"
+    );
+    let g = gc(&env, &["--keep-last", "0"]);
+    assert!(g["packs_deleted"].as_u64().unwrap() > 0, "{g:#}");
+    verifies(&env, "r3");
+    fsck_clean(&env, true);
+}
+
+#[test]
+fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let gc_args = [
+        "gc",
+        "--keep-last",
+        "0",
+        "--grace",
+        "0s",
+        "--rewrite-below",
+        "1",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    // Fresh garbage each round: a revision ingested under a temporary ref, then dropped.
+    let garbage = |i: usize| {
+        let r = ["r1", "r2", "r3"][i % 3];
+        env.ingest(
+            &s.plain(r),
+            &["--repo", REPO, "--revision", &s.commit(r), "--ref", "tmp"],
+        );
+        env.ok(&["rm", &rev("tmp")]);
+        if i % 3 == 0 {
+            for r in ["r1", "r2", "r3"] {
+                let _ = env.run(&["rm", &rev(r)]);
+            }
+        }
+    };
+    // Killed at each pause point...
+    let points = [
+        "gc-after-listing",
+        "gc-before-delete",
+        "gc-before-manifest-rewrite",
+        "gc-before-state",
+    ];
+    for (i, point) in points.iter().enumerate() {
+        garbage(i);
+        let mut child = paused(&env, &gc_args, point, &pause);
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        fsck_clean(&env, false);
+        verifies(&env, "r4");
+    }
+    // ...and at random moments.
+    let t = Instant::now();
+    env.ok(&gc_args);
+    let full = t.elapsed();
+    let mut killed = 0;
+    for i in 0..10 {
+        garbage(i);
+        if i % 2 == 1 {
+            env.ok(&gc_args); // condemn now so that the killed run deletes
+        }
+        let mut child = env
+            .cmd()
+            .args(gc_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(full.mul_f64(rng.gen_range(0.2..1.0)));
+        if child.try_wait().unwrap().is_none() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            killed += 1;
+        }
+        child.wait().unwrap();
+        fsck_clean(&env, false);
+    }
+    assert!(
+        killed >= 2,
+        "only {killed} runs were killed mid-way (a full gc took {full:?})"
+    );
+    // The next runs finish the job: nothing waits, nothing is left but r4's chunks.
+    for _ in 0..3 {
+        env.ok(&gc_args);
+    }
+    let last = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    assert_eq!(last["packs_waiting"], 0, "{last:#}");
+    assert_eq!(last["packs_condemned"], 0, "{last:#}");
+    let r4 = chunks_of(&env, &s.commit("r4"));
+    let stored = stored_chunks(&env);
+    assert_eq!(stored.len(), r4.len());
+    assert!(stored.values().all(|(n, _)| *n == 1));
+    assert!(
+        env.backend().list("locks/").unwrap().is_empty(),
+        "locks left behind"
+    );
+    fsck_clean(&env, true);
+    verifies(&env, "r4");
+}
