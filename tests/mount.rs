@@ -499,3 +499,105 @@ fn allow_other_lets_another_user_read() {
         .1;
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&want));
 }
+
+/// `modelcas gc --json` with the given options.
+fn gc(env: &Env, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["gc", "--json", "--keep-last", "0"];
+    all.extend_from_slice(args);
+    env.json(&all)
+}
+
+fn sha256_reading(f: &File, size: u64) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut at = 0;
+    while at < size {
+        let n = f.read_at(&mut buf, at).unwrap();
+        assert!(n > 0, "short read at {at} of {size}");
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    hex::encode(h.finalize())
+}
+
+#[test]
+fn revision_expiring_while_open_reads_for_the_grace_period() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &[]);
+    let r1 = s.commit("r1");
+    let dir = m.p(&format!("{REPO}/{r1}"));
+    // Files opened before the revision expires; nothing read yet.
+    let open: Vec<(File, u64, String)> = s
+        .files("r1")
+        .into_iter()
+        .filter(|(p, _)| p.ends_with(".safetensors"))
+        .map(|(p, sha)| {
+            let f = File::open(dir.join(&p)).unwrap();
+            let size = f.metadata().unwrap().len();
+            (f, size, sha)
+        })
+        .collect();
+    assert_eq!(open.len(), 4);
+    env.ok(&["rm", &format!("{REPO}@r1")]);
+    let grace = Duration::from_secs(8);
+    let marked = Instant::now();
+    let first = gc(&env, &["--grace", "8s"]);
+    assert_eq!(first["expired"][0]["commit"], r1.as_str(), "{first:#}");
+    assert!(first["packs_condemned"].as_u64().unwrap() > 0, "{first:#}");
+    let listed = env.json(&["ls", REPO, "--json"]);
+    assert!(
+        !listed.to_string().contains(&r1),
+        "an expired revision is still listed"
+    );
+    // Within the grace period every open file reads back exactly, while gc keeps running.
+    for (f, size, sha) in &open {
+        assert_eq!(&sha256_reading(f, *size), sha);
+        let again = gc(&env, &["--grace", "8s"]);
+        assert_eq!(
+            again["packs_deleted"], 0,
+            "deleted within the grace period: {again:#}"
+        );
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    assert!(
+        marked.elapsed() < grace,
+        "the reads took longer than the grace period"
+    );
+    // After it, the packs go.
+    std::thread::sleep(grace.saturating_sub(marked.elapsed()) + Duration::from_millis(500));
+    let last = gc(&env, &["--grace", "8s"]);
+    assert!(last["packs_deleted"].as_u64().unwrap() > 0, "{last:#}");
+    let v = env.json(&["verify", &format!("{REPO}@r4"), "--json"]);
+    assert_eq!(v["ok"], true);
+}
+
+#[test]
+fn a_repacked_revision_keeps_reading_through_the_mount() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let m = Mount::start(&env, &[]);
+    let dir = m.p(&format!("{REPO}/r4"));
+    // The mount learns r4's manifest (and so its chunk locations) now.
+    let listed: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(listed.len(), s.files("r4").len());
+    let early = File::open(dir.join("config.json")).unwrap();
+    for r in ["r1", "r2", "r3"] {
+        env.ok(&["rm", &format!("{REPO}@{r}")]);
+    }
+    let first = gc(&env, &["--grace", "0s", "--rewrite-below", "1"]);
+    assert!(
+        first["manifests_rewritten"].as_u64().unwrap() > 0,
+        "{first:#}"
+    );
+    let second = gc(&env, &["--grace", "0s", "--rewrite-below", "1"]);
+    assert!(second["packs_deleted"].as_u64().unwrap() > 0, "{second:#}");
+    // Every file reads back exactly, though the locations the mount knew are gone.
+    for (p, sha) in s.files("r4") {
+        assert_eq!(sha256_file(&dir.join(&p)), sha, "{p}");
+    }
+    drop(early);
+}

@@ -623,15 +623,15 @@ fn relocate(
             let old = m.packs[c.pack as usize];
             let (pack, offset) = match moved.get(&old) {
                 Some(map) => {
-                    let (p, o, len) = map.get(&c.offset).ok_or_else(|| {
-                        StoreError::CorruptObject {
-                            key: key.clone(),
-                            reason: format!(
+                    let (p, o, len) =
+                        map.get(&c.offset)
+                            .ok_or_else(|| StoreError::CorruptObject {
+                                key: key.clone(),
+                                reason: format!(
                                 "internal error: chunk at {} of a rewritten pack was not copied",
                                 c.offset
                             ),
-                        }
-                    })?;
+                            })?;
                     debug_assert_eq!(*len, c.frame_len);
                     (*p, *o)
                 }
