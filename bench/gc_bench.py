@@ -2,6 +2,8 @@
 """gc cost as the store grows.
 
 usage: gc_bench.py MODELCAS_BIN WORK_DIR SIZE_MIB ROUNDS
+       (BENCH_S3_PREFIX=s3://bucket/prefix puts the stores on S3, with the usual
+       MODELCAS_ENDPOINT_URL / AWS_* settings)
 
 Two stores on the local backend (16 KiB chunks, 1 MiB packs, so that packs are many):
   small: 3 repositories, large: 12 repositories; each repository holds the generator's four
@@ -32,8 +34,13 @@ def series(seed):
     return d, json.load(open(f"{d}/expected.json"))
 
 
+S3 = os.environ.get("BENCH_S3_PREFIX")  # e.g. s3://bucket/bench: stores go there instead
+RUN = str(int(time.time()))
+
+
 def mc(store, *args, check=True):
-    env = dict(os.environ, MODELCAS_STORE=f"{store}/store", MODELCAS_INDEX=f"{store}/index")
+    loc = f"{S3}-{RUN}-{os.path.basename(store)}" if S3 else f"{store}/store"
+    env = dict(os.environ, MODELCAS_STORE=loc, MODELCAS_INDEX=f"{store}/index")
     return subprocess.run([BIN, "-q", *args], env=env, check=check, capture_output=True, text=True)
 
 
@@ -77,17 +84,13 @@ def measure(store):
         secs, rep = timed(lambda: gc(store)); add("nightly", secs, rep)
         # One repository gets a new ref then loses an old one: one revision expires.
         repo = "org0/model"
-        ls = json.loads(mc(store, "ls", repo, "--json").stdout)
-        commits = sorted(ls["commits"], key=lambda c: c["ingested_at"])
-        victim = commits[0]["commit"]
-        mc(store, "rm", f"{repo}@{victim}")  # detached already: removes it now
+        d, exp = series(0)
+        victim = exp["revisions"][0]["commit"]  # r1, detached
+        mc(store, "rm", f"{repo}@{victim}")
         secs, rep = timed(lambda: gc(store, "--keep-last", "5")); add("expire", secs, rep)
         secs, rep = timed(lambda: gc(store, "--keep-last", "5")); add("delete", secs, rep)
         # Put the revision back for the next round.
-        d, exp = series(0)
-        name = [r["name"] for r in exp["revisions"] if r["commit"] == victim]
-        if name:
-            mc(store, "ingest", f"{d}/plain/{name[0]}", "--repo", repo, "--revision", victim)
+        mc(store, "ingest", f"{d}/plain/r1", "--repo", repo, "--revision", victim)
         gc(store); gc(store)
     out = {}
     for step, vals in rows.items():
@@ -114,8 +117,9 @@ def main():
         for name in ("small", "large"):
             v = res[name][step]
             rq = (v["report"] or {}).get("requests")
+            packs = res[name]["stats"]["packs"]
             reqs = (f"{rq['list']}/{rq['get']}/{rq['get_range']}/{rq['put']}/{rq['delete']}, {rq['bytes_read'] / 1024:.0f} KiB"
-                    if rq else "every footer")
+                    if rq else f"1/0/{2 * packs}/0/0 + {packs} HEAD (every footer)")
             cells += [f"{v['secs']:.3f}", reqs]
         ratio = res["large"][step]["secs"] / res["small"][step]["secs"]
         vs = res["large"][step]["secs"] / res["large"]["rebuild"]["secs"]

@@ -38,11 +38,18 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// This machine's host name (for lock objects and stale-lock detection).
+/// Who this process is, for lock objects: the host name and the pid namespace
+/// (`node-1 pid:[4026531836]`). Stale-lock detection by process id only applies to locks
+/// with the same identity: containers sharing a host name (host networking) but not a pid
+/// namespace cannot see each other's processes.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
+        .unwrap_or_else(|_| "unknown".into());
+    match std::fs::read_link("/proc/self/ns/pid") {
+        Ok(ns) => format!("{host} {}", ns.display()),
+        Err(_) => host,
+    }
 }
 
 /// The persisted lock or lease (`MCASLOCK`).
@@ -50,7 +57,7 @@ pub fn hostname() -> String {
 pub struct LockObject {
     /// `gc` or `ingest`.
     pub kind: String,
-    /// Host name of the holder.
+    /// Host name and pid namespace of the holder (see [`hostname`]).
     pub host: String,
     /// Process id of the holder.
     pub pid: u32,
@@ -64,7 +71,7 @@ pub struct LockObject {
 
 impl LockObject {
     /// Whether nobody holds this any more: not refreshed within its time to live, or
-    /// written on this host by a process that has exited.
+    /// written on this host, in this pid namespace, by a process that has exited.
     pub fn is_stale(&self, now_ms: u64) -> bool {
         if now_ms > self.refreshed_ms.saturating_add(self.ttl_ms) {
             return true;
