@@ -193,6 +193,52 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write revisions (manifests, refs, and the chunks the other side lacks) into one
+    /// bundle file for a closed network.
+    Export {
+        /// ORG/NAME@REV, one or more; a ref name also sets that ref on import.
+        #[arg(required = true)]
+        revisions: Vec<String>,
+        /// The bundle file; `-` for standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// A revision the other side already has (its chunks are left out); repeatable.
+        #[arg(long, value_name = "ORG/NAME@REV")]
+        have: Vec<String>,
+        /// What the other side has, as `modelcas ls --json` (or `ls ORG/NAME --json`) prints it there.
+        #[arg(long, value_name = "FILE")]
+        have_from: Option<PathBuf>,
+        /// Print the report as JSON (on standard error when the bundle goes to standard output).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import a bundle: everything is checked (bundle checksum, every chunk, every file's
+    /// sha256) before any revision becomes visible.
+    Import {
+        /// The bundle file; `-` for standard input.
+        file: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the store read-only over a Hugging Face Hub-compatible HTTP API (point
+    /// HF_ENDPOINT at it); Prometheus metrics on /metrics.
+    Serve {
+        /// Address to listen on.
+        #[arg(
+            long,
+            default_value = "127.0.0.1:8080",
+            env = "MODELCAS_LISTEN",
+            value_name = "ADDR"
+        )]
+        listen: String,
+        /// Require `Authorization: Bearer <token>` with one of the tokens in this file (one per line).
+        #[arg(long, env = "MODELCAS_TOKEN_FILE", value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Worker threads (concurrent requests).
+        #[arg(long, default_value_t = 16)]
+        threads: usize,
+    },
     /// Manage the local index.
     Index {
         #[command(subcommand)]

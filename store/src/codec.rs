@@ -54,6 +54,8 @@ pub enum Kind {
     Lock,
     /// `gc/condemned`: packs marked for deletion by gc, with when they were marked.
     GcState,
+    /// A ref inside a transfer bundle.
+    BundleRef,
 }
 
 impl Kind {
@@ -68,6 +70,7 @@ impl Kind {
             Kind::Pin => b"MCASPIN\0",
             Kind::Lock => b"MCASLOCK",
             Kind::GcState => b"MCASGCST",
+            Kind::BundleRef => b"MCASBREF",
         }
     }
 

@@ -10,6 +10,7 @@
 //! * [`index`] — the local RocksDB cache used for dedup; rebuildable from the bucket.
 //! * [`repo`] — [`Store`]: open/create, list repos, refs and commits, resolve revisions.
 //! * [`source`], [`ingest`] — finding snapshots on disk and the ingest pipeline.
+//! * [`bundle`] — transfer bundles for closed networks (export, checked import).
 //! * [`read`], [`stats`] — reading revisions back (checkout, verify) and store figures.
 //! * [`gc`], [`lock`], [`fsck`] — retention, reclaiming space beside running ingests and
 //!   mounts, the locks and leases that make it safe, and the consistency check.
@@ -19,6 +20,7 @@
 //! `docs/FORMAT.md` specifies every persisted byte.
 
 pub mod backend;
+pub mod bundle;
 pub mod cache;
 pub mod codec;
 pub mod disk_cache;

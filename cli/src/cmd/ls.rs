@@ -18,6 +18,7 @@ pub fn run(ctx: &Ctx, target: Option<&str>, json: bool) -> Result<ExitCode> {
                 let commits = store.commits(&repo)?;
                 let refs = store.refs(&repo)?;
                 out.push(json!({"repo": repo.to_string(), "commits": commits.len(),
+                                "commit_ids": commits.iter().map(|c| c.to_hex()).collect::<Vec<_>>(),
                                 "refs": refs.iter().map(|(k, v)| (k.clone(), json!(v.to_hex()))).collect::<serde_json::Map<_, _>>()}));
                 if !json {
                     let names: Vec<&str> = refs.keys().map(|s| s.as_str()).collect();

@@ -1,11 +1,13 @@
 //! One module per subcommand, plus opening the store and index from the global options.
 
+mod bundle;
 mod gc;
 mod index;
 mod ingest;
 mod ls;
 mod mount;
 mod read;
+mod serve;
 mod stats;
 
 use std::path::PathBuf;
@@ -265,6 +267,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             gc::gc(&ctx, &ctx.config, &args)
         }
         Command::Rm { revision, force } => gc::rm(&ctx, &revision, force),
+        Command::Export {
+            revisions,
+            output,
+            have,
+            have_from,
+            json,
+        } => bundle::export(&ctx, &revisions, &output, &have, have_from.as_deref(), json),
+        Command::Import { file, json } => bundle::import(&ctx, &file, json),
+        Command::Serve {
+            listen,
+            token_file,
+            threads,
+        } => serve::run(&ctx, &listen, token_file.as_deref(), threads),
         Command::Pin { revision } => gc::pin(&ctx, &revision, true),
         Command::Unpin { revision } => gc::pin(&ctx, &revision, false),
         Command::Fsck {

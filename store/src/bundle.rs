@@ -1,0 +1,551 @@
+//! Transfer bundles: one stream holding revisions' manifests, refs and the chunks the other
+//! side lacks, for closed networks (`docs/FORMAT.md`, "Bundles").
+//!
+//! ```text
+//! bundle  = "MCASBNDL" || version u16 LE (1) || flags u16 LE (0) || record* || end
+//! record  = kind u8 || length u64 LE || payload
+//!   1 manifest  the manifest object as stored (envelope MCASMANI)
+//!   2 ref       envelope MCASBREF of BundleRef { repo, name, commit }
+//!   3 chunk     chunk id (32) || raw length u32 LE || frame
+//! end     = kind 0xFF || length 40 || records u64 LE || BLAKE3 of every byte before `end`
+//! ```
+//!
+//! Export streams chunks straight from packs (bounded memory). Import checks every chunk
+//! against its id as it arrives and writes it into new packs, which nothing references
+//! yet; only after the end record's checksum matches, every manifest's chunks are located
+//! and every file's sha256 has been re-read and checked does it write manifests, then refs.
+//! A refused import deletes the packs it wrote (unless another ingest is running, which
+//! may have deduplicated against them: then gc reclaims them).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+
+use bincode::{Decode, Encode};
+use chunker::ChunkId;
+
+use crate::codec::{self, Kind};
+use crate::index::{ChunkLoc, Index};
+use crate::ingest::Progress;
+use crate::layout;
+use crate::lock::{self, Held};
+use crate::manifest::{ChunkRef, Manifest};
+use crate::names::{CommitId, RepoId};
+use crate::pack::{self, PackBuilder, PackId};
+use crate::read;
+use crate::repo::{decode_manifest, Store};
+use crate::{Result, StoreError};
+
+/// First bytes of a bundle.
+pub const BUNDLE_MAGIC: &[u8; 8] = b"MCASBNDL";
+/// Bundle format version.
+pub const BUNDLE_VERSION: u16 = 1;
+const KIND_MANIFEST: u8 = 1;
+const KIND_REF: u8 = 2;
+const KIND_CHUNK: u8 = 3;
+const KIND_END: u8 = 0xFF;
+/// Largest record accepted (a manifest of a very large repository; frames are far smaller).
+const MAX_RECORD: u64 = 1 << 30;
+
+/// A ref carried by a bundle (`MCASBREF`).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct BundleRef {
+    /// Repository.
+    pub repo: RepoId,
+    /// Ref name.
+    pub name: String,
+    /// Commit it points at.
+    pub commit: CommitId,
+}
+
+/// What to export.
+#[derive(Clone, Debug, Default)]
+pub struct ExportSpec {
+    /// Revisions to send, each with the ref names to set on the other side.
+    pub revisions: Vec<(RepoId, CommitId, Vec<String>)>,
+    /// Revisions the other side holds: their chunks are left out.
+    pub have: Vec<(RepoId, CommitId)>,
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ExportReport {
+    /// Revisions.
+    pub revisions: usize,
+    /// Refs.
+    pub refs: usize,
+    /// Chunks written.
+    pub chunks: u64,
+    /// Their uncompressed bytes.
+    pub chunk_raw_bytes: u64,
+    /// Chunks left out because the other side has them.
+    pub chunks_skipped: u64,
+    /// Revisions named by `have` that this store does not hold (nothing left out for them).
+    pub have_unknown: Vec<String>,
+    /// Bytes of the bundle.
+    pub bytes: u64,
+}
+
+/// Counts and hashes what passes through.
+struct Tee<W: Write> {
+    inner: W,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl<W: Write> Tee<W> {
+    fn put(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.hasher.update(b);
+        self.bytes += b.len() as u64;
+        self.inner.write_all(b)
+    }
+
+    fn record(&mut self, kind: u8, parts: &[&[u8]]) -> std::io::Result<()> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        self.put(&[kind])?;
+        self.put(&len.to_le_bytes())?;
+        for p in parts {
+            self.put(p)?;
+        }
+        Ok(())
+    }
+}
+
+fn out_err(e: std::io::Error) -> StoreError {
+    StoreError::io("bundle output", e)
+}
+
+/// Writes a bundle of `spec` to `out`.
+pub fn export(
+    store: &Store,
+    spec: &ExportSpec,
+    out: &mut dyn Write,
+    progress: &dyn Progress,
+) -> Result<ExportReport> {
+    let mut report = ExportReport::default();
+    let mut have: HashSet<[u8; 32]> = HashSet::new();
+    for (repo, commit) in &spec.have {
+        match store.manifest(repo, commit) {
+            Ok(m) => have.extend(m.files.iter().flat_map(|f| f.chunks.iter().map(|c| c.id))),
+            Err(StoreError::UnknownRevision { .. }) => {
+                report.have_unknown.push(format!("{repo}@{commit}"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut manifests = Vec::new();
+    for (repo, commit, _) in &spec.revisions {
+        let key = layout::manifest_key(repo, commit);
+        let bytes = store.backend().get(&key)?;
+        manifests.push((decode_manifest(&key, &bytes)?, bytes));
+    }
+    let mut w = Tee {
+        inner: out,
+        hasher: blake3::Hasher::new(),
+        bytes: 0,
+    };
+    let mut records: u64 = 0;
+    w.put(BUNDLE_MAGIC).map_err(out_err)?;
+    w.put(&BUNDLE_VERSION.to_le_bytes()).map_err(out_err)?;
+    w.put(&0u16.to_le_bytes()).map_err(out_err)?;
+    for (_, bytes) in &manifests {
+        w.record(KIND_MANIFEST, &[bytes]).map_err(out_err)?;
+        records += 1;
+    }
+    for (repo, commit, refs) in &spec.revisions {
+        for name in refs {
+            let r = BundleRef {
+                repo: repo.clone(),
+                name: name.clone(),
+                commit: *commit,
+            };
+            w.record(KIND_REF, &[&codec::encode(Kind::BundleRef, &r, false)])
+                .map_err(out_err)?;
+            records += 1;
+            report.refs += 1;
+        }
+    }
+    report.revisions = manifests.len();
+    let total: u64 = manifests.iter().map(|(m, _)| m.total_size()).sum();
+    progress.start("export", total);
+    let mut sent: HashSet<[u8; 32]> = HashSet::new();
+    for (m, _) in &manifests {
+        for f in &m.files {
+            for c in &f.chunks {
+                progress.advance(c.raw_len as u64);
+                if have.contains(&c.id) {
+                    report.chunks_skipped += 1;
+                    continue;
+                }
+                if !sent.insert(c.id) {
+                    continue;
+                }
+                let key = layout::pack_key(&m.packs[c.pack as usize]);
+                let frame = pack::read_frame(
+                    store.backend().as_ref(),
+                    &key,
+                    &c.chunk_id(),
+                    c.offset as u64,
+                    c.frame_len,
+                )?;
+                // Never send a damaged chunk: the import would refuse the whole bundle.
+                pack::decode_checked(&frame, &c.chunk_id(), &key, c.offset as u64)?;
+                w.record(KIND_CHUNK, &[&c.id, &c.raw_len.to_le_bytes(), &frame])
+                    .map_err(out_err)?;
+                records += 1;
+                report.chunks += 1;
+                report.chunk_raw_bytes += c.raw_len as u64;
+            }
+        }
+    }
+    progress.finish();
+    let digest = w.hasher.finalize();
+    let mut end = Vec::with_capacity(40);
+    end.extend_from_slice(&records.to_le_bytes());
+    end.extend_from_slice(digest.as_bytes());
+    // The end record is not part of its own checksum.
+    w.inner.write_all(&[KIND_END]).map_err(out_err)?;
+    w.inner
+        .write_all(&(end.len() as u64).to_le_bytes())
+        .map_err(out_err)?;
+    w.inner.write_all(&end).map_err(out_err)?;
+    w.inner.flush().map_err(out_err)?;
+    report.bytes = w.bytes + 1 + 8 + end.len() as u64;
+    Ok(report)
+}
+
+/// What an import did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ImportReport {
+    /// Revisions stored (`repo@commit`), new or already present.
+    pub revisions: Vec<String>,
+    /// Refs set (`repo@name -> commit`).
+    pub refs: Vec<String>,
+    /// Chunks in the bundle.
+    pub chunks: u64,
+    /// Of those, chunks this store did not have.
+    pub new_chunks: u64,
+    /// Packs written.
+    pub packs_written: usize,
+    /// Their bytes.
+    pub pack_bytes_written: u64,
+    /// Bytes of files re-read to check their sha256.
+    pub bytes_verified: u64,
+    /// Bytes of the bundle read.
+    pub bundle_bytes: u64,
+}
+
+/// Reads exactly `buf.len()` bytes, hashing them; a short read is a truncated bundle.
+struct Source<'a> {
+    inner: &'a mut dyn Read,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl Source<'_> {
+    fn exact(&mut self, buf: &mut [u8], hash: bool) -> Result<()> {
+        self.inner.read_exact(buf).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                bad(format!(
+                    "truncated: the stream ends after {} bytes",
+                    self.bytes
+                ))
+            } else {
+                StoreError::io("bundle input", e)
+            }
+        })?;
+        if hash {
+            self.hasher.update(buf);
+        }
+        self.bytes += buf.len() as u64;
+        Ok(())
+    }
+}
+
+fn bad(reason: String) -> StoreError {
+    StoreError::Invalid(format!("bundle refused, nothing imported: {reason}"))
+}
+
+/// Imports a bundle from `input` into `store`, using `index` for dedup.
+pub fn import(
+    store: &Store,
+    index: &Index,
+    input: &mut dyn Read,
+    progress: &dyn Progress,
+) -> Result<ImportReport> {
+    let lease = Held::ingest_lease(store.backend().clone(), lock::DEFAULT_TTL)?;
+    index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?;
+    let mut written: Vec<PackId> = Vec::new();
+    let result = import_inner(store, index, input, progress, &lease, &mut written);
+    if result.is_err() && !written.is_empty() {
+        // Nothing references these packs. Remove them unless another ingest is running
+        // (it may have deduplicated against them since): then gc reclaims them.
+        let others = lock::list(store.backend().as_ref(), "ingest")
+            .map(|l| {
+                let now = lock::now_ms();
+                l.iter().any(|(k, o)| k != lease.key() && !o.is_stale(now))
+            })
+            .unwrap_or(true);
+        if !others {
+            for p in &written {
+                let _ = store.backend().delete(&layout::pack_key(p));
+                let _ = index.remove_pack(p);
+            }
+        }
+    }
+    result
+}
+
+fn import_inner(
+    store: &Store,
+    index: &Index,
+    input: &mut dyn Read,
+    progress: &dyn Progress,
+    lease: &Held,
+    written: &mut Vec<PackId>,
+) -> Result<ImportReport> {
+    let mut report = ImportReport::default();
+    let mut src = Source {
+        inner: input,
+        hasher: blake3::Hasher::new(),
+        bytes: 0,
+    };
+    let mut header = [0u8; 12];
+    src.exact(&mut header, true)?;
+    if &header[..8] != BUNDLE_MAGIC {
+        return Err(bad("not a modelcas bundle (bad magic)".into()));
+    }
+    let version = u16::from_le_bytes([header[8], header[9]]);
+    if version != BUNDLE_VERSION {
+        return Err(bad(format!(
+            "bundle format version {version}; this modelcas reads version {BUNDLE_VERSION}"
+        )));
+    }
+    let mut manifests: Vec<Manifest> = Vec::new();
+    let mut refs: Vec<BundleRef> = Vec::new();
+    let mut located: HashMap<[u8; 32], ChunkLoc> = HashMap::new();
+    let mut builder = PackBuilder::new();
+    let mut pending: HashSet<[u8; 32]> = HashSet::new();
+    let target = store.config().pack_target.max(1) as usize;
+    let mut records: u64 = 0;
+    progress.start("import", 0);
+    let mut seal = |builder: PackBuilder,
+                    pending: &mut HashSet<[u8; 32]>,
+                    located: &mut HashMap<[u8; 32], ChunkLoc>,
+                    report: &mut ImportReport|
+     -> Result<()> {
+        let (id, bytes, entries) = builder.finish();
+        store
+            .backend()
+            .put_deferred(&layout::pack_key(&id), &bytes)?;
+        written.push(id);
+        index.add_pack(&id, bytes.len() as u64, &entries)?;
+        for e in &entries {
+            located.insert(
+                e.id,
+                ChunkLoc {
+                    pack: id,
+                    offset: e.offset,
+                    frame_len: e.frame_len,
+                    raw_len: e.raw_len,
+                },
+            );
+        }
+        pending.clear();
+        report.packs_written += 1;
+        report.pack_bytes_written += bytes.len() as u64;
+        Ok(())
+    };
+    loop {
+        let mut head = [0u8; 9];
+        let at = src.bytes;
+        src.exact(&mut head[..1], false)?;
+        let kind = head[0];
+        if kind != KIND_END {
+            src.hasher.update(&head[..1]);
+        }
+        src.exact(&mut head[1..], kind != KIND_END)?;
+        let len = u64::from_le_bytes(head[1..9].try_into().unwrap_or([0; 8]));
+        if len > MAX_RECORD {
+            return Err(bad(format!("record at byte {at} claims {len} bytes")));
+        }
+        let mut payload = vec![0u8; len as usize];
+        src.exact(&mut payload, kind != KIND_END)?;
+        if kind != KIND_END {
+            records += 1;
+        }
+        match kind {
+            KIND_MANIFEST => {
+                let m: Manifest = codec::decode(Kind::Manifest, &payload)
+                    .map_err(|e| bad(format!("manifest at byte {at}: {e}")))?;
+                manifests.push(m);
+            }
+            KIND_REF => {
+                let r: BundleRef = codec::decode(Kind::BundleRef, &payload)
+                    .map_err(|e| bad(format!("ref at byte {at}: {e}")))?;
+                crate::names::check_ref_name(&r.name)?;
+                refs.push(r);
+            }
+            KIND_CHUNK => {
+                if payload.len() < 36 {
+                    return Err(bad(format!("chunk record at byte {at} is too short")));
+                }
+                let mut id = [0u8; 32];
+                id.copy_from_slice(&payload[..32]);
+                let raw_len = u32::from_le_bytes(payload[32..36].try_into().unwrap_or([0; 4]));
+                let frame = &payload[36..];
+                let cid = ChunkId(id);
+                let data = pack::decode_checked(frame, &cid, "bundle", at)
+                    .map_err(|e| bad(format!("chunk {cid} at byte {at}: {e}")))?;
+                if data.len() != raw_len as usize {
+                    return Err(bad(format!(
+                        "chunk {cid} at byte {at}: {} bytes, the record says {raw_len}",
+                        data.len()
+                    )));
+                }
+                report.chunks += 1;
+                progress.advance(raw_len as u64);
+                if located.contains_key(&id)
+                    || pending.contains(&id)
+                    || index.chunk(&cid)?.is_some()
+                {
+                    continue;
+                }
+                builder.add_frame(cid, frame, raw_len as usize);
+                pending.insert(id);
+                report.new_chunks += 1;
+                if builder.len() >= target {
+                    let full = std::mem::take(&mut builder);
+                    seal(full, &mut pending, &mut located, &mut report)?;
+                }
+            }
+            KIND_END => {
+                if payload.len() != 40 {
+                    return Err(bad("malformed end record".into()));
+                }
+                let count = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
+                let digest = src.hasher.finalize();
+                if &payload[8..] != digest.as_bytes() {
+                    return Err(bad("checksum mismatch: the bundle was altered".into()));
+                }
+                if count != records {
+                    return Err(bad(format!(
+                        "the end record counts {count} records, the bundle has {records}"
+                    )));
+                }
+                break;
+            }
+            other => return Err(bad(format!("unknown record kind {other} at byte {at}"))),
+        }
+    }
+    let mut extra = [0u8; 1];
+    if src
+        .inner
+        .read(&mut extra)
+        .map_err(|e| StoreError::io("bundle input", e))?
+        != 0
+    {
+        return Err(bad("bytes after the end record".into()));
+    }
+    report.bundle_bytes = src.bytes;
+    if !builder.is_empty() {
+        seal(builder, &mut pending, &mut located, &mut report)?;
+    }
+    progress.finish();
+    store.backend().sync_deferred()?;
+
+    // Locate every chunk here, then re-read every file and check its sha256.
+    let mut local = Vec::new();
+    for m in &manifests {
+        let relocated = relocate(m, &located, index)?;
+        let v = read::verify(store, &relocated, progress);
+        if let Some(p) = v.problems.first() {
+            return Err(bad(format!(
+                "{}@{}: {} (and {} more problems)",
+                m.repo,
+                m.commit,
+                p.error,
+                v.problems.len() - 1
+            )));
+        }
+        report.bytes_verified += v.bytes;
+        local.push(relocated);
+    }
+    for r in &refs {
+        if !manifests
+            .iter()
+            .any(|m| m.repo == r.repo && m.commit == r.commit)
+            && !store.has_commit(&r.repo, &r.commit)?
+        {
+            return Err(bad(format!(
+                "ref {}@{} points at {}, which neither the bundle nor this store holds",
+                r.repo, r.name, r.commit
+            )));
+        }
+    }
+    // Publish: manifests, then refs.
+    lease.check()?;
+    for m in &local {
+        if store.has_commit(&m.repo, &m.commit)? {
+            let old = store.manifest(&m.repo, &m.commit)?;
+            if !old.same_content(m) {
+                return Err(bad(format!(
+                    "{}@{} is already stored with different files",
+                    m.repo, m.commit
+                )));
+            }
+        } else {
+            let key = layout::manifest_key(&m.repo, &m.commit);
+            store
+                .backend()
+                .put(&key, &codec::encode(Kind::Manifest, m, true))?;
+        }
+        report.revisions.push(format!("{}@{}", m.repo, m.commit));
+    }
+    for r in &refs {
+        store.set_ref(&r.repo, &r.name, &r.commit)?;
+        report
+            .refs
+            .push(format!("{}@{} -> {}", r.repo, r.name, r.commit));
+    }
+    Ok(report)
+}
+
+/// The manifest with every chunk pointing at where this store holds it.
+fn relocate(
+    m: &Manifest,
+    located: &HashMap<[u8; 32], ChunkLoc>,
+    index: &Index,
+) -> Result<Manifest> {
+    let mut out = m.clone();
+    let mut table: Vec<PackId> = Vec::new();
+    let mut ix: HashMap<PackId, u32> = HashMap::new();
+    for f in out.files.iter_mut() {
+        for c in f.chunks.iter_mut() {
+            let loc = match located.get(&c.id) {
+                Some(l) => *l,
+                None => index.chunk(&ChunkId(c.id))?.ok_or_else(|| {
+                    bad(format!(
+                        "{}@{} {}: chunk {} is neither in the bundle nor in this store (was it exported with --have for a revision this store lacks?)",
+                        m.repo,
+                        m.commit,
+                        f.path,
+                        ChunkId(c.id)
+                    ))
+                })?,
+            };
+            let pi = *ix.entry(loc.pack).or_insert_with(|| {
+                table.push(loc.pack);
+                (table.len() - 1) as u32
+            });
+            *c = ChunkRef {
+                id: c.id,
+                pack: pi,
+                offset: loc.offset,
+                frame_len: loc.frame_len,
+                raw_len: loc.raw_len,
+            };
+        }
+    }
+    out.packs = table;
+    Ok(out)
+}

@@ -1,0 +1,236 @@
+//! Transfer bundles end to end: export and import between two stores, `--have` leaving out
+//! what the other side holds, streaming through a pipe, and damaged bundles refused with
+//! the destination unchanged.
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+
+use common::{ingest_series, series, Env};
+
+const REPO: &str = "demo-org/demo-llm";
+
+fn rev(r: &str) -> String {
+    format!("{REPO}@{r}")
+}
+
+/// Every key and size in a store, locks aside.
+fn objects(env: &Env) -> Vec<String> {
+    env.backend()
+        .list("")
+        .unwrap()
+        .into_iter()
+        .filter(|o| !o.key.starts_with("locks/"))
+        .map(|o| format!("{} {}", o.key, o.size))
+        .collect()
+}
+
+fn verifies(env: &Env, r: &str) {
+    let v = env.json(&["verify", &rev(r), "--json"]);
+    assert_eq!(v["ok"], true, "{r}: {v}");
+}
+
+#[test]
+fn export_import_and_have() {
+    let s = series();
+    let src = Env::new();
+    ingest_series(&src);
+    let dst = Env::empty();
+    let b1 = src.path("r1.bundle");
+    src.ok(&["export", &rev("r1"), "-o", b1.to_str().unwrap()]);
+    let out = dst.json(&["import", b1.to_str().unwrap(), "--json"]);
+    assert_eq!(out["revisions"][0], format!("{REPO}@{}", s.commit("r1")));
+    verifies(&dst, "r1");
+    let ls = dst.json(&["ls", REPO, "--json"]);
+    assert_eq!(ls["refs"]["r1"], s.commit("r1"));
+    // Importing again changes nothing and writes no pack.
+    let again = dst.json(&["import", b1.to_str().unwrap(), "--json"]);
+    assert_eq!(again["packs_written"], 0, "{again:#}");
+
+    // r2 with --have r1: only what changed travels.
+    let b2 = src.path("r2.bundle");
+    let report = src.json(&[
+        "export",
+        &rev("r2"),
+        "--have",
+        &rev("r1"),
+        "-o",
+        b2.to_str().unwrap(),
+        "--json",
+    ]);
+    let r1_chunks = chunk_sizes(&src, &s.commit("r1"));
+    let r2_chunks = chunk_sizes(&src, &s.commit("r2"));
+    let changed: u64 = r2_chunks
+        .iter()
+        .filter(|(id, _)| !r1_chunks.contains_key(*id))
+        .map(|(_, raw)| *raw)
+        .sum();
+    let size = std::fs::metadata(&b2).unwrap().len();
+    assert_eq!(report["bytes"].as_u64().unwrap(), size);
+    assert!(
+        (size as f64) < changed as f64 * 1.05,
+        "bundle {size} bytes, changed {changed} bytes"
+    );
+    assert!(report["chunks_skipped"].as_u64().unwrap() > 0);
+    dst.ok(&["import", b2.to_str().unwrap()]);
+    verifies(&dst, "r2");
+    verifies(&dst, "r1");
+
+    // --have-from: what the destination lists; r3 and r4 through a pipe.
+    let listing = dst.path("have.json");
+    std::fs::write(&listing, dst.ok(&["ls", "--json"])).unwrap();
+    let mut export = src
+        .cmd()
+        .args([
+            "export",
+            &rev("r3"),
+            &rev("r4"),
+            "--have-from",
+            listing.to_str().unwrap(),
+            "-o",
+            "-",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = export.stdout.take().unwrap();
+    let import = dst
+        .cmd()
+        .args(["import", "-"])
+        .stdin(pipe)
+        .output()
+        .unwrap();
+    assert!(export.wait().unwrap().success());
+    assert!(
+        import.status.success(),
+        "{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    verifies(&dst, "r3");
+    verifies(&dst, "r4");
+    let fsck = dst.run(&["fsck", "--read-data"]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+}
+
+/// Chunk id → raw length, over a revision.
+fn chunk_sizes(env: &Env, commit: &str) -> std::collections::HashMap<[u8; 32], u64> {
+    let store = store::Store::open(env.backend()).unwrap();
+    let m = store
+        .manifest(
+            &store::RepoId::parse(REPO).unwrap(),
+            &store::CommitId::parse(commit).unwrap(),
+        )
+        .unwrap();
+    m.files
+        .iter()
+        .flat_map(|f| f.chunks.iter().map(|c| (c.id, c.raw_len as u64)))
+        .collect()
+}
+
+#[test]
+fn damaged_bundles_are_refused_and_change_nothing() {
+    let src = Env::new();
+    ingest_series(&src);
+    let good = src.path("r1.bundle");
+    src.ok(&["export", &rev("r1"), "-o", good.to_str().unwrap()]);
+    let bytes = std::fs::read(&good).unwrap();
+    // The destination already holds r4 (so that "unchanged" means something).
+    let dst = Env::new();
+    let r4 = src.path("r4.bundle");
+    src.ok(&["export", &rev("r4"), "-o", r4.to_str().unwrap()]);
+    dst.ok(&["import", r4.to_str().unwrap()]);
+    let before = objects(&dst);
+
+    // Find the chunk records to damage precisely.
+    let chunks = chunk_records(&bytes);
+    assert!(chunks.len() > 10);
+    let mut flipped = bytes.clone();
+    let (at, len) = chunks[chunks.len() / 2];
+    flipped[at + len / 2] ^= 0x01;
+    let truncated = bytes[..bytes.len() * 2 / 3].to_vec();
+    // Chunk record A carries chunk B's frame under A's id, and the bundle's checksum is
+    // recomputed as a tamperer would: the chunk's own hash still gives it away.
+    let swapped = swap_chunk(&bytes, &chunks, 3, 7);
+    let mut trailing = bytes.clone();
+    trailing.extend_from_slice(b"junk");
+
+    for (name, data, want) in [
+        ("flipped", flipped, "bundle refused"),
+        ("truncated", truncated, "truncated"),
+        ("swapped", swapped, "content does not match the chunk id"),
+        ("trailing", trailing, "after the end record"),
+        ("empty", Vec::new(), "truncated"),
+        (
+            "not a bundle",
+            b"hello world, not a bundle".to_vec(),
+            "not a modelcas bundle",
+        ),
+    ] {
+        let p = dst.path(&format!("{name}.bundle"));
+        std::fs::File::create(&p).unwrap().write_all(&data).unwrap();
+        let err = dst.fails(&["import", p.to_str().unwrap()]);
+        assert!(
+            err.contains("bundle refused") && err.contains(want),
+            "{name}: {err}"
+        );
+        assert_eq!(objects(&dst), before, "{name}: the destination changed");
+    }
+    verifies(&dst, "r4");
+    // The good bundle still imports.
+    dst.ok(&["import", good.to_str().unwrap()]);
+    verifies(&dst, "r1");
+    // An export into an existing file is refused; bad revisions are named.
+    let err = src.fails(&["export", &rev("r1"), "-o", good.to_str().unwrap()]);
+    assert!(err.contains("exists"), "{err}");
+    let err = src.fails(&[
+        "export",
+        &rev("nope"),
+        "-o",
+        src.path("x").to_str().unwrap(),
+    ]);
+    assert!(err.contains("unknown revision nope"), "{err}");
+}
+
+/// (offset, length) of every chunk record's payload.
+fn chunk_records(b: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 12;
+    while at + 9 <= b.len() {
+        let kind = b[at];
+        let len = u64::from_le_bytes(b[at + 1..at + 9].try_into().unwrap()) as usize;
+        if kind == 3 {
+            out.push((at + 9, len));
+        }
+        if kind == 0xFF {
+            break;
+        }
+        at += 9 + len;
+    }
+    out
+}
+
+/// The bundle with record `a`'s frame replaced by record `b`'s, and a valid checksum.
+fn swap_chunk(b: &[u8], chunks: &[(usize, usize)], a: usize, bi: usize) -> Vec<u8> {
+    let (pa, la) = chunks[a];
+    let (pb, lb) = chunks[bi];
+    let mut body = Vec::new();
+    body.extend_from_slice(&b[..pa - 8]);
+    body.extend_from_slice(&(lb as u64).to_le_bytes());
+    body.extend_from_slice(&b[pa..pa + 32]); // A's id
+    body.extend_from_slice(&b[pb + 32..pb + lb]); // B's raw length and frame
+    let end_at = b.len() - 49;
+    assert_eq!(b[end_at], 0xFF);
+    body.extend_from_slice(&b[pa + la..end_at]);
+    let digest = blake3::hash(&body);
+    let count = &b[end_at + 9..end_at + 17];
+    body.push(0xFF);
+    body.extend_from_slice(&40u64.to_le_bytes());
+    body.extend_from_slice(count);
+    body.extend_from_slice(digest.as_bytes());
+    body
+}
