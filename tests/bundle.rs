@@ -234,3 +234,47 @@ fn swap_chunk(b: &[u8], chunks: &[(usize, usize)], a: usize, bi: usize) -> Vec<u
     body.extend_from_slice(digest.as_bytes());
     body
 }
+
+#[test]
+fn an_interrupted_import_leaves_nothing_visible_and_can_be_rerun() {
+    let src = Env::new();
+    ingest_series(&src);
+    let b = src.path("all.bundle");
+    src.ok(&["export", &rev("r1"), &rev("r4"), "-o", b.to_str().unwrap()]);
+    let dst = Env::new();
+    let pause = dst.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let mut child = dst
+        .cmd()
+        .args(["import", b.to_str().unwrap()])
+        .env("MODELCAS_PAUSE_AT", "import-after-chunks")
+        .env("MODELCAS_PAUSE_DIR", &pause)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !pause.join("import-after-chunks.reached").exists() {
+        assert!(
+            t.elapsed().as_secs() < 120,
+            "import never reached its pause point"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Every chunk is in packs now; kill it before it publishes anything.
+    assert!(!dst.packs().is_empty());
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let ls = dst.json(&["ls", "--json"]);
+    assert_eq!(
+        ls["repos"].as_array().unwrap().len(),
+        0,
+        "visible after a killed import: {ls}"
+    );
+    let out = dst.json(&["import", b.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        out["new_chunks"], 0,
+        "the rerun reuses what landed: {out:#}"
+    );
+    verifies(&dst, "r1");
+    verifies(&dst, "r4");
+}

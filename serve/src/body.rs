@@ -1,16 +1,22 @@
-//! A byte range of one file of a revision as a `Read`: chunks are read (and checked
-//! against their ids) one at a time, so memory stays at one chunk whatever the file size.
+//! A byte range of one file of a revision as a `Read`. A reader thread fetches, decodes
+//! and checks the chunks ahead of the socket, at most [`AHEAD`] chunks in flight, so
+//! memory stays bounded whatever the file size and decoding overlaps sending.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 
 use store::layout;
 use store::manifest::Manifest;
 use store::Store;
 
+/// Chunks decoded ahead of the socket.
+pub const AHEAD: usize = 4;
+
 /// `[start, end)` of file `file` of `manifest`.
 pub struct FileBody {
+    chunks: Option<Receiver<std::io::Result<Vec<u8>>>>,
     store: Store,
     manifest: Arc<Manifest>,
     file: usize,
@@ -40,6 +46,7 @@ impl FileBody {
         }
         starts.push(at);
         FileBody {
+            chunks: None,
             store,
             manifest,
             file,
@@ -52,17 +59,48 @@ impl FileBody {
         }
     }
 
+    /// Starts the reader thread at the chunk holding `pos`.
+    fn start(&mut self) -> Receiver<std::io::Result<Vec<u8>>> {
+        let first = self.starts.partition_point(|&s| s <= self.pos) - 1;
+        let last = self.starts.partition_point(|&s| s < self.end);
+        let (tx, rx) = sync_channel(AHEAD);
+        let (store, manifest, file) = (self.store.clone(), self.manifest.clone(), self.file);
+        std::thread::spawn(move || {
+            for c in &manifest.files[file].chunks[first..last] {
+                let key = layout::pack_key(&manifest.packs[c.pack as usize]);
+                let r = store
+                    .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, true)
+                    .map_err(|e| std::io::Error::other(e.to_string()));
+                let failed = r.is_err();
+                // The client went away: stop reading.
+                if tx.send(r).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        self.cur_at = (self.pos - self.starts[first]) as usize;
+        rx
+    }
+
     fn fill(&mut self) -> std::io::Result<()> {
-        let i = self.starts.partition_point(|&s| s <= self.pos) - 1;
-        let c = &self.manifest.files[self.file].chunks[i];
-        let key = layout::pack_key(&self.manifest.packs[c.pack as usize]);
-        let data = self
-            .store
-            .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, true)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        self.cur_at = (self.pos - self.starts[i]) as usize;
-        self.cur = data;
+        if self.chunks.is_none() {
+            let rx = self.start();
+            self.chunks = Some(rx);
+            let skip = self.cur_at;
+            self.cur = self.next()?;
+            self.cur_at = skip;
+            return Ok(());
+        }
+        self.cur = self.next()?;
+        self.cur_at = 0;
         Ok(())
+    }
+
+    fn next(&mut self) -> std::io::Result<Vec<u8>> {
+        match self.chunks.as_ref().map(|rx| rx.recv()) {
+            Some(Ok(r)) => r,
+            _ => Err(std::io::Error::other("chunk reader stopped")),
+        }
     }
 }
 

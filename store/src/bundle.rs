@@ -168,6 +168,8 @@ pub fn export(
     let total: u64 = manifests.iter().map(|(m, _)| m.total_size()).sum();
     progress.start("export", total);
     let mut sent: HashSet<[u8; 32]> = HashSet::new();
+    // Chunks to send, in file order; neighbours in a pack are fetched with one ranged read.
+    let mut run: Vec<(PackId, ChunkRef)> = Vec::new();
     for (m, _) in &manifests {
         for f in &m.files {
             for c in &f.chunks {
@@ -179,24 +181,23 @@ pub fn export(
                 if !sent.insert(c.id) {
                     continue;
                 }
-                let key = layout::pack_key(&m.packs[c.pack as usize]);
-                let frame = pack::read_frame(
-                    store.backend().as_ref(),
-                    &key,
-                    &c.chunk_id(),
-                    c.offset as u64,
-                    c.frame_len,
-                )?;
-                // Never send a damaged chunk: the import would refuse the whole bundle.
-                pack::decode_checked(&frame, &c.chunk_id(), &key, c.offset as u64)?;
-                w.record(KIND_CHUNK, &[&c.id, &c.raw_len.to_le_bytes(), &frame])
-                    .map_err(out_err)?;
-                records += 1;
-                report.chunks += 1;
-                report.chunk_raw_bytes += c.raw_len as u64;
+                let p = m.packs[c.pack as usize];
+                if let Some((lp, last)) = run.last() {
+                    let start = run[0].1.offset as u64;
+                    let contiguous = *lp == p
+                        && c.offset as u64 >= last.offset as u64 + last.frame_len as u64
+                        && c.offset as u64 - (last.offset as u64 + last.frame_len as u64)
+                            <= MAX_GAP
+                        && c.offset as u64 + c.frame_len as u64 - start <= MAX_RUN;
+                    if !contiguous {
+                        send_run(store, &mut run, &mut w, &mut records, &mut report)?;
+                    }
+                }
+                run.push((p, *c));
             }
         }
     }
+    send_run(store, &mut run, &mut w, &mut records, &mut report)?;
     progress.finish();
     let digest = w.hasher.finalize();
     let mut end = Vec::with_capacity(40);
@@ -211,6 +212,41 @@ pub fn export(
     w.inner.flush().map_err(out_err)?;
     report.bytes = w.bytes + 1 + 8 + end.len() as u64;
     Ok(report)
+}
+
+/// Largest span fetched with one ranged read when exporting.
+const MAX_RUN: u64 = 8 << 20;
+/// Largest gap (bytes of frames not needed) bridged inside one read.
+const MAX_GAP: u64 = 256 << 10;
+
+/// Fetches a run of chunks of one pack with one ranged read, checks and writes them.
+fn send_run<W: Write>(
+    store: &Store,
+    run: &mut Vec<(PackId, ChunkRef)>,
+    w: &mut Tee<W>,
+    records: &mut u64,
+    report: &mut ExportReport,
+) -> Result<()> {
+    let Some((pack_id, first)) = run.first().copied() else {
+        return Ok(());
+    };
+    let key = layout::pack_key(&pack_id);
+    let start = first.offset as u64;
+    let (_, last) = run[run.len() - 1];
+    let end = last.offset as u64 + last.frame_len as u64;
+    let bytes = store.backend().get_range(&key, start, end - start)?;
+    for (_, c) in run.drain(..) {
+        let at = (c.offset as u64 - start) as usize;
+        let frame = &bytes[at..at + c.frame_len as usize];
+        // Never send a damaged chunk: the import would refuse the whole bundle.
+        pack::decode_checked(frame, &c.chunk_id(), &key, c.offset as u64)?;
+        w.record(KIND_CHUNK, &[&c.id, &c.raw_len.to_le_bytes(), frame])
+            .map_err(out_err)?;
+        *records += 1;
+        report.chunks += 1;
+        report.chunk_raw_bytes += c.raw_len as u64;
+    }
+    Ok(())
 }
 
 /// What an import did.
@@ -452,6 +488,7 @@ fn import_inner(
     }
     progress.finish();
     store.backend().sync_deferred()?;
+    crate::failpoint::pause("import-after-chunks");
 
     // Locate every chunk here, then re-read every file and check its sha256.
     let mut local = Vec::new();

@@ -138,6 +138,12 @@ pub fn export(
 
 pub fn import(ctx: &Ctx, file: &Path, json: bool) -> Result<ExitCode> {
     let backend = ctx.backend()?;
+    if backend.location().starts_with("s3://") {
+        // The sha256 re-read waits on the network: read with more threads than cores.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(super::REMOTE_READ_THREADS)
+            .build_global();
+    }
     let store = store::Store::open_or_create(backend, store::CreateOptions::default())?;
     let index = ctx.index(&store)?;
     let bar = Bar::new(ctx.quiet || json);
