@@ -15,20 +15,8 @@ fn rev(r: &str) -> String {
     format!("{REPO}@{r}")
 }
 
-/// Every key and size in a store, locks aside.
-fn objects(env: &Env) -> Vec<String> {
-    env.backend()
-        .list("")
-        .unwrap()
-        .into_iter()
-        .filter(|o| !o.key.starts_with("locks/"))
-        .map(|o| format!("{} {}", o.key, o.size))
-        .collect()
-}
-
 fn verifies(env: &Env, r: &str) {
-    let v = env.json(&["verify", &rev(r), "--json"]);
-    assert_eq!(v["ok"], true, "{r}: {v}");
+    env.verifies(&rev(r));
 }
 
 #[test]
@@ -144,7 +132,7 @@ fn damaged_bundles_are_refused_and_change_nothing() {
     let r4 = src.path("r4.bundle");
     src.ok(&["export", &rev("r4"), "-o", r4.to_str().unwrap()]);
     dst.ok(&["import", r4.to_str().unwrap()]);
-    let before = objects(&dst);
+    let before = dst.objects();
 
     // Find the chunk records to damage precisely.
     let chunks = chunk_records(&bytes);
@@ -178,7 +166,7 @@ fn damaged_bundles_are_refused_and_change_nothing() {
             err.contains("bundle refused") && err.contains(want),
             "{name}: {err}"
         );
-        assert_eq!(objects(&dst), before, "{name}: the destination changed");
+        assert_eq!(dst.objects(), before, "{name}: the destination changed");
     }
     verifies(&dst, "r4");
     // The good bundle still imports.

@@ -74,8 +74,7 @@ fn fsck_clean(env: &Env, read_data: bool) {
 }
 
 fn verifies(env: &Env, r: &str) {
-    let v = env.json(&["verify", &rev(r), "--json"]);
-    assert_eq!(v["ok"], true, "{r}: {v}");
+    env.verifies(&rev(r));
 }
 
 #[test]
@@ -231,16 +230,7 @@ fn bad_input_is_refused_and_deletes_nothing() {
     let env = Env::new();
     ingest_series(&env);
     env.ok(&["rm", &rev("r1")]);
-    let snapshot = |env: &Env| -> Vec<String> {
-        env.backend()
-            .list("")
-            .unwrap()
-            .into_iter()
-            .filter(|o| !o.key.starts_with("locks/"))
-            .map(|o| format!("{} {}", o.key, o.size))
-            .collect()
-    };
-    let before = snapshot(&env);
+    let before = env.objects();
     let cases: &[(&[&str], &str)] = &[
         (&["rm", "nope/nope@main"], "unknown repository nope/nope"),
         (
@@ -276,11 +266,7 @@ fn bad_input_is_refused_and_deletes_nothing() {
         err.contains("gc.keep_within") && err.contains("forever"),
         "{err}"
     );
-    assert_eq!(
-        snapshot(&env),
-        before,
-        "a refused command changed the store"
-    );
+    assert_eq!(env.objects(), before, "a refused command changed the store");
 
     // A second gc while one holds the lock: exit status 3, nothing deleted.
     let pause = env.path("pause");
@@ -296,7 +282,7 @@ fn bad_input_is_refused_and_deletes_nothing() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("another gc is running"), "{err}");
     assert_eq!(
-        snapshot(&env)
+        env.objects()
             .iter()
             .filter(|k| !k.starts_with("locks/"))
             .count(),

@@ -185,10 +185,14 @@ impl Store {
 
     /// The commits of a repository (those with a manifest), sorted.
     pub fn commits(&self, repo: &RepoId) -> Result<Vec<CommitId>> {
-        let prefix = layout::manifests_prefix(repo);
+        self.commits_under(&layout::manifests_prefix(repo))
+    }
+
+    /// The commit ids named by the keys under `prefix` (`.../<40 hex>`).
+    fn commits_under(&self, prefix: &str) -> Result<Vec<CommitId>> {
         Ok(self
             .backend
-            .list(&prefix)?
+            .list(prefix)?
             .into_iter()
             .filter_map(|o| CommitId::parse(&o.key[prefix.len()..]).ok())
             .collect())
@@ -246,13 +250,7 @@ impl Store {
 
     /// The pinned commits of a repository.
     pub fn pins(&self, repo: &RepoId) -> Result<Vec<CommitId>> {
-        let prefix = layout::pins_prefix(repo);
-        Ok(self
-            .backend
-            .list(&prefix)?
-            .into_iter()
-            .filter_map(|o| CommitId::parse(&o.key[prefix.len()..]).ok())
-            .collect())
+        self.commits_under(&layout::pins_prefix(repo))
     }
 
     /// Pins a commit: no retention policy expires it. Returns false if it was pinned

@@ -356,6 +356,24 @@ impl Env {
         serde_json::from_str(&self.ok(args)).expect("json output")
     }
 
+    /// Asserts that `modelcas verify REV` passes.
+    pub fn verifies(&self, rev: &str) {
+        let v = self.json(&["verify", rev, "--json"]);
+        assert_eq!(v["ok"], true, "{rev}: {v}");
+    }
+
+    /// Every object's key and size, locks and leases aside (to compare a store before and
+    /// after a command).
+    pub fn objects(&self) -> Vec<String> {
+        self.backend()
+            .list("")
+            .unwrap()
+            .into_iter()
+            .filter(|o| !o.key.starts_with("locks/"))
+            .map(|o| format!("{} {}", o.key, o.size))
+            .collect()
+    }
+
     /// `modelcas ingest DIR ARGS...`, asserting success; returns stdout.
     pub fn ingest(&self, dir: &Path, args: &[&str]) -> String {
         let mut all: Vec<std::ffi::OsString> = vec!["ingest".into(), dir.into()];
