@@ -16,7 +16,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-if ! python3 -c 'import numpy, safetensors, ml_dtypes, huggingface_hub' >/dev/null 2>&1; then
-  echo "install-deps: pip install numpy safetensors ml_dtypes huggingface_hub"
-  python3 -m pip install -q numpy safetensors ml_dtypes huggingface_hub 2>&1 | grep -v -i 'warning: running pip as' || true
+if ! python3 -c 'import numpy, safetensors, ml_dtypes, huggingface_hub, kubernetes_validate' >/dev/null 2>&1; then
+  echo "install-deps: pip install numpy safetensors ml_dtypes huggingface_hub kubernetes-validate"
+  python3 -m pip install -q numpy safetensors ml_dtypes huggingface_hub kubernetes-validate 2>&1 | grep -v -i 'warning: running pip as' || true
 fi

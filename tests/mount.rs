@@ -600,3 +600,101 @@ fn a_repacked_revision_keeps_reading_through_the_mount() {
     }
     drop(early);
 }
+
+/// Sum of the samples of a metric in a Prometheus text page.
+fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .filter(|l| {
+            !l.starts_with('#')
+                && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(
+        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
+        "{out}"
+    );
+    out
+}
+
+#[test]
+fn metrics_move_while_the_mount_reads() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = Mount::start(&env, &["--metrics-listen", &addr]);
+    let before = scrape(&addr);
+    assert_eq!(metric(&before, "modelcas_mount_read_bytes_total"), 0.0);
+    let shards: Vec<(String, String)> = s
+        .files("r4")
+        .into_iter()
+        .filter(|(p, _)| p.ends_with(".safetensors"))
+        .collect();
+    let first = m.p(&format!("{REPO}/r4/{}", shards[0].0));
+    let held = File::open(&first).unwrap();
+    assert_eq!(sha256_file(&first), shards[0].1);
+    let mid = scrape(&addr);
+    let size = std::fs::metadata(&first).unwrap().len() as f64;
+    assert!(
+        metric(&mid, "modelcas_mount_read_bytes_total") >= size,
+        "{mid}"
+    );
+    assert!(metric(&mid, "modelcas_mount_reads_total") > 0.0);
+    assert_eq!(metric(&mid, "modelcas_mount_open_files"), 1.0, "{mid}");
+    let lookups = |p: &str| {
+        metric(p, "modelcas_chunk_cache_hits_total")
+            + metric(p, "modelcas_chunk_cache_inflight_hits_total")
+            + metric(p, "modelcas_chunk_cache_misses_total")
+    };
+    assert!(lookups(&mid) > 0.0, "{mid}");
+    assert!(
+        metric(&mid, "modelcas_readahead_chunks_total") > 0.0,
+        "{mid}"
+    );
+    assert!(metric(&mid, "modelcas_chunk_cache_bytes") > 0.0, "{mid}");
+    assert!(
+        metric(&mid, "modelcas_backend_requests_total") > 0.0,
+        "{mid}"
+    );
+    assert!(
+        metric(&mid, "modelcas_mount_read_seconds_count") > 0.0,
+        "{mid}"
+    );
+    // Another file: the counters keep moving.
+    let second = m.p(&format!("{REPO}/r4/{}", shards[1].0));
+    assert_eq!(sha256_file(&second), shards[1].1);
+    drop(held);
+    let after = scrape(&addr);
+    assert!(
+        metric(&after, "modelcas_mount_read_bytes_total")
+            > metric(&mid, "modelcas_mount_read_bytes_total")
+    );
+    assert!(lookups(&after) > lookups(&mid));
+    assert!(
+        metric(&after, "modelcas_backend_requests_total")
+            > metric(&mid, "modelcas_backend_requests_total")
+    );
+    // Files are released shortly after close.
+    let t = Instant::now();
+    while metric(&scrape(&addr), "modelcas_mount_open_files") != 0.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "open files never went back to 0"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -124,7 +124,7 @@ fn huggingface_hub_client_downloads_from_serve() {
     let log = srv.log();
     let downloads: Vec<&str> = log
         .lines()
-        .filter(|l| l.starts_with("access ") && l.contains("method=GET"))
+        .filter(|l| l.contains("access repo=") && l.contains("method=GET"))
         .collect();
     assert!(downloads.iter().any(|l| l.contains("status=206")), "{log}");
     assert!(downloads.iter().all(|l| l.contains("client=127.0.0.1:")

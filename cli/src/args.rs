@@ -39,6 +39,33 @@ pub struct Cli {
     /// Config file (TOML); default /etc/modelcas/config.toml when it exists.
     #[arg(long, global = true, env = "MODELCAS_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Log level: error, warn, info, debug, trace (default: RUST_LOG, else info).
+    #[arg(long, global = true, env = "MODELCAS_LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log format: text (default) or json (one object per line).
+    #[arg(
+        long,
+        global = true,
+        env = "MODELCAS_LOG_FORMAT",
+        value_name = "FORMAT"
+    )]
+    pub log_format: Option<String>,
+    /// Serve Prometheus metrics on http://ADDR/metrics while the command runs.
+    #[arg(
+        long,
+        global = true,
+        env = "MODELCAS_METRICS_LISTEN",
+        value_name = "ADDR"
+    )]
+    pub metrics_listen: Option<String>,
+    /// Write Prometheus metrics to FILE when the command ends (node_exporter textfile collector).
+    #[arg(
+        long,
+        global = true,
+        env = "MODELCAS_METRICS_FILE",
+        value_name = "FILE"
+    )]
+    pub metrics_file: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short, global = true)]
     pub quiet: bool,
@@ -122,17 +149,17 @@ pub enum Command {
         #[arg(long, value_name = "ORG/NAME@REV")]
         repo: Option<String>,
         /// Allow other users (pods running as another uid) to read the mount.
-        #[arg(long)]
+        #[arg(long, env = "MODELCAS_ALLOW_OTHER")]
         allow_other: bool,
-        /// Memory for decoded chunks, in MiB (read-ahead uses up to half of it).
-        #[arg(long, default_value_t = 64)]
-        cache_mib: usize,
+        /// Memory for decoded chunks, in MiB (read-ahead uses up to half of it; default 64).
+        #[arg(long, env = "MODELCAS_MOUNT_CACHE_MIB")]
+        cache_mib: Option<usize>,
         /// Threads fetching, decompressing and verifying chunks (default 4, 16 for S3).
-        #[arg(long)]
+        #[arg(long, env = "MODELCAS_MOUNT_FETCH_THREADS")]
         fetch_threads: Option<usize>,
-        /// FUSE worker threads.
-        #[arg(long, default_value_t = 8)]
-        threads: usize,
+        /// FUSE worker threads (default 8).
+        #[arg(long, env = "MODELCAS_MOUNT_THREADS")]
+        threads: Option<usize>,
     },
     /// Unmount a modelcas mount.
     Umount {
@@ -144,17 +171,17 @@ pub enum Command {
     Gc {
         /// Keep the N most recently ingested revisions of each repository (besides those
         /// refs point at and pinned ones).
-        #[arg(long, value_name = "N")]
+        #[arg(long, env = "MODELCAS_GC_KEEP_LAST", value_name = "N")]
         keep_last: Option<usize>,
         /// Keep revisions ingested within this long (e.g. 30d, 12h, 1d12h).
-        #[arg(long, value_name = "DURATION")]
+        #[arg(long, env = "MODELCAS_GC_KEEP_WITHIN", value_name = "DURATION")]
         keep_within: Option<String>,
         /// Time between marking a pack unused and deleting it: bounds how long a mount can
         /// keep reading a revision that expired while open (default 24h).
-        #[arg(long, value_name = "DURATION")]
+        #[arg(long, env = "MODELCAS_GC_GRACE", value_name = "DURATION")]
         grace: Option<String>,
         /// Rewrite packs whose live fraction is below this (0..1; default 0.8).
-        #[arg(long, value_name = "FRACTION")]
+        #[arg(long, env = "MODELCAS_GC_REWRITE_BELOW", value_name = "FRACTION")]
         rewrite_below: Option<f64>,
         /// Print what would be expired and reclaimed; change nothing.
         #[arg(long)]
@@ -170,6 +197,16 @@ pub enum Command {
         /// Also remove the refs that point at the commit and its pin.
         #[arg(long)]
         force: bool,
+    },
+    /// Point a ref (branch or tag) at a revision: upgrade or roll back what
+    /// /models/ORG/NAME/REF shows (`modelcas ref org/name main 0a1b2c3`).
+    Ref {
+        /// ORG/NAME.
+        repo: String,
+        /// The ref to set (created if needed).
+        name: String,
+        /// The revision: a commit sha or prefix, or another ref.
+        revision: String,
     },
     /// Pin a revision: no retention policy expires it.
     Pin {
@@ -224,26 +261,32 @@ pub enum Command {
     /// Serve the store read-only over a Hugging Face Hub-compatible HTTP API (point
     /// HF_ENDPOINT at it); Prometheus metrics on /metrics.
     Serve {
-        /// Address to listen on.
-        #[arg(
-            long,
-            default_value = "127.0.0.1:8080",
-            env = "MODELCAS_LISTEN",
-            value_name = "ADDR"
-        )]
-        listen: String,
+        /// Address to listen on (default 127.0.0.1:8080).
+        #[arg(long, env = "MODELCAS_LISTEN", value_name = "ADDR")]
+        listen: Option<String>,
         /// Require `Authorization: Bearer <token>` with one of the tokens in this file (one per line).
         #[arg(long, env = "MODELCAS_TOKEN_FILE", value_name = "FILE")]
         token_file: Option<PathBuf>,
-        /// Worker threads (concurrent requests).
-        #[arg(long, default_value_t = 16)]
-        threads: usize,
+        /// Worker threads (concurrent requests; default 16).
+        #[arg(long, env = "MODELCAS_SERVE_THREADS")]
+        threads: Option<usize>,
+    },
+    /// Show the effective configuration (file, environment and flags merged; secrets masked).
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
     },
     /// Manage the local index.
     Index {
         #[command(subcommand)]
         action: IndexAction,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigAction {
+    /// Print the effective configuration as TOML (a valid config file).
+    Show,
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,8 +1,23 @@
 //! The config file (TOML): `--config FILE`, `MODELCAS_CONFIG`, else
 //! `/etc/modelcas/config.toml` when it exists. Unknown keys are errors that name the key.
-//! Flags and environment variables win over the file.
+//! Every setting is also a flag and an environment variable; flags win over the
+//! environment, which wins over the file.
 //!
 //! ```toml
+//! store = "s3://models/modelcas"
+//! endpoint_url = "https://s3.internal:9000"
+//! cache_dir = "/var/cache/modelcas"
+//! cache_size = "200G"
+//! log_format = "json"
+//! metrics_listen = "0.0.0.0:9464"
+//!
+//! [mount]
+//! allow_other = true
+//! cache_mib = 256
+//!
+//! [serve]
+//! listen = "0.0.0.0:8080"
+//!
 //! [gc]
 //! keep_last = 5          # per repository, besides refs and pins
 //! keep_within = "30d"
@@ -17,22 +32,58 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Where the config is looked for when neither `--config` nor `MODELCAS_CONFIG` is set.
 pub const DEFAULT_PATH: &str = "/etc/modelcas/config.toml";
 
-/// The whole file.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+/// The whole file. Also what `modelcas config show` prints (as TOML), so it round-trips.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    pub store: Option<String>,
+    pub endpoint_url: Option<String>,
+    pub region: Option<String>,
+    pub path_style: Option<bool>,
+    pub index_dir: Option<PathBuf>,
+    pub cache_dir: Option<PathBuf>,
+    pub cache_size: Option<String>,
+    pub log_level: Option<String>,
+    pub log_format: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub metrics_file: Option<PathBuf>,
+    /// `[mount]`.
+    #[serde(default)]
+    pub mount: MountConfig,
+    /// `[serve]`.
+    #[serde(default)]
+    pub serve: ServeConfig,
     /// Retention and reclaiming.
     #[serde(default)]
     pub gc: GcConfig,
 }
 
+/// `[mount]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MountConfig {
+    pub allow_other: Option<bool>,
+    pub cache_mib: Option<usize>,
+    pub fetch_threads: Option<usize>,
+    pub threads: Option<usize>,
+}
+
+/// `[serve]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    pub listen: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub threads: Option<usize>,
+}
+
 /// `[gc]`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct GcConfig {
     pub keep_last: Option<usize>,
@@ -40,12 +91,12 @@ pub struct GcConfig {
     pub grace: Option<String>,
     pub rewrite_below: Option<f64>,
     /// `[gc.repos."org/name"]`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub repos: BTreeMap<String, RepoPolicy>,
 }
 
 /// `[gc.repos."org/name"]`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RepoPolicy {
     pub keep_last: Option<usize>,
@@ -68,6 +119,67 @@ pub fn load(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
 /// Parses the text of a config file.
 pub fn parse(text: &str) -> Result<Config> {
     toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
+}
+
+/// The file's settings with the global flags and environment variables on top (clap has
+/// already put flags over environment variables).
+pub fn merge_globals(cli: &crate::args::Cli, file: Config) -> Config {
+    Config {
+        store: cli.store.clone().filter(|s| !s.is_empty()).or(file.store),
+        endpoint_url: cli.endpoint_url.clone().or(file.endpoint_url),
+        region: cli.region.clone().or(file.region),
+        path_style: cli.path_style.or(file.path_style),
+        index_dir: cli.index_dir.clone().or(file.index_dir),
+        cache_dir: cli.cache_dir.clone().or(file.cache_dir),
+        cache_size: cli.cache_size.clone().or(file.cache_size),
+        log_level: cli.log_level.clone().or(file.log_level),
+        log_format: cli.log_format.clone().or(file.log_format),
+        metrics_listen: cli.metrics_listen.clone().or(file.metrics_listen),
+        metrics_file: cli.metrics_file.clone().or(file.metrics_file),
+        mount: file.mount,
+        serve: file.serve,
+        gc: file.gc,
+    }
+}
+
+/// A URL with any `user:password@` replaced by `***@`.
+fn mask_url(u: &str) -> String {
+    match (u.find("://"), u.find('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &u[..s + 3], &u[at..]),
+        _ => u.to_string(),
+    }
+}
+
+/// The effective configuration as a config file, with where credentials come from as
+/// comments (masked: secrets are never printed).
+pub fn show(c: &Config, file: Option<&Path>) -> Result<String> {
+    let mut shown = c.clone();
+    shown.store = shown.store.as_deref().map(mask_url);
+    shown.endpoint_url = shown.endpoint_url.as_deref().map(mask_url);
+    let mut out = String::new();
+    out.push_str(&format!(
+        "# modelcas effective configuration (file: {}; flags and environment variables applied)
+",
+        file.map(|p| p.display().to_string())
+            .unwrap_or_else(|| "none".into())
+    ));
+    for var in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_CA_BUNDLE",
+    ] {
+        let v = match std::env::var(var) {
+            Ok(v) if var == "AWS_ACCESS_KEY_ID" && v.len() > 4 => format!("{}… (masked)", &v[..4]),
+            Ok(v) if var == "AWS_PROFILE" || var == "AWS_CA_BUNDLE" => v,
+            Ok(_) => "set (masked)".into(),
+            Err(_) => "unset".into(),
+        };
+        out.push_str(&format!("# {var}: {v}\n"));
+    }
+    out.push_str(&toml::to_string(&shown).context("rendering the configuration")?);
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 mod args;
 mod cmd;
 mod config;
+mod logging;
+mod metrics;
 mod output;
 mod progress;
 

@@ -38,6 +38,6 @@ impl Progress for Bar {
         self.bar.finish_and_clear();
     }
     fn warn(&self, msg: &str) {
-        self.bar.suspend(|| eprintln!("modelcas: warning: {msg}"));
+        self.bar.suspend(|| tracing::warn!("{msg}"));
     }
 }

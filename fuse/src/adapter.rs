@@ -89,7 +89,8 @@ impl ModelFs {
 }
 
 fn eio(e: store::StoreError) -> Errno {
-    eprintln!("modelcas mount: {e}");
+    store::metrics::add(&store::metrics::METRICS.mount_read_errors, 1);
+    tracing::error!("mount: {e}");
     Errno::EIO
 }
 
@@ -149,6 +150,7 @@ impl Filesystem for ModelFs {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(fh, Arc::new(stream));
+                        store::metrics::add(&store::metrics::METRICS.mount_open_files, 1);
                         reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
                     }
                     Err(e) => reply.error(eio(e)),
@@ -179,8 +181,18 @@ impl Filesystem for ModelFs {
         let Some(stream) = stream else {
             return reply.error(Errno::EBADF);
         };
+        let started = std::time::Instant::now();
+        let m = &*store::metrics::METRICS;
+        let ok = |data: &[u8]| {
+            store::metrics::add(&m.mount_reads, 1);
+            store::metrics::add(&m.mount_read_bytes, data.len() as u64);
+            m.mount_read_seconds.observe(started.elapsed());
+        };
         match stream.read(offset, size as usize) {
-            Ok(data) => reply.data(&data),
+            Ok(data) => {
+                ok(&data);
+                reply.data(&data)
+            }
             Err(e) if e.is_not_found() => {
                 // A pack is gone: gc may have repacked this revision. Read its manifest
                 // again and retry once with the new locations.
@@ -200,7 +212,10 @@ impl Filesystem for ModelFs {
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(fh.0, fresh.clone());
                 match fresh.read(offset, size as usize) {
-                    Ok(data) => reply.data(&data),
+                    Ok(data) => {
+                        ok(&data);
+                        reply.data(&data)
+                    }
                     Err(e) => reply.error(eio(e)),
                 }
             }
@@ -218,10 +233,17 @@ impl Filesystem for ModelFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles
+        if self
+            .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
+            .remove(&fh.0)
+            .is_some()
+        {
+            store::metrics::METRICS
+                .mount_open_files
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         reply.ok();
     }
 

@@ -14,8 +14,8 @@
 //!
 //! Errors carry `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) as the
 //! client expects. No Xet header is ever sent. With tokens configured every route but
-//! `/metrics` needs `Authorization: Bearer <token>`. One access-log line per download goes
-//! to standard error.
+//! `/metrics` needs `Authorization: Bearer <token>`. One access-log event per download
+//! (tracing target `access`) goes to the log.
 
 mod body;
 pub mod etag;
@@ -189,7 +189,7 @@ impl State {
             .collect();
         let segs: Vec<&str> = segs.iter().map(|s| s.as_str()).collect();
         if segs == ["metrics"] && *req.method() == Method::Get {
-            let body = self.metrics.render();
+            let body = self.metrics.render() + &store::metrics::render();
             self.metrics.request("metrics", 200);
             let resp = Response::from_string(body)
                 .with_header(header("Content-Type", "text/plain; version=0.0.4"));
@@ -496,10 +496,17 @@ impl State {
             .map(|a| a.to_string())
             .unwrap_or_else(|| "-".into());
         let log = |status: u16, bytes: u64| {
-            eprintln!(
-                "access repo={org}/{name} revision={rev} file={file} client={client} method={} status={status} bytes={bytes} duration_ms={}",
-                if head { "HEAD" } else { "GET" },
-                start.elapsed().as_millis()
+            tracing::info!(
+                target: "access",
+                repo = %format!("{org}/{name}"),
+                revision = %rev,
+                file = %file,
+                client = %client,
+                method = %if head { "HEAD" } else { "GET" },
+                status,
+                bytes,
+                duration_ms = start.elapsed().as_millis() as u64,
+                "access"
             );
         };
         let (_, commit, m) = match self.locate(org, name, rev) {

@@ -165,14 +165,21 @@ impl ChunkCache {
             let tick = inner.tick;
             match inner.map.get_mut(&src.id) {
                 Some(Entry::Ready { data, tick: t }) => {
+                    crate::metrics::add(&crate::metrics::METRICS.cache_hits, 1);
                     let data = data.clone();
                     let old = std::mem::replace(t, tick);
                     inner.lru.remove(&old);
                     inner.lru.insert(tick, src.id);
                     return Ok(data);
                 }
-                Some(Entry::Loading(slot)) => slot.clone(),
-                None => self.start_fetch(&mut inner, src),
+                Some(Entry::Loading(slot)) => {
+                    crate::metrics::add(&crate::metrics::METRICS.cache_inflight_hits, 1);
+                    slot.clone()
+                }
+                None => {
+                    crate::metrics::add(&crate::metrics::METRICS.cache_misses, 1);
+                    self.start_fetch(&mut inner, src)
+                }
             }
         };
         slot.wait().map_err(|f| {
@@ -229,6 +236,7 @@ impl ChunkCache {
             inner.loading_bytes += src.raw_len as usize;
             group.push((src.clone(), slot));
             accepted += 1;
+            crate::metrics::add(&crate::metrics::METRICS.readahead_chunks, 1);
         }
         if !group.is_empty() {
             groups.push(group);
@@ -318,6 +326,7 @@ impl ChunkCache {
                     );
                     inner.lru.insert(tick, src.id);
                     self.evict(&mut inner);
+                    crate::metrics::set(&crate::metrics::METRICS.cache_bytes, inner.bytes as u64);
                     Ok(data)
                 }
                 Err(e) => {

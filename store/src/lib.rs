@@ -34,6 +34,7 @@ pub mod ingest;
 pub mod layout;
 pub mod lock;
 pub mod manifest;
+pub mod metrics;
 pub mod names;
 pub mod pack;
 pub mod read;

@@ -111,7 +111,7 @@ pub fn export(
         r
     };
     for h in &report.have_unknown {
-        eprintln!("modelcas: warning: --have {h}: not in this store; its chunks are sent anyway");
+        tracing::warn!("--have {h}: not in this store; its chunks are sent anyway");
     }
     let mut err = std::io::stderr();
     if json {

@@ -69,7 +69,7 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
     let opts = options(config, args)?;
     let store = ctx.open_plain()?;
     let cache = ctx.try_index(&store);
-    let warn = |w: String| eprintln!("modelcas: warning: {w}");
+    let warn = |w: String| tracing::warn!("{w}");
     let report = match store::gc::run(&store, cache, &opts, &warn) {
         Ok(r) => r,
         Err(e @ store::StoreError::LockHeld { .. }) => {
@@ -78,6 +78,20 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
+    let m = &*store::metrics::METRICS;
+    store::metrics::add(&m.gc_reclaimed_bytes, report.bytes_reclaimed);
+    store::metrics::add(&m.gc_expired_revisions, report.expired.len() as u64);
+    store::metrics::set(&m.gc_stored_bytes, report.bytes_stored);
+    store::metrics::set(&m.gc_duration_ms, report.duration_ms);
+    tracing::info!(
+        expired = report.expired.len(),
+        packs_deleted = report.packs_deleted,
+        bytes_reclaimed = report.bytes_reclaimed,
+        bytes_stored = report.bytes_stored,
+        duration_ms = report.duration_ms,
+        dry_run = report.dry_run,
+        "gc finished"
+    );
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -178,6 +192,21 @@ pub fn rm(ctx: &Ctx, spec: &str, force: bool) -> Result<ExitCode> {
         println!("deleted ref {repo}@{r}");
     }
     println!("removed {repo}@{commit}; gc reclaims its data");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `modelcas ref ORG/NAME NAME REV`.
+pub fn set_ref(ctx: &Ctx, repo: &str, name: &str, rev: &str) -> Result<ExitCode> {
+    let store = ctx.open_plain()?;
+    let repo = RepoId::parse(repo)?;
+    let commit = store.resolve(&repo, rev)?;
+    let old = store.refs(&repo)?.get(name).copied();
+    store.set_ref(&repo, name, &commit)?;
+    match old {
+        Some(o) if o != commit => println!("{repo}@{name}: {o} -> {commit}"),
+        Some(_) => println!("{repo}@{name} already at {commit}"),
+        None => println!("{repo}@{name} -> {commit} (new)"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

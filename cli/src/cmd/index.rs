@@ -12,9 +12,7 @@ pub fn run(ctx: &Ctx, action: IndexAction) -> Result<ExitCode> {
         IndexAction::Rebuild => {
             let store = ctx.open()?;
             let index = ctx.index(&store)?;
-            let r = index.rebuild(store.backend().as_ref(), &|w| {
-                eprintln!("modelcas: warning: {w}")
-            })?;
+            let r = index.rebuild(store.backend().as_ref(), &|w| tracing::warn!("{w}"))?;
             println!(
                 "rebuilt index {} from {}: {} packs, {} chunks",
                 index.path().display(),

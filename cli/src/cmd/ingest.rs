@@ -44,7 +44,24 @@ pub fn run(
     if let Some(t) = threads {
         iopts.threads = t;
     }
+    let started = std::time::Instant::now();
     let report = store::ingest::ingest(&store, &index, &found.snapshots, iopts, &bar)?;
+    let m = &*store::metrics::METRICS;
+    store::metrics::add(&m.ingest_bytes, report.bytes_read);
+    store::metrics::add(&m.ingest_new_bytes, report.new_chunk_bytes);
+    store::metrics::add(
+        &m.ingest_dedup_bytes,
+        report.bytes_read.saturating_sub(report.new_chunk_bytes),
+    );
+    store::metrics::set(&m.ingest_duration_ms, started.elapsed().as_millis() as u64);
+    tracing::info!(
+        snapshots = report.snapshots.len(),
+        bytes_read = report.bytes_read,
+        new_chunk_bytes = report.new_chunk_bytes,
+        pack_bytes_written = report.pack_bytes_written,
+        duration_ms = started.elapsed().as_millis() as u64,
+        "ingest finished"
+    );
     if json {
         let snaps: Vec<_> = report
             .snapshots

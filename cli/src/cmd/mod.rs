@@ -43,13 +43,15 @@ impl Ctx {
             Some(s) if !s.is_empty() => s.clone(),
             _ => default_store_dir()?.display().to_string(),
         };
-        if loc.starts_with("s3://") {
-            return Ok(Arc::new(store::backend::S3Store::new(&loc, &self.s3)?));
-        }
-        if loc.contains("://") {
+        let inner: Arc<dyn ObjectStore> = if loc.starts_with("s3://") {
+            Arc::new(store::backend::S3Store::new(&loc, &self.s3)?)
+        } else if loc.contains("://") {
             bail!("--store {loc}: unknown scheme (use a directory path)");
-        }
-        Ok(Arc::new(LocalStore::new(PathBuf::from(loc))))
+        } else {
+            Arc::new(LocalStore::new(PathBuf::from(loc)))
+        };
+        // Every request shows up in /metrics (a few atomic adds each).
+        Ok(Arc::new(store::backend::MeteredStore::new(inner)))
     }
 
     /// Opens an existing store (reading commands), with the node-local chunk cache when the
@@ -114,8 +116,8 @@ impl Ctx {
             match Index::open(&dir, &store.config().store_id) {
                 Err(store::StoreError::IndexBusy(p)) if start.elapsed() < INDEX_WAIT => {
                     if !told {
-                        eprintln!(
-                            "modelcas: index {} is in use by another modelcas process; waiting",
+                        tracing::info!(
+                            "index {} is in use by another modelcas process; waiting",
                             p.display()
                         );
                         told = true;
@@ -196,22 +198,43 @@ fn init(ctx: &Ctx, chunk_avg: u32, pack_size: u32) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs the parsed command line.
+/// Runs the parsed command line: merges the config file under flags and environment,
+/// starts logging and metrics, runs the command, writes the metrics file.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    let (file, file_path) = crate::config::load(cli.config.as_deref())?;
+    let config = crate::config::merge_globals(&cli, file);
+    crate::logging::init(config.log_level.as_deref(), config.log_format.as_deref())?;
+    if let Some(addr) = &config.metrics_listen {
+        crate::metrics::serve(addr)?;
+    }
     let ctx = Ctx {
-        store_arg: cli.store,
-        cache_dir: cli.cache_dir,
-        cache_size: cli.cache_size,
+        store_arg: config.store.clone(),
+        cache_dir: config.cache_dir.clone(),
+        cache_size: config.cache_size.clone(),
         s3: store::backend::S3Options {
-            endpoint: cli.endpoint_url,
-            region: cli.region,
-            path_style: cli.path_style,
+            endpoint: config.endpoint_url.clone(),
+            region: config.region.clone(),
+            path_style: config.path_style,
         },
-        index_dir: cli.index_dir,
+        index_dir: config.index_dir.clone(),
         quiet: cli.quiet,
-        config: crate::config::load(cli.config.as_deref())?.0,
+        config,
     };
-    match cli.command {
+    let code = dispatch(&ctx, cli.command, file_path.as_deref());
+    if let Some(path) = &ctx.config.metrics_file {
+        crate::metrics::write_file(path)?;
+    }
+    code
+}
+
+fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) -> Result<ExitCode> {
+    match command {
+        Command::Config {
+            action: crate::args::ConfigAction::Show,
+        } => {
+            print!("{}", crate::config::show(&ctx.config, file_path)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Init {
             chunk_avg,
             pack_size,
@@ -238,12 +261,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             fetch_threads,
             threads,
         } => {
+            let m = &ctx.config.mount;
             let opts = mount::Options {
                 repo,
-                allow_other,
-                cache_mib,
-                fetch_threads,
-                threads,
+                allow_other: allow_other || m.allow_other.unwrap_or(false),
+                cache_mib: cache_mib.or(m.cache_mib).unwrap_or(64),
+                fetch_threads: fetch_threads.or(m.fetch_threads),
+                threads: threads.or(m.threads).unwrap_or(8),
             };
             mount::mount(&ctx, &mountpoint, &opts)
         }
@@ -279,8 +303,21 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             listen,
             token_file,
             threads,
-        } => serve::run(&ctx, &listen, token_file.as_deref(), threads),
+        } => {
+            let c = &ctx.config.serve;
+            let listen = listen
+                .or(c.listen.clone())
+                .unwrap_or_else(|| "127.0.0.1:8080".into());
+            let token_file = token_file.or(c.token_file.clone());
+            let threads = threads.or(c.threads).unwrap_or(16);
+            serve::run(&ctx, &listen, token_file.as_deref(), threads)
+        }
         Command::Pin { revision } => gc::pin(&ctx, &revision, true),
+        Command::Ref {
+            repo,
+            name,
+            revision,
+        } => gc::set_ref(ctx, &repo, &name, &revision),
         Command::Unpin { revision } => gc::pin(&ctx, &revision, false),
         Command::Fsck {
             read_data,

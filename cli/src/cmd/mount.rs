@@ -49,32 +49,29 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
     };
     let mounted = modelfs::mount(store, mountpoint, &opts)?;
     match &single {
-        Some((r, c)) => eprintln!(
-            "modelcas: mounted {r}@{c} at {} (Ctrl-C or `modelcas umount` to stop)",
+        Some((r, c)) => tracing::info!(
+            "mounted {r}@{c} at {} (Ctrl-C or `modelcas umount` to stop)",
             mountpoint.display()
         ),
-        None => eprintln!(
-            "modelcas: mounted {} at {} (Ctrl-C or `modelcas umount` to stop)",
+        None => tracing::info!(
+            "mounted {} at {} (Ctrl-C or `modelcas umount` to stop)",
             ctx.open()?.backend().location(),
             mountpoint.display()
         ),
     }
     loop {
         if mounted.is_finished() {
-            eprintln!("modelcas: {} was unmounted", mountpoint.display());
+            tracing::info!("{} was unmounted", mountpoint.display());
             return Ok(ExitCode::SUCCESS);
         }
         if let Some(sig) = wait_signal(&signals, Duration::from_millis(200)) {
-            eprintln!(
-                "modelcas: signal {sig}: unmounting {}",
-                mountpoint.display()
-            );
+            tracing::info!("signal {sig}: unmounting {}", mountpoint.display());
             break;
         }
     }
     if let Err(e) = mounted.unmount() {
         // Busy (files still open): detach lazily so the process can exit.
-        eprintln!("modelcas: unmount: {e}; detaching lazily");
+        tracing::warn!("unmount: {e}; detaching lazily");
         lazy_unmount(mountpoint);
     }
     Ok(ExitCode::SUCCESS)

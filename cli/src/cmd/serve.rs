@@ -36,8 +36,8 @@ pub fn run(ctx: &Ctx, listen: &str, token_file: Option<&Path>, threads: usize) -
         threads,
     };
     let server = hubserve::Server::bind(store, &opts)?;
-    eprintln!(
-        "modelcas: serving {} on http://{} (read-only{}); set HF_ENDPOINT=http://{}",
+    tracing::info!(
+        "serving {} on http://{} (read-only{}); set HF_ENDPOINT=http://{}",
         ctx.backend()?.location(),
         server.local_addr(),
         if opts.tokens.is_some() {

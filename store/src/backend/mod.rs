@@ -11,11 +11,13 @@
 mod counting;
 mod local;
 mod memory;
+mod metered;
 mod s3;
 
 pub use counting::{CountingStore, Requests};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
+pub use metered::MeteredStore;
 pub use s3::{S3Options, S3Store};
 
 use crate::Result;

@@ -1,0 +1,71 @@
+//! A wrapper that records every request in the process metrics ([`crate::metrics`]):
+//! counts and errors by kind, and latency.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{ObjectMeta, ObjectStore, Temporary};
+use crate::metrics::{add, METRICS};
+use crate::Result;
+
+/// An object store whose requests show up in `/metrics`.
+pub struct MeteredStore {
+    inner: Arc<dyn ObjectStore>,
+}
+
+impl MeteredStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> MeteredStore {
+        MeteredStore { inner }
+    }
+}
+
+/// Times `f` as request kind `op` (index into [`crate::metrics::BACKEND_OPS`]).
+fn timed<T>(op: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let t = Instant::now();
+    let r = f();
+    METRICS.backend_seconds.observe(t.elapsed());
+    add(&METRICS.backend_requests[op], 1);
+    if let Err(e) = &r {
+        if !matches!(e, crate::StoreError::NotFound(_)) {
+            add(&METRICS.backend_errors[op], 1);
+        }
+    }
+    r
+}
+
+impl ObjectStore for MeteredStore {
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        timed(2, || self.inner.put(key, data))
+    }
+    fn put_deferred(&self, key: &str, data: &[u8]) -> Result<()> {
+        timed(2, || self.inner.put_deferred(key, data))
+    }
+    fn sync_deferred(&self) -> Result<()> {
+        self.inner.sync_deferred()
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        timed(0, || self.inner.get(key))
+    }
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        timed(1, || self.inner.get_range(key, offset, len))
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        timed(3, || self.inner.list(prefix))
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        timed(4, || self.inner.delete(key))
+    }
+    fn size(&self, key: &str) -> Result<Option<u64>> {
+        timed(5, || self.inner.size(key))
+    }
+    fn temporaries(&self, min_age: std::time::Duration) -> Result<Vec<Temporary>> {
+        self.inner.temporaries(min_age)
+    }
+    fn remove_temporary(&self, t: &Temporary) -> Result<()> {
+        self.inner.remove_temporary(t)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+}

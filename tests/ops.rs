@@ -1,0 +1,308 @@
+//! Running it in production: the deploy manifests and units checked against the Kubernetes
+//! schemas and against the binary's own commands, flags and variables; the config file
+//! (round trip, precedence, errors); JSON logs without secrets; metrics files of batch jobs.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{bin, ingest_series, repo_root, series, Env};
+
+fn deploy_check(dir: &Path) -> std::process::Output {
+    Command::new("python3")
+        .arg(repo_root().join("tests/deploy_check.py"))
+        .arg(bin())
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn deploy_manifests_are_valid_and_use_real_commands() {
+    let out = deploy_check(&repo_root().join("deploy"));
+    assert!(
+        out.status.success(),
+        "deploy/ check failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The checker catches each kind of mistake.
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("deploy");
+    copy_dir(&repo_root().join("deploy"), &bad);
+    let edit = |rel: &str, from: &str, to: &str| {
+        let p = bad.join(rel);
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.contains(from), "{rel} has no {from:?}");
+        std::fs::write(&p, s.replacen(from, to, 1)).unwrap();
+    };
+    edit(
+        "kubernetes/60-gc-cronjob.yaml",
+        "\"--json\"",
+        "\"--json\", \"--keep-forever\"",
+    );
+    edit(
+        "kubernetes/30-mount-daemonset.yaml",
+        "terminationGracePeriodSeconds: 30",
+        "terminationGracePeriodSecs: 30",
+    );
+    edit(
+        "kubernetes/30-mount-daemonset.yaml",
+        "MODELCAS_METRICS_LISTEN",
+        "MODELCAS_METRIC_LISTEN",
+    );
+    edit(
+        "systemd/modelcas-mount.service",
+        "modelcas mount /models",
+        "modelcas mnt /models",
+    );
+    let out = deploy_check(&bad);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    for want in [
+        "--keep-forever",
+        "terminationGracePeriodSecs",
+        "MODELCAS_METRIC_LISTEN",
+        "modelcas mnt",
+    ] {
+        assert!(text.contains(want), "the checker missed {want}:\n{text}");
+    }
+}
+
+/// `modelcas config show` with the given args and extra environment.
+fn show(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> (bool, String, String) {
+    let mut c = env.cmd();
+    c.env_remove("MODELCAS_STORE")
+        .env_remove("MODELCAS_CACHE_SIZE");
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    let out = c.args(args).args(["config", "show"]).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_file_precedence_round_trip_and_errors() {
+    let env = Env::empty();
+    let store = env.path("from-file");
+    let cfg = env.path("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "store = \"{}\"\ncache_size = \"1G\"\nlog_format = \"text\"\n\n[mount]\ncache_mib = 128\n\n[gc]\nkeep_last = 4\n",
+            store.display()
+        ),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let (ok, out, err) = show(&env, &["--config", c], &[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("cache_size = \"1G\"") && out.contains("cache_mib = 128"),
+        "{out}"
+    );
+    // Environment over file, flag over environment.
+    let (_, out, _) = show(&env, &["--config", c], &[("MODELCAS_CACHE_SIZE", "2G")]);
+    assert!(out.contains("cache_size = \"2G\""), "{out}");
+    let (_, out, _) = show(
+        &env,
+        &["--config", c, "--cache-size", "3G"],
+        &[("MODELCAS_CACHE_SIZE", "2G")],
+    );
+    assert!(out.contains("cache_size = \"3G\""), "{out}");
+    // MODELCAS_CONFIG finds the file too, and the store it names is the one used.
+    let (_, out, _) = show(&env, &[], &[("MODELCAS_CONFIG", c)]);
+    assert!(out.contains("from-file"), "{out}");
+    let mut init = env.cmd();
+    init.env_remove("MODELCAS_STORE")
+        .env("MODELCAS_CONFIG", c)
+        .args(["init"]);
+    assert!(init.output().unwrap().status.success());
+    assert!(
+        store.join("config").exists(),
+        "init did not use the store of the config file"
+    );
+
+    // Round trip: what `config show` prints is a config file that shows the same.
+    let (_, first, _) = show(&env, &["--config", c], &[]);
+    let again = env.path("again.toml");
+    std::fs::write(&again, &first).unwrap();
+    let (ok, second, err) = show(&env, &["--config", again.to_str().unwrap()], &[]);
+    assert!(ok, "{err}");
+    let body = |s: &str| s.lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert_eq!(body(&first), body(&second));
+
+    // Secrets never shown.
+    let (_, out, _) = show(
+        &env,
+        &["--config", c],
+        &[
+            ("AWS_SECRET_ACCESS_KEY", "hunter2-secret"),
+            ("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEY"),
+        ],
+    );
+    assert!(
+        !out.contains("hunter2-secret") && !out.contains("AKIAEXAMPLEKEY"),
+        "{out}"
+    );
+    assert!(out.contains("AWS_SECRET_ACCESS_KEY: set (masked)"), "{out}");
+
+    // Unknown keys and malformed values name themselves and the file.
+    for (text, want) in [
+        ("stroe = \"x\"\n", "stroe"),
+        ("[mount]\ncache_mb = 3\n", "cache_mb"),
+        ("[mount]\ncache_mib = \"lots\"\n", "cache_mib"),
+        ("cache_size = 20\n", "cache_size"),
+        ("[gc\n", "config.toml"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let (ok, _, err) = show(&env, &["--config", c], &[]);
+        assert!(
+            !ok && err.contains(want) && err.contains("config.toml"),
+            "{text:?}: {err}"
+        );
+    }
+    let (ok, _, err) = show(
+        &env,
+        &["--config", env.path("missing.toml").to_str().unwrap()],
+        &[],
+    );
+    assert!(!ok && err.contains("missing.toml"), "{err}");
+    let (ok, _, err) = show(&env, &["--log-format", "xml"], &[]);
+    assert!(!ok && err.contains("--log-format"), "{err}");
+}
+
+#[test]
+fn json_logs_carry_no_secrets_and_batch_jobs_write_metrics() {
+    let s = series();
+    let env = Env::new();
+    let metrics = env.path("ingest.prom");
+    let secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCY-very-secret";
+    let out = env
+        .cmd()
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .args([
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+            "--metrics-file",
+            metrics.to_str().unwrap(),
+        ])
+        .arg("ingest")
+        .arg(s.hub())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains(secret));
+    let events: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let done = events
+        .iter()
+        .find(|v| v["message"] == "ingest finished")
+        .unwrap_or_else(|| panic!("no ingest event in {stderr}"));
+    assert_eq!(done["level"], "INFO");
+    assert!(done["bytes_read"].as_u64().unwrap() > 0, "{done}");
+    let prom = std::fs::read_to_string(&metrics).unwrap();
+    let value = |name: &str| -> f64 {
+        prom.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let total: u64 = s.expected["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["files"].as_array().unwrap().iter().map(|f| {
+                (
+                    f["sha256"].as_str().unwrap().to_string(),
+                    f["size"].as_u64().unwrap(),
+                )
+            })
+        })
+        .collect::<std::collections::HashMap<_, _>>()
+        .values()
+        .sum();
+    assert_eq!(value("modelcas_ingest_bytes_total") as u64, total, "{prom}");
+    assert!(value("modelcas_ingest_dedup_bytes_total") > 0.0);
+    assert!(value("modelcas_backend_requests_total") > 0.0);
+
+    // gc's metrics file.
+    ingest_series(&env);
+    let gcm = env.path("gc.prom");
+    env.ok(&[
+        "--metrics-file",
+        gcm.to_str().unwrap(),
+        "gc",
+        "--keep-last",
+        "0",
+        "--grace",
+        "0s",
+    ]);
+    let prom = std::fs::read_to_string(&gcm).unwrap();
+    let stored: u64 = env.packs().iter().map(|p| p.1).sum();
+    assert!(
+        prom.contains(&format!("modelcas_gc_stored_bytes {stored}\n")),
+        "{stored}: {prom}"
+    );
+    assert!(
+        prom.contains("modelcas_gc_expired_revisions_total 0\n"),
+        "{prom}"
+    );
+}
+
+#[test]
+fn ref_moves_forward_and_back() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let repo = "demo-org/demo-llm";
+    let out = env.ok(&["ref", repo, "main", "r2"]);
+    assert!(out.contains("(new)"), "{out}");
+    let ls = env.json(&["ls", repo, "--json"]);
+    assert_eq!(ls["refs"]["main"], s.commit("r2"));
+    let out = env.ok(&["ref", repo, "main", &s.commit("r4")[..10]]);
+    assert!(
+        out.contains(&format!("{} -> {}", s.commit("r2"), s.commit("r4"))),
+        "{out}"
+    );
+    let ls = env.json(&["ls", repo, "--json"]);
+    assert_eq!(ls["refs"]["main"], s.commit("r4"));
+    let err = env.fails(&["ref", repo, "main", "nope"]);
+    assert!(err.contains("unknown revision nope"), "{err}");
+    let err = env.fails(&["ref", repo, "a..b", "r4"]);
+    assert!(err.contains("a..b"), "{err}");
+    let err = env.fails(&["ref", "nobody/nothing", "main", "r4"]);
+    assert!(err.contains("unknown repository"), "{err}");
+    let ls = env.json(&["ls", repo, "--json"]);
+    assert_eq!(
+        ls["refs"]["main"],
+        s.commit("r4"),
+        "a refused ref command moved the ref"
+    );
+}
