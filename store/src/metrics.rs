@@ -94,6 +94,10 @@ pub struct Metrics {
     pub backend_errors: [AtomicU64; BACKEND_OPS.len()],
     /// Latency of object-store requests (retries included).
     pub backend_seconds: Histogram,
+    /// S3 operations started by the SDK (a multipart upload is several).
+    pub s3_operations: AtomicU64,
+    /// S3 attempts (operations plus their retries).
+    pub s3_attempts: AtomicU64,
     /// Bytes read by ingest.
     pub ingest_bytes: AtomicU64,
     /// Of those, bytes of chunks that were new.
@@ -248,6 +252,12 @@ pub fn render() -> String {
         "gauge",
         "Duration of the last gc.",
         l(&m.gc_duration_ms),
+    );
+    one(
+        "modelcas_backend_retries_total",
+        "counter",
+        "S3 attempts beyond the first of each operation (throttling, 5xx, timeouts).",
+        l(&m.s3_attempts).saturating_sub(l(&m.s3_operations)),
     );
     out.push_str("# HELP modelcas_backend_requests_total Object-store requests by kind.\n# TYPE modelcas_backend_requests_total counter\n");
     for (i, op) in BACKEND_OPS.iter().enumerate() {

@@ -52,6 +52,36 @@ pub struct S3Store {
     location: String,
 }
 
+/// Counts SDK operations and attempts, so that retries show up in the metrics
+/// (`modelcas_backend_retries_total`).
+#[derive(Debug)]
+struct AttemptCounter;
+
+impl aws_sdk_s3::config::Intercept for AttemptCounter {
+    fn name(&self) -> &'static str {
+        "modelcas-attempt-counter"
+    }
+
+    fn read_before_execution(
+        &self,
+        _ctx: &aws_sdk_s3::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
+        _cfg: &mut aws_sdk_s3::config::ConfigBag,
+    ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
+        crate::metrics::add(&crate::metrics::METRICS.s3_operations, 1);
+        Ok(())
+    }
+
+    fn read_before_attempt(
+        &self,
+        _ctx: &aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_sdk_s3::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_s3::config::ConfigBag,
+    ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
+        crate::metrics::add(&crate::metrics::METRICS.s3_attempts, 1);
+        Ok(())
+    }
+}
+
 fn backend_err(op: &'static str, key: &str, reason: impl Into<String>) -> StoreError {
     StoreError::Backend {
         op,
@@ -152,6 +182,7 @@ impl S3Store {
         if sdk.region().is_none() {
             conf = conf.region(Region::new("us-east-1"));
         }
+        let conf = conf.interceptor(AttemptCounter);
         let client = Client::from_conf(conf.build());
         Ok(S3Store {
             client,
