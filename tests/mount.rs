@@ -630,12 +630,7 @@ fn metrics_move_while_the_mount_reads() {
     let s = series();
     let env = Env::new();
     ingest_series(&env);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = common::local_addr();
     let m = Mount::start(&env, &["--metrics-listen", &addr]);
     let before = scrape(&addr);
     assert_eq!(metric(&before, "modelcas_mount_read_bytes_total"), 0.0);

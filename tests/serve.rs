@@ -21,12 +21,8 @@ struct Served {
 
 impl Served {
     fn start(env: &Env, extra: &[&str]) -> Served {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        let addr = common::local_addr();
+        let port = addr.rsplit(':').next().unwrap().to_string();
         let log = env.path(&format!("serve-{port}.log"));
         let child = env
             .cmd()

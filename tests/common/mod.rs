@@ -389,6 +389,12 @@ impl Env {
     }
 }
 
+/// `127.0.0.1:<a port free right now>` for a server a test starts.
+pub fn local_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+}
+
 pub fn sha256_file(p: &Path) -> String {
     let mut h = Sha256::new();
     let mut f = std::fs::File::open(p).unwrap();
