@@ -46,8 +46,9 @@ where
     }
 }
 
-/// Installs the subscriber.
-pub fn init(level: Option<&str>, format: Option<&str>) -> Result<()> {
+/// Installs the subscriber. `quiet` (`-q`) drops informational lines unless a level is
+/// asked for; a server's access log (target `access`) stays.
+pub fn init(level: Option<&str>, format: Option<&str>, quiet: bool) -> Result<()> {
     let filter = match level {
         Some(l) => {
             let l = l.to_ascii_lowercase();
@@ -64,6 +65,7 @@ pub fn init(level: Option<&str>, format: Option<&str>) -> Result<()> {
             Ok(v) if !v.is_empty() => {
                 EnvFilter::try_new(&v).map_err(|e| anyhow::anyhow!("RUST_LOG {v:?}: {e}"))?
             }
+            _ if quiet => EnvFilter::new("warn,access=info"),
             _ => {
                 let mut spec = String::from("warn");
                 for c in OWN {

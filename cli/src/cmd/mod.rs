@@ -203,7 +203,11 @@ fn init(ctx: &Ctx, chunk_avg: u32, pack_size: u32) -> Result<ExitCode> {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let (file, file_path) = crate::config::load(cli.config.as_deref())?;
     let config = crate::config::merge_globals(&cli, file);
-    crate::logging::init(config.log_level.as_deref(), config.log_format.as_deref())?;
+    crate::logging::init(
+        config.log_level.as_deref(),
+        config.log_format.as_deref(),
+        cli.quiet,
+    )?;
     if let Some(addr) = &config.metrics_listen {
         crate::metrics::serve(addr)?;
     }
