@@ -73,6 +73,25 @@ fn fsck_clean(env: &Env, read_data: bool) {
     );
 }
 
+/// Ingests revision `r` of the series under its commit sha, with `refs` pointing at it.
+fn ingest_rev(env: &Env, r: &str, refs: &[&str]) {
+    let s = series();
+    let commit = s.commit(r);
+    let mut args = vec!["--repo", REPO, "--revision", commit.as_str()];
+    for name in refs {
+        args.extend(["--ref", name]);
+    }
+    env.ingest(&s.plain(r), &args);
+}
+
+/// A new store and a directory for pause points.
+fn env_with_pause() -> (Env, std::path::PathBuf) {
+    let env = Env::new();
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    (env, pause)
+}
+
 fn verifies(env: &Env, r: &str) {
     env.verifies(&rev(r));
 }
@@ -211,10 +230,7 @@ fn pins_and_policies_decide_what_expires() {
     let r = gc(&env, &["--keep-last", "0"]);
     assert_eq!(r["expired"][0]["commit"], s.commit("r2"));
     // keep-within keeps what was just ingested.
-    env.ingest(
-        &s.plain("r1"),
-        &["--repo", REPO, "--revision", &s.commit("r1")],
-    );
+    ingest_rev(&env, "r1", &[]);
     let r = gc(&env, &["--keep-last", "0", "--keep-within", "1h"]);
     assert_eq!(r["expired"].as_array().unwrap().len(), 0, "{r:#}");
     let r = gc(&env, &["--keep-last", "0"]);
@@ -350,24 +366,9 @@ fn gc_interleaved_with_ingest_loses_nothing() {
         "ingest-before-manifests",
         "ingest-before-refs",
     ] {
-        let env = Env::new();
-        let pause = env.path("pause");
-        std::fs::create_dir_all(&pause).unwrap();
-        env.ingest(
-            &s.plain("r1"),
-            &[
-                "--repo",
-                REPO,
-                "--revision",
-                &s.commit("r1"),
-                "--ref",
-                "main",
-            ],
-        );
-        env.ingest(
-            &s.plain("r2"),
-            &["--repo", REPO, "--revision", &s.commit("r2")],
-        );
+        let (env, pause) = env_with_pause();
+        ingest_rev(&env, "r1", &["main"]);
+        ingest_rev(&env, "r2", &[]);
         env.ok(&["rm", &rev(&s.commit("r2"))]);
         let ingest = paused(
             &env,
@@ -409,30 +410,15 @@ fn gc_interleaved_with_ingest_loses_nothing() {
 
     // A gc paused after listing while a whole ingest runs: the new revision's packs look
     // unreferenced to that gc; the next run rescues them.
-    let env = Env::new();
-    let pause = env.path("pause");
-    std::fs::create_dir_all(&pause).unwrap();
-    env.ingest(
-        &s.plain("r1"),
-        &[
-            "--repo",
-            REPO,
-            "--revision",
-            &s.commit("r1"),
-            "--ref",
-            "main",
-        ],
-    );
+    let (env, pause) = env_with_pause();
+    ingest_rev(&env, "r1", &["main"]);
     let g = paused(
         &env,
         &["gc", "--keep-last", "0", "--grace", "0s"],
         "gc-after-listing",
         &pause,
     );
-    env.ingest(
-        &s.plain("r2"),
-        &["--repo", REPO, "--revision", &s.commit("r2"), "--ref", "r2"],
-    );
+    ingest_rev(&env, "r2", &["r2"]);
     release(g, "gc-after-listing", &pause);
     let next = gc(&env, &["--keep-last", "0"]);
     assert!(next["packs_rescued"].as_u64().unwrap() > 0, "{next:#}");
@@ -444,21 +430,8 @@ fn gc_interleaved_with_ingest_loses_nothing() {
     // An ingest that starts after the mark must not dedup against condemned packs: its
     // index knew them, the sync makes it forget them.
     let env = Env::new();
-    env.ingest(
-        &s.plain("r2"),
-        &["--repo", REPO, "--revision", &s.commit("r2")],
-    );
-    env.ingest(
-        &s.plain("r1"),
-        &[
-            "--repo",
-            REPO,
-            "--revision",
-            &s.commit("r1"),
-            "--ref",
-            "main",
-        ],
-    );
+    ingest_rev(&env, "r2", &[]);
+    ingest_rev(&env, "r1", &["main"]);
     env.ok(&["rm", &rev(&s.commit("r2"))]);
     gc(&env, &["--keep-last", "0"]);
     let again = env.ingest_json(
