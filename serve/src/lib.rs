@@ -338,7 +338,7 @@ impl State {
     }
 
     /// The git blob id of a small file (read once, then remembered by sha256).
-    fn blob_id(&self, m: &Manifest, i: usize) -> std::io::Result<String> {
+    fn blob_id(&self, m: &Arc<Manifest>, i: usize) -> std::io::Result<String> {
         let f = &m.files[i];
         if let Some(id) = self
             .blob_ids
@@ -349,7 +349,7 @@ impl State {
             return Ok(id.clone());
         }
         let sent = Arc::new(AtomicU64::new(0));
-        let mut body = FileBody::new(self.store.clone(), Arc::new(m.clone()), i, 0, f.size, sent);
+        let mut body = FileBody::new(self.store.clone(), m.clone(), i, 0, f.size, sent);
         let mut blob = etag::GitBlob::new(f.size);
         let mut buf = vec![0u8; 256 * 1024];
         loop {
@@ -368,7 +368,7 @@ impl State {
     }
 
     /// (oid, etag, lfs) of file `i`.
-    fn ids(&self, m: &Manifest, i: usize) -> std::io::Result<(String, String, Option<Value>)> {
+    fn ids(&self, m: &Arc<Manifest>, i: usize) -> std::io::Result<(String, String, Option<Value>)> {
         let f = &m.files[i];
         if etag::is_lfs(&f.path, f.size) {
             let sha = f.sha256_hex();
