@@ -20,4 +20,4 @@ if [ "$backend" = s3 ]; then
     AWS_ACCESS_KEY_ID="$MODELCAS_TEST_S3_KEY_ID" AWS_SECRET_ACCESS_KEY="$MODELCAS_TEST_S3_SECRET" \
     MODELCAS_CACHE_DIR="$work/chunk-cache" BENCH_S3_PREFIX="s3://$MODELCAS_TEST_S3_BUCKET/bench"
 fi
-python3 bench/gc_bench.py "$bin" "$work" "$size" "$rounds"
+"$MODELCAS_PYTHON" bench/gc_bench.py "$bin" "$work" "$size" "$rounds"

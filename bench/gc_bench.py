@@ -29,7 +29,7 @@ GEN = os.path.join(os.path.dirname(__file__), "gen_revisions.py")
 def series(seed):
     d = f"{WORK}/series-{seed}"
     if not os.path.exists(f"{d}/expected.json"):
-        subprocess.run(["python3", GEN, d, "--size-mib", str(SIZE), "--seed", str(seed),
+        subprocess.run([sys.executable, GEN, d, "--size-mib", str(SIZE), "--seed", str(seed),
                         "--repo", f"org{seed}/model"], check=True, stdout=subprocess.DEVNULL)
     return d, json.load(open(f"{d}/expected.json"))
 

@@ -10,4 +10,4 @@ size="${1:-512}"; rounds="${2:-3}"
 need_debs borgbackup:borg restic:restic time:/usr/bin/time
 bench_setup "$size"
 borg --version; restic version | head -1
-python3 bench/ingest_bench.py "$bin" "$series" "$work" "$rounds"
+"$MODELCAS_PYTHON" bench/ingest_bench.py "$bin" "$series" "$work" "$rounds"

@@ -3,7 +3,8 @@
 #   bench_setup SIZE_MIB       builds the release binary and generates the series (cached
 #                              under ~/.cache/modelcas); sets $bin, $series and $work (a
 #                              temporary directory under /var/tmp, removed at exit unless the
-#                              caller sets its own EXIT trap that does so)
+#                              caller sets its own EXIT trap that does so); sources
+#                              scripts/env.sh, so $MODELCAS_PYTHON is the venv's Python
 
 need_debs() {
   local missing=() p
@@ -17,11 +18,11 @@ need_debs() {
 bench_setup() {
   local size="$1"
   bash scripts/install-deps.sh
-  local target="${CARGO_TARGET_DIR:-target}"
+  . scripts/env.sh
   cargo build --release -q -p modelcas
-  bin="$(realpath "$target/release/modelcas")"
+  bin="$(realpath "$CARGO_TARGET_DIR/release/modelcas")"
   series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
-  [ -f "$series/expected.json" ] || python3 bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
+  [ -f "$series/expected.json" ] || "$MODELCAS_PYTHON" bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
   work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"
   trap 'rm -rf "$work"' EXIT
 }

@@ -11,8 +11,8 @@ need_debs borgbackup:borg
 python3 -c 'import llfuse' 2>/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-llfuse >/dev/null; }
 bench_setup "$size"
 export MODELCAS_STORE="$work/store" MODELCAS_INDEX="$work/index" BORG_REPO="$work/borg" BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK=yes
-c3=$(python3 -c "import json;print([x['commit'] for x in json.load(open('$series/expected.json'))['revisions'] if x['name']=='r3'][0])")
+c3=$("$MODELCAS_PYTHON" -c "import json;print([x['commit'] for x in json.load(open('$series/expected.json'))['revisions'] if x['name']=='r3'][0])")
 "$bin" -q ingest "$series/plain/r3" --repo demo-org/demo-llm --revision "$c3" --ref r3 >/dev/null
 borg init --encryption=none "$BORG_REPO"
 (cd "$series/plain/r3" && borg create --compression zstd,3 ::r3 .)
-python3 bench/mount_bench.py "$bin" "$series" "$work" "${2:-3}"
+"$MODELCAS_PYTHON" bench/mount_bench.py "$bin" "$series" "$work" "${2:-3}"

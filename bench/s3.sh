@@ -13,4 +13,4 @@ trap 'bash tests/garage.sh stop "$work/garage"; rm -rf "$work"' EXIT
 mkdir -p "$work/garage"
 bash tests/garage.sh start "$work/garage"
 rclone version | head -1
-python3 bench/s3_bench.py "$bin" "$series" "$work" "$work/garage/env"
+"$MODELCAS_PYTHON" bench/s3_bench.py "$bin" "$series" "$work" "$work/garage/env"

@@ -82,10 +82,10 @@ for rnd in range(ROUNDS):
     code = ("import os,sys; os.environ['HF_ENDPOINT']=sys.argv[1]; os.environ['HF_HUB_DISABLE_PROGRESS_BARS']='1';"
             "from huggingface_hub import snapshot_download as s; s(sys.argv[2], revision='r4', cache_dir=sys.argv[3])")
     rows["serve: snapshot_download r4"].append(timed(lambda: subprocess.run(
-        ["python3", "-c", code, f"http://127.0.0.1:{port}", REPO, f"{WORK}/t/hf"], check=True)))
+        [sys.executable, "-c", code, f"http://127.0.0.1:{port}", REPO, f"{WORK}/t/hf"], check=True)))
     srv.kill(); srv.wait()
     port = free_port()
-    plain = subprocess.Popen(["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+    plain = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
                               "--directory", f"{SERIES}/plain/r4"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     wait_port(port)

@@ -1,12 +1,12 @@
-//! Crash safety: `ingest` killed with SIGKILL at random moments never leaves a visible
-//! revision that references missing data, and a rerun completes the job.
+//! Crash safety: `ingest` killed with SIGKILL before any of its object-store mutations
+//! (crash steps, `store/src/failpoint.rs`) never leaves a visible revision that references
+//! missing data, and a rerun completes the job. The kill points are counted, not timed.
 
 mod common;
 
-use std::time::Instant;
+use std::os::unix::process::ExitStatusExt;
 
 use common::{series, tree_hashes, Env};
-use rand::{Rng, SeedableRng};
 
 /// Every commit `ls` shows verifies, and every ref points at a listed commit.
 fn consistent(env: &Env) -> usize {
@@ -39,46 +39,64 @@ fn consistent(env: &Env) -> usize {
     commits
 }
 
+/// Runs an ingest of the cache repo into `env` with `extra` environment; returns its status.
+fn ingest(env: &Env, extra: &[(&str, String)]) -> std::process::ExitStatus {
+    let s = series();
+    let mut cmd = env.cmd();
+    cmd.arg("ingest")
+        .arg(s.cache_repo())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd.status().unwrap()
+}
+
 #[test]
 fn killed_ingest_leaves_no_broken_revision_and_rerun_completes() {
     let s = series();
-    let env = Env::new();
-    // How long a full ingest of the cache takes here, to spread the kills over it.
+    // How many object-store mutations (crash steps) a full ingest of the cache makes.
     let probe = Env::new();
-    let t = Instant::now();
-    probe.ok(&["ingest".as_ref(), s.cache_repo().as_os_str()]);
-    let full = t.elapsed();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    let mut killed = 0;
-    for _ in 0..12 {
-        let delay = full.mul_f64(rng.gen_range(0.0..1.1));
-        let mut child = env
-            .cmd()
-            .arg("ingest")
-            .arg(s.cache_repo())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(delay);
-        if child.try_wait().unwrap().is_none() {
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            killed += 1;
-        }
-        child.wait().unwrap();
+    let count = probe.path("steps");
+    assert!(ingest(&probe, &[("MODELCAS_STEP_COUNT", count.display().to_string())]).success());
+    let total: u64 = std::fs::read_to_string(&count).unwrap().parse().unwrap();
+    assert!(total >= 6, "a full ingest made only {total} mutations");
+    // Kill points: the first and last steps, and steps spread over the whole run (at most
+    // 16 runs), each a fresh store; after each kill the store is consistent and a rerun
+    // completes the job.
+    let mut points: Vec<u64> = (0..16).map(|i| 1 + i * (total - 1) / 15).collect();
+    points.dedup();
+    for k in points {
+        let env = Env::new();
+        let st = ingest(&env, &[("MODELCAS_CRASH_AT_STEP", k.to_string())]);
+        assert_eq!(st.signal(), Some(libc::SIGKILL), "step {k} of {total}: {st}");
+        consistent(&env);
+        env.ingest(&s.cache_repo(), &[]);
+        assert_eq!(consistent(&env), 4, "after a kill at step {k} of {total} and a rerun");
+        let out = env.path("co");
+        env.ok(&[
+            "checkout".as_ref(),
+            "demo-org/demo-llm@main".as_ref(),
+            out.as_os_str(),
+        ]);
+        assert_eq!(tree_hashes(&out), s.files("r4"), "kill at step {k}");
+    }
+}
+
+#[test]
+fn repeated_kills_into_one_store_then_rerun_completes() {
+    // Kills accumulate in one store: each run dies at a later mutation of what is left.
+    let s = series();
+    let env = Env::new();
+    for k in [1u64, 3, 7, 15, 31] {
+        let st = ingest(&env, &[("MODELCAS_CRASH_AT_STEP", k.to_string())]);
+        assert!(
+            st.success() || st.signal() == Some(libc::SIGKILL),
+            "step {k}: {st}"
+        );
         consistent(&env);
     }
-    assert!(
-        killed >= 3,
-        "only {killed} runs were killed mid-way (full ingest took {full:?})"
-    );
     env.ingest(&s.cache_repo(), &[]);
     assert_eq!(consistent(&env), 4);
-    let out = env.path("co");
-    env.ok(&[
-        "checkout".as_ref(),
-        "demo-org/demo-llm@main".as_ref(),
-        out.as_os_str(),
-    ]);
-    assert_eq!(tree_hashes(&out), s.files("r4"));
 }

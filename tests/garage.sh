@@ -3,9 +3,12 @@
 # read-write key and a read-only key, and writes the settings as shell exports.
 #   tests/garage.sh start DIR    -> DIR/env (source it), server log in DIR/garage.log
 #   tests/garage.sh stop DIR
-# Installs Garage with `cargo install garage --locked` when it is not on PATH (15 to 20
-# minutes on a 2-core machine; the binary lands in ~/.cargo/bin where later runs find it).
+# Installs Garage $GARAGE_VERSION with `cargo install garage@$GARAGE_VERSION --locked` when
+# that version is not on PATH (15 to 20 minutes on a 2-core machine; the binary lands in
+# ~/.cargo/bin where later runs find it). The cluster, bucket and keys are set up through
+# Garage's admin API (`garage json-api`), whose JSON answers are read field by field.
 set -euo pipefail
+GARAGE_VERSION=2.5.0
 cmd="${1:?start|stop}"; dir="${2:?DIR}"
 export PATH="$HOME/.cargo/bin:$PATH"
 wait_up() { for _ in $(seq 150); do garage -c "$dir/garage.toml" status >/dev/null 2>&1 && return 0; sleep 0.2; done; return 1; }
@@ -32,9 +35,9 @@ restart)
 start) ;;
 *) echo "usage: $0 start|stop|restart DIR" >&2; exit 2 ;;
 esac
-if ! command -v garage >/dev/null; then
-  echo "garage.sh: installing Garage (cargo install garage --locked)" >&2
-  cargo install garage --locked --quiet
+if ! garage --version 2>/dev/null | grep -q "v$GARAGE_VERSION\b"; then
+  echo "garage.sh: installing Garage $GARAGE_VERSION (cargo install garage@$GARAGE_VERSION --locked)" >&2
+  cargo install "garage@$GARAGE_VERSION" --locked --quiet
 fi
 mkdir -p "$dir/meta" "$dir/data"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
@@ -56,20 +59,33 @@ root_domain = ".s3.garage.localhost"
 [admin]
 api_bind_addr = "127.0.0.1:$admin_port"
 TOML
-g() { garage -c "$dir/garage.toml" "$@"; }
+# api ENDPOINT JSON: one admin API call; its answer (JSON) on stdout.
+api() { garage -c "$dir/garage.toml" json-api "$1" "$2"; }
+# field PATH: reads JSON on stdin and prints the value at PATH (keys and indexes, dotted).
+field() { python3 -c 'import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[int(k)] if isinstance(v, list) else v[k]
+print(v)' "$1"; }
 garage -c "$dir/garage.toml" server > "$dir/garage.log" 2>&1 &
 echo $! > "$dir/pid"
 wait_up || true
-node=$(g node id 2>/dev/null | head -1 | cut -c1-16)
+node=$(api GetClusterStatus '{}' 2>/dev/null | field nodes.0.id) || node=""
 [ -n "$node" ] || { echo "garage.sh: server did not start:" >&2; cat "$dir/garage.log" >&2; exit 1; }
-g layout assign -z dc1 -c 1G "$node" >/dev/null
-g layout apply --version 1 >/dev/null
-g bucket create modelcas >/dev/null
-key() { g key create "$1" | awk -F': *' '/Key ID/ {id=$2} /Secret key/ {sec=$2} END {print id, sec}'; }
-read -r rw_id rw_secret < <(key modelcas-rw)
-read -r ro_id ro_secret < <(key modelcas-ro)
-g bucket allow --read --write --owner modelcas --key modelcas-rw >/dev/null
-g bucket allow --read modelcas --key modelcas-ro >/dev/null
+api UpdateClusterLayout "{\"roles\": [{\"id\": \"$node\", \"zone\": \"dc1\", \"capacity\": 1000000000, \"tags\": []}]}" >/dev/null
+api ApplyClusterLayout '{"version": 1}' >/dev/null
+bucket=$(api CreateBucket '{"globalAlias": "modelcas"}' | field id)
+# key NAME READ WRITE: creates a key allowed on the bucket; prints "ID SECRET".
+key() {
+  local k id
+  k=$(api CreateKey "{\"name\": \"$1\"}")
+  id=$(echo "$k" | field accessKeyId)
+  api AllowBucketKey "{\"bucketId\": \"$bucket\", \"accessKeyId\": \"$id\", \"permissions\": {\"read\": $2, \"write\": $3, \"owner\": $3}}" >/dev/null
+  echo "$id $(echo "$k" | field secretAccessKey)"
+}
+read -r rw_id rw_secret < <(key modelcas-rw true true)
+read -r ro_id ro_secret < <(key modelcas-ro true false)
+[ -n "$rw_secret" ] && [ -n "$ro_secret" ] || { echo "garage.sh: key creation failed" >&2; exit 1; }
 cat > "$dir/env" <<ENV
 export MODELCAS_TEST_S3_ENDPOINT=http://127.0.0.1:$s3_port
 export MODELCAS_TEST_S3_BUCKET=modelcas

@@ -238,7 +238,7 @@ fn safetensors_loads_every_tensor() {
     ingest_series(&env);
     let m = Mount::start(&env, &[]);
     for r in ["r1", "r3"] {
-        let out = Command::new("python3")
+        let out = common::python()
             .arg(common::repo_root().join("tests/safetensors_check.py"))
             .arg(m.p(&format!("{REPO}/{r}")))
             .arg(s.plain(r))
@@ -452,10 +452,11 @@ fn mount_errors_are_clear() {
 
 #[test]
 fn allow_other_lets_another_user_read() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: cannot switch to another user; skipped");
-        return;
-    }
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "needs root (to read as another user); the suite runs as root in CI"
+    );
     let s = series();
     let env = Env::new();
     ingest_series(&env);
@@ -542,9 +543,9 @@ fn revision_expiring_while_open_reads_for_the_grace_period() {
         .collect();
     assert_eq!(open.len(), 4);
     env.ok(&["rm", &format!("{REPO}@r1")]);
-    let grace = Duration::from_secs(30);
-    let marked = Instant::now();
-    let first = gc(&env, &["--grace", "30s"]);
+    // A grace period no run of this test comes near: what keeps the packs is the rule, not
+    // how fast the reads are.
+    let first = gc(&env, &["--grace", "1h"]);
     assert_eq!(first["expired"][0]["commit"], r1.as_str(), "{first:#}");
     assert!(first["packs_condemned"].as_u64().unwrap() > 0, "{first:#}");
     let listed = env.json(&["ls", REPO, "--json"]);
@@ -555,17 +556,12 @@ fn revision_expiring_while_open_reads_for_the_grace_period() {
     // Within the grace period every open file reads back exactly, while gc keeps running.
     for (f, size, sha) in &open {
         assert_eq!(&sha256_reading(f, *size), sha);
-        let again = gc(&env, &["--grace", "30s"]);
+        let again = gc(&env, &["--grace", "1h"]);
         assert_eq!(
             again["packs_deleted"], 0,
             "deleted within the grace period: {again:#}"
         );
-        std::thread::sleep(Duration::from_millis(500));
     }
-    assert!(
-        marked.elapsed() < grace,
-        "the reads took longer than the grace period"
-    );
     // It is the grace period that kept the packs: without it they go.
     let last = gc(&env, &["--grace", "0s"]);
     assert!(last["packs_deleted"].as_u64().unwrap() > 0, "{last:#}");

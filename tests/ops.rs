@@ -5,12 +5,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{bin, ingest_series, repo_root, series, Env};
 
 fn deploy_check(dir: &Path) -> std::process::Output {
-    Command::new("python3")
+    common::python()
         .arg(repo_root().join("tests/deploy_check.py"))
         .arg(bin())
         .arg(dir)
@@ -310,5 +309,65 @@ fn ref_moves_forward_and_back() {
         ls["refs"]["main"],
         s.commit("r4"),
         "a refused ref command moved the ref"
+    );
+}
+
+/// The value of `key = "..."` in a TOML-ish file's text.
+fn quoted_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let rest = l.trim().strip_prefix(key)?.trim_start().strip_prefix('=')?;
+        Some(rest.trim().trim_matches('"').to_string())
+    })
+}
+
+#[test]
+fn toolchain_is_stated_once_and_the_image_builds_with_it() {
+    let root = repo_root();
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let channel = quoted_value(&read("rust-toolchain.toml"), "channel").expect("channel");
+    let minimum = quoted_value(&read("Cargo.toml"), "rust-version").expect("rust-version");
+    let dockerfile = read("deploy/Dockerfile");
+    let from = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("FROM rust:"))
+        .expect("deploy/Dockerfile builds FROM rust:<version>");
+    let image_version = from.split(['-', ' ']).next().unwrap();
+    assert_eq!(image_version, channel, "deploy/Dockerfile vs rust-toolchain.toml");
+    let parse = |v: &str| -> Vec<u32> { v.split('.').map(|n| n.parse().unwrap()).collect() };
+    assert!(
+        parse(&minimum) <= parse(&channel),
+        "rust-version {minimum} is newer than the pinned toolchain {channel}"
+    );
+    // rust-version is the largest of the locked dependencies' own (read from the sources
+    // cargo downloaded to build them).
+    let registry = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cargo"))
+        .join("registry/src");
+    let lock = read("Cargo.lock");
+    let mut needed = (vec![0u32], String::new());
+    let mut seen = 0;
+    for pkg in lock.split("[[package]]").skip(1) {
+        let (Some(name), Some(version)) = (quoted_value(pkg, "name"), quoted_value(pkg, "version"))
+        else {
+            continue;
+        };
+        for index in std::fs::read_dir(&registry).unwrap() {
+            let manifest = index.unwrap().path().join(format!("{name}-{version}/Cargo.toml"));
+            let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
+            seen += 1;
+            if let Some(v) = quoted_value(&text, "rust-version") {
+                if parse(&v) > needed.0 {
+                    needed = (parse(&v), format!("{name} {version}"));
+                }
+            }
+        }
+    }
+    assert!(seen > 100, "only {seen} locked packages found under {}", registry.display());
+    assert!(
+        parse(&minimum) >= needed.0,
+        "rust-version {minimum} is older than {} needs ({:?})",
+        needed.1,
+        needed.0
     );
 }

@@ -190,16 +190,17 @@ fn index_rebuild_from_store_alone() {
 }
 
 #[test]
+#[ignore = "needs ../shared/bench/gen_revisions.py beside the clone (.ci/run runs it)"]
 fn generator_matches_reference() {
-    // The project's generator must write the same series as the team's reference, when the
-    // reference is present beside the checkout (CI has it; a fresh clone may not).
+    // The project's generator must write the same series as the team's reference.
     let reference = common::repo_root().join("../shared/bench/gen_revisions.py");
-    if !reference.exists() {
-        eprintln!("reference generator not present; nothing to compare");
-        return;
-    }
+    assert!(
+        reference.exists(),
+        "{} is missing: this test compares against it",
+        reference.display()
+    );
     let out = tempfile::tempdir().unwrap();
-    let st = std::process::Command::new("python3")
+    let st = common::python()
         .arg(&reference)
         .arg(out.path())
         .args(["--size-mib", "16"])

@@ -6,7 +6,7 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{ingest_series, repo_root, series, Env};
@@ -82,7 +82,7 @@ fn metric(text: &str, name: &str) -> f64 {
 
 fn python_client(addr: &str, work: &std::path::Path, token: Option<&str>) -> std::process::Output {
     let s = series();
-    let mut c = Command::new("python3");
+    let mut c = common::python();
     c.arg(repo_root().join("tests/hub_client.py"))
         .arg(format!("http://{addr}"))
         .arg(REPO)

@@ -104,9 +104,16 @@ pub fn ingest_series(env: &Env) {
     }
 }
 
+/// The Python interpreter with the packages of `scripts/requirements.txt`:
+/// `MODELCAS_PYTHON` (set by `scripts/test.sh` to the venv that `scripts/install-deps.sh`
+/// makes), else `python3` from PATH.
+pub fn python() -> Command {
+    Command::new(std::env::var_os("MODELCAS_PYTHON").unwrap_or_else(|| "python3".into()))
+}
+
 /// Generates a series with the project's generator into `out`.
 pub fn generate(out: &Path, size_mib: u32) {
-    let st = Command::new("python3")
+    let st = python()
         .arg(repo_root().join("bench/gen_revisions.py"))
         .arg(out)
         .args(["--size-mib", &size_mib.to_string()])
@@ -431,4 +438,40 @@ pub fn tree_hashes(dir: &Path) -> Vec<(String, String)> {
     walk(dir, dir, &mut out);
     out.sort();
     out
+}
+
+/// Spawns `cmd` with the pause point `point` armed (`store/src/failpoint.rs`) and returns
+/// once the process waits there; panics (with its stderr) if it exits first. Its stdout and
+/// stderr are piped.
+pub fn spawn_paused(cmd: &mut Command, point: &str, dir: &Path) -> std::process::Child {
+    use std::io::Read;
+    std::fs::create_dir_all(dir).unwrap();
+    let _ = std::fs::remove_file(dir.join(format!("{point}.go")));
+    let _ = std::fs::remove_file(dir.join(format!("{point}.reached")));
+    let mut child = cmd
+        .env("MODELCAS_PAUSE_AT", point)
+        .env("MODELCAS_PAUSE_DIR", dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !dir.join(format!("{point}.reached")).exists() {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            panic!("exited ({st}) before {point}: {err}");
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(300),
+            "{point} never reached"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+/// Lets a process paused at `point` (see [`spawn_paused`]) go on.
+pub fn go_on(dir: &Path, point: &str) {
+    std::fs::write(dir.join(format!("{point}.go")), b"").unwrap();
 }

@@ -1,5 +1,6 @@
 //! A wrapper that records every request in the process metrics ([`crate::metrics`]):
-//! counts and errors by kind, and latency.
+//! counts and errors by kind, and latency. Each mutation is also a crash step
+//! ([`crate::failpoint::step`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,12 +37,15 @@ fn timed<T>(op: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 impl ObjectStore for MeteredStore {
     fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        crate::failpoint::step();
         timed(2, || self.inner.put(key, data))
     }
     fn put_deferred(&self, key: &str, data: &[u8]) -> Result<()> {
+        crate::failpoint::step();
         timed(2, || self.inner.put_deferred(key, data))
     }
     fn sync_deferred(&self) -> Result<()> {
+        crate::failpoint::step();
         self.inner.sync_deferred()
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
@@ -54,6 +58,7 @@ impl ObjectStore for MeteredStore {
         timed(3, || self.inner.list(prefix))
     }
     fn delete(&self, key: &str) -> Result<()> {
+        crate::failpoint::step();
         timed(4, || self.inner.delete(key))
     }
     fn size(&self, key: &str) -> Result<Option<u64>> {
