@@ -19,7 +19,7 @@ bench_setup() {
   local size="$1"
   bash scripts/install-deps.sh
   . scripts/env.sh
-  cargo build --release -q -p modelcas
+  cargo build --release -q --workspace --bins
   bin="$(realpath "$CARGO_TARGET_DIR/release/modelcas")"
   series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
   [ -f "$series/expected.json" ] || "$MODELCAS_PYTHON" bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
