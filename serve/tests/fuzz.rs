@@ -374,7 +374,7 @@ fn soak() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let per = (total / 3).max(1) as u32;
+    let per = total.div_ceil(3).max(1) as u32;
     let started = std::time::Instant::now();
     let n = run(per);
     let panics = fixture().hub.metrics().panics();
