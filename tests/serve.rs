@@ -1,6 +1,8 @@
 //! `modelcas serve` with the real `huggingface_hub` client (pip): snapshot_download by ref
 //! and by sha, one file, not-found errors, a resumed download; the access log, metrics,
-//! and bearer tokens.
+//! and bearer tokens. Robustness (issue 11): non-ASCII and broken escapes in paths, non-ASCII
+//! stored names (RFC 5987 `filename*`), `%0D%0A` never splitting a header, and slow clients
+//! that never finish their headers, while downloads go on.
 
 mod common;
 
@@ -21,6 +23,12 @@ struct Served {
 
 impl Served {
     fn start(env: &Env, extra: &[&str]) -> Served {
+        Served::start_with(env, extra, &[])
+    }
+
+    /// With environment variables set (settings today's code ignores, so a test of them
+    /// fails on its assertions rather than on an unknown flag).
+    fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Served {
         let addr = common::local_addr();
         let port = addr.rsplit(':').next().unwrap().to_string();
         let log = env.path(&format!("serve-{port}.log"));
@@ -28,6 +36,7 @@ impl Served {
             .cmd()
             .args(["serve", "--listen", &addr])
             .args(extra)
+            .envs(vars.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -178,4 +187,269 @@ fn bearer_tokens_are_required_when_configured() {
         tokens.to_str().unwrap(),
     ]);
     assert!(err.contains("no token"), "{err}");
+}
+
+/// Sends raw bytes, reads until the server closes (or 20 s pass): the response bytes.
+fn raw(addr: &str, request: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// A raw `GET` with `Connection: close`: (status, head as text, body).
+fn raw_get(addr: &str, target: &[u8]) -> (u16, String, Vec<u8>) {
+    let mut req = b"GET ".to_vec();
+    req.extend_from_slice(target);
+    req.extend_from_slice(b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let out = raw(addr, &req);
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response to {:?}: {:?}", String::from_utf8_lossy(target), String::from_utf8_lossy(&out)));
+    let head = String::from_utf8_lossy(&out[..split]).into_owned();
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, head, out[split + 4..].to_vec())
+}
+
+fn sha256(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(data))
+}
+
+/// `hf_hub_download` of each `(repo, file, revision)` with the real client, killed after two
+/// minutes: the sha256 of each downloaded file.
+fn hf_download(addr: &str, work: &std::path::Path, files: &[(&str, &str, &str)]) -> Vec<String> {
+    let script = r#"
+import hashlib, json, os, sys
+os.environ["HF_ENDPOINT"] = sys.argv[1]
+os.environ["HF_HUB_CACHE"] = os.path.join(sys.argv[2], "hub-cache")
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+from huggingface_hub import hf_hub_download
+out = []
+for repo, name, rev in json.loads(sys.argv[3]):
+    p = hf_hub_download(repo, name, revision=rev)
+    out.append(hashlib.sha256(open(p, "rb").read()).hexdigest())
+print(json.dumps(out))
+"#;
+    let spec = serde_json::to_string(files).unwrap();
+    let mut child = Command::new("python3")
+        .args(["-c", script, &format!("http://{addr}"), work.to_str().unwrap(), &spec])
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .env("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("huggingface_hub download did not finish in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn expected_sha(rev: &str, file: &str) -> String {
+    series()
+        .files(rev)
+        .into_iter()
+        .find(|(p, _)| p == file)
+        .map(|(_, h)| h)
+        .unwrap()
+}
+
+/// Issue 11: non-ASCII path characters and a broken escape each panicked a worker; after
+/// about twenty the server accepted connections and never answered.
+#[test]
+fn non_ascii_and_broken_escapes_in_paths_get_answers_and_serve_stays_up() {
+    let env = Env::new();
+    ingest_series(&env);
+    let srv = Served::start(&env, &[]);
+    let targets: Vec<Vec<u8>> = (0..30)
+        .map(|i| match i % 6 {
+            0 => format!("/{REPO}/resolve/r4/é{i}").into_bytes(),
+            1 => format!("/{REPO}/resolve/r4/%C3%A9{i}").into_bytes(),
+            2 => format!("/{REPO}/resolve/r4/%aé{i}").into_bytes(),
+            3 => format!("/api/models/{REPO}/tree/r4/d%C3%A9j%C3%A0{i}").into_bytes(),
+            4 => format!("/api/models/d%C3%A9mo/x{i}/revision/r4").into_bytes(),
+            _ => format!("/{REPO}/resolve/r%ff{i}/config.json").into_bytes(),
+        })
+        .collect();
+    for t in &targets {
+        let (status, head, _) = raw_get(&srv.addr, t);
+        assert!(
+            (400..500).contains(&status),
+            "{:?}: {head}\nserver log:\n{}",
+            String::from_utf8_lossy(t),
+            srv.log()
+        );
+    }
+    let work = env.path("client");
+    let got = hf_download(&srv.addr, &work, &[(REPO, "config.json", "r4")]);
+    assert_eq!(got, [expected_sha("r4", "config.json")]);
+    assert!(!srv.log().contains("panicked"), "{}", srv.log());
+}
+
+/// Issue 11: a stored file name with non-ASCII characters (the Content-Disposition header
+/// was built with `expect`) downloads with the right bytes and an RFC 5987 `filename*`.
+#[test]
+fn non_ascii_stored_names_download_with_filename_star() {
+    let env = Env::new();
+    let dir = env.path("unicode");
+    std::fs::create_dir_all(dir.join("données")).unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    let small = "{\"naïve\": \"☃\"}\n".as_bytes().to_vec();
+    std::fs::write(dir.join("données/modèle ☃.bin"), &big).unwrap();
+    std::fs::write(dir.join("naïve.json"), &small).unwrap();
+    std::fs::write(dir.join("config.json"), b"{}\n").unwrap();
+    env.ingest(&dir, &["--repo", "demo-org/unicode", "--ref", "main"]);
+    let srv = Served::start(&env, &[]);
+
+    let (status, head, body) = raw_get(
+        &srv.addr,
+        b"/demo-org/unicode/resolve/main/donn%C3%A9es/mod%C3%A8le%20%E2%98%83.bin",
+    );
+    assert_eq!(status, 200, "{head}\n{}", srv.log());
+    assert!(
+        head.contains(
+            "Content-Disposition: attachment; filename=\"mod_le _.bin\"; \
+             filename*=UTF-8''mod%C3%A8le%20%E2%98%83.bin\r\n"
+        ),
+        "{head}"
+    );
+    assert_eq!(sha256(&body), sha256(&big));
+
+    let work = env.path("client");
+    let got = hf_download(
+        &srv.addr,
+        &work,
+        &[
+            ("demo-org/unicode", "données/modèle ☃.bin", "main"),
+            ("demo-org/unicode", "naïve.json", "main"),
+        ],
+    );
+    assert_eq!(got, [sha256(&big), sha256(&small)]);
+}
+
+/// Issue 11: `%0D%0A` in a path reached the response headers. The raw response head must
+/// have no line that the request injected.
+#[test]
+fn crlf_in_a_path_never_splits_a_header() {
+    let env = Env::new();
+    ingest_series(&env);
+    let srv = Served::start(&env, &[]);
+    for t in [
+        format!("/{REPO}/resolve/r4/x%0D%0AInjected:%20yes"),
+        format!("/{REPO}/resolve/r4%0D%0AInjected:%20yes/config.json"),
+        format!("/api/models/{REPO}/tree/r4/x%0AInjected:%20yes"),
+        "/demo-org/x%0D%0AInjected:%20yes/resolve/r4/config.json".to_string(),
+        "/no%0D%0AInjected:%20yes/route".to_string(),
+    ] {
+        let (status, head, _) = raw_get(&srv.addr, t.as_bytes());
+        assert_eq!(status, 404, "{t}: {head}");
+        for line in head.split("\r\n") {
+            assert!(!line.to_ascii_lowercase().starts_with("injected"), "{t}: {head}");
+            assert!(!line.contains('\n') && !line.contains('\r'), "{t}: {head}");
+        }
+        assert!(head.to_ascii_lowercase().contains("x-error-message: "), "{head}");
+    }
+}
+
+/// Issue 11: slow clients (headers sent a byte at a time, never finished) must not stall
+/// the endpoint, and the header timeout must close them.
+#[test]
+fn slow_clients_are_closed_and_do_not_stall_downloads() {
+    use std::io::Write;
+    let env = Env::new();
+    ingest_series(&env);
+    let timeout_s = 10;
+    let srv = Served::start_with(
+        &env,
+        &[],
+        &[("MODELCAS_SERVE_HEADER_TIMEOUT", &format!("{timeout_s}s"))],
+    );
+    let started = Instant::now();
+    let mut slow: Vec<TcpStream> = (0..64)
+        .map(|_| {
+            let mut s = TcpStream::connect(&srv.addr).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ").unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    let open = std::sync::Arc::new(std::sync::Mutex::new(vec![true; 64]));
+    let dripper = {
+        let open = open.clone();
+        let mut socks: Vec<TcpStream> = slow.iter_mut().map(|s| s.try_clone().unwrap()).collect();
+        std::thread::spawn(move || {
+            // One byte per connection every 100 ms, never the end of the head; a connection
+            // is closed once reading it gives end-of-file or an error.
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(120) {
+                let mut any = false;
+                for (i, s) in socks.iter_mut().enumerate() {
+                    if !open.lock().unwrap()[i] {
+                        continue;
+                    }
+                    any = true;
+                    let mut b = [0u8; 256];
+                    let closed = match s.read(&mut b) {
+                        Ok(_) => true,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => s.write_all(b"a").is_err(),
+                        Err(_) => true,
+                    };
+                    if closed {
+                        open.lock().unwrap()[i] = false;
+                    }
+                }
+                if !any {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+
+    // A whole shard downloads while all 64 are held open.
+    let shard = series().files("r4").into_iter().map(|(p, _)| p).find(|p| p.ends_with(".safetensors")).unwrap();
+    let (status, head, body) = raw_get(&srv.addr, format!("/{REPO}/resolve/r4/{shard}").as_bytes());
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(sha256(&body), expected_sha("r4", &shard));
+    let held = open.lock().unwrap().iter().filter(|o| **o).count();
+    assert!(
+        held == 64 || started.elapsed() >= Duration::from_secs(timeout_s),
+        "slow clients closed before their header timeout: {held} of 64 open"
+    );
+    let (status, _) = get(&srv.addr, "/metrics", &[]);
+    assert_eq!(status, 200);
+
+    // Then the header timeout closes every one of them.
+    let deadline = Instant::now() + Duration::from_secs(timeout_s + 50);
+    loop {
+        let still = open.lock().unwrap().iter().filter(|o| **o).count();
+        if still == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{still} slow clients still open after {:?}", started.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(timeout_s - 1),
+        "closed before the timeout: {:?}",
+        started.elapsed()
+    );
+    dripper.join().unwrap();
 }

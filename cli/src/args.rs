@@ -267,9 +267,11 @@ pub enum Command {
         /// Require `Authorization: Bearer <token>` with one of the tokens in this file (one per line).
         #[arg(long, env = "MODELCAS_TOKEN_FILE", value_name = "FILE")]
         token_file: Option<PathBuf>,
-        /// Worker threads (concurrent requests; default 16).
+        /// Threads reading the store (requests routed and chunks read at once; default 16).
         #[arg(long, env = "MODELCAS_SERVE_THREADS")]
         threads: Option<usize>,
+        #[command(flatten)]
+        limits: ServeLimitArgs,
     },
     /// Show the effective configuration (file, environment and flags merged; secrets masked).
     Config {
@@ -293,4 +295,23 @@ pub enum ConfigAction {
 pub enum IndexAction {
     /// Recreate the index from the store alone.
     Rebuild,
+}
+
+/// `modelcas serve`'s connection limit and timeouts.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ServeLimitArgs {
+    /// Connections served at once; more wait in the accept queue (default 1024).
+    #[arg(long, env = "MODELCAS_SERVE_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Time a client has to send a whole request head, and to start the next request on
+    /// an idle kept-alive connection, before it is closed (default 30s).
+    #[arg(long, env = "MODELCAS_SERVE_HEADER_TIMEOUT", value_name = "DURATION")]
+    pub header_timeout: Option<String>,
+    /// Time to produce a reply's head before answering 503 (default 5m).
+    #[arg(long, env = "MODELCAS_SERVE_REQUEST_TIMEOUT", value_name = "DURATION")]
+    pub request_timeout: Option<String>,
+    /// Time a response may make no progress (a client that stopped reading) before the
+    /// connection is closed (default 60s).
+    #[arg(long, env = "MODELCAS_SERVE_WRITE_TIMEOUT", value_name = "DURATION")]
+    pub write_timeout: Option<String>,
 }

@@ -80,6 +80,10 @@ pub struct ServeConfig {
     pub listen: Option<String>,
     pub token_file: Option<PathBuf>,
     pub threads: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub header_timeout: Option<String>,
+    pub request_timeout: Option<String>,
+    pub write_timeout: Option<String>,
 }
 
 /// `[gc]`.

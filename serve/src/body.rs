@@ -1,123 +1,326 @@
-//! A byte range of one file of a revision as a `Read`. A reader thread fetches, decodes
-//! and checks the chunks ahead of the socket, at most [`AHEAD`] chunks in flight, so
-//! memory stays bounded whatever the file size and decoding overlaps sending.
+//! File bytes for a response: a byte range of one file of a revision, read chunk by chunk
+//! through the store's read path ([`Store::read_chunk`]: node cache, then pack, hash
+//! checked), and the HTTP body that streams them.
+//!
+//! A reader task decodes chunks ahead of the socket, at most [`AHEAD`] in flight, so memory
+//! stays bounded whatever the file size and decoding overlaps sending; each chunk is read on
+//! the blocking pool, so a client that reads slowly holds no thread.
+//! When a chunk's pack is gone (gc rewrote the revision's packs after we loaded its
+//! manifest) the manifest is loaded again and the read retried once from the same byte,
+//! as the mount does: the file must be the same (sha256 and size), only its chunks'
+//! places may have moved.
 
-use std::io::Read;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use store::layout;
-use store::manifest::Manifest;
-use store::Store;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use store::manifest::{FileEntry, Manifest};
+use store::{layout, CommitId, RepoId, Store, StoreError};
+use tokio::sync::mpsc;
 
 /// Chunks decoded ahead of the socket.
 pub const AHEAD: usize = 4;
 
-/// `[start, end)` of file `file` of `manifest`.
-pub struct FileBody {
-    chunks: Option<Receiver<std::io::Result<Vec<u8>>>>,
-    store: Store,
-    manifest: Arc<Manifest>,
-    file: usize,
-    starts: Vec<u64>,
-    pos: u64,
-    end: u64,
-    cur: Vec<u8>,
-    cur_at: usize,
-    sent: Arc<AtomicU64>,
+/// Why file bytes could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The store failed (a missing pack after the one reload, a corrupt chunk, I/O).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// After a reload the revision's manifest no longer has this file as it was.
+    #[error("{path} changed in {commit} while it was being read")]
+    Changed { path: String, commit: String },
+    /// The manifest contradicts itself (a chunk naming a pack it does not list, or a
+    /// chunk shorter than its recorded length).
+    #[error("manifest of {commit}: {what}")]
+    Inconsistent { commit: String, what: String },
 }
 
-impl FileBody {
-    /// A reader of bytes `start..end`; `sent` counts the bytes handed out.
+/// One file of one revision, with the manifest it is read through; the manifest is
+/// replaced by a freshly loaded one when a pack turns out to be gone.
+pub struct FileSource {
+    store: Store,
+    repo: RepoId,
+    commit: CommitId,
+    manifest: Arc<Manifest>,
+    file: usize,
+    /// `starts[k]`: offset of chunk `k` in the file; last entry: the file's length.
+    starts: Vec<u64>,
+    reloaded: Option<Box<dyn Fn(Arc<Manifest>) + Send>>,
+    /// Whether the manifest was already loaded again once.
+    retried: bool,
+}
+
+fn chunk_starts(f: &FileEntry) -> Vec<u64> {
+    let mut starts = Vec::with_capacity(f.chunks.len() + 1);
+    let mut at = 0u64;
+    for c in &f.chunks {
+        starts.push(at);
+        at = at.saturating_add(c.raw_len as u64);
+    }
+    starts.push(at);
+    starts
+}
+
+impl FileSource {
+    /// File `file` of `manifest`.
     pub fn new(
         store: Store,
+        repo: RepoId,
+        commit: CommitId,
         manifest: Arc<Manifest>,
         file: usize,
-        start: u64,
-        end: u64,
-        sent: Arc<AtomicU64>,
-    ) -> FileBody {
-        let mut starts = Vec::with_capacity(manifest.files[file].chunks.len() + 1);
-        let mut at = 0;
-        for c in &manifest.files[file].chunks {
-            starts.push(at);
-            at += c.raw_len as u64;
-        }
-        starts.push(at);
-        FileBody {
-            chunks: None,
+    ) -> FileSource {
+        let starts = manifest.files.get(file).map(chunk_starts).unwrap_or_default();
+        FileSource {
             store,
+            repo,
+            commit,
             manifest,
             file,
             starts,
-            pos: start,
-            end,
-            cur: Vec::new(),
-            cur_at: 0,
-            sent,
+            reloaded: None,
+            retried: false,
         }
     }
 
-    /// Starts the reader thread at the chunk holding `pos`.
-    fn start(&mut self) -> Receiver<std::io::Result<Vec<u8>>> {
-        let first = self.starts.partition_point(|&s| s <= self.pos) - 1;
-        let last = self.starts.partition_point(|&s| s < self.end);
-        let (tx, rx) = sync_channel(AHEAD);
-        let (store, manifest, file) = (self.store.clone(), self.manifest.clone(), self.file);
-        std::thread::spawn(move || {
-            for c in &manifest.files[file].chunks[first..last] {
-                let key = layout::pack_key(&manifest.packs[c.pack as usize]);
-                let r = store
-                    .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, true)
-                    .map_err(|e| std::io::Error::other(e.to_string()));
-                let failed = r.is_err();
-                // The client went away: stop reading.
-                if tx.send(r).is_err() || failed {
-                    return;
-                }
-            }
-        });
-        self.cur_at = (self.pos - self.starts[first]) as usize;
-        rx
+    /// Calls `f` with the manifest loaded again after a missing pack (to refresh a cache).
+    pub fn on_reload(mut self, f: impl Fn(Arc<Manifest>) + Send + 'static) -> FileSource {
+        self.reloaded = Some(Box::new(f));
+        self
     }
 
-    fn fill(&mut self) -> std::io::Result<()> {
-        if self.chunks.is_none() {
-            let rx = self.start();
-            self.chunks = Some(rx);
-            let skip = self.cur_at;
-            self.cur = self.next()?;
-            self.cur_at = skip;
-            return Ok(());
+    fn entry(&self) -> Result<&FileEntry, ReadError> {
+        self.manifest.files.get(self.file).ok_or_else(|| self.inconsistent("no such file"))
+    }
+
+    fn inconsistent(&self, what: &str) -> ReadError {
+        ReadError::Inconsistent {
+            commit: self.commit.to_hex(),
+            what: what.to_string(),
         }
-        self.cur = self.next()?;
-        self.cur_at = 0;
+    }
+
+    /// Loads the manifest again; the file must be unchanged.
+    fn reload(&mut self) -> Result<(), ReadError> {
+        let old = self.entry()?;
+        let (path, sha, size) = (old.path.clone(), old.sha256, old.size);
+        let fresh = Arc::new(self.store.manifest(&self.repo, &self.commit)?);
+        let i = fresh
+            .files
+            .binary_search_by(|f| f.path.as_str().cmp(&path))
+            .ok()
+            .filter(|&i| fresh.files[i].sha256 == sha && fresh.files[i].size == size)
+            .ok_or_else(|| ReadError::Changed {
+                path: path.clone(),
+                commit: self.commit.to_hex(),
+            })?;
+        tracing::info!(repo = %self.repo, commit = %self.commit.to_hex(), file = %path,
+            "a pack was gone: read the manifest again");
+        self.starts = chunk_starts(&fresh.files[i]);
+        self.file = i;
+        self.manifest = fresh.clone();
+        if let Some(f) = &self.reloaded {
+            f(fresh);
+        }
         Ok(())
     }
 
-    fn next(&mut self) -> std::io::Result<Vec<u8>> {
-        match self.chunks.as_ref().map(|rx| rx.recv()) {
-            Some(Ok(r)) => r,
-            _ => Err(std::io::Error::other("chunk reader stopped")),
+    /// The chunk holding byte `pos`, decoded: (its offset in the file, its bytes).
+    fn chunk_at(&self, pos: u64) -> Result<(u64, Vec<u8>), ReadError> {
+        let k = self.starts.partition_point(|&s| s <= pos).saturating_sub(1);
+        let f = self.entry()?;
+        let c = f.chunks.get(k).ok_or_else(|| self.inconsistent("file shorter than its size"))?;
+        let pack = self
+            .manifest
+            .packs
+            .get(c.pack as usize)
+            .ok_or_else(|| self.inconsistent("chunk names a pack the manifest does not list"))?;
+        let key = layout::pack_key(pack);
+        let data = self
+            .store
+            .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, true)?;
+        if data.len() as u64 != c.raw_len as u64 {
+            return Err(self.inconsistent("chunk length differs from the manifest"));
+        }
+        Ok((self.starts[k], data))
+    }
+
+    /// The next piece of the file from byte `pos` (at most one chunk, never past `to`). A
+    /// missing pack reloads the manifest and retries, once per source.
+    pub fn piece(&mut self, pos: u64, to: u64) -> Result<Bytes, ReadError> {
+        let (start, data) = match self.chunk_at(pos) {
+            Err(ReadError::Store(e)) if e.is_not_found() && !self.retried => {
+                self.retried = true;
+                self.reload()?;
+                self.chunk_at(pos)?
+            }
+            r => r?,
+        };
+        let a = (pos - start) as usize;
+        let b = ((to - start).min(data.len() as u64)) as usize;
+        if a >= b {
+            return Err(self.inconsistent("empty chunk"));
+        }
+        Ok(Bytes::from(data).slice(a..b))
+    }
+
+    /// Reads bytes `[from, to)`, handing each piece to `sink` in order; stops early (Ok)
+    /// when `sink` returns false.
+    pub fn copy_range(
+        &mut self,
+        from: u64,
+        to: u64,
+        sink: &mut dyn FnMut(Bytes) -> bool,
+    ) -> Result<(), ReadError> {
+        let mut pos = from;
+        while pos < to {
+            let piece = self.piece(pos, to)?;
+            pos += piece.len() as u64;
+            if !sink(piece) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads `[from, to)` of `src` into `tx`: each chunk on the blocking pool (so a slow
+/// client holds no thread), at most [`AHEAD`] chunks ahead of the socket.
+async fn produce(mut src: FileSource, from: u64, to: u64, tx: mpsc::Sender<Result<Bytes, ReadError>>) {
+    let mut pos = from;
+    while pos < to {
+        let step = tokio::task::spawn_blocking(move || {
+            let r = src.piece(pos, to);
+            (src, r)
+        })
+        .await;
+        let piece = match step {
+            Ok((s, Ok(b))) => {
+                src = s;
+                b
+            }
+            Ok((_, Err(e))) => {
+                tracing::warn!("download of bytes {from}..{to} stopped at {pos}: {e}");
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+            Err(e) => {
+                tracing::error!("chunk reader failed: {e}");
+                return;
+            }
+        };
+        pos += piece.len() as u64;
+        // The client went away: stop reading.
+        if tx.send(Ok(piece)).await.is_err() {
+            return;
         }
     }
 }
 
-impl Read for FileBody {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.pos >= self.end || buf.is_empty() {
-            return Ok(0);
+/// Called once when a streamed body ends or is dropped: the bytes handed to the socket.
+pub type OnDone = Box<dyn FnOnce(u64) + Send>;
+
+/// A response body: bytes in memory, or a file range streamed from the blocking pool.
+pub enum Body {
+    /// A whole body at once (JSON, errors, metrics; empty for HEAD).
+    Full(Option<Bytes>),
+    /// `left` bytes from a reader task, started on the first poll (inside the runtime).
+    Stream {
+        start: Option<(FileSource, u64, u64)>,
+        rx: Option<mpsc::Receiver<Result<Bytes, ReadError>>>,
+        left: u64,
+        sent: u64,
+        done: Option<OnDone>,
+    },
+}
+
+impl Body {
+    /// A body of these bytes.
+    pub fn full(b: impl Into<Bytes>) -> Body {
+        Body::Full(Some(b.into()))
+    }
+
+    /// No body (HEAD, errors without text).
+    pub fn empty() -> Body {
+        Body::Full(None)
+    }
+
+    /// Streams bytes `[from, to)` of `src`; `done` gets the number of bytes handed to the
+    /// socket when the body ends or is dropped.
+    pub fn stream(src: FileSource, from: u64, to: u64, done: OnDone) -> Body {
+        Body::Stream {
+            start: Some((src, from, to)),
+            rx: None,
+            left: to.saturating_sub(from),
+            sent: 0,
+            done: Some(done),
         }
-        if self.cur_at >= self.cur.len() {
-            self.fill()?;
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = ReadError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ReadError>>> {
+        match &mut *self {
+            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Body::Stream { start, rx, left, sent, .. } => {
+                if *left == 0 {
+                    return Poll::Ready(None);
+                }
+                if let Some((src, from, to)) = start.take() {
+                    let (tx, r) = mpsc::channel(AHEAD);
+                    tokio::spawn(produce(src, from, to, tx));
+                    *rx = Some(r);
+                }
+                let Some(rx) = rx else {
+                    return Poll::Ready(None);
+                };
+                match rx.poll_recv(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Some(Ok(b))) => {
+                        let n = (b.len() as u64).min(*left);
+                        *left -= n;
+                        *sent += n;
+                        Poll::Ready(Some(Ok(Frame::data(b.slice(..n as usize)))))
+                    }
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                    // The reader ended early without an error: the body is short, which
+                    // hyper reports by closing the connection.
+                    Poll::Ready(None) => Poll::Ready(None),
+                }
+            }
         }
-        let left = (self.end - self.pos) as usize;
-        let n = buf.len().min(self.cur.len() - self.cur_at).min(left);
-        buf[..n].copy_from_slice(&self.cur[self.cur_at..self.cur_at + n]);
-        self.cur_at += n;
-        self.pos += n as u64;
-        self.sent.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Full(b) => b.as_ref().is_none_or(|b| b.is_empty()),
+            Body::Stream { left, .. } => *left == 0,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Body::Stream { left, .. } => SizeHint::with_exact(*left),
+        }
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if let Body::Stream { sent, done, .. } = self {
+            if let Some(f) = done.take() {
+                f(*sent);
+            }
+        }
     }
 }

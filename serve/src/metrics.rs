@@ -15,6 +15,8 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
     bytes_sent: AtomicU64,
     active: AtomicU64,
+    /// Requests whose handler panicked (a bug; each got a 500).
+    panics: AtomicU64,
     /// Cumulative bucket counts, then sum (µs) and count.
     hist: Mutex<([u64; BUCKETS.len()], u64, u64)>,
 }
@@ -28,6 +30,16 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .entry((endpoint, status))
             .or_default() += 1;
+    }
+
+    /// A request handler panicked.
+    pub fn panic(&self) {
+        self.panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Request handlers that panicked so far.
+    pub fn panics(&self) -> u64 {
+        self.panics.load(Ordering::Relaxed)
     }
 
     /// A download started.
@@ -78,6 +90,9 @@ impl Metrics {
             "modelcas_serve_active_downloads {}\n",
             self.active.load(Ordering::Relaxed)
         ));
+        out.push_str("# HELP modelcas_serve_panics_total Requests whose handler panicked (answered 500).\n");
+        out.push_str("# TYPE modelcas_serve_panics_total counter\n");
+        out.push_str(&format!("modelcas_serve_panics_total {}\n", self.panics()));
         let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
         out.push_str("# HELP modelcas_serve_download_seconds Duration of file downloads.\n");
         out.push_str("# TYPE modelcas_serve_download_seconds histogram\n");

@@ -307,6 +307,7 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             listen,
             token_file,
             threads,
+            limits,
         } => {
             let c = &ctx.config.serve;
             let listen = listen
@@ -314,7 +315,8 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
                 .unwrap_or_else(|| "127.0.0.1:8080".into());
             let token_file = token_file.or(c.token_file.clone());
             let threads = threads.or(c.threads).unwrap_or(16);
-            serve::run(&ctx, &listen, token_file.as_deref(), threads)
+            let limits = serve::limits(c, &limits)?;
+            serve::run(&ctx, &listen, token_file.as_deref(), threads, limits)
         }
         Command::Pin { revision } => gc::pin(&ctx, &revision, true),
         Command::Ref {

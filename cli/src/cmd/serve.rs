@@ -3,10 +3,16 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+use hubserve::Limits;
+use store::gc::retention::parse_duration;
+
 use super::Ctx;
+use crate::args::ServeLimitArgs;
+use crate::config::ServeConfig;
 
 /// Tokens from a file: one per line; blank lines and `#` comments ignored.
 fn tokens(path: &Path) -> Result<HashSet<String>> {
@@ -24,7 +30,38 @@ fn tokens(path: &Path) -> Result<HashSet<String>> {
     Ok(set)
 }
 
-pub fn run(ctx: &Ctx, listen: &str, token_file: Option<&Path>, threads: usize) -> Result<ExitCode> {
+/// The connection limit and timeouts: flags (or environment) over `[serve]` over defaults.
+pub fn limits(c: &ServeConfig, args: &ServeLimitArgs) -> Result<Limits> {
+    let mut l = Limits::default();
+    let dur = |flag: &Option<String>, file: &Option<String>, what: &str, default| -> Result<Duration> {
+        match flag.as_ref().or(file.as_ref()) {
+            None => Ok(default),
+            Some(s) => {
+                let d = parse_duration(s).with_context(|| what.to_string())?;
+                if d.is_zero() {
+                    bail!("{what} must be more than 0s");
+                }
+                Ok(d)
+            }
+        }
+    };
+    l.header_timeout = dur(&args.header_timeout, &c.header_timeout, "--header-timeout", l.header_timeout)?;
+    l.request_timeout = dur(&args.request_timeout, &c.request_timeout, "--request-timeout", l.request_timeout)?;
+    l.write_timeout = dur(&args.write_timeout, &c.write_timeout, "--write-timeout", l.write_timeout)?;
+    l.max_connections = args.max_connections.or(c.max_connections).unwrap_or(l.max_connections);
+    if l.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
+    Ok(l)
+}
+
+pub fn run(
+    ctx: &Ctx,
+    listen: &str,
+    token_file: Option<&Path>,
+    threads: usize,
+    limits: Limits,
+) -> Result<ExitCode> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
@@ -34,6 +71,7 @@ pub fn run(ctx: &Ctx, listen: &str, token_file: Option<&Path>, threads: usize) -
         listen: listen.to_string(),
         tokens,
         threads,
+        limits,
     };
     let server = hubserve::Server::bind(store, &opts)?;
     tracing::info!(
@@ -47,6 +85,6 @@ pub fn run(ctx: &Ctx, listen: &str, token_file: Option<&Path>, threads: usize) -
         },
         server.local_addr()
     );
-    server.run();
+    server.run()?;
     Ok(ExitCode::SUCCESS)
 }

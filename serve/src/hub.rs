@@ -1,0 +1,358 @@
+//! The Hub API over a store: routing and the mapping of store answers to HTTP replies.
+//! [`Hub::route`] is synchronous (it runs on the blocking pool) and total: any method, path,
+//! query and headers give a reply. It owns the manifest and blob-id caches; file bytes
+//! come from [`crate::body`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, StatusCode};
+use serde_json::{json, Value};
+use store::manifest::Manifest;
+use store::{CommitId, RepoId, Store, StoreError};
+
+use crate::body::{Body, FileSource};
+use crate::decode::{self, header_ascii, header_text};
+use crate::etag;
+use crate::metrics::Metrics;
+
+/// Manifests kept in memory (each is small next to the files it describes).
+const MANIFEST_CACHE: usize = 64;
+
+/// One request as the router sees it.
+pub struct Head<'a> {
+    pub method: &'a Method,
+    /// The path as sent, still `%`-encoded.
+    pub path: &'a str,
+    pub query: &'a str,
+    pub headers: &'a HeaderMap,
+    /// The peer's address, for the access log.
+    pub client: &'a str,
+}
+
+/// A reply: status, headers, body.
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Body,
+}
+
+impl Reply {
+    fn json(status: StatusCode, v: &Value) -> Reply {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Reply {
+            status,
+            headers,
+            body: Body::full(v.to_string()),
+        }
+    }
+
+    /// An error the client understands: `X-Error-Code`, `X-Error-Message` (escaped).
+    pub fn error(status: StatusCode, code: &'static str, msg: &str, commit: Option<&CommitId>) -> Reply {
+        let mut r = Reply::json(status, &json!({ "error": msg }));
+        if !code.is_empty() {
+            r.headers.insert(X_ERROR_CODE, HeaderValue::from_static(code));
+        }
+        r.headers.insert(X_ERROR_MESSAGE, header_text(msg));
+        if let Some(c) = commit {
+            r.headers.insert(X_REPO_COMMIT, header_ascii(&c.to_hex()));
+        }
+        r
+    }
+
+    fn header(mut self, name: HeaderName, v: HeaderValue) -> Reply {
+        self.headers.insert(name, v);
+        self
+    }
+}
+
+const X_ERROR_CODE: HeaderName = HeaderName::from_static("x-error-code");
+const X_ERROR_MESSAGE: HeaderName = HeaderName::from_static("x-error-message");
+const X_REPO_COMMIT: HeaderName = HeaderName::from_static("x-repo-commit");
+const X_LINKED_ETAG: HeaderName = HeaderName::from_static("x-linked-etag");
+const X_LINKED_SIZE: HeaderName = HeaderName::from_static("x-linked-size");
+
+fn not_found(code: &'static str, msg: &str, commit: Option<&CommitId>) -> Reply {
+    Reply::error(StatusCode::NOT_FOUND, code, msg, commit)
+}
+
+fn internal(e: impl std::fmt::Display) -> Reply {
+    Reply::error(StatusCode::INTERNAL_SERVER_ERROR, "", &e.to_string(), None)
+}
+
+/// The Hub's timestamp format (`2024-01-01T00:00:00.000Z`).
+fn iso(secs: u64) -> String {
+    let s = store::manifest::utc_string(secs);
+    format!("{}.000Z", s.trim_end_matches('Z'))
+}
+
+/// The endpoint's state: the store, tokens, metrics and caches.
+pub struct Hub {
+    store: Store,
+    tokens: Option<HashSet<String>>,
+    metrics: Arc<Metrics>,
+    manifests: Arc<Mutex<HashMap<(RepoId, CommitId), Arc<Manifest>>>>,
+    /// sha256 of a small file → its git blob id.
+    blob_ids: Mutex<HashMap<[u8; 32], String>>,
+}
+
+/// A repository, commit and manifest found for a request.
+struct Located {
+    repo: RepoId,
+    commit: CommitId,
+    manifest: Arc<Manifest>,
+}
+
+impl Hub {
+    /// A router over `store`; with `tokens`, every route but `/metrics` needs one.
+    pub fn new(store: Store, tokens: Option<HashSet<String>>) -> Hub {
+        Hub {
+            store,
+            tokens,
+            metrics: Arc::new(Metrics::default()),
+            manifests: Arc::new(Mutex::new(HashMap::new())),
+            blob_ids: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The endpoint's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        let Some(tokens) = &self.tokens else {
+            return true;
+        };
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| tokens.contains(t.trim()))
+    }
+
+    /// The reply to one request.
+    pub fn route(&self, req: &Head) -> Reply {
+        let start = Instant::now();
+        let segs = match decode::segments(req.path) {
+            Ok(s) => s,
+            Err(e) => {
+                self.metrics.request("unknown", 400);
+                return Reply::error(StatusCode::BAD_REQUEST, "", &e.to_string(), None);
+            }
+        };
+        let segs: Vec<&str> = segs.iter().map(|s| s.as_str()).collect();
+        let (get, head) = (*req.method == Method::GET, *req.method == Method::HEAD);
+        if segs == ["metrics"] && get {
+            self.metrics.request("metrics", 200);
+            let body = self.metrics.render() + &store::metrics::render();
+            let mut r = Reply::json(StatusCode::OK, &Value::Null);
+            r.body = Body::full(body);
+            return r.header(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+        }
+        if !self.authorized(req.headers) {
+            self.metrics.request("auth", 401);
+            let msg = "Invalid credentials: send Authorization: Bearer <token>";
+            return Reply::error(StatusCode::UNAUTHORIZED, "", msg, None);
+        }
+        if !get && !head {
+            self.metrics.request("other", 405);
+            return Reply::error(StatusCode::METHOD_NOT_ALLOWED, "", "read-only endpoint", None)
+                .header(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        let (endpoint, r) = match segs.as_slice() {
+            ["api", "models", org, name, "revision", rev @ ..] if !rev.is_empty() => {
+                ("revision", self.repo_info(org, name, &rev.join("/")))
+            }
+            ["api", "models", org, name, "tree", rev, rest @ ..] => {
+                let recursive = decode::recursive(req.query);
+                ("tree", self.tree(org, name, rev, &rest.join("/"), recursive))
+            }
+            ["api", "models", org, name, "refs"] => ("refs", self.refs(org, name)),
+            [org, name, "resolve", rev, rest @ ..] if !rest.is_empty() => {
+                let file = rest.join("/");
+                return self.resolve(req, org, name, rev, &file, start);
+            }
+            _ => {
+                let msg = format!("no route for {}", req.path);
+                ("unknown", not_found("", &msg, None))
+            }
+        };
+        self.metrics.request(endpoint, r.status.as_u16());
+        r
+    }
+
+    /// The repository and commit named, or the error reply the client understands.
+    fn locate(&self, org: &str, name: &str, rev: &str) -> Result<Located, Reply> {
+        let repo_missing = |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
+        let repo = RepoId::parse(&format!("{org}/{name}")).map_err(|_| repo_missing(&format!("{org}/{name}")))?;
+        let commit = match self.store.resolve(&repo, rev) {
+            Ok(c) => c,
+            Err(StoreError::UnknownRepo(_)) => return Err(repo_missing(&repo.to_string())),
+            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
+                return Err(not_found("RevisionNotFound", &format!("Invalid rev id: {rev}"), None))
+            }
+            Err(e) => return Err(internal(e)),
+        };
+        let key = (repo.clone(), commit);
+        let cached = self.manifests.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let manifest = match cached {
+            Some(m) => m,
+            None => {
+                let m = Arc::new(self.store.manifest(&repo, &commit).map_err(internal)?);
+                remember(&self.manifests, key, m.clone());
+                m
+            }
+        };
+        Ok(Located { repo, commit, manifest })
+    }
+
+    /// A reader of file `i` that refreshes the manifest cache when it reloads.
+    fn source(&self, at: &Located, i: usize) -> FileSource {
+        let cache = self.manifests.clone();
+        let key = (at.repo.clone(), at.commit);
+        FileSource::new(self.store.clone(), at.repo.clone(), at.commit, at.manifest.clone(), i)
+            .on_reload(move |m| remember(&cache, key.clone(), m))
+    }
+
+    fn repo_info(&self, org: &str, name: &str, rev: &str) -> Reply {
+        let at = match self.locate(org, name, rev) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let m = &at.manifest;
+        let siblings: Vec<Value> = m.files.iter().map(|f| json!({ "rfilename": f.path })).collect();
+        let (commit, repo) = (at.commit.to_hex(), at.repo.to_string());
+        Reply::json(
+            StatusCode::OK,
+            &json!({
+                "_id": commit, "id": repo, "modelId": repo, "sha": commit,
+                "lastModified": iso(m.ingested_at), "createdAt": iso(m.ingested_at),
+                "private": false, "disabled": false, "gated": false, "tags": [],
+                "siblings": siblings,
+            }),
+        )
+    }
+
+    /// The git blob id of a small file (read once, then remembered by sha256).
+    fn blob_id(&self, at: &Located, i: usize) -> Result<String, crate::body::ReadError> {
+        let f = &at.manifest.files[i];
+        let known = self.blob_ids.lock().unwrap_or_else(|p| p.into_inner()).get(&f.sha256).cloned();
+        if let Some(id) = known {
+            return Ok(id);
+        }
+        let mut blob = etag::GitBlob::new(f.size);
+        self.source(at, i).copy_range(0, f.size, &mut |b: Bytes| {
+            blob.update(&b);
+            true
+        })?;
+        let id = blob.finish();
+        self.blob_ids.lock().unwrap_or_else(|p| p.into_inner()).insert(f.sha256, id.clone());
+        Ok(id)
+    }
+
+    /// (oid, etag, lfs) of file `i`.
+    fn ids(&self, at: &Located, i: usize) -> Result<(String, String, Option<Value>), crate::body::ReadError> {
+        let f = &at.manifest.files[i];
+        if etag::is_lfs(&f.path, f.size) {
+            let sha = f.sha256_hex();
+            let pointer = etag::lfs_pointer(&sha, f.size);
+            let oid = etag::git_blob_id(pointer.as_bytes());
+            let lfs = json!({ "oid": sha, "size": f.size, "pointerSize": pointer.len() });
+            Ok((oid, sha, Some(lfs)))
+        } else {
+            let id = self.blob_id(at, i)?;
+            Ok((id.clone(), id, None))
+        }
+    }
+
+    fn tree(&self, org: &str, name: &str, rev: &str, dir: &str, recursive: bool) -> Reply {
+        let at = match self.locate(org, name, rev) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let dir = dir.trim_matches('/');
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let mut entries = Vec::new();
+        let mut dirs: HashSet<String> = HashSet::new();
+        let mut found = dir.is_empty();
+        for (i, f) in at.manifest.files.iter().enumerate() {
+            let Some(rest) = f.path.strip_prefix(&prefix) else {
+                continue;
+            };
+            found = true;
+            // Directories on the way to the file.
+            let parts: Vec<&str> = rest.split('/').collect();
+            let shown_dirs = if recursive { parts.len() - 1 } else { parts.len().min(2) - 1 };
+            for k in 1..=shown_dirs {
+                let d = format!("{prefix}{}", parts[..k].join("/"));
+                if dirs.insert(d.clone()) {
+                    let oid = etag::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
+                    entries.push(json!({ "type": "directory", "oid": oid, "path": d }));
+                }
+            }
+            if !recursive && parts.len() > 1 {
+                continue;
+            }
+            let (oid, _, lfs) = match self.ids(&at, i) {
+                Ok(x) => x,
+                Err(e) => return internal(e),
+            };
+            let mut e = json!({ "type": "file", "oid": oid, "size": f.size, "path": f.path });
+            if let Some(l) = lfs {
+                e["lfs"] = l;
+            }
+            entries.push(e);
+        }
+        if !found {
+            let msg = format!("{dir} does not exist at {}", at.commit.to_hex());
+            return not_found("EntryNotFound", &msg, Some(&at.commit));
+        }
+        Reply::json(StatusCode::OK, &Value::Array(entries))
+    }
+
+    fn refs(&self, org: &str, name: &str) -> Reply {
+        let missing = |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
+        let Ok(repo) = RepoId::parse(&format!("{org}/{name}")) else {
+            return missing(&format!("{org}/{name}"));
+        };
+        let refs = match self.store.refs(&repo) {
+            Ok(r) => r,
+            Err(e) => return internal(e),
+        };
+        if refs.is_empty() && self.store.commits(&repo).map(|c| c.is_empty()).unwrap_or(true) {
+            return missing(&repo.to_string());
+        }
+        let (mut branches, mut prs) = (Vec::new(), Vec::new());
+        for (n, c) in refs {
+            if n.starts_with("refs/pr/") {
+                prs.push(json!({ "name": n, "ref": n, "targetCommit": c.to_hex() }));
+            } else {
+                branches.push(json!({ "name": n, "ref": format!("refs/heads/{n}"), "targetCommit": c.to_hex() }));
+            }
+        }
+        Reply::json(
+            StatusCode::OK,
+            &json!({ "branches": branches, "tags": [], "converts": [], "pullRequests": prs }),
+        )
+    }
+}
+
+/// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).
+fn remember(
+    cache: &Mutex<HashMap<(RepoId, CommitId), Arc<Manifest>>>,
+    key: (RepoId, CommitId),
+    m: Arc<Manifest>,
+) {
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() >= MANIFEST_CACHE && !cache.contains_key(&key) {
+        cache.clear();
+    }
+    cache.insert(key, m);
+}
+
+mod resolve;

@@ -1,0 +1,142 @@
+//! `HEAD`/`GET /{repo}/resolve/{rev}/{path}`: a file download, with the headers the
+//! `huggingface_hub` client keys its cache on, `Range`, and one access-log event per
+//! request (tracing target `access`), written when the body has been sent or dropped.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, StatusCode};
+
+use super::{internal, not_found, Head, Hub, Reply, X_LINKED_ETAG, X_LINKED_SIZE, X_REPO_COMMIT};
+use crate::body::Body;
+use crate::decode::{self, content_disposition, header_ascii};
+
+/// What the access log says about one request.
+#[derive(Clone)]
+struct Access {
+    repo: String,
+    rev: String,
+    file: String,
+    client: String,
+    method: &'static str,
+    start: Instant,
+}
+
+impl Access {
+    fn log(&self, status: u16, bytes: u64) {
+        tracing::info!(
+            target: "access",
+            repo = %self.repo,
+            revision = %self.rev,
+            file = %self.file,
+            client = %self.client,
+            method = %self.method,
+            status,
+            bytes,
+            duration_ms = self.start.elapsed().as_millis() as u64,
+            "access"
+        );
+    }
+}
+
+impl Hub {
+    pub(super) fn resolve(
+        &self,
+        req: &Head,
+        org: &str,
+        name: &str,
+        rev: &str,
+        file: &str,
+        start: Instant,
+    ) -> Reply {
+        let head = *req.method == Method::HEAD;
+        let access = Access {
+            repo: format!("{org}/{name}"),
+            rev: rev.to_string(),
+            file: file.to_string(),
+            client: req.client.to_string(),
+            method: if head { "HEAD" } else { "GET" },
+            start,
+        };
+        let r = self.resolve_reply(req.headers, org, name, rev, file, head, &access);
+        self.metrics.request("resolve", r.status.as_u16());
+        // A streamed body logs itself when it ends.
+        if !matches!(r.body, Body::Stream { .. }) {
+            access.log(r.status.as_u16(), 0);
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn resolve_reply(
+        &self,
+        req_headers: &HeaderMap,
+        org: &str,
+        name: &str,
+        rev: &str,
+        file: &str,
+        head: bool,
+        access: &Access,
+    ) -> Reply {
+        let at = match self.locate(org, name, rev) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let m = &at.manifest;
+        let Ok(i) = m.files.binary_search_by(|f| f.path.as_str().cmp(file)) else {
+            let msg = format!("{file} does not exist at {}", at.commit.to_hex());
+            return not_found("EntryNotFound", &msg, Some(&at.commit));
+        };
+        let f = &m.files[i];
+        let (_, etag, lfs) = match self.ids(&at, i) {
+            Ok(x) => x,
+            Err(e) => return internal(e),
+        };
+        let quoted = header_ascii(&format!("\"{etag}\""));
+        let mut h = HeaderMap::new();
+        h.insert(X_REPO_COMMIT, header_ascii(&at.commit.to_hex()));
+        h.insert(header::ETAG, quoted.clone());
+        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+        h.insert(header::CONTENT_DISPOSITION, content_disposition(&f.path));
+        h.insert(header::LAST_MODIFIED, decode::http_date(m.ingested_at));
+        if lfs.is_some() {
+            h.insert(X_LINKED_ETAG, quoted);
+            h.insert(X_LINKED_SIZE, HeaderValue::from(f.size));
+        }
+        let range = req_headers.get(header::RANGE).map(|v| v.to_str().ok().and_then(|r| decode::parse_range(r, f.size)));
+        let (status, from, to) = match range {
+            None => (StatusCode::OK, 0, f.size),
+            Some(Some((a, b))) => {
+                let cr = format!("bytes {a}-{}/{}", b - 1, f.size);
+                h.insert(header::CONTENT_RANGE, header_ascii(&cr));
+                (StatusCode::PARTIAL_CONTENT, a, b)
+            }
+            Some(None) => {
+                let mut r = Reply::error(StatusCode::RANGE_NOT_SATISFIABLE, "", "range not satisfiable", None);
+                h.insert(header::CONTENT_RANGE, header_ascii(&format!("bytes */{}", f.size)));
+                h.remove(header::CONTENT_TYPE);
+                r.headers.extend(h);
+                return r;
+            }
+        };
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(to - from));
+        if head {
+            h.insert("x-modelcas", HeaderValue::from_static("1"));
+            return Reply { status, headers: h, body: Body::empty() };
+        }
+        self.metrics.download_started();
+        let (metrics, access, len) = (self.metrics_handle(), access.clone(), to - from);
+        let done = Box::new(move |sent: u64| {
+            metrics.download_finished(sent, access.start.elapsed().as_secs_f64());
+            let shown = if sent < len { 499 } else { status.as_u16() };
+            access.log(shown, sent);
+        });
+        Reply { status, headers: h, body: Body::stream(self.source(&at, i), from, to, done) }
+    }
+
+    fn metrics_handle(&self) -> Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
+    }
+}

@@ -1,0 +1,214 @@
+//! Connections: the accept loop, the connection limit, HTTP/1.1 on hyper, and the timeouts
+//! that keep slow or idle clients from holding the endpoint.
+//!
+//! - **Connection limit**: a connection is accepted only with a permit; beyond
+//!   [`Limits::max_connections`] new clients wait in the kernel's accept queue.
+//! - **Header timeout**: a request head (request line and headers) must arrive whole within
+//!   [`Limits::header_timeout`]. hyper starts that clock whenever it waits for a head, so it
+//!   also bounds how long a kept-alive connection may sit idle between requests.
+//! - **Request timeout**: the reply's head must be ready within [`Limits::request_timeout`]
+//!   (else 503); the body then streams as fast as the client reads.
+//! - **Write stall timeout**: a response write that makes no progress for
+//!   [`Limits::write_timeout`] (a client that stopped reading) closes the connection.
+//!
+//! The router runs on the blocking pool; a panic there (a bug: [`Hub::route`] is total)
+//! becomes a 500 for that request only, and is counted.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Sleep;
+
+use crate::body::Body;
+use crate::hub::{Head, Hub, Reply};
+
+/// The limits every connection is held to.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Concurrent connections.
+    pub max_connections: usize,
+    /// Time to send a whole request head, and to start one on an idle connection.
+    pub header_timeout: Duration,
+    /// Time to produce a reply's head.
+    pub request_timeout: Duration,
+    /// Time a response write may make no progress.
+    pub write_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(300),
+            write_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Accepts connections on `listener` until the process ends.
+pub async fn accept_loop(listener: TcpListener, hub: Arc<Hub>, limits: Limits) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors, say: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let (hub, limits) = (hub.clone(), limits.clone());
+        tokio::spawn(async move {
+            serve_connection(hub, limits, sock, peer.to_string()).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Serves HTTP/1.1 on one connection (any byte stream: tests use in-memory pipes).
+pub async fn serve_connection<IO>(hub: Arc<Hub>, limits: Limits, io: IO, client: String)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(WriteStall::new(io, limits.write_timeout));
+    let timeout = limits.request_timeout;
+    let svc = service_fn(move |req| {
+        let (hub, client) = (hub.clone(), client.clone());
+        async move { Ok::<_, Infallible>(respond(hub, req, client, timeout).await) }
+    });
+    let mut b = http1::Builder::new();
+    // half_close: a client that shuts its write side after the request still gets the reply.
+    b.timer(TokioTimer::new())
+        .half_close(true)
+        // Header names as the tiny_http endpoint wrote them (`X-Error-Code`), for clients
+        // and scripts that match them case-sensitively.
+        .title_case_headers(true)
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(64 * 1024);
+    if let Err(e) = b.serve_connection(io, svc).await {
+        tracing::debug!("connection closed: {e}");
+    }
+}
+
+/// Routes one request on the blocking pool.
+async fn respond(hub: Arc<Hub>, req: Request<Incoming>, client: String, timeout: Duration) -> Response<Body> {
+    // The request body is never read: hyper closes the connection after the reply.
+    let (parts, _) = req.into_parts();
+    let task = {
+        let hub = hub.clone();
+        tokio::task::spawn_blocking(move || {
+            let head = Head {
+                method: &parts.method,
+                path: parts.uri.path(),
+                query: parts.uri.query().unwrap_or(""),
+                headers: &parts.headers,
+                client: &client,
+            };
+            hub.route(&head)
+        })
+    };
+    let reply = match tokio::time::timeout(timeout, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            hub.metrics().panic();
+            tracing::error!("request handler failed: {e}");
+            Reply::error(StatusCode::INTERNAL_SERVER_ERROR, "", "internal error", None)
+        }
+        Err(_) => Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", "request timed out", None),
+    };
+    let mut resp = Response::new(reply.body);
+    *resp.status_mut() = reply.status;
+    *resp.headers_mut() = reply.headers;
+    resp
+}
+
+/// A byte stream whose writes fail with `TimedOut` once one has made no progress for the
+/// limit (reads are bounded by hyper's header timeout instead).
+struct WriteStall<IO> {
+    io: IO,
+    limit: Duration,
+    sleep: Pin<Box<Sleep>>,
+    armed: bool,
+}
+
+impl<IO> WriteStall<IO> {
+    fn new(io: IO, limit: Duration) -> WriteStall<IO> {
+        WriteStall { io, limit, sleep: Box::pin(tokio::time::sleep(limit)), armed: false }
+    }
+
+    /// After a write op: pending arms (or checks) the deadline, anything else disarms it.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.armed = false;
+            return r;
+        }
+        if !self.armed {
+            let at = tokio::time::Instant::now() + self.limit;
+            self.sleep.as_mut().reset(at);
+            self.armed = true;
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading"))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for WriteStall<IO> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for WriteStall<IO> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.watch(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.watch(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_flush(cx);
+        this.watch(cx, r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.watch(cx, r)
+    }
+}
