@@ -236,7 +236,7 @@ for repo, name, rev in json.loads(sys.argv[3]):
 print(json.dumps(out))
 "#;
     let spec = serde_json::to_string(files).unwrap();
-    let mut child = Command::new("python3")
+    let mut child = common::python()
         .args(["-c", script, &format!("http://{addr}"), work.to_str().unwrap(), &spec])
         .env_remove("HF_TOKEN")
         .env_remove("HF_HUB_OFFLINE")
