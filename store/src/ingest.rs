@@ -185,7 +185,7 @@ pub fn ingest(
 ) -> Result<IngestReport> {
     // The lease goes up before the index learns what gc has condemned: gc keeps every
     // pack condemned after this moment until the lease is gone (see `gc`).
-    let lease = Held::ingest_lease(store.backend().clone(), lock::DEFAULT_TTL)?;
+    let lease = Held::ingest_lease(store.backend().clone(), lock::default_ttl())?;
     failpoint::pause("ingest-after-lease");
     let mut report = IngestReport {
         sync: index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?,

@@ -30,12 +30,19 @@ use crate::{Result, StoreError};
 /// Default time to live of gc locks and ingest leases.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 
-/// Milliseconds since the Unix epoch.
+/// The time to live new locks and leases get: [`DEFAULT_TTL`], or for tests
+/// `MODELCAS_TEST_LEASE_TTL_SECS` seconds.
+pub fn default_ttl() -> Duration {
+    std::env::var("MODELCAS_TEST_LEASE_TTL_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_TTL, Duration::from_secs)
+}
+
+/// Milliseconds since the Unix epoch, by this process's clock ([`crate::clock`]).
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    crate::clock::now_ms()
 }
 
 /// Who this process is, for lock objects: the host name and the pid namespace

@@ -83,7 +83,7 @@ impl Default for GcOptions {
             grace: DEFAULT_GRACE,
             rewrite_below: DEFAULT_REWRITE_BELOW,
             dry_run: false,
-            lock_ttl: lock::DEFAULT_TTL,
+            lock_ttl: lock::default_ttl(),
         }
     }
 }
