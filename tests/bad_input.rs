@@ -370,7 +370,14 @@ fn corrupted_and_truncated_packs_are_refused() {
     );
     assert!(!target.join(&bad_file).exists());
     for (p, _) in tree_hashes(&target) {
-        assert!(!p.ends_with(".modelcas-partial"), "partial file left: {p}");
+        assert!(!p.starts_with(".modelcas-checkout-"), "partial file left: {p}");
+    }
+    for e in std::fs::read_dir(&target).unwrap() {
+        let name = e.unwrap().file_name();
+        assert!(
+            !name.to_string_lossy().starts_with(".modelcas-checkout-"),
+            "staging directory left: {name:?}"
+        );
     }
 
     // Truncate another pack: reads past its end fail with a clear error.

@@ -244,3 +244,38 @@ fn concurrent_ingests_on_one_machine_both_complete() {
         assert_eq!(v["ok"], true);
     }
 }
+
+/// A revision may hold any file name, including the ones checkout used for its temporary
+/// files (`<name>.modelcas-partial`). Two pairs, so that the collision shows whatever the
+/// number of worker threads: `a.bin` is written for long while its namesake finishes, and
+/// `b.bin`'s namesake is finished before `b.bin` starts.
+#[test]
+fn checkout_of_files_named_like_its_temporaries_is_byte_exact() {
+    use rand::{RngCore, SeedableRng};
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+    let mut bytes = |n: usize| {
+        let mut v = vec![0u8; n];
+        rng.fill_bytes(&mut v);
+        v
+    };
+    let files = [
+        ("a.bin", 24 << 20),
+        ("a.bin.modelcas-partial", 20 << 10),
+        ("b.bin", 20 << 10),
+        ("b.bin.modelcas-partial", 2 << 20),
+        ("sub/c", 1 << 20),
+        ("sub/c.modelcas-partial", 30 << 10),
+    ];
+    for (name, size) in files {
+        std::fs::write(src.join(name), bytes(size)).unwrap();
+    }
+    env.ingest(&src, &["--repo", "odd/names", "--ref", "main"]);
+    for round in 0..3 {
+        let out = env.path(&format!("co-{round}"));
+        env.ok(&["checkout".as_ref(), "odd/names@main".as_ref(), out.as_os_str()]);
+        assert_eq!(tree_hashes(&out), tree_hashes(&src), "checkout {round}");
+    }
+}

@@ -316,9 +316,9 @@ pub fn import(
         // Nothing references these packs. Remove them unless another ingest is running
         // (it may have deduplicated against them since): then gc reclaims them.
         let others = lock::list(store.backend().as_ref(), "ingest")
-            .map(|l| {
-                let now = lock::now_ms();
-                l.iter().any(|(k, o)| k != lease.key() && !o.is_stale(now))
+            .and_then(|l| {
+                let now = lock::store_now_ms(store.backend().as_ref())?;
+                Ok(l.iter().any(|o| o.key != lease.key() && !o.is_stale(now)))
             })
             .unwrap_or(true);
         if !others {

@@ -85,10 +85,10 @@ pub enum StoreError {
     /// Another gc holds the lock.
     #[error("another gc is running ({holder}); lock object {key}. It expires by itself if that run died")]
     LockHeld { key: String, holder: String },
-    /// This process could not refresh its lock or lease in time, so others may have
-    /// considered it gone: stop before publishing anything.
-    #[error("lost {key}: not refreshed for {age_secs} s (object store unreachable or process paused); nothing was published, run again")]
-    LockLost { key: String, age_secs: u64 },
+    /// This process's lock or lease went unrefreshed too long by the store's clock (or was
+    /// removed), so others may have considered it gone: stop before publishing anything.
+    #[error("lost {key}: {reason}; nothing more was published, run again")]
+    LockLost { key: String, reason: String },
     /// The local index failed.
     #[error("index {}: {reason}", path.display())]
     Index { path: PathBuf, reason: String },

@@ -234,15 +234,17 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
             report.unreferenced_packs
         ));
     }
-    let now = lock::now_ms();
     for kind in ["gc", "ingest"] {
-        match lock::list(backend.as_ref(), kind) {
-            Ok(locks) => {
-                for (key, l) in locks {
+        // Ages by the store's clock, read before the listing.
+        let listed = lock::store_now_ms(backend.as_ref())
+            .and_then(|now| Ok((now, lock::list(backend.as_ref(), kind)?)));
+        match listed {
+            Ok((now, locks)) => {
+                for l in locks {
                     let state = if l.is_stale(now) { "stale" } else { "held" };
                     report
                         .notes
-                        .push(format!("{key}: {state}, {}", l.describe(now)));
+                        .push(format!("{}: {state}, {}", l.key, l.describe(now)));
                 }
             }
             Err(e) => report.problem(e.to_string()),

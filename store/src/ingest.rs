@@ -185,7 +185,7 @@ pub fn ingest(
 ) -> Result<IngestReport> {
     // The lease goes up before the index learns what gc has condemned: gc keeps every
     // pack condemned after this moment until the lease is gone (see `gc`).
-    let lease = Held::ingest_lease(store.backend().clone(), lock::DEFAULT_TTL)?;
+    let lease = Held::ingest_lease(store.backend().clone(), lock::default_ttl())?;
     failpoint::pause("ingest-after-lease");
     let mut report = IngestReport {
         sync: index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?,
@@ -281,6 +281,8 @@ pub fn ingest(
     // Every pack must be durable before a manifest can name it.
     store.backend().sync_deferred()?;
     failpoint::pause("ingest-before-manifests");
+    // Confirmed against the store, not just the refresher: a gc that judged the lease
+    // stale may have deleted packs these manifests name.
     lease.check()?;
     for (_, m, new) in &manifests {
         if *new {
@@ -290,12 +292,15 @@ pub fn ingest(
         }
     }
     failpoint::pause("ingest-before-refs");
+    lease.check()?;
     for (s, m, new) in manifests {
         // Until its ref exists the commit is detached, and a gc may expire it meanwhile:
         // put the manifest back if so (its packs are protected by our lease until the
         // manifest is seen), before and after setting each ref.
         let restore = || -> Result<()> {
             if !store.has_commit(&m.repo, &m.commit)? {
+                // Only our lease protects the packs of an expired manifest.
+                lease.check()?;
                 let key = layout::manifest_key(&m.repo, &m.commit);
                 store
                     .backend()

@@ -12,6 +12,8 @@
 //! * [`source`], [`ingest`] — finding snapshots on disk and the ingest pipeline.
 //! * [`bundle`] — transfer bundles for closed networks (export, checked import).
 //! * [`read`], [`stats`] — reading revisions back (checkout, verify) and store figures.
+//! * [`clock`] — this process's clock (with a test offset); safety never compares it
+//!   with another host's.
 //! * [`gc`], [`lock`], [`fsck`] — retention, reclaiming space beside running ingests and
 //!   mounts, the locks and leases that make it safe, and the consistency check.
 //! * [`cache`], [`readahead`] — the shared decoded-chunk cache and per-file read-ahead used
@@ -22,6 +24,7 @@
 pub mod backend;
 pub mod bundle;
 pub mod cache;
+pub mod clock;
 pub mod codec;
 pub mod disk_cache;
 mod error;

@@ -9,20 +9,27 @@
 //!   deduplicate against any pack that was not condemned then". gc never deletes a pack
 //!   condemned after a live lease started (see `gc`).
 //!
-//! Both are refreshed by a background thread every quarter of their time to live. An
-//! object is *stale* when its last refresh is older than its time to live, or when it was
-//! written on this host by a process that no longer exists. A holder whose refreshes
-//! failed for longer than half the time to live must stop before publishing anything
-//! ([`Held::check`]): others may already consider it gone.
+//! Both are refreshed (re-PUT) by a background thread every quarter of their time to live.
+//! **Age is the store's**: an object's age is the object store's current time
+//! ([`ObjectStore::now`], read *before* listing) minus the object's modification time, both
+//! by the store's clock, so no host's clock is compared with another's. An object is
+//! *stale* when that age reaches its time to live, or when it was written on this host by
+//! a process that no longer exists.
+//!
+//! A holder *confirms* before it publishes ([`Held::check`]): it re-reads its object from
+//! the store and stops if the object is gone, is not its own, or if by the store's clock
+//! its object ever went more than half the time to live without a refresh (it was paused,
+//! or the store was unreachable): a gc may already have judged it stale.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use bincode::{Decode, Encode};
 
 use crate::backend::ObjectStore;
+use crate::clock;
 use crate::codec::{self, Kind};
 use crate::layout;
 use crate::{Result, StoreError};
@@ -30,12 +37,19 @@ use crate::{Result, StoreError};
 /// Default time to live of gc locks and ingest leases.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 
-/// Milliseconds since the Unix epoch.
+/// The time to live new locks and leases get: [`DEFAULT_TTL`], or for tests
+/// `MODELCAS_TEST_LEASE_TTL_SECS` seconds.
+pub fn default_ttl() -> Duration {
+    std::env::var("MODELCAS_TEST_LEASE_TTL_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_TTL, Duration::from_secs)
+}
+
+/// Milliseconds since the Unix epoch, by this process's clock ([`crate::clock`]).
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    crate::clock::now_ms()
 }
 
 /// Who this process is, for lock objects: the host name and the pid namespace
@@ -61,42 +75,83 @@ pub struct LockObject {
     pub host: String,
     /// Process id of the holder.
     pub pid: u32,
-    /// When it was taken (ms since the epoch).
+    /// When it was taken, by the store's clock (ms since the epoch): the modification
+    /// time of its first write. 0 in that first write (the holder learns the time from
+    /// the store afterwards): then the object's own modification time is the start.
     pub started_ms: u64,
-    /// Last refresh (ms since the epoch).
+    /// Last refresh by the holder's clock (ms since the epoch). Informational only.
     pub refreshed_ms: u64,
     /// Time to live after a refresh (ms).
     pub ttl_ms: u64,
 }
 
-impl LockObject {
-    /// Whether nobody holds this any more: not refreshed within its time to live, or
-    /// written on this host, in this pid namespace, by a process that has exited.
-    pub fn is_stale(&self, now_ms: u64) -> bool {
-        if now_ms > self.refreshed_ms.saturating_add(self.ttl_ms) {
-            return true;
+/// A lock object as listed: its key, its content and when the store last wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// `locks/<kind>-<id>`.
+    pub key: String,
+    /// The object.
+    pub lock: LockObject,
+    /// Its modification time by the store's clock (ms since the epoch): its last refresh.
+    pub modified_ms: u64,
+}
+
+impl Listed {
+    /// When it was taken, by the store's clock.
+    pub fn started_ms(&self) -> u64 {
+        match self.lock.started_ms {
+            0 => self.modified_ms,
+            s => s.min(self.modified_ms),
         }
-        self.host == hostname()
-            && self.pid != std::process::id()
-            && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
     }
 
-    /// One line for error messages and reports.
-    pub fn describe(&self, now_ms: u64) -> String {
+    /// Whether nobody holds this any more: `store_now_ms` (the store's clock, read before
+    /// the listing) is at least its time to live past its last refresh, or it was written
+    /// on this host, in this pid namespace, by a process that has exited.
+    pub fn is_stale(&self, store_now_ms: u64) -> bool {
+        if store_now_ms.saturating_sub(self.modified_ms) >= self.lock.ttl_ms {
+            return true;
+        }
+        self.lock.host == hostname()
+            && self.lock.pid != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{}", self.lock.pid)).exists()
+    }
+
+    /// One line for error messages and reports (ages by the store's clock).
+    pub fn describe(&self, store_now_ms: u64) -> String {
         format!(
             "{} by {} pid {}, started {} s ago, refreshed {} s ago",
-            self.kind,
-            self.host,
-            self.pid,
-            now_ms.saturating_sub(self.started_ms) / 1000,
-            now_ms.saturating_sub(self.refreshed_ms) / 1000
+            self.lock.kind,
+            self.lock.host,
+            self.lock.pid,
+            store_now_ms.saturating_sub(self.started_ms()) / 1000,
+            store_now_ms.saturating_sub(self.modified_ms) / 1000
         )
     }
 }
 
-/// Every lock object under `locks/<kind>-`, with its key. An object that cannot be read
-/// is returned as an error: nobody can tell whether it is held.
-pub fn list(store: &dyn ObjectStore, kind: &str) -> Result<Vec<(String, LockObject)>> {
+/// The store's current time in ms since the epoch. Read it *before* listing locks: an
+/// object listed afterwards was then at least as old as it looks.
+pub fn store_now_ms(store: &dyn ObjectStore) -> Result<u64> {
+    Ok(clock::to_ms(store.now()?))
+}
+
+fn modified_ms(store: &dyn ObjectStore, key: &str, listed: Option<SystemTime>) -> Result<u64> {
+    let t = match listed {
+        Some(t) => Some(t),
+        None => store.stat(key)?.and_then(|m| m.modified),
+    };
+    t.map(clock::to_ms).ok_or_else(|| StoreError::Backend {
+        op: "list",
+        key: key.to_string(),
+        reason: "the object store reports no modification time: cannot tell a lock's age"
+            .into(),
+    })
+}
+
+/// Every lock object under `locks/<kind>-`. An object that cannot be read is returned as
+/// an error: nobody can tell whether it is held.
+pub fn list(store: &dyn ObjectStore, kind: &str) -> Result<Vec<Listed>> {
     let mut out = Vec::new();
     for obj in store.list(&format!("{}{kind}-", layout::LOCKS_PREFIX))? {
         let bytes = match store.get(&obj.key) {
@@ -109,20 +164,152 @@ pub fn list(store: &dyn ObjectStore, kind: &str) -> Result<Vec<(String, LockObje
                 key: obj.key.clone(),
                 reason: format!("{e} (remove it if no modelcas process is running)"),
             })?;
-        out.push((obj.key, lock));
+        let modified_ms = modified_ms(store, &obj.key, obj.modified)?;
+        out.push(Listed {
+            key: obj.key,
+            lock,
+            modified_ms,
+        });
     }
     Ok(out)
 }
 
-/// A lock or lease this process holds; refreshed until dropped, then deleted.
-pub struct Held {
+/// What the holder and its refresh thread share.
+struct Shared {
     store: Arc<dyn ObjectStore>,
     key: String,
-    started_ms: u64,
     ttl: Duration,
-    last_ok_ms: Arc<AtomicU64>,
+    /// The object as refreshes write it (`started_ms` by the store's clock).
+    template: LockObject,
+    /// Store time of the last write of the object this process observed (ms).
+    last_write_ms: AtomicU64,
+    /// When (monotonic) the last refresh succeeded.
+    last_ok: Mutex<Instant>,
+    /// Why the lock was lost, once it was.
+    lost: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn half_ttl_ms(&self) -> u64 {
+        self.ttl.as_millis() as u64 / 2
+    }
+
+    fn lose(&self, why: String) {
+        let mut l = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        l.get_or_insert(why);
+    }
+
+    fn lost(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records a write observed at store time `at_ms`; a gap over half the time to live
+    /// since the previous one loses the lock (a gc may have judged it stale meanwhile).
+    fn observe_write(&self, at_ms: u64) {
+        let prev = self.last_write_ms.fetch_max(at_ms, Ordering::SeqCst);
+        let gap = at_ms.saturating_sub(prev);
+        if gap > self.half_ttl_ms() {
+            self.lose(format!(
+                "not refreshed for {} s by the object store's clock (process paused or store unreachable)",
+                gap / 1000
+            ));
+        }
+    }
+
+    /// Rewrites the object and learns its new modification time.
+    fn refresh(&self) {
+        if self.lost().is_some() {
+            return; // lost for good: leave the object to go stale
+        }
+        let mut obj = self.template.clone();
+        obj.refreshed_ms = now_ms();
+        let written = self
+            .store
+            .put(&self.key, &codec::encode(Kind::Lock, &obj, false))
+            .and_then(|()| self.store.stat(&self.key));
+        match written {
+            Ok(Some(meta)) => {
+                if let Some(t) = meta.modified {
+                    self.observe_write(clock::to_ms(t));
+                }
+                *self.last_ok.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            }
+            Ok(None) | Err(_) => {
+                let since = self
+                    .last_ok
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .elapsed();
+                if since.as_millis() as u64 > self.half_ttl_ms() {
+                    self.lose(format!(
+                        "refreshes failed for {} s (object store unreachable?)",
+                        since.as_secs()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn lost_err(&self, reason: String) -> StoreError {
+        StoreError::LockLost {
+            key: self.key.clone(),
+            reason,
+        }
+    }
+
+    /// See [`Held::check`].
+    fn confirm(&self) -> Result<()> {
+        if let Some(why) = self.lost() {
+            return Err(self.lost_err(why));
+        }
+        let since = self
+            .last_ok
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed();
+        if since.as_millis() as u64 > self.half_ttl_ms() {
+            return Err(self.lost_err(format!("not refreshed for {} s", since.as_secs())));
+        }
+        let gone = || self.lost_err("its object was removed (judged stale)".into());
+        let meta = self.store.stat(&self.key)?.ok_or_else(gone)?;
+        let bytes = match self.store.get(&self.key) {
+            Err(StoreError::NotFound(_)) => return Err(gone()),
+            other => other?,
+        };
+        let obj: LockObject = codec::decode(Kind::Lock, &bytes).map_err(|e| {
+            StoreError::CorruptObject {
+                key: self.key.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        let t = &self.template;
+        if obj.host != t.host || obj.pid != t.pid || obj.kind != t.kind {
+            return Err(self.lost_err(format!(
+                "its object now names {} pid {}",
+                obj.host, obj.pid
+            )));
+        }
+        let written = modified_ms(self.store.as_ref(), &self.key, meta.modified)?;
+        self.observe_write(written);
+        // The store's clock after the stat: the age is at least what gc would see now.
+        let age = store_now_ms(self.store.as_ref())?.saturating_sub(written);
+        if age > self.half_ttl_ms() {
+            self.lose(format!(
+                "not refreshed for {} s by the object store's clock",
+                age / 1000
+            ));
+        }
+        match self.lost() {
+            Some(why) => Err(self.lost_err(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A lock or lease this process holds; refreshed until dropped, then deleted.
+pub struct Held {
+    shared: Arc<Shared>,
     stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
-    lost: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -131,26 +318,27 @@ impl Held {
     /// holder. Stale gc locks left by dead runs are ignored (and removed).
     pub fn gc_lock(store: Arc<dyn ObjectStore>, ttl: Duration) -> Result<Held> {
         let held = Held::write_new(store.clone(), "gc", ttl)?;
-        let now = now_ms();
-        let others = match list(store.as_ref(), "gc") {
-            Ok(l) => l,
+        let others = store_now_ms(store.as_ref())
+            .and_then(|now| Ok((now, list(store.as_ref(), "gc")?)));
+        let (now, others) = match others {
+            Ok(v) => v,
             Err(e) => {
                 held.release();
                 return Err(e);
             }
         };
-        for (key, lock) in others {
-            if key == held.key {
+        for other in others {
+            if other.key == held.shared.key {
                 continue;
             }
-            if lock.is_stale(now) {
-                let _ = store.delete(&key);
+            if other.is_stale(now) {
+                let _ = store.delete(&other.key);
                 continue;
             }
             held.release();
             return Err(StoreError::LockHeld {
-                key,
-                holder: lock.describe(now),
+                holder: other.describe(now),
+                key: other.key,
             });
         }
         Ok(held.start())
@@ -161,64 +349,57 @@ impl Held {
         Ok(Held::write_new(store, "ingest", ttl)?.start())
     }
 
+    /// Writes the object (with `started_ms` 0), then learns its store time.
     fn write_new(store: Arc<dyn ObjectStore>, kind: &str, ttl: Duration) -> Result<Held> {
-        let started_ms = now_ms();
         let seed = format!(
-            "{}-{}-{:?}",
+            "{}-{}-{:?}-{:?}",
             hostname(),
             std::process::id(),
-            std::time::Instant::now()
+            std::time::Instant::now(),
+            std::thread::current().id()
         );
         let h = blake3::hash(seed.as_bytes());
         let id = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or([0; 8]));
         let key = layout::lock_key(kind, id);
-        let held = Held {
-            store,
-            key,
-            started_ms,
-            ttl,
-            last_ok_ms: Arc::new(AtomicU64::new(started_ms)),
-            stop: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
-            lost: Arc::new(AtomicBool::new(false)),
-            thread: None,
-        };
-        held.store.put(&held.key, &held.object(kind, started_ms))?;
-        Ok(held)
-    }
-
-    fn object(&self, kind: &str, refreshed_ms: u64) -> Vec<u8> {
-        let obj = LockObject {
+        let mut template = LockObject {
             kind: kind.to_string(),
             host: hostname(),
             pid: std::process::id(),
-            started_ms: self.started_ms,
-            refreshed_ms,
-            ttl_ms: self.ttl.as_millis() as u64,
+            started_ms: 0,
+            refreshed_ms: now_ms(),
+            ttl_ms: ttl.as_millis() as u64,
         };
-        codec::encode(Kind::Lock, &obj, false)
+        store.put(&key, &codec::encode(Kind::Lock, &template, false))?;
+        let started = store
+            .stat(&key)
+            .and_then(|m| modified_ms(store.as_ref(), &key, m.and_then(|m| m.modified)));
+        let started = match started {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = store.delete(&key);
+                return Err(e);
+            }
+        };
+        template.started_ms = started;
+        Ok(Held {
+            shared: Arc::new(Shared {
+                store,
+                key,
+                ttl,
+                template,
+                last_write_ms: AtomicU64::new(started),
+                last_ok: Mutex::new(Instant::now()),
+                lost: Mutex::new(None),
+            }),
+            stop: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
+            thread: None,
+        })
     }
 
     fn start(mut self) -> Held {
-        let store = self.store.clone();
-        let key = self.key.clone();
-        let last_ok = self.last_ok_ms.clone();
+        let shared = self.shared.clone();
         let stop = self.stop.clone();
-        let lost = self.lost.clone();
-        let interval = self.ttl / 4;
-        let kind = key
-            .trim_start_matches(layout::LOCKS_PREFIX)
-            .split('-')
-            .next()
-            .unwrap_or("lock")
-            .to_string();
-        let template = LockObject {
-            kind,
-            host: hostname(),
-            pid: std::process::id(),
-            started_ms: self.started_ms,
-            refreshed_ms: 0,
-            ttl_ms: self.ttl.as_millis() as u64,
-        };
+        let interval = self.shared.ttl / 4;
         self.thread = Some(std::thread::spawn(move || loop {
             {
                 let (m, cv) = &*stop;
@@ -230,46 +411,38 @@ impl Held {
                     return;
                 }
             }
-            let now = now_ms();
-            let mut obj = template.clone();
-            obj.refreshed_ms = now;
-            if store
-                .put(&key, &codec::encode(Kind::Lock, &obj, false))
-                .is_ok()
-            {
-                last_ok.store(now, Ordering::SeqCst);
-            } else if now.saturating_sub(last_ok.load(Ordering::SeqCst)) > obj.ttl_ms / 2 {
-                lost.store(true, Ordering::SeqCst);
-            }
+            shared.refresh();
         }));
         self
     }
 
-    /// When this lock or lease was taken (ms since the epoch).
+    /// Refreshes the object now (the background thread does this every quarter of the
+    /// time to live); for tests that step a store's clock by hand.
+    pub fn refresh_now(&self) {
+        self.shared.refresh();
+    }
+
+    /// When this lock or lease was taken, by the store's clock (ms since the epoch).
     pub fn started_ms(&self) -> u64 {
-        self.started_ms
+        self.shared.template.started_ms
     }
 
     /// The object's key.
     pub fn key(&self) -> &str {
-        &self.key
+        &self.shared.key
     }
 
-    /// Fails with [`StoreError::LockLost`] when the last successful refresh is older than
-    /// half the time to live: another process may already treat it as stale.
+    /// Confirms, just before publishing, that this process still holds the lock or lease:
+    /// re-reads its object from the store and fails with [`StoreError::LockLost`] when it
+    /// is gone or not ours, when it is more than half its time to live old by the store's
+    /// clock, or when it ever went that long without a refresh (a gc may have judged it
+    /// stale meanwhile). A lost lock stays lost.
     pub fn check(&self) -> Result<()> {
-        let age = now_ms().saturating_sub(self.last_ok_ms.load(Ordering::SeqCst));
-        if self.lost.load(Ordering::SeqCst) || age > self.ttl.as_millis() as u64 / 2 {
-            return Err(StoreError::LockLost {
-                key: self.key.clone(),
-                age_secs: age / 1000,
-            });
-        }
-        Ok(())
+        self.shared.confirm()
     }
 
     fn release(&self) {
-        let _ = self.store.delete(&self.key);
+        let _ = self.shared.store.delete(&self.shared.key);
     }
 }
 
@@ -292,9 +465,21 @@ mod tests {
     use super::*;
     use crate::backend::MemoryStore;
 
+    /// A memory store whose clock moves only when told.
+    fn frozen() -> (Arc<MemoryStore>, Arc<dyn ObjectStore>) {
+        let mem = Arc::new(MemoryStore::new());
+        mem.freeze_clock();
+        let store: Arc<dyn ObjectStore> = mem.clone();
+        (mem, store)
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
     #[test]
     fn second_gc_lock_is_refused_until_released() {
-        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let (_, store) = frozen();
         let a = Held::gc_lock(store.clone(), DEFAULT_TTL).unwrap();
         let err = Held::gc_lock(store.clone(), DEFAULT_TTL).err().unwrap();
         assert!(matches!(err, StoreError::LockHeld { .. }), "{err}");
@@ -304,53 +489,117 @@ mod tests {
         let _b = Held::gc_lock(store.clone(), DEFAULT_TTL).unwrap();
     }
 
+    fn put_lock(store: &dyn ObjectStore, key: &str, obj: &LockObject) {
+        store
+            .put(key, &codec::encode(Kind::Lock, obj, false))
+            .unwrap();
+    }
+
     #[test]
-    fn stale_locks_are_ignored_and_removed() {
-        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-        let old = LockObject {
+    fn age_is_the_stores_whatever_the_holders_clock_says() {
+        let (mem, store) = frozen();
+        // Written just now by a host whose clock is far behind (or ahead): live.
+        let skewed = LockObject {
             kind: "gc".into(),
             host: "elsewhere".into(),
             pid: 1,
-            started_ms: 1000,
+            started_ms: 0,
             refreshed_ms: 1000,
             ttl_ms: 60_000,
         };
-        store
-            .put(
-                "locks/gc-00000000000000aa",
-                &codec::encode(Kind::Lock, &old, false),
-            )
-            .unwrap();
-        let dead_here = LockObject {
-            host: hostname(),
-            pid: u32::MAX - 1,
-            started_ms: now_ms(),
-            refreshed_ms: now_ms(),
-            ..old.clone()
-        };
-        assert!(dead_here.is_stale(now_ms()));
-        let live = LockObject {
-            refreshed_ms: now_ms(),
-            ..old
-        };
-        assert!(!live.is_stale(now_ms()));
+        put_lock(store.as_ref(), "locks/gc-00000000000000aa", &skewed);
+        let err = Held::gc_lock(store.clone(), DEFAULT_TTL).err().unwrap();
+        assert!(matches!(err, StoreError::LockHeld { .. }), "{err}");
+        put_lock(
+            store.as_ref(),
+            "locks/gc-00000000000000aa",
+            &LockObject {
+                refreshed_ms: u64::MAX / 2,
+                ..skewed.clone()
+            },
+        );
+        // One millisecond short of its time to live by the store's clock: still held.
+        mem.advance(Duration::from_millis(59_999));
+        let err = Held::gc_lock(store.clone(), DEFAULT_TTL).err().unwrap();
+        assert!(matches!(err, StoreError::LockHeld { .. }), "{err}");
+        // At its time to live: stale, removed, and the lock is taken.
+        mem.advance(Duration::from_millis(1));
         let held = Held::gc_lock(store.clone(), DEFAULT_TTL).unwrap();
         let keys: Vec<_> = list(store.as_ref(), "gc")
             .unwrap()
             .into_iter()
-            .map(|(k, _)| k)
+            .map(|l| l.key)
             .collect();
         assert_eq!(keys, vec![held.key().to_string()]);
     }
 
     #[test]
-    fn refresh_keeps_the_lease_alive() {
-        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-        let lease = Held::ingest_lease(store.clone(), Duration::from_millis(400)).unwrap();
-        std::thread::sleep(Duration::from_millis(700));
+    fn a_lock_of_a_dead_process_here_is_stale_at_once() {
+        let (_, store) = frozen();
+        let dead_here = LockObject {
+            kind: "gc".into(),
+            host: hostname(),
+            pid: u32::MAX - 1,
+            started_ms: 0,
+            refreshed_ms: now_ms(),
+            ttl_ms: 60_000,
+        };
+        put_lock(store.as_ref(), "locks/gc-00000000000000bb", &dead_here);
+        let now = store_now_ms(store.as_ref()).unwrap();
+        assert!(list(store.as_ref(), "gc").unwrap()[0].is_stale(now));
+        let _held = Held::gc_lock(store.clone(), DEFAULT_TTL).unwrap();
+        assert_eq!(list(store.as_ref(), "gc").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn refreshes_keep_the_lease_alive_and_record_the_stores_start() {
+        let (mem, store) = frozen();
+        let t0 = store_now_ms(store.as_ref()).unwrap();
+        let lease = Held::ingest_lease(store.clone(), secs(600)).unwrap();
+        assert_eq!(lease.started_ms(), t0);
+        let first = list(store.as_ref(), "ingest").unwrap().remove(0);
+        assert_eq!(first.lock.started_ms, 0, "the first write cannot know its time");
+        assert_eq!(first.started_ms(), t0);
+        for _ in 0..8 {
+            mem.advance(secs(150));
+            lease.refresh_now();
+            lease.check().unwrap();
+        }
+        let now = store_now_ms(store.as_ref()).unwrap();
+        let l = list(store.as_ref(), "ingest").unwrap().remove(0);
+        assert_eq!(l.lock.started_ms, t0);
+        assert_eq!(l.started_ms(), t0);
+        assert_eq!(l.modified_ms, now);
+        assert!(!l.is_stale(now));
+    }
+
+    #[test]
+    fn a_holder_paused_past_half_its_ttl_has_lost_it_even_after_refreshing() {
+        let (mem, store) = frozen();
+        let lease = Held::ingest_lease(store.clone(), secs(600)).unwrap();
+        mem.advance(secs(301));
+        let err = lease.check().unwrap_err();
+        assert!(matches!(err, StoreError::LockLost { .. }), "{err}");
+
+        // Paused (the refresher too) past the whole time to live; it then refreshes at
+        // once: the object looks fresh again, but a gc may have judged it stale.
+        let lease = Held::ingest_lease(store.clone(), secs(600)).unwrap();
+        mem.advance(secs(600));
+        lease.refresh_now();
+        let err = lease.check().unwrap_err().to_string();
+        assert!(err.contains("not refreshed for 600 s"), "{err}");
+        mem.advance(secs(1));
+        lease.refresh_now();
+        assert!(lease.check().is_err(), "a lost lease stays lost");
+    }
+
+    #[test]
+    fn a_lease_removed_by_gc_is_lost() {
+        let (_, store) = frozen();
+        let lease = Held::ingest_lease(store.clone(), secs(600)).unwrap();
         lease.check().unwrap();
-        let (_, obj) = list(store.as_ref(), "ingest").unwrap().remove(0);
-        assert!(obj.refreshed_ms > obj.started_ms, "{obj:?}");
-        assert!(!obj.is_stale(now_ms()));
+        store.delete(lease.key()).unwrap();
+        let err = lease.check().unwrap_err().to_string();
+        assert!(err.contains("removed"), "{err}");
     }
 }

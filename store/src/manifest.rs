@@ -167,12 +167,9 @@ impl StoreConfig {
     }
 }
 
-/// Seconds since the Unix epoch.
+/// Seconds since the Unix epoch, by this process's clock ([`crate::clock`]).
 pub fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    crate::clock::now_secs()
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC).

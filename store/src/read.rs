@@ -236,10 +236,15 @@ pub struct CheckoutReport {
     pub bytes: u64,
 }
 
+/// Prefix of the hidden staging directory of a checkout (`<dir>/.modelcas-checkout-<hex>`).
+const STAGING_PREFIX: &str = ".modelcas-checkout-";
+
 /// Writes every file of `manifest` under `dir` as plain files (no symlinks), in parallel,
 /// each checked against its sha256. `dir` must not exist or be an empty directory. Files
-/// are written as `<name>.modelcas-partial` and renamed once verified; on an error the
-/// partial files are removed and the error names the file.
+/// are written into a staging directory inside `dir` (see [`staging_dir`]) under their
+/// index in the manifest, and renamed into place once verified, so no temporary name can
+/// be one of the revision's own files. On an error the staging directory is removed and
+/// the error names the file.
 pub fn checkout(
     store: &Store,
     manifest: &Manifest,
@@ -269,53 +274,95 @@ pub fn checkout(
     for f in &manifest.files {
         safe_relative(&f.path)?;
     }
+    let staging = staging_dir(dir, manifest)?;
     progress.start("checkout", manifest.total_size());
     // Largest files first so that the long ones start early.
-    let mut order: Vec<&FileEntry> = manifest.files.iter().collect();
-    order.sort_by(|a, b| b.size.cmp(&a.size));
+    let mut order: Vec<(usize, &FileEntry)> = manifest.files.iter().enumerate().collect();
+    order.sort_by(|a, b| b.1.size.cmp(&a.1.size));
     let results: Vec<Result<()>> = order
         .par_iter()
-        .map(|f| write_one(store, manifest, f, dir, progress))
+        .map(|(i, f)| write_one(store, manifest, f, dir, &staging.join(i.to_string()), progress))
         .collect();
     progress.finish();
-    for r in results {
-        r?;
-    }
+    let done = results.into_iter().collect::<Result<Vec<()>>>();
+    let cleaned = match done {
+        Ok(_) => fs::remove_dir(&staging),
+        Err(_) => fs::remove_dir_all(&staging),
+    };
+    done?;
+    cleaned.map_err(|e| StoreError::io(&staging, e))?;
     Ok(CheckoutReport {
         files: manifest.files.len(),
         bytes: manifest.total_size(),
     })
 }
 
+/// Creates `<dir>/.modelcas-checkout-<16 hex random>`: exclusively (`mkdir` fails if it
+/// exists, so two checkouts never share one) and under a name that is not the first
+/// component of any path in the revision (so nothing of the revision lives under it).
+fn staging_dir(dir: &Path, manifest: &Manifest) -> Result<PathBuf> {
+    for attempt in 0u32..16 {
+        let seed = format!(
+            "{}-{:?}-{:?}-{attempt}",
+            std::process::id(),
+            std::time::Instant::now(),
+            std::time::SystemTime::now()
+        );
+        let name = format!(
+            "{STAGING_PREFIX}{}",
+            &blake3::hash(seed.as_bytes()).to_hex()[..16]
+        );
+        if manifest
+            .files
+            .iter()
+            .any(|f| f.path.split('/').next() == Some(name.as_str()))
+        {
+            continue;
+        }
+        let path = dir.join(&name);
+        match fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(StoreError::io(&path, e)),
+        }
+    }
+    Err(StoreError::BadSource {
+        path: dir.to_path_buf(),
+        reason: "no free name for the checkout's staging directory".into(),
+    })
+}
+
+/// Writes `f` to `partial` (in the staging directory), then renames it to its place.
 fn write_one(
     store: &Store,
     manifest: &Manifest,
     f: &FileEntry,
     dir: &Path,
+    partial: &Path,
     progress: &dyn Progress,
 ) -> Result<()> {
     let dest = dir.join(safe_relative(&f.path)?);
     if let Some(parent) = dest.parent() {
         fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
     }
-    let partial = dest.with_file_name(format!(
-        "{}.modelcas-partial",
-        dest.file_name().and_then(|n| n.to_str()).unwrap_or("file")
-    ));
     let result = (|| -> Result<()> {
-        let file = fs::File::create(&partial).map_err(|e| StoreError::io(&partial, e))?;
+        let file = fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(partial)
+            .map_err(|e| StoreError::io(partial, e))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
         FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut w, progress)?;
         let file = w
             .into_inner()
-            .map_err(|e| StoreError::io(&partial, e.into_error()))?;
+            .map_err(|e| StoreError::io(partial, e.into_error()))?;
         let mode = if f.executable { 0o755 } else { 0o644 };
         file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| StoreError::io(&partial, e))?;
-        fs::rename(&partial, &dest).map_err(|e| StoreError::io(&dest, e))
+            .map_err(|e| StoreError::io(partial, e))?;
+        fs::rename(partial, &dest).map_err(|e| StoreError::io(&dest, e))
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&partial);
+        let _ = fs::remove_file(partial);
     }
     result
 }

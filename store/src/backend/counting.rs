@@ -115,6 +115,14 @@ impl ObjectStore for CountingStore {
         add(&self.c.head, 1);
         self.inner.size(key)
     }
+    fn stat(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        add(&self.c.head, 1);
+        self.inner.stat(key)
+    }
+    fn now(&self) -> Result<std::time::SystemTime> {
+        add(&self.c.list, 1);
+        self.inner.now()
+    }
     fn temporaries(&self, min_age: std::time::Duration) -> Result<Vec<Temporary>> {
         add(&self.c.list, 1);
         self.inner.temporaries(min_age)

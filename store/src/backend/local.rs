@@ -5,7 +5,8 @@
 //! or complete, even if the process or the machine dies. `put_deferred` does the same
 //! without waiting for the disk: it starts writeback (`sync_file_range`) and leaves the
 //! waiting to `sync_deferred`, which ingest calls once before writing manifests. `tmp/` is
-//! never listed as data.
+//! never listed as data. The store's clock ([`ObjectStore::now`]) is the kernel's, the one
+//! that stamps file mtimes, whatever the process clock says (`crate::clock`).
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -259,8 +260,34 @@ impl ObjectStore for LocalStore {
         }
     }
 
+    fn stat(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        let path = self.path(key)?;
+        match fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(Some(meta_of(key.to_string(), &m))),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io(&path, e)),
+        }
+    }
+
+    /// The kernel's clock, which stamps the mtimes `list` and `stat` report (for a
+    /// directory on a network file system, mtimes come from the server: keep the clocks
+    /// of its clients in step, or use S3).
+    fn now(&self) -> Result<std::time::SystemTime> {
+        Ok(std::time::SystemTime::now())
+    }
+
     fn location(&self) -> String {
         self.root.display().to_string()
+    }
+}
+
+fn meta_of(key: String, meta: &fs::Metadata) -> ObjectMeta {
+    ObjectMeta {
+        key,
+        size: meta.len(),
+        tag: local_tag(meta),
+        modified: meta.modified().ok(),
     }
 }
 
@@ -294,11 +321,7 @@ fn walk(root: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> Res
             }
         } else if ft.is_file() && rel.starts_with(prefix) {
             let meta = entry.metadata().map_err(|e| StoreError::io(&path, e))?;
-            out.push(ObjectMeta {
-                key: rel,
-                size: meta.len(),
-                tag: local_tag(&meta),
-            });
+            out.push(meta_of(rel, &meta));
         }
     }
     Ok(())

@@ -2,11 +2,15 @@
 //!
 //! Besides holding objects in a map, it can be told to fail the Nth `put` from now
 //! ([`MemoryStore::fail_put_after`]), which tests use to interrupt an ingest at a chosen
-//! point and check that nothing half-written becomes visible.
+//! point and check that nothing half-written becomes visible. Its clock (the `modified`
+//! time of objects and [`ObjectStore::now`]) is the system clock, or, after
+//! [`MemoryStore::freeze_clock`], a manual one that moves only with
+//! [`MemoryStore::advance`]: tests of time-dependent rules need no sleeps.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 
 use super::{check_key, ObjectMeta, ObjectStore};
 use crate::{Result, StoreError};
@@ -14,7 +18,9 @@ use crate::{Result, StoreError};
 /// Objects in a map; counts puts and bytes put.
 #[derive(Default)]
 pub struct MemoryStore {
-    objects: Mutex<BTreeMap<String, Vec<u8>>>,
+    objects: Mutex<BTreeMap<String, (Vec<u8>, SystemTime)>>,
+    /// `Some`: the manual clock; `None`: the system clock.
+    clock: Mutex<Option<SystemTime>>,
     /// Puts left before every put fails; negative: never fail.
     fail_after: AtomicI64,
     puts: AtomicU64,
@@ -47,10 +53,32 @@ impl MemoryStore {
 
     /// Replaces an object's bytes directly (to simulate corruption).
     pub fn overwrite(&self, key: &str, data: Vec<u8>) {
+        let now = self.time();
         self.objects
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), data);
+            .insert(key.to_string(), (data, now));
+    }
+
+    /// From now on the store's clock stands still at its current time until
+    /// [`MemoryStore::advance`] moves it.
+    pub fn freeze_clock(&self) {
+        let mut c = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        c.get_or_insert_with(SystemTime::now);
+    }
+
+    /// Moves the frozen clock forward (freezing it first if needed).
+    pub fn advance(&self, d: Duration) {
+        let mut c = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let t = c.get_or_insert_with(SystemTime::now);
+        *t += d;
+    }
+
+    fn time(&self) -> SystemTime {
+        self.clock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(SystemTime::now)
     }
 }
 
@@ -68,10 +96,11 @@ impl ObjectStore for MemoryStore {
         if left > 0 {
             self.fail_after.fetch_sub(1, Ordering::SeqCst);
         }
+        let now = self.time();
         self.objects
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), data.to_vec());
+            .insert(key.to_string(), (data.to_vec(), now));
         self.puts.fetch_add(1, Ordering::SeqCst);
         self.bytes_put
             .fetch_add(data.len() as u64, Ordering::SeqCst);
@@ -83,13 +112,13 @@ impl ObjectStore for MemoryStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
-            .cloned()
+            .map(|(v, _)| v.clone())
             .ok_or_else(|| StoreError::NotFound(key.into()))
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let map = self.objects.lock().unwrap_or_else(|p| p.into_inner());
-        let obj = map
+        let (obj, _) = map
             .get(key)
             .ok_or_else(|| StoreError::NotFound(key.into()))?;
         let end = offset
@@ -107,11 +136,7 @@ impl ObjectStore for MemoryStore {
         Ok(map
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| ObjectMeta {
-                key: k.clone(),
-                size: v.len() as u64,
-                tag: blake3::hash(v).to_hex()[..16].to_string(),
-            })
+            .map(|(k, (v, t))| meta(k, v, *t))
             .collect())
     }
 
@@ -129,10 +154,32 @@ impl ObjectStore for MemoryStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
-            .map(|v| v.len() as u64))
+            .map(|(v, _)| v.len() as u64))
+    }
+
+    fn stat(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        Ok(self
+            .objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .map(|(v, t)| meta(key, v, *t)))
+    }
+
+    fn now(&self) -> Result<SystemTime> {
+        Ok(self.time())
     }
 
     fn location(&self) -> String {
         "memory:".into()
+    }
+}
+
+fn meta(key: &str, v: &[u8], modified: SystemTime) -> ObjectMeta {
+    ObjectMeta {
+        key: key.to_string(),
+        size: v.len() as u64,
+        tag: blake3::hash(v).to_hex()[..16].to_string(),
+        modified: Some(modified),
     }
 }

@@ -64,6 +64,12 @@ impl ObjectStore for MeteredStore {
     fn size(&self, key: &str) -> Result<Option<u64>> {
         timed(5, || self.inner.size(key))
     }
+    fn stat(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        timed(5, || self.inner.stat(key))
+    }
+    fn now(&self) -> Result<std::time::SystemTime> {
+        timed(3, || self.inner.now())
+    }
     fn temporaries(&self, min_age: std::time::Duration) -> Result<Vec<Temporary>> {
         self.inner.temporaries(min_age)
     }

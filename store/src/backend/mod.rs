@@ -7,6 +7,10 @@
 //! * Objects are never modified in place by modelcas except refs and the config, which
 //!   are replaced whole.
 //! * `list` returns every key under a prefix with its size, in lexicographic order.
+//! * Time is the store's: an object's `modified` is when the store wrote it, by the
+//!   store's clock (S3: `Last-Modified`; local: the file's mtime), and [`ObjectStore::now`]
+//!   reads that same clock (S3: the `Date` of a response; local: the kernel's clock). Lock
+//!   and lease ages compare only these two, never one host's clock with another's.
 
 mod counting;
 mod local;
@@ -20,6 +24,8 @@ pub use memory::MemoryStore;
 pub use metered::MeteredStore;
 pub use s3::{S3Options, S3Store};
 
+use std::time::SystemTime;
+
 use crate::Result;
 
 /// One listed object.
@@ -32,6 +38,9 @@ pub struct ObjectMeta {
     /// Changes whenever the object is replaced (S3: the ETag; local: modification time and
     /// inode). Lets a cache of small objects (gc's manifest cache) skip unchanged ones.
     pub tag: String,
+    /// When the store last wrote it, by the store's clock (S3 `Last-Modified`, whole
+    /// seconds or milliseconds; local: mtime). `None` when the store does not say.
+    pub modified: Option<SystemTime>,
 }
 
 /// A leftover of an interrupted write: a local temporary file or an incomplete S3
@@ -74,6 +83,12 @@ pub trait ObjectStore: Send + Sync {
     fn delete(&self, key: &str) -> Result<()>;
     /// Size of `key`, or `None` when absent.
     fn size(&self, key: &str) -> Result<Option<u64>>;
+    /// Metadata of `key` (one HEAD), or `None` when absent.
+    fn stat(&self, key: &str) -> Result<Option<ObjectMeta>>;
+    /// The store's current time: the clock that stamps `modified` (S3: the `Date` header
+    /// of a response; local: this machine's clock, which stamps file mtimes). Only
+    /// differences between this and `modified` times are meaningful.
+    fn now(&self) -> Result<SystemTime>;
     /// Leftovers of interrupted writes at least `min_age` old (none by default).
     fn temporaries(&self, _min_age: std::time::Duration) -> Result<Vec<Temporary>> {
         Ok(Vec::new())

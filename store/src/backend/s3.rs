@@ -9,16 +9,20 @@
 //! * Puts are atomic: a single PUT, or for objects over [`MULTIPART_THRESHOLD`] a multipart
 //!   upload that is invisible until completed (and aborted on failure). Nothing depends on
 //!   conditional PUT headers (Garage ignores them).
+//! * Time: `list` and `stat` report `Last-Modified`; [`ObjectStore::now`] is the `Date`
+//!   header of a one-key LIST (captured by a per-request interceptor, [`DateCapture`]),
+//!   so lock ages compare the server's clock with itself.
 //! * The SDK's standard retry mode retries throttling, 5xx and timeouts with exponential
 //!   backoff and jitter, [`MAX_ATTEMPTS`] attempts in all.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::Region;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
 
@@ -80,6 +84,38 @@ impl aws_sdk_s3::config::Intercept for AttemptCounter {
         crate::metrics::add(&crate::metrics::METRICS.s3_attempts, 1);
         Ok(())
     }
+}
+
+/// Records the `Date` header of the response to one request: the server's clock.
+#[derive(Debug, Clone, Default)]
+struct DateCapture(Arc<Mutex<Option<SystemTime>>>);
+
+impl aws_sdk_s3::config::Intercept for DateCapture {
+    fn name(&self) -> &'static str {
+        "modelcas-date-capture"
+    }
+
+    fn read_before_deserialization(
+        &self,
+        ctx: &aws_sdk_s3::config::interceptors::BeforeDeserializationInterceptorContextRef<'_>,
+        _rc: &aws_sdk_s3::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_s3::config::ConfigBag,
+    ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
+        let date = ctx
+            .response()
+            .headers()
+            .get("date")
+            .and_then(|d| DateTime::from_str(d, DateTimeFormat::HttpDate).ok())
+            .and_then(|d| SystemTime::try_from(d).ok());
+        if let Some(d) = date {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+        }
+        Ok(())
+    }
+}
+
+fn system_time(t: Option<&DateTime>) -> Option<SystemTime> {
+    t.and_then(|t| SystemTime::try_from(*t).ok())
 }
 
 fn backend_err(op: &'static str, key: &str, reason: impl Into<String>) -> StoreError {
@@ -409,6 +445,7 @@ impl ObjectStore for S3Store {
                                 key: k[strip..].to_string(),
                                 size: o.size().unwrap_or(0).max(0) as u64,
                                 tag: o.e_tag().unwrap_or_default().to_string(),
+                                modified: system_time(o.last_modified()),
                             });
                         }
                     }
@@ -425,7 +462,9 @@ impl ObjectStore for S3Store {
         } else {
             self.prefix.len() + 1
         };
-        let now = std::time::SystemTime::now()
+        // `initiated` is the server's clock: compare it with the server's.
+        let now = self
+            .now()?
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
@@ -523,6 +562,59 @@ impl ObjectStore for S3Store {
                 Err(e) if is_not_found(&e) => Ok(None),
                 Err(e) => Err(backend_err("head", key, describe(&e))),
             }
+        })
+    }
+
+    fn stat(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        let full = self.full_key(key)?;
+        self.rt.block_on(async {
+            match self
+                .client
+                .head_object()
+                .bucket(&self.bucket)
+                .key(&full)
+                .send()
+                .await
+            {
+                Ok(o) => Ok(Some(ObjectMeta {
+                    key: key.to_string(),
+                    size: o.content_length().unwrap_or(0).max(0) as u64,
+                    tag: o.e_tag().unwrap_or_default().to_string(),
+                    modified: system_time(o.last_modified()),
+                })),
+                Err(SdkError::ServiceError(se)) if se.raw().status().as_u16() == 404 => Ok(None),
+                Err(e) if is_not_found(&e) => Ok(None),
+                Err(e) => Err(backend_err("head", key, describe(&e))),
+            }
+        })
+    }
+
+    fn now(&self) -> Result<SystemTime> {
+        let capture = DateCapture::default();
+        let prefix = if self.prefix.is_empty() {
+            crate::layout::LOCKS_PREFIX.to_string()
+        } else {
+            format!("{}/{}", self.prefix, crate::layout::LOCKS_PREFIX)
+        };
+        self.rt.block_on(async {
+            self.client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&prefix)
+                .max_keys(1)
+                .customize()
+                .interceptor(capture.clone())
+                .send()
+                .await
+                .map_err(|e| backend_err("list", &prefix, describe(&e)))
+        })?;
+        let date = *capture.0.lock().unwrap_or_else(|p| p.into_inner());
+        date.ok_or_else(|| {
+            backend_err(
+                "list",
+                &prefix,
+                "the response has no Date header: cannot read the server's clock",
+            )
         })
     }
 

@@ -54,9 +54,12 @@ use state::{Condemned, GcState};
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
 /// Default: rewrite packs less than 80 % live.
 pub const DEFAULT_REWRITE_BELOW: f64 = 0.8;
-/// Clock skew tolerated between machines: a lease that started up to this long after a
-/// pack was condemned still protects it.
+/// Marks and lease starts are both the object store's time; this allows for its
+/// resolution (whole seconds) and for clocks differing between the nodes of a distributed
+/// store: a lease that started up to this long after a pack was marked still protects it.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+/// gc confirms its lock before every this many pack deletions.
+const DELETE_BATCH: usize = 64;
 /// Leftover temporaries younger than this are never removed (writes in progress).
 pub const TEMPORARY_MIN_AGE: Duration = Duration::from_secs(3600);
 
@@ -83,7 +86,7 @@ impl Default for GcOptions {
             grace: DEFAULT_GRACE,
             rewrite_below: DEFAULT_REWRITE_BELOW,
             dry_run: false,
-            lock_ttl: lock::DEFAULT_TTL,
+            lock_ttl: lock::default_ttl(),
         }
     }
 }
@@ -225,13 +228,13 @@ pub fn run(
     };
     let check_lock = || lock.as_ref().map_or(Ok(()), |l| l.check());
 
-    // 2. Leases first, then revisions.
-    let now = lock::now_ms();
+    // 2. Leases first, then revisions. Times are the store's, its clock read first.
+    let now = lock::store_now_ms(backend.as_ref())?;
     let mut leases = Vec::new();
-    for (key, lease) in lock::list(backend.as_ref(), "ingest")? {
+    for lease in lock::list(backend.as_ref(), "ingest")? {
         if lease.is_stale(now) {
             if !opts.dry_run {
-                backend.delete(&key)?;
+                backend.delete(&lease.key)?;
                 report.stale_locks_removed += 1;
             }
         } else {
@@ -331,7 +334,7 @@ pub fn run(
         }
         let waiting_on_ingest = leases
             .iter()
-            .any(|l| l.started_ms <= c.marked_ms.saturating_add(skew_ms));
+            .any(|l| l.started_ms() <= c.marked_ms.saturating_add(skew_ms));
         if now < c.marked_ms.saturating_add(grace_ms) || waiting_on_ingest {
             report.packs_waiting += 1;
             report.bytes_waiting += c.size;
@@ -344,11 +347,11 @@ pub fn run(
         to_delete.push(c.clone());
     }
     failpoint::pause("gc-before-delete");
-    if !opts.dry_run && !to_delete.is_empty() {
-        check_lock()?;
-    }
-    for c in &to_delete {
+    for (i, c) in to_delete.iter().enumerate() {
         if !opts.dry_run {
+            if i % DELETE_BATCH == 0 {
+                check_lock()?;
+            }
             backend.delete(&layout::pack_key(&c.pack))?;
         }
         listed.remove(&c.pack);
@@ -440,13 +443,7 @@ pub fn run(
     let changed = !condemn.is_empty() || new_state.condemned != old_state.condemned;
     if !opts.dry_run && changed {
         check_lock()?;
-        let marked = lock::now_ms();
-        for mut c in condemn {
-            c.marked_ms = marked;
-            new_state.condemned.push(c);
-        }
-        new_state.written_ms = marked;
-        state::write(backend.as_ref(), &new_state)?;
+        write_marked(backend.as_ref(), new_state, condemn)?;
     }
 
     let after = backend.list(layout::PACKS_PREFIX)?;
@@ -462,6 +459,48 @@ pub fn run(
     report.requests = counted.requests();
     report.duration_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// Writes the condemned list with the packs of `condemn` marked now, by the store's clock.
+/// The mark must not precede the write by more than half of [`MAX_CLOCK_SKEW`] (an ingest
+/// whose sync ran before the write may use those packs, and only a lease started by the
+/// mark plus that allowance keeps them): if the write's own modification time shows that
+/// it landed later (gc was paused in between), the marks are moved to it and the list is
+/// written again.
+fn write_marked(
+    backend: &dyn ObjectStore,
+    mut state: GcState,
+    condemn: Vec<Condemned>,
+) -> Result<()> {
+    let first_new = state.condemned.len();
+    state.condemned.extend(condemn);
+    let mut marked = lock::store_now_ms(backend)?;
+    let slack = MAX_CLOCK_SKEW.as_millis() as u64 / 2;
+    for _ in 0..4 {
+        for c in &mut state.condemned[first_new..] {
+            c.marked_ms = marked;
+        }
+        state.written_ms = marked;
+        state::write(backend, &state)?;
+        let landed = backend
+            .stat(layout::CONDEMNED_KEY)?
+            .and_then(|m| m.modified)
+            .map(crate::clock::to_ms)
+            .ok_or_else(|| StoreError::Backend {
+                op: "head",
+                key: layout::CONDEMNED_KEY.into(),
+                reason: "no modification time after writing it".into(),
+            })?;
+        if landed <= marked.saturating_add(slack) {
+            return Ok(());
+        }
+        marked = landed;
+    }
+    Err(StoreError::Backend {
+        op: "put",
+        key: layout::CONDEMNED_KEY.into(),
+        reason: "each write landed long after its mark (gc keeps being paused)".into(),
+    })
 }
 
 fn expired_revision(m: &Manifest) -> ExpiredRevision {

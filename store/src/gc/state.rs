@@ -16,7 +16,7 @@ use crate::{Result, StoreError};
 pub struct Condemned {
     /// The pack.
     pub pack: PackId,
-    /// When it was marked (ms since the epoch).
+    /// When it was marked, by the object store's clock (ms since the epoch).
     pub marked_ms: u64,
     /// Its size in bytes.
     pub size: u64,
@@ -31,7 +31,7 @@ pub struct Condemned {
 pub struct GcState {
     /// Packs awaiting deletion.
     pub condemned: Vec<Condemned>,
-    /// When it was written (ms since the epoch).
+    /// When it was written, by the object store's clock (ms since the epoch).
     pub written_ms: u64,
 }
 
