@@ -589,7 +589,7 @@ fn a_repacked_revision_keeps_reading_through_the_mount() {
     }
     let first = gc(&env, &["--grace", "0s", "--rewrite-below", "1"]);
     assert!(
-        first["manifests_rewritten"].as_u64().unwrap() > 0,
+        first["forwards_written"].as_u64().unwrap() > 0,
         "{first:#}"
     );
     let second = gc(&env, &["--grace", "0s", "--rewrite-below", "1"]);
