@@ -680,3 +680,106 @@ fn a_revision_reads_through_forwarding_records_after_its_packs_are_deleted() {
     assert!(env.packs().is_empty(), "packs left behind");
     fsck_clean(&env, false);
 }
+
+/// Lets a paused process go on and returns its output, whatever its exit status.
+fn resume(child: Child, point: &str, dir: &Path) -> std::process::Output {
+    std::fs::write(dir.join(format!("{point}.go")), b"").unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The commits `ls` shows for the test repository.
+fn listed_commits(env: &Env) -> Vec<String> {
+    let listed = env.json(&["ls", REPO, "--json"]);
+    listed["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["commit"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Issue 11, point 3: a pin or a ref set while gc is paused between listing and deleting
+/// expired revisions is honoured.
+#[test]
+fn regression_pin_and_ref_during_gc_are_honoured() {
+    let s = series();
+    for how in ["pin", "ref"] {
+        let (env, pause) = env_with_pause();
+        ingest_rev(&env, "r1", &[]);
+        ingest_rev(&env, "r4", &["main"]);
+        let c = s.commit("r1");
+        let g = paused(
+            &env,
+            &["gc", "--keep-last", "0", "--grace", "0s"],
+            "gc-after-listing",
+            &pause,
+        );
+        match how {
+            "pin" => env.ok(&["pin", &rev(&c)]),
+            _ => env.ok(&["ref", REPO, "keep", &c]),
+        };
+        release(g, "gc-after-listing", &pause);
+        assert!(
+            listed_commits(&env).contains(&c),
+            "{how}: the commit expired though the {how} succeeded"
+        );
+        verifies(&env, &c);
+        fsck_clean(&env, true);
+        // And later runs keep it and its data.
+        for _ in 0..2 {
+            gc(&env, &["--keep-last", "0"]);
+        }
+        verifies(&env, &c);
+        fsck_clean(&env, true);
+    }
+}
+
+/// Issue 11, point 3: a pin of a commit gc has already deleted fails, and so does one that
+/// checked the commit just before gc deleted it; neither leaves a pin behind.
+#[test]
+fn regression_pin_of_an_expiring_commit_fails_and_leaves_nothing() {
+    let s = series();
+    let (env, pause) = env_with_pause();
+    ingest_rev(&env, "r1", &[]);
+    ingest_rev(&env, "r4", &["main"]);
+    let c = s.commit("r1");
+    let pins = format!("repos/{REPO}/pins/");
+
+    // The pin checks the commit, then gc deletes the manifest and waits for the pin.
+    let pin = paused(&env, &["pin", &rev(&c)], "pin-after-check", &pause);
+    let g = paused(
+        &env,
+        &["gc", "--keep-last", "0", "--grace", "0s"],
+        "gc-after-expire",
+        &pause,
+    );
+    std::fs::write(pause.join("gc-after-expire.go"), b"").unwrap();
+    let out = resume(pin, "pin-after-check", &pause);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the pin reported success: {err}");
+    assert!(err.contains("was removed"), "{err}");
+    let out = g.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(env.backend().list(&pins).unwrap().is_empty(), "a pin is left");
+    assert!(!listed_commits(&env).contains(&c));
+
+    // A pin after gc deleted the manifest: refused at once.
+    ingest_rev(&env, "r1", &[]);
+    let g = paused(
+        &env,
+        &["gc", "--keep-last", "0", "--grace", "0s"],
+        "gc-after-expire",
+        &pause,
+    );
+    let err = env.fails(&["pin", &rev(&c)]);
+    assert!(err.contains("unknown revision"), "{err}");
+    release(g, "gc-after-expire", &pause);
+    assert!(env.backend().list(&pins).unwrap().is_empty(), "a pin is left");
+    assert!(!listed_commits(&env).contains(&c));
+    fsck_clean(&env, true);
+    verifies(&env, "main");
+}

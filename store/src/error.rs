@@ -89,6 +89,14 @@ pub enum StoreError {
     /// considered it gone: stop before publishing anything.
     #[error("lost {key}: not refreshed for {age_secs} s (object store unreachable or process paused); nothing was published, run again")]
     LockLost { key: String, age_secs: u64 },
+    /// The commit a pin or ref was being written for was removed meanwhile (gc expired it,
+    /// or `rm`); what was written has been taken back.
+    #[error("{repo}@{commit} was removed (expired by gc, or rm) while {what}; nothing was changed")]
+    RemovedMeanwhile {
+        repo: String,
+        commit: String,
+        what: &'static str,
+    },
     /// The local index failed.
     #[error("index {}: {reason}", path.display())]
     Index { path: PathBuf, reason: String },

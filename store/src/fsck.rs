@@ -277,7 +277,7 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
         ));
     }
     let now = lock::now_ms();
-    for kind in ["gc", "ingest"] {
+    for kind in ["gc", "ingest", lock::WRITE_KIND] {
         match lock::list(backend.as_ref(), kind) {
             Ok(locks) => {
                 for (key, l) in locks {

@@ -11,7 +11,9 @@ use crate::backend::ObjectStore;
 use crate::codec::{self, Kind};
 use crate::disk_cache::DiskCache;
 use crate::forward::{self, Dest, Forwards};
+use crate::failpoint;
 use crate::layout;
+use crate::lock::{self, Held};
 use crate::manifest::{now_secs, Manifest, PinObject, RefObject, StoreConfig};
 use crate::names::{check_ref_name, CommitId, RepoId};
 use crate::pack;
@@ -281,28 +283,58 @@ impl Store {
         Ok(out)
     }
 
+    /// Takes a write lease: held while a pin, ref or rm checks a commit and writes what
+    /// names it, so that a gc expiring that commit waits for it before it lists refs and
+    /// pins again (`docs/FORMAT.md`, "Garbage collection").
+    fn write_lease(&self) -> Result<Held> {
+        Held::write_lease(self.backend.clone(), lock::WRITE_LEASE_TTL)
+    }
+
     /// Points `name` at `commit` (which must have a manifest: data first, then the
-    /// manifest, then the ref).
+    /// manifest, then the ref). Under a write lease: the commit is checked, the ref
+    /// written, and the commit checked again; if gc expired it (or `rm` removed it)
+    /// meanwhile, the ref is put back as it was and [`StoreError::RemovedMeanwhile`]
+    /// returned.
     pub fn set_ref(&self, repo: &RepoId, name: &str, commit: &CommitId) -> Result<()> {
         check_ref_name(name)?;
-        let key = layout::manifest_key(repo, commit);
-        if self.backend.size(&key)?.is_none() {
+        let lease = self.write_lease()?;
+        if !self.has_commit(repo, commit)? {
             return Err(StoreError::Invalid(format!(
                 "cannot point {repo} ref {name} at {commit}: no such commit"
             )));
         }
+        let key = layout::ref_key(repo, name);
+        let before = match self.backend.get(&key) {
+            Ok(b) => Some(b),
+            Err(StoreError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        failpoint::pause("ref-after-check");
         let obj = RefObject {
             commit: *commit,
             updated_at: now_secs(),
         };
-        self.backend.put(
-            &layout::ref_key(repo, name),
-            &codec::encode(Kind::Ref, &obj, false),
-        )
+        lease.check()?;
+        self.backend
+            .put(&key, &codec::encode(Kind::Ref, &obj, false))?;
+        if !self.has_commit(repo, commit)? {
+            match before {
+                Some(b) => self.backend.put(&key, &b)?,
+                None => self.backend.delete(&key)?,
+            }
+            return Err(StoreError::RemovedMeanwhile {
+                repo: repo.to_string(),
+                commit: commit.to_hex(),
+                what: "the ref was set",
+            });
+        }
+        drop(lease);
+        Ok(())
     }
 
     /// Deletes a ref; [`StoreError::UnknownRevision`] when there is no such ref.
     pub fn delete_ref(&self, repo: &RepoId, name: &str) -> Result<CommitId> {
+        let _lease = self.write_lease()?;
         let Some(commit) = self.refs(repo)?.get(name).copied() else {
             return Err(StoreError::UnknownRevision {
                 repo: repo.to_string(),
@@ -320,7 +352,12 @@ impl Store {
 
     /// Pins a commit: no retention policy expires it. Returns false if it was pinned
     /// already.
+    ///
+    /// Under a write lease, like [`Store::set_ref`]: if the commit is removed between the
+    /// check and the pin, the pin is deleted again and [`StoreError::RemovedMeanwhile`]
+    /// returned.
     pub fn pin(&self, repo: &RepoId, commit: &CommitId) -> Result<bool> {
+        let lease = self.write_lease()?;
         if !self.has_commit(repo, commit)? {
             return Err(StoreError::UnknownRevision {
                 repo: repo.to_string(),
@@ -331,12 +368,23 @@ impl Store {
         if self.backend.size(&key)?.is_some() {
             return Ok(false);
         }
+        failpoint::pause("pin-after-check");
         let obj = PinObject {
             commit: *commit,
             pinned_at: now_secs(),
         };
+        lease.check()?;
         self.backend
             .put(&key, &codec::encode(Kind::Pin, &obj, false))?;
+        if !self.has_commit(repo, commit)? {
+            self.backend.delete(&key)?;
+            return Err(StoreError::RemovedMeanwhile {
+                repo: repo.to_string(),
+                commit: commit.to_hex(),
+                what: "it was pinned",
+            });
+        }
+        drop(lease);
         Ok(true)
     }
 
@@ -361,6 +409,7 @@ impl Store {
         commit: &CommitId,
         force: bool,
     ) -> Result<Vec<String>> {
+        let lease = self.write_lease()?;
         if !self.has_commit(repo, commit)? {
             return Err(StoreError::UnknownRevision {
                 repo: repo.to_string(),
@@ -387,6 +436,7 @@ impl Store {
                 why.join(" and ")
             )));
         }
+        lease.check()?;
         for r in &refs {
             self.backend.delete(&layout::ref_key(repo, r))?;
         }

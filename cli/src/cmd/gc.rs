@@ -122,7 +122,7 @@ fn print_report(r: &GcReport, opts: &GcOptions) {
     }
     for e in &r.restored {
         println!(
-            "  kept {}@{}: a ref appeared while it expired",
+            "  kept {}@{}: a ref or pin appeared while it expired",
             e.repo, e.commit
         );
     }

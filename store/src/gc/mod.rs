@@ -6,8 +6,10 @@
 //! 2. List live ingest leases, **then** manifests, refs, pins and forwarding records
 //!    (`moved/`, one LIST). An ingest whose lease is gone by then has already published its
 //!    manifests, so they are seen.
-//! 3. Expire revisions ([`retention`]): delete their manifests. Refs are listed again
-//!    afterwards and a manifest a ref now points at is put back.
+//! 3. Expire revisions ([`retention`]): delete their manifests. Then wait until every
+//!    write lease (`pin`, `ref`, `rm`) live at that moment is released, list refs and pins
+//!    again, and put back, where the key is still absent, an expired manifest that a ref
+//!    now points at or that is now pinned.
 //! 4. Liveness: every (pack, offset) a kept manifest references, resolved through the
 //!    forwarding records ([`crate::forward`]). Nothing but manifests, records and listings
 //!    is read, so a run that finds nothing new costs a LIST per prefix and a GET per
@@ -118,8 +120,10 @@ pub struct GcReport {
     pub revisions_kept: usize,
     /// Revisions expired this run.
     pub expired: Vec<ExpiredRevision>,
-    /// Expired manifests put back because a ref appeared meanwhile.
+    /// Expired manifests put back because a ref or pin appeared meanwhile.
     pub restored: Vec<ExpiredRevision>,
+    /// Pin, ref and rm commands gc waited for before listing refs and pins again.
+    pub writers_waited_for: usize,
     /// Manifests fetched from the bucket.
     pub manifests_fetched: usize,
     /// Manifests taken from the local cache.
@@ -267,27 +271,10 @@ pub fn run(
         for h in &expired {
             backend.delete(&h.key)?;
         }
-        let mut by_repo: HashMap<RepoId, Vec<Rev>> = HashMap::new();
-        for h in expired {
-            by_repo.entry(h.repo.clone()).or_default().push(h);
-        }
-        for (repo, gone) in by_repo {
-            let refs: HashSet<CommitId> = store.refs(&repo)?.into_values().collect();
-            for h in gone {
-                let rev = expired_revision(&h.manifest);
-                if refs.contains(&h.manifest.commit) {
-                    backend.put(&h.key, &h.bytes)?;
-                    warn(format!(
-                        "{repo}@{}: a ref appeared while it was expiring; kept",
-                        h.manifest.commit
-                    ));
-                    report.restored.push(rev);
-                    kept.push(h);
-                } else {
-                    report.expired.push(rev);
-                }
-            }
-        }
+        failpoint::pause("gc-after-expire");
+        wait_for_writers(backend.as_ref(), &mut report, warn)?;
+        check_lock()?;
+        restore_wanted(&store, expired, &mut kept, &mut report, warn)?;
     } else {
         report.expired = expired
             .iter()
@@ -490,6 +477,98 @@ pub fn run(
     report.requests = counted.requests();
     report.duration_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// Longest gc waits for pin, ref and rm commands that were running when it deleted expired
+/// manifests: twice their lease's time to live (a holder that died goes stale within one).
+const WRITERS_WAIT: Duration = Duration::from_secs(2 * lock::WRITE_LEASE_TTL.as_secs());
+/// How often the write leases are listed while waiting.
+const WRITERS_POLL: Duration = Duration::from_millis(50);
+
+/// Waits until every write lease live now is released or stale (at most [`WRITERS_WAIT`]):
+/// each of those commands has then either written its pin or ref and seen the commit
+/// still there, or taken back what it wrote. Stale leases are removed.
+fn wait_for_writers(
+    backend: &dyn ObjectStore,
+    report: &mut GcReport,
+    warn: &dyn Fn(String),
+) -> Result<()> {
+    let now = lock::now_ms();
+    let mut live = Vec::new();
+    for (key, l) in lock::list(backend, lock::WRITE_KIND)? {
+        if l.is_stale(now) {
+            backend.delete(&key)?;
+            report.stale_locks_removed += 1;
+        } else {
+            live.push(key);
+        }
+    }
+    report.writers_waited_for = live.len();
+    let deadline = Instant::now() + WRITERS_WAIT;
+    while !live.is_empty() {
+        if Instant::now() > deadline {
+            warn(format!(
+                "{} pin/ref/rm commands still running after {} s; going on",
+                live.len(),
+                WRITERS_WAIT.as_secs()
+            ));
+            break;
+        }
+        std::thread::sleep(WRITERS_POLL);
+        let now = lock::now_ms();
+        let current: HashMap<String, lock::LockObject> =
+            lock::list(backend, lock::WRITE_KIND)?.into_iter().collect();
+        live.retain(|k| current.get(k).is_some_and(|l| !l.is_stale(now)));
+    }
+    Ok(())
+}
+
+/// After expired manifests were deleted and the writers waited for: lists refs and pins
+/// again and puts back each expired manifest that is now referenced or pinned, only where
+/// its key is absent (an ingest may have written the commit again meanwhile: what it wrote
+/// is kept, and used for liveness). The rest are reported expired.
+fn restore_wanted(
+    store: &Store,
+    expired: Vec<Rev>,
+    kept: &mut Vec<Rev>,
+    report: &mut GcReport,
+    warn: &dyn Fn(String),
+) -> Result<()> {
+    let backend = store.backend();
+    let mut by_repo: BTreeMap<RepoId, Vec<Rev>> = BTreeMap::new();
+    for h in expired {
+        by_repo.entry(h.repo.clone()).or_default().push(h);
+    }
+    for (repo, gone) in by_repo {
+        let mut wanted: HashSet<CommitId> = store.refs(&repo)?.into_values().collect();
+        wanted.extend(store.pins(&repo)?);
+        for h in gone {
+            let rev = expired_revision(&h.manifest);
+            if !wanted.contains(&h.manifest.commit) {
+                report.expired.push(rev);
+                continue;
+            }
+            let h = match backend.get(&h.key) {
+                Err(StoreError::NotFound(_)) => {
+                    backend.put(&h.key, &h.bytes)?;
+                    h
+                }
+                Ok(bytes) => Rev {
+                    manifest: decode_manifest(&h.key, &bytes)?,
+                    bytes,
+                    ..h
+                },
+                Err(e) => return Err(e),
+            };
+            warn(format!(
+                "{repo}@{}: a ref or pin appeared while it was expiring; kept",
+                h.manifest.commit
+            ));
+            report.restored.push(rev);
+            kept.push(h);
+        }
+    }
+    Ok(())
 }
 
 fn expired_revision(m: &Manifest) -> ExpiredRevision {
