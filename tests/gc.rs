@@ -572,7 +572,11 @@ fn listed_files(env: &Env, commit: &str) -> Vec<(String, String)> {
 /// Every file of `commit` read back with `cat` hashes to `want`.
 fn cats_exactly(env: &Env, commit: &str, want: &[(String, String)]) {
     for (path, sha) in want {
-        let out = env.cmd().args(["cat", &rev(commit), path]).output().unwrap();
+        let out = env
+            .cmd()
+            .args(["cat", &rev(commit), path])
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "cat {path}: {}",
@@ -598,7 +602,15 @@ fn regression_gc_rewrite_never_resurrects_a_removed_commit() {
     let x = s.commit("r4");
     let g = paused(
         &env,
-        &["gc", "--keep-last", "0", "--grace", "0s", "--rewrite-below", "1"],
+        &[
+            "gc",
+            "--keep-last",
+            "0",
+            "--grace",
+            "0s",
+            "--rewrite-below",
+            "1",
+        ],
         "gc-after-listing",
         &pause,
     );
@@ -640,7 +652,10 @@ fn a_revision_reads_through_forwarding_records_after_its_packs_are_deleted() {
     }
     let first = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
     assert!(first["packs_rewritten"].as_u64().unwrap() > 0, "{first:#}");
-    assert_eq!(first["forwards_written"], first["packs_rewritten"], "{first:#}");
+    assert_eq!(
+        first["forwards_written"], first["packs_rewritten"],
+        "{first:#}"
+    );
     let second = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
     assert!(second["packs_deleted"].as_u64().unwrap() > 0, "{second:#}");
     assert_eq!(second["forwards_deleted"], 0, "{second:#}");
@@ -650,8 +665,7 @@ fn a_revision_reads_through_forwarding_records_after_its_packs_are_deleted() {
     let m = store
         .manifest(&RepoId::parse(REPO).unwrap(), &CommitId::parse(&x).unwrap())
         .unwrap();
-    let present: std::collections::HashSet<String> =
-        env.packs().into_iter().map(|p| p.0).collect();
+    let present: std::collections::HashSet<String> = env.packs().into_iter().map(|p| p.0).collect();
     assert!(
         m.packs
             .iter()
@@ -764,7 +778,10 @@ fn regression_pin_of_an_expiring_commit_fails_and_leaves_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(env.backend().list(&pins).unwrap().is_empty(), "a pin is left");
+    assert!(
+        env.backend().list(&pins).unwrap().is_empty(),
+        "a pin is left"
+    );
     assert!(!listed_commits(&env).contains(&c));
 
     // A pin after gc deleted the manifest: refused at once.
@@ -778,7 +795,10 @@ fn regression_pin_of_an_expiring_commit_fails_and_leaves_nothing() {
     let err = env.fails(&["pin", &rev(&c)]);
     assert!(err.contains("unknown revision"), "{err}");
     release(g, "gc-after-expire", &pause);
-    assert!(env.backend().list(&pins).unwrap().is_empty(), "a pin is left");
+    assert!(
+        env.backend().list(&pins).unwrap().is_empty(),
+        "a pin is left"
+    );
     assert!(!listed_commits(&env).contains(&c));
     fsck_clean(&env, true);
     verifies(&env, "main");

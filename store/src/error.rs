@@ -91,7 +91,9 @@ pub enum StoreError {
     LockLost { key: String, age_secs: u64 },
     /// The commit a pin or ref was being written for was removed meanwhile (gc expired it,
     /// or `rm`); what was written has been taken back.
-    #[error("{repo}@{commit} was removed (expired by gc, or rm) while {what}; nothing was changed")]
+    #[error(
+        "{repo}@{commit} was removed (expired by gc, or rm) while {what}; nothing was changed"
+    )]
     RemovedMeanwhile {
         repo: String,
         commit: String,

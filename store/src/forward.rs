@@ -115,8 +115,7 @@ impl Forwards {
         let mut lookup = |p: &PackId, off: u32| -> Result<Option<Dest>> {
             Ok(self.map.get(p).and_then(|r| r.get(&off)).copied())
         };
-        follow_with(pack, offset, id, frame_len, &mut lookup, through)
-            .unwrap_or((pack, offset))
+        follow_with(pack, offset, id, frame_len, &mut lookup, through).unwrap_or((pack, offset))
     }
 }
 

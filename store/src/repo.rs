@@ -10,8 +10,8 @@ use chunker::ChunkParams;
 use crate::backend::ObjectStore;
 use crate::codec::{self, Kind};
 use crate::disk_cache::DiskCache;
-use crate::forward::{self, Dest, Forwards};
 use crate::failpoint;
+use crate::forward::{self, Dest, Forwards};
 use crate::layout;
 use crate::lock::{self, Held};
 use crate::manifest::{now_secs, Manifest, PinObject, RefObject, StoreConfig};
@@ -174,8 +174,8 @@ impl Store {
                 }
             }
         }
-        let entries = forward::read(self.backend.as_ref(), pack)?
-            .map(|r| Arc::new(forward::entries(&r)));
+        let entries =
+            forward::read(self.backend.as_ref(), pack)?.map(|r| Arc::new(forward::entries(&r)));
         let hit = entries.as_ref().and_then(|e| e.get(&offset)).copied();
         self.moved
             .lock()

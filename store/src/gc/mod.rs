@@ -720,9 +720,7 @@ fn forward_record(
     }
     for (off, (to, new_off, len)) in frames {
         if let Some((id, _, _)) = live.frames.get(off) {
-            by_offset
-                .entry(*off)
-                .or_insert((*id, *to, *new_off, *len));
+            by_offset.entry(*off).or_insert((*id, *to, *new_off, *len));
         }
     }
     let mut targets: Vec<PackId> = Vec::new();
