@@ -483,7 +483,7 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
     let points = [
         "gc-after-listing",
         "gc-before-delete",
-        "gc-before-manifest-rewrite",
+        "gc-before-forwards",
         "gc-before-state",
     ];
     for (i, point) in points.iter().enumerate() {
@@ -549,4 +549,257 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
     );
     fsck_clean(&env, true);
     verifies(&env, "r4");
+}
+
+/// Path → sha256 of the files a manifest lists.
+fn listed_files(env: &Env, commit: &str) -> Vec<(String, String)> {
+    let store = Store::open(env.backend()).unwrap();
+    let m = store
+        .manifest(
+            &RepoId::parse(REPO).unwrap(),
+            &CommitId::parse(commit).unwrap(),
+        )
+        .unwrap();
+    let mut v: Vec<_> = m
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.sha256_hex()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every file of `commit` read back with `cat` hashes to `want`.
+fn cats_exactly(env: &Env, commit: &str, want: &[(String, String)]) {
+    for (path, sha) in want {
+        let out = env
+            .cmd()
+            .args(["cat", &rev(commit), path])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cat {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&out.stdout));
+        assert_eq!(&got, sha, "cat {path}");
+    }
+}
+
+/// Issue 11, point 2: gc lists commit X, and while it copies packs X is removed and
+/// ingested again with other files (how a partial snapshot is replaced). gc must not put
+/// back the manifest it listed, and no later gc may delete what the new X needs.
+#[test]
+fn regression_gc_rewrite_never_resurrects_a_removed_commit() {
+    let s = series();
+    let (env, pause) = env_with_pause();
+    ingest_series(&env);
+    for r in ["r1", "r2", "r3"] {
+        env.ok(&["rm", &rev(r)]);
+    }
+    // X is r4's commit; its chunks share packs with r1..r3, which expire: rewrites.
+    let x = s.commit("r4");
+    let g = paused(
+        &env,
+        &[
+            "gc",
+            "--keep-last",
+            "0",
+            "--grace",
+            "0s",
+            "--rewrite-below",
+            "1",
+        ],
+        "gc-after-listing",
+        &pause,
+    );
+    env.ok(&["rm", "--force", &rev(&x)]);
+    env.ingest(
+        &s.plain("r1"),
+        &["--repo", REPO, "--revision", &x, "--ref", "r4"],
+    );
+    release(g, "gc-after-listing", &pause);
+    let want = s.files("r1");
+    assert_eq!(
+        listed_files(&env, &x),
+        want,
+        "gc put back the manifest of X it had listed"
+    );
+    verifies(&env, &x);
+    cats_exactly(&env, &x, &want);
+    // The next runs (no grace) delete nothing the new X needs.
+    for _ in 0..2 {
+        gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+        assert_eq!(listed_files(&env, &x), want);
+        verifies(&env, &x);
+    }
+    cats_exactly(&env, &x, &want);
+    fsck_clean(&env, true);
+}
+
+/// A kept revision whose packs were rewritten and then deleted reads back byte-exact
+/// through the forwarding records: its manifest still names the old packs.
+#[test]
+fn a_revision_reads_through_forwarding_records_after_its_packs_are_deleted() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let x = s.commit("r4");
+    let before = listed_files(&env, &x);
+    for r in ["r1", "r2", "r3"] {
+        env.ok(&["rm", &rev(r)]);
+    }
+    let first = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    assert!(first["packs_rewritten"].as_u64().unwrap() > 0, "{first:#}");
+    assert_eq!(
+        first["forwards_written"], first["packs_rewritten"],
+        "{first:#}"
+    );
+    let second = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    assert!(second["packs_deleted"].as_u64().unwrap() > 0, "{second:#}");
+    assert_eq!(second["forwards_deleted"], 0, "{second:#}");
+    // The manifest is the one ingested, naming packs that are gone.
+    assert_eq!(listed_files(&env, &x), before);
+    let store = Store::open(env.backend()).unwrap();
+    let m = store
+        .manifest(&RepoId::parse(REPO).unwrap(), &CommitId::parse(&x).unwrap())
+        .unwrap();
+    let present: std::collections::HashSet<String> = env.packs().into_iter().map(|p| p.0).collect();
+    assert!(
+        m.packs
+            .iter()
+            .any(|p| !present.contains(&store::layout::pack_key(p))),
+        "no pack of r4's manifest was deleted: the test proves nothing"
+    );
+    verifies(&env, "r4");
+    cats_exactly(&env, "r4", &s.files("r4"));
+    let out = env.path("checkout");
+    env.ok(&["checkout", &rev("r4"), out.to_str().unwrap()]);
+    assert_eq!(common::tree_hashes(&out), s.files("r4"));
+    // Still needed: a third run keeps the records.
+    let third = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    assert_eq!(third["forwards_deleted"], 0, "{third:#}");
+    verifies(&env, "r4");
+    fsck_clean(&env, true);
+    // Once r4 is gone too, the records go with the packs.
+    env.ok(&["rm", "--force", &rev(&x)]);
+    for _ in 0..3 {
+        gc(&env, &["--keep-last", "0"]);
+    }
+    assert!(
+        env.backend().list("moved/").unwrap().is_empty(),
+        "forwarding records left behind"
+    );
+    assert!(env.packs().is_empty(), "packs left behind");
+    fsck_clean(&env, false);
+}
+
+/// Lets a paused process go on and returns its output, whatever its exit status.
+fn resume(child: Child, point: &str, dir: &Path) -> std::process::Output {
+    std::fs::write(dir.join(format!("{point}.go")), b"").unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The commits `ls` shows for the test repository.
+fn listed_commits(env: &Env) -> Vec<String> {
+    let listed = env.json(&["ls", REPO, "--json"]);
+    listed["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["commit"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Issue 11, point 3: a pin or a ref set while gc is paused between listing and deleting
+/// expired revisions is honoured.
+#[test]
+fn regression_pin_and_ref_during_gc_are_honoured() {
+    let s = series();
+    for how in ["pin", "ref"] {
+        let (env, pause) = env_with_pause();
+        ingest_rev(&env, "r1", &[]);
+        ingest_rev(&env, "r4", &["main"]);
+        let c = s.commit("r1");
+        let g = paused(
+            &env,
+            &["gc", "--keep-last", "0", "--grace", "0s"],
+            "gc-after-listing",
+            &pause,
+        );
+        match how {
+            "pin" => env.ok(&["pin", &rev(&c)]),
+            _ => env.ok(&["ref", REPO, "keep", &c]),
+        };
+        release(g, "gc-after-listing", &pause);
+        assert!(
+            listed_commits(&env).contains(&c),
+            "{how}: the commit expired though the {how} succeeded"
+        );
+        verifies(&env, &c);
+        fsck_clean(&env, true);
+        // And later runs keep it and its data.
+        for _ in 0..2 {
+            gc(&env, &["--keep-last", "0"]);
+        }
+        verifies(&env, &c);
+        fsck_clean(&env, true);
+    }
+}
+
+/// Issue 11, point 3: a pin of a commit gc has already deleted fails, and so does one that
+/// checked the commit just before gc deleted it; neither leaves a pin behind.
+#[test]
+fn regression_pin_of_an_expiring_commit_fails_and_leaves_nothing() {
+    let s = series();
+    let (env, pause) = env_with_pause();
+    ingest_rev(&env, "r1", &[]);
+    ingest_rev(&env, "r4", &["main"]);
+    let c = s.commit("r1");
+    let pins = format!("repos/{REPO}/pins/");
+
+    // The pin checks the commit, then gc deletes the manifest and waits for the pin.
+    let pin = paused(&env, &["pin", &rev(&c)], "pin-after-check", &pause);
+    let g = paused(
+        &env,
+        &["gc", "--keep-last", "0", "--grace", "0s"],
+        "gc-after-expire",
+        &pause,
+    );
+    std::fs::write(pause.join("gc-after-expire.go"), b"").unwrap();
+    let out = resume(pin, "pin-after-check", &pause);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the pin reported success: {err}");
+    assert!(err.contains("was removed"), "{err}");
+    let out = g.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        env.backend().list(&pins).unwrap().is_empty(),
+        "a pin is left"
+    );
+    assert!(!listed_commits(&env).contains(&c));
+
+    // A pin after gc deleted the manifest: refused at once.
+    ingest_rev(&env, "r1", &[]);
+    let g = paused(
+        &env,
+        &["gc", "--keep-last", "0", "--grace", "0s"],
+        "gc-after-expire",
+        &pause,
+    );
+    let err = env.fails(&["pin", &rev(&c)]);
+    assert!(err.contains("unknown revision"), "{err}");
+    release(g, "gc-after-expire", &pause);
+    assert!(
+        env.backend().list(&pins).unwrap().is_empty(),
+        "a pin is left"
+    );
+    assert!(!listed_commits(&env).contains(&c));
+    fsck_clean(&env, true);
+    verifies(&env, "main");
 }

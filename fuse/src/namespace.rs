@@ -450,16 +450,17 @@ impl Namespace {
         }
     }
 
-    /// Reads the manifest of a File inode's commit again and replaces the cached tree, if
-    /// the file is still there with the same content. gc may rewrite a kept revision's
-    /// manifest to point at repacked chunks and delete the old packs after its grace
-    /// period; a mount that has held the old manifest longer finds the new locations here.
+    /// Reads the manifest of a File inode's commit again, resolved through gc's forwarding
+    /// records, and replaces the cached tree, if the file is still there with the same
+    /// content. gc may repack a kept revision's chunks and delete the old packs after its
+    /// grace period (manifests never change; the new places are in `moved/`); a mount that
+    /// has held the old locations longer finds the new ones here.
     pub fn reload_file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
         let Some(Node::File { repo, commit, path }) = self.node(ino) else {
             return Ok(None);
         };
         let old = self.tree(&repo, &commit)?;
-        let m = self.store.manifest(&repo, &commit)?;
+        let m = self.store.manifest_resolved(&repo, &commit)?;
         let (Some(a), Some(b)) = (old.manifest.file(&path), m.file(&path)) else {
             return Ok(None);
         };

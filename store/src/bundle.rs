@@ -136,7 +136,7 @@ pub fn export(
     for (repo, commit, _) in &spec.revisions {
         let key = layout::manifest_key(repo, commit);
         let bytes = store.backend().get(&key)?;
-        manifests.push((decode_manifest(&key, &bytes)?, bytes));
+        manifests.push((store.resolved(decode_manifest(&key, &bytes)?)?, bytes));
     }
     let mut w = Tee {
         inner: out,

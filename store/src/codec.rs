@@ -56,6 +56,8 @@ pub enum Kind {
     GcState,
     /// A ref inside a transfer bundle.
     BundleRef,
+    /// `moved/<2 hex>/<64 hex>`: where gc copied the live frames of a rewritten pack.
+    Moved,
 }
 
 impl Kind {
@@ -71,6 +73,7 @@ impl Kind {
             Kind::Lock => b"MCASLOCK",
             Kind::GcState => b"MCASGCST",
             Kind::BundleRef => b"MCASBREF",
+            Kind::Moved => b"MCASMOVE",
         }
     }
 

@@ -89,6 +89,16 @@ pub enum StoreError {
     /// removed), so others may have considered it gone: stop before publishing anything.
     #[error("lost {key}: {reason}; nothing more was published, run again")]
     LockLost { key: String, reason: String },
+    /// The commit a pin or ref was being written for was removed meanwhile (gc expired it,
+    /// or `rm`); what was written has been taken back.
+    #[error(
+        "{repo}@{commit} was removed (expired by gc, or rm) while {what}; nothing was changed"
+    )]
+    RemovedMeanwhile {
+        repo: String,
+        commit: String,
+        what: &'static str,
+    },
     /// The local index failed.
     #[error("index {}: {reason}", path.display())]
     Index { path: PathBuf, reason: String },

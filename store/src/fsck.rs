@@ -3,6 +3,10 @@
 //! * every manifest decodes, names its own repository and commit, and every chunk it
 //!   references is in a pack that exists, at the offset and with the length the manifest
 //!   says (checked against the pack's footer);
+//!   — the location after following gc's forwarding records (`moved/`), as every reader
+//!   and gc resolve it;
+//! * every forwarding record decodes and names its pack; entries pointing at deleted packs
+//!   are noted (a revision that follows one is reported as reading from a missing pack);
 //! * every ref and pin points at an existing commit;
 //! * no leftover temporary (local `tmp/` file, incomplete multipart upload) is older than
 //!   the grace period (and [`crate::gc::TEMPORARY_MIN_AGE`]);
@@ -21,6 +25,7 @@ use std::time::Duration;
 use chunker::ChunkId;
 use serde::Serialize;
 
+use crate::forward::{self, Forwards, MovedRecord};
 use crate::gc::{self, state};
 use crate::layout;
 use crate::lock;
@@ -65,6 +70,8 @@ pub struct FsckReport {
     pub unreferenced_packs: usize,
     /// Packs on gc's condemned list.
     pub condemned_packs: usize,
+    /// Forwarding records (`moved/`).
+    pub forwards: usize,
     /// Number of problems.
     pub problem_count: usize,
     /// The problems (the first [`MAX_LISTED`]).
@@ -104,6 +111,8 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
     report.packs = packs.len();
     report.pack_bytes = packs.values().sum();
 
+    let (forwards, records) = forwarding_records(store, &mut report)?;
+    let mut followed: HashSet<PackId> = HashSet::new();
     // (pack) → offset → (chunk, frame_len, raw_len, first user)
     let mut wanted: HashMap<PackId, HashMap<u32, ([u8; 32], u32, u32, String)>> = HashMap::new();
     let repos = store.repos()?;
@@ -136,11 +145,19 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
                         continue;
                     };
                     report.chunk_refs += 1;
-                    wanted.entry(*p).or_default().entry(c.offset).or_insert((
+                    let (to, off) = forwards.follow(*p, c.offset, &c.id, c.frame_len, &mut |q| {
+                        followed.insert(q);
+                    });
+                    let via = if to == *p {
+                        String::new()
+                    } else {
+                        format!(" (moved from pack {} at {})", p.to_hex(), c.offset)
+                    };
+                    wanted.entry(to).or_default().entry(off).or_insert((
                         c.id,
                         c.frame_len,
                         c.raw_len,
-                        format!("{repo}@{commit} {}", f.path),
+                        format!("{repo}@{commit} {}{via}", f.path),
                     ));
                 }
                 if total != f.size {
@@ -209,6 +226,31 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
         }
     }
 
+    // Forwarding records whose copies are gone. A revision that follows an entry to a
+    // missing pack is a problem already reported above ("pack ... is missing", naming the
+    // pack it moved from); entries no revision follows are harmless, and gc removes the
+    // record once its old pack is gone and no revision follows it.
+    for (p, rec) in &records {
+        let gone: Vec<String> = rec
+            .targets
+            .iter()
+            .filter(|t| !packs.contains_key(t))
+            .map(|t| t.to_hex())
+            .collect();
+        if !gone.is_empty() {
+            let users = if followed.contains(p) {
+                "revisions follow other entries of it"
+            } else {
+                "no revision follows it"
+            };
+            report.notes.push(format!(
+                "forwarding record {} has entries pointing at deleted packs {} ({users})",
+                layout::moved_key(p),
+                gone.join(", ")
+            ));
+        }
+    }
+
     // gc's list, locks, temporaries.
     let condemned: HashSet<PackId> = match state::read(backend.as_ref()) {
         Ok(s) => s.condemned.into_iter().map(|c| c.pack).collect(),
@@ -234,7 +276,7 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
             report.unreferenced_packs
         ));
     }
-    for kind in ["gc", "ingest"] {
+    for kind in ["gc", "ingest", lock::WRITE_KIND] {
         // Ages by the store's clock, read before the listing.
         let listed = lock::store_now_ms(backend.as_ref())
             .and_then(|now| Ok((now, lock::list(backend.as_ref(), kind)?)));
@@ -262,6 +304,35 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
         read_data(store, &packs, &mut report)?;
     }
     Ok(report)
+}
+
+/// Every forwarding record; one that cannot be read is a problem (and is not followed).
+fn forwarding_records(
+    store: &Store,
+    report: &mut FsckReport,
+) -> Result<(Forwards, Vec<(PackId, MovedRecord)>)> {
+    let backend = store.backend();
+    let mut fw = Forwards::default();
+    let mut records = Vec::new();
+    for obj in backend.list(layout::MOVED_PREFIX)? {
+        let Some(p) = layout::parse_moved_key(&obj.key) else {
+            report.problem(format!("{}: not a forwarding record name", obj.key));
+            continue;
+        };
+        match backend
+            .get(&obj.key)
+            .and_then(|b| forward::decode(&obj.key, &b))
+        {
+            Ok(rec) => {
+                fw.insert(&rec);
+                records.push((p, rec));
+            }
+            Err(StoreError::NotFound(_)) => {} // removed by gc meanwhile
+            Err(e) => report.problem(e.to_string()),
+        }
+    }
+    report.forwards = records.len();
+    Ok((fw, records))
 }
 
 /// Reads every pack: its bytes must hash to its name, every frame must decode and hash to

@@ -309,8 +309,16 @@ pub fn ingest(
             Ok(())
         };
         for r in &s.refs {
-            restore()?;
-            store.set_ref(&m.repo, r, &m.commit)?;
+            // A gc that expired the commit between our restore and the ref makes set_ref
+            // take the ref back: restore and try again.
+            let mut tries = 0;
+            loop {
+                restore()?;
+                match store.set_ref(&m.repo, r, &m.commit) {
+                    Err(StoreError::RemovedMeanwhile { .. }) if tries < 3 => tries += 1,
+                    other => break other?,
+                }
+            }
         }
         if !s.refs.is_empty() {
             restore()?;

@@ -9,6 +9,7 @@
 //! repos/<org>/<name>/pins/<40 hex>         one object per pinned commit
 //! locks/<gc|ingest>-<16 hex>               gc locks and ingest leases
 //! gc/condemned                             packs marked for deletion, and when
+//! moved/<2 hex>/<64 hex>                   forwarding records of packs gc rewrote
 //! tmp/...                                  local store only: files being written
 //! ```
 
@@ -23,6 +24,8 @@ pub const PACKS_PREFIX: &str = "packs/";
 pub const LOCKS_PREFIX: &str = "locks/";
 /// The list of packs gc has marked for deletion.
 pub const CONDEMNED_KEY: &str = "gc/condemned";
+/// Prefix of every forwarding record.
+pub const MOVED_PREFIX: &str = "moved/";
 /// Prefix of every repository.
 pub const REPOS_PREFIX: &str = "repos/";
 
@@ -35,6 +38,20 @@ pub fn pack_key(id: &PackId) -> String {
 /// The pack id named by a pack key, if it is one.
 pub fn parse_pack_key(key: &str) -> Option<PackId> {
     let rest = key.strip_prefix(PACKS_PREFIX)?;
+    let (dir, name) = rest.split_once('/')?;
+    let id = PackId::from_hex(name).ok()?;
+    (dir.len() == 2 && name.starts_with(dir)).then_some(id)
+}
+
+/// Key of the forwarding record of a rewritten pack.
+pub fn moved_key(id: &PackId) -> String {
+    let hex = id.to_hex();
+    format!("{MOVED_PREFIX}{}/{hex}", &hex[..2])
+}
+
+/// The old pack id named by a forwarding record's key, if it is one.
+pub fn parse_moved_key(key: &str) -> Option<PackId> {
+    let rest = key.strip_prefix(MOVED_PREFIX)?;
     let (dir, name) = rest.split_once('/')?;
     let id = PackId::from_hex(name).ok()?;
     (dir.len() == 2 && name.starts_with(dir)).then_some(id)

@@ -7,6 +7,8 @@
 //! * [`codec`] — the one envelope (magic, version, checksum) around every persisted object.
 //! * [`frame`], [`pack`] — how chunks are compressed and grouped into self-describing packs.
 //! * [`manifest`], [`layout`], [`names`] — manifests, refs, config, and their keys.
+//! * [`forward`] — forwarding records: where gc copied the chunks of packs it rewrote, and
+//!   how a manifest's chunk locations are resolved through them.
 //! * [`index`] — the local RocksDB cache used for dedup; rebuildable from the bucket.
 //! * [`repo`] — [`Store`]: open/create, list repos, refs and commits, resolve revisions.
 //! * [`source`], [`ingest`] — finding snapshots on disk and the ingest pipeline.
@@ -29,6 +31,7 @@ pub mod codec;
 pub mod disk_cache;
 mod error;
 pub mod failpoint;
+pub mod forward;
 pub mod frame;
 pub mod fsck;
 pub mod gc;

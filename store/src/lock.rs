@@ -8,6 +8,10 @@
 //! * An **ingest lease** (`locks/ingest-<id>`) says "an ingest started at this time and may
 //!   deduplicate against any pack that was not condemned then". gc never deletes a pack
 //!   condemned after a live lease started (see `gc`).
+//! * A **write lease** (`locks/write-<id>`) is held by `pin`, `ref` and `rm` while they
+//!   check that a commit exists and write or delete what names it. gc, after deleting
+//!   expired manifests, waits until the write leases live then are released before it
+//!   lists refs and pins again (see `gc`).
 //!
 //! Both are refreshed (re-PUT) by a background thread every quarter of their time to live.
 //! **Age is the store's**: an object's age is the object store's current time
@@ -46,6 +50,13 @@ pub fn default_ttl() -> Duration {
         .filter(|s| *s > 0)
         .map_or(DEFAULT_TTL, Duration::from_secs)
 }
+
+/// Time to live of write leases (pin, ref, rm): they last a few requests, and gc waits for
+/// a live one, so a holder that died must not hold gc up for long.
+pub const WRITE_LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// The kind (key prefix) of write leases.
+pub const WRITE_KIND: &str = "write";
 
 /// Milliseconds since the Unix epoch, by this process's clock ([`crate::clock`]).
 pub fn now_ms() -> u64 {
@@ -347,6 +358,11 @@ impl Held {
     /// Takes an ingest lease (never exclusive).
     pub fn ingest_lease(store: Arc<dyn ObjectStore>, ttl: Duration) -> Result<Held> {
         Ok(Held::write_new(store, "ingest", ttl)?.start())
+    }
+
+    /// Takes a write lease (never exclusive) for a pin, ref or rm.
+    pub fn write_lease(store: Arc<dyn ObjectStore>, ttl: Duration) -> Result<Held> {
+        Ok(Held::write_new(store, WRITE_KIND, ttl)?.start())
     }
 
     /// Writes the object (with `started_ms` 0), then learns its store time.

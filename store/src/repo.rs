@@ -1,19 +1,23 @@
 //! The [`Store`]: an object store plus its config, with the operations on repositories,
 //! refs and manifests that every command shares (listing, resolving a revision).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use chunker::ChunkParams;
 
 use crate::backend::ObjectStore;
 use crate::codec::{self, Kind};
 use crate::disk_cache::DiskCache;
+use crate::failpoint;
+use crate::forward::{self, Dest, Forwards};
 use crate::layout;
+use crate::lock::{self, Held};
 use crate::manifest::{now_secs, Manifest, PinObject, RefObject, StoreConfig};
 use crate::names::{check_ref_name, CommitId, RepoId};
 use crate::pack;
-use crate::pack::DEFAULT_PACK_TARGET;
+use crate::pack::{PackId, DEFAULT_PACK_TARGET};
 use crate::{Result, StoreError};
 use chunker::ChunkId;
 
@@ -26,7 +30,12 @@ pub struct Store {
     backend: Arc<dyn ObjectStore>,
     config: StoreConfig,
     disk_cache: Option<Arc<DiskCache>>,
+    /// Forwarding records read by [`Store::read_chunk`] after a pack was gone: pack →
+    /// (when read, its entries; `None` when it had none).
+    moved: Arc<Mutex<MovedCache>>,
 }
+
+type MovedCache = HashMap<PackId, (Instant, Option<Arc<HashMap<u32, Dest>>>)>;
 
 /// Options for creating a new store.
 #[derive(Clone, Copy, Debug)]
@@ -70,6 +79,7 @@ impl Store {
             backend,
             config,
             disk_cache: None,
+            moved: Arc::default(),
         })
     }
 
@@ -122,7 +132,59 @@ impl Store {
     /// check, else from the pack (and then into the cache). With `check` false a frame read
     /// from the pack is only decoded, not hashed (the caller checks a whole-file sha256);
     /// cached frames are always checked.
+    ///
+    /// When the pack is gone, the chunk is looked for where gc's forwarding records say it
+    /// was copied (`moved/`, see [`crate::forward`]): every reader that reads through here
+    /// (cat, checkout, verify, the mount, serve) keeps reading a kept revision whose packs
+    /// were rewritten and deleted, without reloading its manifest.
     pub fn read_chunk(
+        &self,
+        key: &str,
+        id: &ChunkId,
+        offset: u64,
+        frame_len: u32,
+        check: bool,
+    ) -> Result<Vec<u8>> {
+        let started = Instant::now();
+        let err = match self.read_chunk_at(key, id, offset, frame_len, check) {
+            Err(e) if e.is_not_found() => e,
+            other => return other,
+        };
+        let (Some(pack), Ok(off)) = (layout::parse_pack_key(key), u32::try_from(offset)) else {
+            return Err(err);
+        };
+        let mut lookup = |p: &PackId, o: u32| self.moved_entry(p, o, started);
+        let (to, to_off) =
+            forward::follow_with(pack, off, &id.0, frame_len, &mut lookup, &mut |_| {})?;
+        if to == pack {
+            return Err(err);
+        }
+        self.read_chunk_at(&layout::pack_key(&to), id, to_off as u64, frame_len, check)
+    }
+
+    /// The entry of `moved/<pack>` for `offset`: from the records already read, unless the
+    /// entry is not there and the record was read before `since` (gc may have added to it).
+    fn moved_entry(&self, pack: &PackId, offset: u32, since: Instant) -> Result<Option<Dest>> {
+        {
+            let cache = self.moved.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, entries)) = cache.get(pack) {
+                let hit = entries.as_ref().and_then(|e| e.get(&offset)).copied();
+                if hit.is_some() || *at >= since {
+                    return Ok(hit);
+                }
+            }
+        }
+        let entries =
+            forward::read(self.backend.as_ref(), pack)?.map(|r| Arc::new(forward::entries(&r)));
+        let hit = entries.as_ref().and_then(|e| e.get(&offset)).copied();
+        self.moved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(*pack, (Instant::now(), entries));
+        Ok(hit)
+    }
+
+    fn read_chunk_at(
         &self,
         key: &str,
         id: &ChunkId,
@@ -160,6 +222,7 @@ impl Store {
             backend,
             config: self.config.clone(),
             disk_cache: self.disk_cache.clone(),
+            moved: self.moved.clone(),
         }
     }
 
@@ -220,28 +283,58 @@ impl Store {
         Ok(out)
     }
 
+    /// Takes a write lease: held while a pin, ref or rm checks a commit and writes what
+    /// names it, so that a gc expiring that commit waits for it before it lists refs and
+    /// pins again (`docs/FORMAT.md`, "Garbage collection").
+    fn write_lease(&self) -> Result<Held> {
+        Held::write_lease(self.backend.clone(), lock::WRITE_LEASE_TTL)
+    }
+
     /// Points `name` at `commit` (which must have a manifest: data first, then the
-    /// manifest, then the ref).
+    /// manifest, then the ref). Under a write lease: the commit is checked, the ref
+    /// written, and the commit checked again; if gc expired it (or `rm` removed it)
+    /// meanwhile, the ref is put back as it was and [`StoreError::RemovedMeanwhile`]
+    /// returned.
     pub fn set_ref(&self, repo: &RepoId, name: &str, commit: &CommitId) -> Result<()> {
         check_ref_name(name)?;
-        let key = layout::manifest_key(repo, commit);
-        if self.backend.size(&key)?.is_none() {
+        let lease = self.write_lease()?;
+        if !self.has_commit(repo, commit)? {
             return Err(StoreError::Invalid(format!(
                 "cannot point {repo} ref {name} at {commit}: no such commit"
             )));
         }
+        let key = layout::ref_key(repo, name);
+        let before = match self.backend.get(&key) {
+            Ok(b) => Some(b),
+            Err(StoreError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        failpoint::pause("ref-after-check");
         let obj = RefObject {
             commit: *commit,
             updated_at: now_secs(),
         };
-        self.backend.put(
-            &layout::ref_key(repo, name),
-            &codec::encode(Kind::Ref, &obj, false),
-        )
+        lease.check()?;
+        self.backend
+            .put(&key, &codec::encode(Kind::Ref, &obj, false))?;
+        if !self.has_commit(repo, commit)? {
+            match before {
+                Some(b) => self.backend.put(&key, &b)?,
+                None => self.backend.delete(&key)?,
+            }
+            return Err(StoreError::RemovedMeanwhile {
+                repo: repo.to_string(),
+                commit: commit.to_hex(),
+                what: "the ref was set",
+            });
+        }
+        drop(lease);
+        Ok(())
     }
 
     /// Deletes a ref; [`StoreError::UnknownRevision`] when there is no such ref.
     pub fn delete_ref(&self, repo: &RepoId, name: &str) -> Result<CommitId> {
+        let _lease = self.write_lease()?;
         let Some(commit) = self.refs(repo)?.get(name).copied() else {
             return Err(StoreError::UnknownRevision {
                 repo: repo.to_string(),
@@ -259,7 +352,12 @@ impl Store {
 
     /// Pins a commit: no retention policy expires it. Returns false if it was pinned
     /// already.
+    ///
+    /// Under a write lease, like [`Store::set_ref`]: if the commit is removed between the
+    /// check and the pin, the pin is deleted again and [`StoreError::RemovedMeanwhile`]
+    /// returned.
     pub fn pin(&self, repo: &RepoId, commit: &CommitId) -> Result<bool> {
+        let lease = self.write_lease()?;
         if !self.has_commit(repo, commit)? {
             return Err(StoreError::UnknownRevision {
                 repo: repo.to_string(),
@@ -270,12 +368,23 @@ impl Store {
         if self.backend.size(&key)?.is_some() {
             return Ok(false);
         }
+        failpoint::pause("pin-after-check");
         let obj = PinObject {
             commit: *commit,
             pinned_at: now_secs(),
         };
+        lease.check()?;
         self.backend
             .put(&key, &codec::encode(Kind::Pin, &obj, false))?;
+        if !self.has_commit(repo, commit)? {
+            self.backend.delete(&key)?;
+            return Err(StoreError::RemovedMeanwhile {
+                repo: repo.to_string(),
+                commit: commit.to_hex(),
+                what: "it was pinned",
+            });
+        }
+        drop(lease);
         Ok(true)
     }
 
@@ -300,6 +409,7 @@ impl Store {
         commit: &CommitId,
         force: bool,
     ) -> Result<Vec<String>> {
+        let lease = self.write_lease()?;
         if !self.has_commit(repo, commit)? {
             return Err(StoreError::UnknownRevision {
                 repo: repo.to_string(),
@@ -326,6 +436,7 @@ impl Store {
                 why.join(" and ")
             )));
         }
+        lease.check()?;
         for r in &refs {
             self.backend.delete(&layout::ref_key(repo, r))?;
         }
@@ -349,6 +460,20 @@ impl Store {
             other => other?,
         };
         decode_manifest(&key, &bytes)
+    }
+
+    /// Reads a manifest with its chunk locations resolved through gc's forwarding records
+    /// (`moved/`): one LIST of `moved/`, and a GET per record reachable from its packs.
+    /// For readers that found a pack gone, and for whole-revision readers (fsck, export).
+    pub fn manifest_resolved(&self, repo: &RepoId, commit: &CommitId) -> Result<Manifest> {
+        self.resolved(self.manifest(repo, commit)?)
+    }
+
+    /// `m` with its chunk locations resolved through the forwarding records reachable
+    /// from its pack table (see [`Store::manifest_resolved`]).
+    pub fn resolved(&self, m: Manifest) -> Result<Manifest> {
+        let fw: Forwards = forward::load_reachable(self.backend.as_ref(), &m.packs)?;
+        Ok(forward::resolve_locations(&m, &fw))
     }
 
     /// Whether a manifest exists for the commit.

@@ -122,12 +122,12 @@ fn print_report(r: &GcReport, opts: &GcOptions) {
     }
     for e in &r.restored {
         println!(
-            "  kept {}@{}: a ref appeared while it expired",
+            "  kept {}@{}: a ref or pin appeared while it expired",
             e.repo, e.commit
         );
     }
     println!(
-        "packs: {} {would}deleted ({} reclaimed, {} chunks), {} {would}condemned ({}), {} {would}rewritten ({} -> {} written, {} chunks copied, {} manifests updated), {} rescued",
+        "packs: {} {would}deleted ({} reclaimed, {} chunks), {} {would}condemned ({}), {} {would}rewritten ({} -> {} written, {} chunks copied), {} rescued",
         r.packs_deleted,
         bytes(r.bytes_reclaimed),
         r.chunks_deleted,
@@ -137,9 +137,14 @@ fn print_report(r: &GcReport, opts: &GcOptions) {
         bytes(r.bytes_rewritten),
         bytes(r.rewrite_bytes_written),
         r.chunks_copied,
-        r.manifests_rewritten,
         r.packs_rescued
     );
+    if r.forwards + r.forwards_written + r.forwards_deleted > 0 {
+        println!(
+            "forwarding records: {} found, {} written, {} deleted",
+            r.forwards, r.forwards_written, r.forwards_deleted
+        );
+    }
     if r.packs_waiting > 0 {
         println!(
             "waiting: {} packs ({}) condemned less than {}s ago or held by {} running ingests",

@@ -3,27 +3,34 @@
 //! "Garbage collection") in short:
 //!
 //! 1. Take the gc lock (`locks/gc-*`): one gc at a time.
-//! 2. List live ingest leases, **then** manifests and refs. An ingest whose lease is gone
-//!    by then has already published its manifests, so they are seen.
-//! 3. Expire revisions ([`retention`]): delete their manifests. Refs are listed again
-//!    afterwards and a manifest a ref now points at is put back.
-//! 4. Liveness: every (pack, offset) a kept manifest references. Nothing but manifests
-//!    and listings is read, so a run that finds nothing new costs a LIST per prefix and a
-//!    GET per changed manifest (unchanged ones come from the local index's cache).
+//! 2. List live ingest leases, **then** manifests, refs, pins and forwarding records
+//!    (`moved/`, one LIST). An ingest whose lease is gone by then has already published its
+//!    manifests, so they are seen.
+//! 3. Expire revisions ([`retention`]): delete their manifests. Then wait until every
+//!    write lease (`pin`, `ref`, `rm`) live at that moment is released, list refs and pins
+//!    again, and put back, where the key is still absent, an expired manifest that a ref
+//!    now points at or that is now pinned.
+//! 4. Liveness: every (pack, offset) a kept manifest references, resolved through the
+//!    forwarding records ([`crate::forward`]). Nothing but manifests, records and listings
+//!    is read, so a run that finds nothing new costs a LIST per prefix and a GET per
+//!    changed object (unchanged ones come from the local index's cache).
 //! 5. Phase two, for packs condemned by earlier runs: a pack a manifest references again
 //!    is *rescued*; one condemned less than the grace period ago waits; one condemned
 //!    before (or just after) a live ingest lease started waits for that ingest; the rest
-//!    are deleted.
+//!    are deleted. Forwarding records whose old pack was already gone and that no kept
+//!    revision follows are deleted.
 //! 6. Phase one: packs nothing references are condemned. Packs whose live fraction is
-//!    below `rewrite_below` have their live frames copied into new packs, the manifests
-//!    that use them are rewritten to point at the copies, and the old packs are condemned.
+//!    below `rewrite_below` have their live frames copied into new packs, a forwarding
+//!    record per old pack says where each frame went, and the old packs are condemned.
+//!    Manifests are never written by a rewrite: the manifest gc listed may have been
+//!    removed and written again with other files meanwhile.
 //! 7. The condemned list is written (`gc/condemned`). Every index sync reads it and stops
 //!    deduplicating against condemned packs, so only ingests that started before the mark
 //!    (and hold a lease) can still reference them, and phase two waits for those.
 //!
-//! A gc killed anywhere leaves a consistent store: new packs are written before manifests
-//! point at them, manifests before anything is condemned, and deletion only removes packs
-//! that no manifest references.
+//! A gc killed anywhere leaves a consistent store: new packs are written before the
+//! forwarding records that name them, records before anything is condemned, and deletion
+//! only removes packs that no manifest references after resolution.
 
 pub mod retention;
 pub mod state;
@@ -38,10 +45,11 @@ use serde::Serialize;
 use crate::backend::{CountingStore, ObjectStore, Requests};
 use crate::codec::{self, Kind};
 use crate::failpoint;
+use crate::forward::{self, Forwards, MovedFrame, MovedRecord};
 use crate::index::Index;
 use crate::layout;
 use crate::lock::{self, Held};
-use crate::manifest::{ChunkRef, Manifest};
+use crate::manifest::Manifest;
 use crate::names::{CommitId, RepoId};
 use crate::pack::{self, FooterEntry, PackBuilder, PackFooter, PackId};
 use crate::repo::{decode_manifest, Store};
@@ -115,8 +123,10 @@ pub struct GcReport {
     pub revisions_kept: usize,
     /// Revisions expired this run.
     pub expired: Vec<ExpiredRevision>,
-    /// Expired manifests put back because a ref appeared meanwhile.
+    /// Expired manifests put back because a ref or pin appeared meanwhile.
     pub restored: Vec<ExpiredRevision>,
+    /// Pin, ref and rm commands gc waited for before listing refs and pins again.
+    pub writers_waited_for: usize,
     /// Manifests fetched from the bucket.
     pub manifests_fetched: usize,
     /// Manifests taken from the local cache.
@@ -135,8 +145,12 @@ pub struct GcReport {
     pub rewrite_bytes_written: u64,
     /// Chunks copied by rewrites.
     pub chunks_copied: u64,
-    /// Manifests rewritten to point at the copies.
-    pub manifests_rewritten: usize,
+    /// Forwarding records in the store when the run started.
+    pub forwards: usize,
+    /// Forwarding records written (one per rewritten pack).
+    pub forwards_written: usize,
+    /// Forwarding records deleted (their old pack gone, no kept revision follows them).
+    pub forwards_deleted: usize,
     /// Condemned packs referenced again (by an ingest that started before the mark).
     pub packs_rescued: usize,
     /// Packs deleted this run.
@@ -250,7 +264,7 @@ pub fn run(
         kept.extend(k);
         expired.extend(e);
     }
-    // Rewritten manifests get new tags: their stale entries simply miss next time.
+    let forwards = load_forwards(backend.as_ref(), cache.as_ref(), &mut report)?;
     drop(cache);
     failpoint::pause("gc-after-listing");
 
@@ -260,27 +274,10 @@ pub fn run(
         for h in &expired {
             backend.delete(&h.key)?;
         }
-        let mut by_repo: HashMap<RepoId, Vec<Rev>> = HashMap::new();
-        for h in expired {
-            by_repo.entry(h.repo.clone()).or_default().push(h);
-        }
-        for (repo, gone) in by_repo {
-            let refs: HashSet<CommitId> = store.refs(&repo)?.into_values().collect();
-            for h in gone {
-                let rev = expired_revision(&h.manifest);
-                if refs.contains(&h.manifest.commit) {
-                    backend.put(&h.key, &h.bytes)?;
-                    warn(format!(
-                        "{repo}@{}: a ref appeared while it was expiring; kept",
-                        h.manifest.commit
-                    ));
-                    report.restored.push(rev);
-                    kept.push(h);
-                } else {
-                    report.expired.push(rev);
-                }
-            }
-        }
+        failpoint::pause("gc-after-expire");
+        wait_for_writers(backend.as_ref(), &mut report, warn)?;
+        check_lock()?;
+        restore_wanted(&store, expired, &mut kept, &mut report, warn)?;
     } else {
         report.expired = expired
             .iter()
@@ -289,8 +286,10 @@ pub fn run(
     }
     report.revisions_kept = kept.len();
 
-    // 4. Liveness.
+    // 4. Liveness, through the forwarding records: a chunk a record moved is live where
+    // it was copied, and the records followed are needed.
     let mut uses: HashMap<PackId, PackUse> = HashMap::new();
+    let mut needed: HashSet<PackId> = HashSet::new();
     for h in &kept {
         for f in &h.manifest.files {
             for c in &f.chunks {
@@ -300,9 +299,15 @@ pub fn run(
                         reason: format!("{}: chunk points past the pack table", f.path),
                     });
                 };
-                let u = uses.entry(*p).or_default();
+                let (p, offset) =
+                    forwards
+                        .forwards
+                        .follow(*p, c.offset, &c.id, c.frame_len, &mut |q| {
+                            needed.insert(q);
+                        });
+                let u = uses.entry(p).or_default();
                 if u.frames
-                    .insert(c.offset, (c.id, c.frame_len, c.raw_len))
+                    .insert(offset, (c.id, c.frame_len, c.raw_len))
                     .is_none()
                 {
                     u.bytes += c.frame_len as u64;
@@ -319,6 +324,14 @@ pub fn run(
             listed.insert(id, obj.size);
         }
     }
+    // A record whose old pack is already gone and that no kept manifest follows is never
+    // needed again (FORMAT.md, "Forwarding records").
+    let unneeded: Vec<PackId> = forwards
+        .records
+        .keys()
+        .filter(|p| !listed.contains_key(p) && !needed.contains(p))
+        .copied()
+        .collect();
     let old_state = state::read(backend.as_ref())?;
     let mut new_state = GcState::default();
     let mut to_delete = Vec::new();
@@ -347,6 +360,15 @@ pub fn run(
         to_delete.push(c.clone());
     }
     failpoint::pause("gc-before-delete");
+    if !opts.dry_run && (!to_delete.is_empty() || !unneeded.is_empty()) {
+        check_lock()?;
+    }
+    for p in &unneeded {
+        if !opts.dry_run {
+            backend.delete(&layout::moved_key(p))?;
+        }
+        report.forwards_deleted += 1;
+    }
     for (i, c) in to_delete.iter().enumerate() {
         if !opts.dry_run {
             if i % DELETE_BATCH == 0 {
@@ -402,18 +424,14 @@ pub fn run(
         } else {
             check_lock()?;
             let moved = rewrite_packs(&store, &rewrite, &uses, &mut report)?;
-            failpoint::pause("gc-before-manifest-rewrite");
-            for h in kept.iter_mut() {
-                if !h.manifest.packs.iter().any(|p| moved.contains_key(p)) {
-                    continue;
-                }
-                let m = relocate(&h.manifest, &moved)?;
-                let bytes = codec::encode(Kind::Manifest, &m, true);
+            // Manifests are never rewritten: the new places are recorded, before the old
+            // packs are condemned.
+            failpoint::pause("gc-before-forwards");
+            for (old, frames) in &moved {
+                let rec = forward_record(old, frames, &uses[old], forwards.records.get(old));
                 check_lock()?;
-                backend.put(&h.key, &bytes)?;
-                h.manifest = m;
-                h.bytes = bytes;
-                report.manifests_rewritten += 1;
+                backend.put(&layout::moved_key(old), &forward::encode(&rec))?;
+                report.forwards_written += 1;
             }
             for (id, size) in &rewrite {
                 let u = &uses[id];
@@ -503,6 +521,100 @@ fn write_marked(
     })
 }
 
+/// Longest gc waits for pin, ref and rm commands that were running when it deleted expired
+/// manifests: twice their lease's time to live (a holder that died goes stale within one).
+const WRITERS_WAIT: Duration = Duration::from_secs(2 * lock::WRITE_LEASE_TTL.as_secs());
+/// How often the write leases are listed while waiting.
+const WRITERS_POLL: Duration = Duration::from_millis(50);
+
+/// Waits until every write lease live now is released or stale (at most [`WRITERS_WAIT`]):
+/// each of those commands has then either written its pin or ref and seen the commit
+/// still there, or taken back what it wrote. Stale leases are removed.
+fn wait_for_writers(
+    backend: &dyn ObjectStore,
+    report: &mut GcReport,
+    warn: &dyn Fn(String),
+) -> Result<()> {
+    let now = lock::store_now_ms(backend)?;
+    let mut live = Vec::new();
+    for l in lock::list(backend, lock::WRITE_KIND)? {
+        if l.is_stale(now) {
+            backend.delete(&l.key)?;
+            report.stale_locks_removed += 1;
+        } else {
+            live.push(l.key);
+        }
+    }
+    report.writers_waited_for = live.len();
+    let deadline = Instant::now() + WRITERS_WAIT;
+    while !live.is_empty() {
+        if Instant::now() > deadline {
+            warn(format!(
+                "{} pin/ref/rm commands still running after {} s; going on",
+                live.len(),
+                WRITERS_WAIT.as_secs()
+            ));
+            break;
+        }
+        std::thread::sleep(WRITERS_POLL);
+        let now = lock::store_now_ms(backend)?;
+        let current: HashMap<String, lock::Listed> = lock::list(backend, lock::WRITE_KIND)?
+            .into_iter()
+            .map(|l| (l.key.clone(), l))
+            .collect();
+        live.retain(|k| current.get(k).is_some_and(|l| !l.is_stale(now)));
+    }
+    Ok(())
+}
+
+/// After expired manifests were deleted and the writers waited for: lists refs and pins
+/// again and puts back each expired manifest that is now referenced or pinned, only where
+/// its key is absent (an ingest may have written the commit again meanwhile: what it wrote
+/// is kept, and used for liveness). The rest are reported expired.
+fn restore_wanted(
+    store: &Store,
+    expired: Vec<Rev>,
+    kept: &mut Vec<Rev>,
+    report: &mut GcReport,
+    warn: &dyn Fn(String),
+) -> Result<()> {
+    let backend = store.backend();
+    let mut by_repo: BTreeMap<RepoId, Vec<Rev>> = BTreeMap::new();
+    for h in expired {
+        by_repo.entry(h.repo.clone()).or_default().push(h);
+    }
+    for (repo, gone) in by_repo {
+        let mut wanted: HashSet<CommitId> = store.refs(&repo)?.into_values().collect();
+        wanted.extend(store.pins(&repo)?);
+        for h in gone {
+            let rev = expired_revision(&h.manifest);
+            if !wanted.contains(&h.manifest.commit) {
+                report.expired.push(rev);
+                continue;
+            }
+            let h = match backend.get(&h.key) {
+                Err(StoreError::NotFound(_)) => {
+                    backend.put(&h.key, &h.bytes)?;
+                    h
+                }
+                Ok(bytes) => Rev {
+                    manifest: decode_manifest(&h.key, &bytes)?,
+                    bytes,
+                    ..h
+                },
+                Err(e) => return Err(e),
+            };
+            warn(format!(
+                "{repo}@{}: a ref or pin appeared while it was expiring; kept",
+                h.manifest.commit
+            ));
+            report.restored.push(rev);
+            kept.push(h);
+        }
+    }
+    Ok(())
+}
+
 fn expired_revision(m: &Manifest) -> ExpiredRevision {
     ExpiredRevision {
         repo: m.repo.to_string(),
@@ -583,6 +695,104 @@ fn revisions(
     Ok((kept, expired))
 }
 
+/// Every forwarding record, decoded and as stored.
+struct AllForwards {
+    forwards: Forwards,
+    records: HashMap<PackId, MovedRecord>,
+}
+
+/// Lists `moved/` once and reads every record (through the cache, like manifests). A record
+/// gc cannot read could hide where live chunks are: stop.
+fn load_forwards(
+    backend: &dyn ObjectStore,
+    cache: Option<&Index>,
+    report: &mut GcReport,
+) -> Result<AllForwards> {
+    let mut all = AllForwards {
+        forwards: Forwards::default(),
+        records: HashMap::new(),
+    };
+    for obj in backend.list(layout::MOVED_PREFIX)? {
+        let Some(pack) = layout::parse_moved_key(&obj.key) else {
+            continue;
+        };
+        let cached = match cache {
+            Some(idx) if !obj.tag.is_empty() => idx.cached_object(&obj.key, &obj.tag)?,
+            _ => None,
+        };
+        let bytes = match cached {
+            Some(b) => b,
+            None => {
+                let b = match backend.get(&obj.key) {
+                    Ok(b) => b,
+                    Err(StoreError::NotFound(_)) => continue,
+                    Err(e) => return Err(e),
+                };
+                if let Some(idx) = cache {
+                    if !obj.tag.is_empty() {
+                        idx.cache_object(&obj.key, &obj.tag, &b)?;
+                    }
+                }
+                b
+            }
+        };
+        let rec = forward::decode(&obj.key, &bytes)?;
+        all.forwards.insert(&rec);
+        all.records.insert(pack, rec);
+    }
+    report.forwards = all.records.len();
+    Ok(all)
+}
+
+/// The forwarding record of `old` after its live frames (`live`) were copied to `frames`
+/// (old offset → new pack, new offset, frame length). Entries of an earlier record of the
+/// same pack (a pack rewritten, then rescued and rewritten again) are kept: manifests
+/// still resolve through them.
+fn forward_record(
+    old: &PackId,
+    frames: &HashMap<u32, (PackId, u32, u32)>,
+    live: &PackUse,
+    earlier: Option<&MovedRecord>,
+) -> MovedRecord {
+    let mut by_offset: BTreeMap<u32, ([u8; 32], PackId, u32, u32)> = BTreeMap::new();
+    if let Some(e) = earlier {
+        for f in &e.frames {
+            if let Some(t) = e.targets.get(f.target as usize) {
+                by_offset.insert(f.offset, (f.id, *t, f.new_offset, f.frame_len));
+            }
+        }
+    }
+    for (off, (to, new_off, len)) in frames {
+        if let Some((id, _, _)) = live.frames.get(off) {
+            by_offset.entry(*off).or_insert((*id, *to, *new_off, *len));
+        }
+    }
+    let mut targets: Vec<PackId> = Vec::new();
+    let mut ix: HashMap<PackId, u32> = HashMap::new();
+    let frames = by_offset
+        .into_iter()
+        .map(|(offset, (id, to, new_offset, frame_len))| {
+            let target = *ix.entry(to).or_insert_with(|| {
+                targets.push(to);
+                (targets.len() - 1) as u32
+            });
+            MovedFrame {
+                offset,
+                id,
+                target,
+                new_offset,
+                frame_len,
+            }
+        })
+        .collect();
+    MovedRecord {
+        pack: *old,
+        written_ms: lock::now_ms(),
+        targets,
+        frames,
+    }
+}
+
 /// Copies the live frames of `packs` into new packs; returns old (pack, offset) → new
 /// location, grouped by old pack.
 fn rewrite_packs(
@@ -646,47 +856,4 @@ fn rewrite_packs(
     }
     backend.sync_deferred()?;
     Ok(moved)
-}
-
-/// The manifest with every chunk in a moved pack pointing at its copy.
-fn relocate(
-    m: &Manifest,
-    moved: &HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>,
-) -> Result<Manifest> {
-    let key = layout::manifest_key(&m.repo, &m.commit);
-    let mut table: Vec<PackId> = Vec::new();
-    let mut ix: HashMap<PackId, u32> = HashMap::new();
-    let mut out = m.clone();
-    for f in out.files.iter_mut() {
-        for c in f.chunks.iter_mut() {
-            let old = m.packs[c.pack as usize];
-            let (pack, offset) = match moved.get(&old) {
-                Some(map) => {
-                    let (p, o, len) =
-                        map.get(&c.offset)
-                            .ok_or_else(|| StoreError::CorruptObject {
-                                key: key.clone(),
-                                reason: format!(
-                                "internal error: chunk at {} of a rewritten pack was not copied",
-                                c.offset
-                            ),
-                            })?;
-                    debug_assert_eq!(*len, c.frame_len);
-                    (*p, *o)
-                }
-                None => (old, c.offset),
-            };
-            let pi = *ix.entry(pack).or_insert_with(|| {
-                table.push(pack);
-                (table.len() - 1) as u32
-            });
-            *c = ChunkRef {
-                pack: pi,
-                offset,
-                ..*c
-            };
-        }
-    }
-    out.packs = table;
-    Ok(out)
 }
