@@ -266,3 +266,127 @@ fn an_interrupted_import_leaves_nothing_visible_and_can_be_rerun() {
     verifies(&dst, "r1");
     verifies(&dst, "r4");
 }
+
+/// The commits `ls` lists for the test repository.
+fn listed_commits(env: &Env) -> Vec<String> {
+    let repos = env.json(&["ls", "--json"]);
+    if repos["repos"].as_array().unwrap().is_empty() {
+        return Vec::new();
+    }
+    let info = env.json(&["ls", REPO, "--json"]);
+    let mut out: Vec<String> = info["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["commit"].as_str().unwrap().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Issue 11, point 1: a bundle holds A (r1) and C (r4); the destination already holds
+/// commit C with other files (r2's). The import is refused naming C, publishes nothing,
+/// deletes nothing, and once the conflict is removed a rerun imports A intact.
+#[test]
+fn regression_conflicting_commit_publishes_nothing_and_deletes_nothing() {
+    let s = series();
+    let src = Env::new();
+    ingest_series(&src);
+    let b = src.path("a-and-c.bundle");
+    src.ok(&["export", &rev("r1"), &rev("r4"), "-o", b.to_str().unwrap()]);
+    let dst = Env::new();
+    let c = s.commit("r4");
+    dst.ingest(&s.plain("r2"), &["--repo", REPO, "--revision", &c]);
+    let before = listed_commits(&dst);
+    assert_eq!(before, vec![c.clone()]);
+
+    let err = dst.fails(&["import", b.to_str().unwrap()]);
+    assert!(
+        err.contains(&c) && err.contains("different files"),
+        "the error names the conflicting commit: {err}"
+    );
+    assert_eq!(
+        listed_commits(&dst),
+        before,
+        "a refused import published a revision"
+    );
+    // What was stored before still reads, byte for byte.
+    verifies(&dst, &c);
+    let co = dst.path("co-c");
+    dst.ok(&["checkout".as_ref(), rev(&c).as_ref(), co.as_os_str()]);
+    assert_eq!(common::tree_hashes(&co), s.files("r2"));
+
+    // Remove the conflict: the rerun imports both, and A reads back intact.
+    dst.ok(&["rm", "--force", &rev(&c)]);
+    dst.ok(&["import", b.to_str().unwrap()]);
+    verifies(&dst, "r1");
+    verifies(&dst, "r4");
+    let co = dst.path("co-a");
+    dst.ok(&["checkout".as_ref(), rev("r1").as_ref(), co.as_os_str()]);
+    assert_eq!(common::tree_hashes(&co), s.files("r1"));
+}
+
+/// Issue 11, point 1: an ingest on another machine deduplicates against a pack the import
+/// wrote, publishes and ends; then the import fails (its stream is cut short). The ingest's
+/// revision must keep its chunks: an import never deletes a pack.
+#[test]
+fn regression_failed_import_keeps_packs_another_ingest_dedups_against() {
+    let s = series();
+    let src = Env::new();
+    ingest_series(&src);
+    let b = src.path("r1.bundle");
+    src.ok(&["export", &rev("r1"), "-o", b.to_str().unwrap()]);
+    let bytes = std::fs::read(&b).unwrap();
+    let dst = Env::new();
+    let pause = dst.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let point = "import-after-pack";
+    let mut import = dst
+        .cmd()
+        .args(["import", "-"])
+        .env("MODELCAS_PAUSE_AT", point)
+        .env("MODELCAS_PAUSE_DIR", &pause)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The stream ends two thirds of the way: after several packs, before the end record.
+    let mut stdin = import.stdin.take().unwrap();
+    let cut = bytes[..bytes.len() * 2 / 3].to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&cut);
+    });
+    let t = std::time::Instant::now();
+    while !pause.join(format!("{point}.reached")).exists() {
+        assert!(import.try_wait().unwrap().is_none(), "import ended early");
+        assert!(t.elapsed().as_secs() < 120, "{point} never reached");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!dst.packs().is_empty(), "the import wrote a pack");
+
+    // Another machine ingests r1 (the same chunks), deduplicating against that pack.
+    let peer = dst.sharing();
+    let out = peer.ingest_json(
+        &s.plain("r1"),
+        &["--repo", REPO, "--revision", &s.commit("r1"), "--ref", "r1"],
+    );
+    assert!(
+        out["new_chunks"].as_u64().unwrap() < out["chunks"].as_u64().unwrap(),
+        "the ingest deduplicated against the import's pack: {out:#}"
+    );
+    verifies(&peer, "r1");
+
+    // The import goes on, finds its stream cut short, and fails.
+    std::fs::write(pause.join(format!("{point}.go")), b"").unwrap();
+    feeder.join().unwrap();
+    let done = import.wait_with_output().unwrap();
+    assert!(!done.status.success(), "a truncated import succeeded");
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(err.contains("truncated"), "{err}");
+    verifies(&peer, "r1");
+    verifies(&dst, "r1");
+    let co = dst.path("co");
+    dst.ok(&["checkout".as_ref(), rev("r1").as_ref(), co.as_os_str()]);
+    assert_eq!(common::tree_hashes(&co), s.files("r1"));
+}

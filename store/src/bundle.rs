@@ -389,6 +389,7 @@ fn import_inner(
         pending.clear();
         report.packs_written += 1;
         report.pack_bytes_written += bytes.len() as u64;
+        crate::failpoint::pause("import-after-pack");
         Ok(())
     };
     loop {
