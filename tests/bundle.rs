@@ -504,7 +504,10 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
     for (name, data, want) in [
         (
             "manifest of victim/model/refs",
-            replaced(manifest_at, with_repo(&plain_manifest, "victim", "model/refs")),
+            replaced(
+                manifest_at,
+                with_repo(&plain_manifest, "victim", "model/refs"),
+            ),
             "invalid repo id",
         ),
         (

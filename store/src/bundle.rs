@@ -282,8 +282,7 @@ pub struct ImportReport {
 const MAX_REF_RECORD: u64 = 4096;
 /// Largest chunk record: id, raw length, and a frame of the largest chunk (a frame's body
 /// is never longer than its chunk: the encoder stores a chunk raw rather than grow it).
-const MAX_CHUNK_RECORD: u64 =
-    36 + crate::frame::HEADER_LEN as u64 + chunker::MAX_CHUNK_LEN as u64;
+const MAX_CHUNK_RECORD: u64 = 36 + crate::frame::HEADER_LEN as u64 + chunker::MAX_CHUNK_LEN as u64;
 /// Memory the manifests and refs of one bundle may take while the import holds them
 /// (they are needed until every chunk has arrived). A manifest of a 1 TB model with
 /// 512 KiB chunks takes about 100 MiB; a larger transfer must be split into several
@@ -654,9 +653,7 @@ fn publish(store: &Store, index: &Index, lease: &Held, mut rx: Received) -> Resu
                 .backend()
                 .put(&key, &codec::encode(Kind::Manifest, &relocated, true))?;
         }
-        rx.report
-            .revisions
-            .push(format!("{}@{}", m.repo, m.commit));
+        rx.report.revisions.push(format!("{}@{}", m.repo, m.commit));
     }
     for r in &rx.refs {
         store.set_ref(&r.repo, &r.name, &r.commit)?;

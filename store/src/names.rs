@@ -196,7 +196,12 @@ mod tests {
         let good = bincode::encode_to_vec(&r, cfg).unwrap();
         let (back, _): (RepoId, usize) = bincode::decode_from_slice(&good, cfg).unwrap();
         assert_eq!(back, r);
-        for (org, name) in [("victim", "model/refs"), ("..", "x"), ("a", ""), ("a/b", "c")] {
+        for (org, name) in [
+            ("victim", "model/refs"),
+            ("..", "x"),
+            ("a", ""),
+            ("a/b", "c"),
+        ] {
             let bytes = bincode::encode_to_vec((org, name), cfg).unwrap();
             let got: std::result::Result<(RepoId, usize), _> =
                 bincode::decode_from_slice(&bytes, cfg);

@@ -477,7 +477,10 @@ mod tests {
         }
         for f in &m.files {
             assert!(!f.path.is_empty() && !f.path.starts_with('/'));
-            assert!(f.path.split('/').all(|s| !s.is_empty() && s != "." && s != ".."));
+            assert!(f
+                .path
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != ".."));
             let mut sum = 0u64;
             for c in &f.chunks {
                 assert!((c.pack as usize) < m.packs.len());
@@ -499,14 +502,32 @@ mod tests {
         let elsewhere = layout::manifest_key(&RepoId::parse("other/model").unwrap(), &m.commit);
         assert!(decode_manifest(&elsewhere, &bytes).is_err());
         let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
-            ("unsafe file path", Box::new(|m| m.files[0].path = "../x".into())),
-            ("unsafe file path", Box::new(|m| m.files[0].path = "/etc/x".into())),
+            (
+                "unsafe file path",
+                Box::new(|m| m.files[0].path = "../x".into()),
+            ),
+            (
+                "unsafe file path",
+                Box::new(|m| m.files[0].path = "/etc/x".into()),
+            ),
             ("out of order", Box::new(|m| m.files.swap(0, 1))),
-            ("out of order", Box::new(|m| m.files[1].path = "a/b.bin".into())),
-            ("both a file and a directory", Box::new(|m| m.files[1].path = "a/b.bin/c".into())),
+            (
+                "out of order",
+                Box::new(|m| m.files[1].path = "a/b.bin".into()),
+            ),
+            (
+                "both a file and a directory",
+                Box::new(|m| m.files[1].path = "a/b.bin/c".into()),
+            ),
             ("pack index", Box::new(|m| m.files[0].chunks[0].pack = 2)),
-            ("longer than any chunk", Box::new(|m| m.files[0].chunks[0].raw_len = u32::MAX)),
-            ("impossible", Box::new(|m| m.files[0].chunks[0].offset = u32::MAX)),
+            (
+                "longer than any chunk",
+                Box::new(|m| m.files[0].chunks[0].raw_len = u32::MAX),
+            ),
+            (
+                "impossible",
+                Box::new(|m| m.files[0].chunks[0].offset = u32::MAX),
+            ),
             ("chunks hold", Box::new(|m| m.files[1].size = 6)),
         ];
         for (want, damage) in cases {
@@ -525,7 +546,9 @@ mod tests {
         evil.push(name.len() as u8);
         evil.extend_from_slice(name);
         evil.extend_from_slice(&payload[at + 5..]);
-        let err = decode_manifest("x", &envelope(&evil)).unwrap_err().to_string();
+        let err = decode_manifest("x", &envelope(&evil))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("invalid repo id"), "{err}");
     }
 

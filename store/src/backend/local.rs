@@ -353,7 +353,11 @@ mod tests {
             }
             let synced = SYNCED.with(|s| s.borrow().clone());
             for dir in [root.clone(), root.join(top), root.join(top).join("ab")] {
-                assert!(synced.contains(&dir), "{} not synced: {synced:?}", dir.display());
+                assert!(
+                    synced.contains(&dir),
+                    "{} not synced: {synced:?}",
+                    dir.display()
+                );
             }
         }
         assert_eq!(store.get("repos/ab/cd/object").unwrap(), b"x");
