@@ -15,5 +15,5 @@ mod params;
 mod stream;
 
 pub use id::{ChunkId, ParseChunkIdError};
-pub use params::{ChunkParams, ParamsError};
+pub use params::{ChunkParams, ParamsError, MAX_CHUNK_LEN};
 pub use stream::{Chunk, StreamChunker};

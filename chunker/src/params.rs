@@ -1,5 +1,10 @@
 //! Chunk size parameters and their validation.
 
+/// The largest chunk any valid [`ChunkParams`] can cut (`max` is at most this): 16 MiB,
+/// FastCDC 2020's upper bound for its maximum size. Readers refuse a chunk, frame or
+/// manifest entry claiming more, before allocating for it.
+pub const MAX_CHUNK_LEN: u32 = fastcdc::v2020::MAXIMUM_MAX as u32;
+
 /// Minimum, average (target) and maximum chunk sizes in bytes.
 ///
 /// The defaults (128 KiB / 512 KiB / 2 MiB) were chosen from measurements on the generated

@@ -14,8 +14,15 @@
 //! against its id as it arrives and writes it into new packs, which nothing references
 //! yet; only after the end record's checksum matches, every manifest's chunks are located
 //! and every file's sha256 has been re-read and checked does it write manifests, then refs.
-//! A refused import deletes the packs it wrote (unless another ingest is running, which
-//! may have deduplicated against them: then gc reclaims them).
+//! Every conflict with what the destination holds is checked before the first pack is
+//! written and again before the first manifest is, so a refused import publishes nothing.
+//! An import never deletes anything: the packs a refused import wrote are unreferenced,
+//! another ingest may already deduplicate against them, and only gc may remove them.
+//!
+//! Whatever a bundle declares, import's memory stays bounded: every record length is
+//! capped by its kind before anything is allocated (and read as it arrives), manifests
+//! and refs together may take at most 1 GiB, and every manifest passes the
+//! store's one manifest check ([`decode_manifest`]).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -24,11 +31,11 @@ use bincode::{Decode, Encode};
 use chunker::ChunkId;
 
 use crate::codec::{self, Kind};
-use crate::index::{ChunkLoc, Index};
+use crate::index::Index;
 use crate::ingest::Progress;
 use crate::layout;
 use crate::lock::{self, Held};
-use crate::manifest::{ChunkRef, Manifest};
+use crate::manifest::{ChunkRef, FileEntry, Manifest};
 use crate::names::{CommitId, RepoId};
 use crate::pack::{self, PackBuilder, PackId};
 use crate::read;
@@ -270,7 +277,19 @@ pub struct ImportReport {
     pub bundle_bytes: u64,
 }
 
-/// Reads exactly `buf.len()` bytes, hashing them; a short read is a truncated bundle.
+/// Largest ref record: an envelope of a repo id (two parts of at most 96 bytes), a ref
+/// name (at most 200 bytes) and a commit, with room to spare.
+const MAX_REF_RECORD: u64 = 4096;
+/// Largest chunk record: id, raw length, and a frame of the largest chunk (a frame's body
+/// is never longer than its chunk: the encoder stores a chunk raw rather than grow it).
+const MAX_CHUNK_RECORD: u64 = 36 + crate::frame::HEADER_LEN as u64 + chunker::MAX_CHUNK_LEN as u64;
+/// Memory the manifests and refs of one bundle may take while the import holds them
+/// (they are needed until every chunk has arrived). A manifest of a 1 TB model with
+/// 512 KiB chunks takes about 100 MiB; a larger transfer must be split into several
+/// bundles.
+const MAX_METADATA_MEMORY: u64 = 1 << 30;
+
+/// Reads exactly what the bundle declares, hashing it; a short read is a truncated bundle.
 struct Source<'a> {
     inner: &'a mut dyn Read,
     hasher: blake3::Hasher,
@@ -278,22 +297,43 @@ struct Source<'a> {
 }
 
 impl Source<'_> {
+    fn eof(&self, e: std::io::Error) -> StoreError {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            bad(format!(
+                "truncated: the stream ends after {} bytes",
+                self.bytes
+            ))
+        } else {
+            StoreError::io("bundle input", e)
+        }
+    }
+
     fn exact(&mut self, buf: &mut [u8], hash: bool) -> Result<()> {
-        self.inner.read_exact(buf).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                bad(format!(
-                    "truncated: the stream ends after {} bytes",
-                    self.bytes
-                ))
-            } else {
-                StoreError::io("bundle input", e)
-            }
-        })?;
+        self.inner.read_exact(buf).map_err(|e| self.eof(e))?;
         if hash {
             self.hasher.update(buf);
         }
         self.bytes += buf.len() as u64;
         Ok(())
+    }
+
+    /// `len` bytes (already checked against the record kind's cap), read as they arrive:
+    /// memory follows the bytes received, never a length a truncated bundle merely claims.
+    fn payload(&mut self, len: u64, hash: bool) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(len.min(1 << 20) as usize);
+        let got = (&mut self.inner)
+            .take(len)
+            .read_to_end(&mut out)
+            .map_err(|e| StoreError::io("bundle input", e))?;
+        if (got as u64) < len {
+            self.bytes += got as u64;
+            return Err(self.eof(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        if hash {
+            self.hasher.update(&out);
+        }
+        self.bytes += len;
+        Ok(out)
     }
 }
 
@@ -302,44 +342,95 @@ fn bad(reason: String) -> StoreError {
 }
 
 /// Imports a bundle from `input` into `store`, using `index` for dedup.
+///
+/// An import never deletes anything. A refused or interrupted import leaves only packs
+/// that no manifest references; another ingest may have deduplicated against them
+/// meanwhile, so only gc, by its protocol, may remove them.
 pub fn import(
     store: &Store,
     index: &Index,
     input: &mut dyn Read,
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
-    let lease = Held::ingest_lease(store.backend().clone(), lock::DEFAULT_TTL)?;
+    let lease = Held::ingest_lease(store.backend().clone(), lock::default_ttl())?;
     index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?;
-    let mut written: Vec<PackId> = Vec::new();
-    let result = import_inner(store, index, input, progress, &lease, &mut written);
-    if result.is_err() && !written.is_empty() {
-        // Nothing references these packs. Remove them unless another ingest is running
-        // (it may have deduplicated against them since): then gc reclaims them.
-        let others = lock::list(store.backend().as_ref(), "ingest")
-            .and_then(|l| {
-                let now = lock::store_now_ms(store.backend().as_ref())?;
-                Ok(l.iter().any(|o| o.key != lease.key() && !o.is_stale(now)))
-            })
-            .unwrap_or(true);
-        if !others {
-            for p in &written {
-                let _ = store.backend().delete(&layout::pack_key(p));
-                let _ = index.remove_pack(p);
-            }
+    let mut rx = Received::default();
+    read_bundle(store, index, input, progress, &mut rx)?;
+    check_conflicts(store, &rx)?;
+    crate::failpoint::pause("import-after-chunks");
+    for m in &rx.manifests {
+        let relocated = relocate(m, index)?;
+        let v = read::verify(store, &relocated, progress);
+        if let Some(p) = v.problems.first() {
+            return Err(bad(format!(
+                "{}@{}: {} (and {} more problems)",
+                m.repo,
+                m.commit,
+                p.error,
+                v.problems.len() - 1
+            )));
         }
+        rx.report.bytes_verified += v.bytes;
     }
-    result
+    publish(store, index, &lease, rx)
 }
 
-fn import_inner(
+/// What the records of a bundle delivered.
+#[derive(Default)]
+struct Received {
+    manifests: Vec<Manifest>,
+    refs: Vec<BundleRef>,
+    /// Estimated memory of `manifests` and `refs`.
+    metadata_memory: u64,
+    /// Whether the conflicts were checked (once, before the first pack is written).
+    checked: bool,
+    report: ImportReport,
+}
+
+impl Received {
+    fn hold(&mut self, bytes: u64, at: u64) -> Result<()> {
+        self.metadata_memory += bytes;
+        if self.metadata_memory > MAX_METADATA_MEMORY {
+            return Err(bad(format!(
+                "at byte {at}: its manifests and refs need more than {} MiB of memory; export fewer revisions per bundle",
+                MAX_METADATA_MEMORY >> 20
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Estimated memory of a decoded manifest.
+fn footprint(m: &Manifest) -> u64 {
+    use std::mem::size_of;
+    let files: usize = m
+        .files
+        .iter()
+        .map(|f| size_of::<FileEntry>() + f.path.len() + f.chunks.len() * size_of::<ChunkRef>())
+        .sum();
+    (size_of::<Manifest>() + m.source.len() + m.packs.len() * size_of::<PackId>() + files) as u64
+}
+
+/// The largest payload a record of `kind` may declare.
+fn record_cap(kind: u8) -> Option<u64> {
+    match kind {
+        KIND_MANIFEST => Some(MAX_RECORD),
+        KIND_REF => Some(MAX_REF_RECORD),
+        KIND_CHUNK => Some(MAX_CHUNK_RECORD),
+        KIND_END => Some(40),
+        _ => None,
+    }
+}
+
+/// Reads every record up to the end record, storing new chunks in new packs; checks the
+/// checksum, the record count, and that nothing follows.
+fn read_bundle(
     store: &Store,
     index: &Index,
     input: &mut dyn Read,
     progress: &dyn Progress,
-    lease: &Held,
-    written: &mut Vec<PackId>,
-) -> Result<ImportReport> {
-    let mut report = ImportReport::default();
+    rx: &mut Received,
+) -> Result<()> {
     let mut src = Source {
         inner: input,
         hasher: blake3::Hasher::new(),
@@ -356,122 +447,62 @@ fn import_inner(
             "bundle format version {version}; this modelcas reads version {BUNDLE_VERSION}"
         )));
     }
-    let mut manifests: Vec<Manifest> = Vec::new();
-    let mut refs: Vec<BundleRef> = Vec::new();
-    let mut located: HashMap<[u8; 32], ChunkLoc> = HashMap::new();
-    let mut builder = PackBuilder::new();
-    let mut pending: HashSet<[u8; 32]> = HashSet::new();
-    let target = store.config().pack_target.max(1) as usize;
+    let mut packs = Packer {
+        builder: PackBuilder::new(),
+        pending: HashSet::new(),
+        target: store.config().pack_target.max(1) as usize,
+    };
     let mut records: u64 = 0;
     progress.start("import", 0);
-    let mut seal = |builder: PackBuilder,
-                    pending: &mut HashSet<[u8; 32]>,
-                    located: &mut HashMap<[u8; 32], ChunkLoc>,
-                    report: &mut ImportReport|
-     -> Result<()> {
-        let (id, bytes, entries) = builder.finish();
-        store
-            .backend()
-            .put_deferred(&layout::pack_key(&id), &bytes)?;
-        written.push(id);
-        index.add_pack(&id, bytes.len() as u64, &entries)?;
-        for e in &entries {
-            located.insert(
-                e.id,
-                ChunkLoc {
-                    pack: id,
-                    offset: e.offset,
-                    frame_len: e.frame_len,
-                    raw_len: e.raw_len,
-                },
-            );
-        }
-        pending.clear();
-        report.packs_written += 1;
-        report.pack_bytes_written += bytes.len() as u64;
-        Ok(())
-    };
     loop {
         let mut head = [0u8; 9];
         let at = src.bytes;
         src.exact(&mut head[..1], false)?;
         let kind = head[0];
-        if kind != KIND_END {
+        let hashed = kind != KIND_END;
+        if hashed {
             src.hasher.update(&head[..1]);
         }
-        src.exact(&mut head[1..], kind != KIND_END)?;
+        src.exact(&mut head[1..], hashed)?;
         let len = u64::from_le_bytes(head[1..9].try_into().unwrap_or([0; 8]));
-        if len > MAX_RECORD {
-            return Err(bad(format!("record at byte {at} claims {len} bytes")));
+        let Some(cap) = record_cap(kind) else {
+            return Err(bad(format!("unknown record kind {kind} at byte {at}")));
+        };
+        if len > cap {
+            return Err(bad(format!(
+                "record of kind {kind} at byte {at} claims {len} bytes (at most {cap})"
+            )));
         }
-        let mut payload = vec![0u8; len as usize];
-        src.exact(&mut payload, kind != KIND_END)?;
-        if kind != KIND_END {
-            records += 1;
-        }
+        let payload = src.payload(len, hashed)?;
         match kind {
             KIND_MANIFEST => {
-                let m: Manifest = codec::decode(Kind::Manifest, &payload)
-                    .map_err(|e| bad(format!("manifest at byte {at}: {e}")))?;
-                manifests.push(m);
+                let m = decode_manifest(&format!("bundle manifest at byte {at}"), &payload)
+                    .map_err(|e| bad(e.to_string()))?;
+                rx.hold(footprint(&m), at)?;
+                rx.manifests.push(m);
             }
             KIND_REF => {
                 let r: BundleRef = codec::decode(Kind::BundleRef, &payload)
                     .map_err(|e| bad(format!("ref at byte {at}: {e}")))?;
-                crate::names::check_ref_name(&r.name)?;
-                refs.push(r);
+                crate::names::check_ref_name(&r.name)
+                    .map_err(|e| bad(format!("ref at byte {at}: {e}")))?;
+                rx.hold((std::mem::size_of::<BundleRef>() + r.name.len()) as u64, at)?;
+                rx.refs.push(r);
             }
             KIND_CHUNK => {
-                if payload.len() < 36 {
-                    return Err(bad(format!("chunk record at byte {at} is too short")));
+                if !rx.checked {
+                    // Refuse before writing a single pack when the bundle cannot be taken.
+                    check_conflicts(store, rx)?;
+                    rx.checked = true;
                 }
-                let mut id = [0u8; 32];
-                id.copy_from_slice(&payload[..32]);
-                let raw_len = u32::from_le_bytes(payload[32..36].try_into().unwrap_or([0; 4]));
-                let frame = &payload[36..];
-                let cid = ChunkId(id);
-                let data = pack::decode_checked(frame, &cid, "bundle", at)
-                    .map_err(|e| bad(format!("chunk {cid} at byte {at}: {e}")))?;
-                if data.len() != raw_len as usize {
-                    return Err(bad(format!(
-                        "chunk {cid} at byte {at}: {} bytes, the record says {raw_len}",
-                        data.len()
-                    )));
-                }
-                report.chunks += 1;
-                progress.advance(raw_len as u64);
-                if located.contains_key(&id)
-                    || pending.contains(&id)
-                    || index.chunk(&cid)?.is_some()
-                {
-                    continue;
-                }
-                builder.add_frame(cid, frame, raw_len as usize);
-                pending.insert(id);
-                report.new_chunks += 1;
-                if builder.len() >= target {
-                    let full = std::mem::take(&mut builder);
-                    seal(full, &mut pending, &mut located, &mut report)?;
-                }
+                packs.chunk(store, index, &payload, at, &mut rx.report, progress)?;
             }
-            KIND_END => {
-                if payload.len() != 40 {
-                    return Err(bad("malformed end record".into()));
-                }
-                let count = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
-                let digest = src.hasher.finalize();
-                if &payload[8..] != digest.as_bytes() {
-                    return Err(bad("checksum mismatch: the bundle was altered".into()));
-                }
-                if count != records {
-                    return Err(bad(format!(
-                        "the end record counts {count} records, the bundle has {records}"
-                    )));
-                }
+            _ => {
+                end_record(&payload, src.hasher.finalize(), records)?;
                 break;
             }
-            other => return Err(bad(format!("unknown record kind {other} at byte {at}"))),
         }
+        records += 1;
     }
     let mut extra = [0u8; 1];
     if src
@@ -482,33 +513,120 @@ fn import_inner(
     {
         return Err(bad("bytes after the end record".into()));
     }
-    report.bundle_bytes = src.bytes;
-    if !builder.is_empty() {
-        seal(builder, &mut pending, &mut located, &mut report)?;
-    }
+    rx.report.bundle_bytes = src.bytes;
+    packs.seal(store, index, &mut rx.report)?;
     progress.finish();
-    store.backend().sync_deferred()?;
-    crate::failpoint::pause("import-after-chunks");
+    store.backend().sync_deferred()
+}
 
-    // Locate every chunk here, then re-read every file and check its sha256.
-    let mut local = Vec::new();
-    for m in &manifests {
-        let relocated = relocate(m, &located, index)?;
-        let v = read::verify(store, &relocated, progress);
-        if let Some(p) = v.problems.first() {
+/// Checks the end record against the checksum and the count of the records before it.
+fn end_record(payload: &[u8], digest: blake3::Hash, records: u64) -> Result<()> {
+    if payload.len() != 40 {
+        return Err(bad("malformed end record".into()));
+    }
+    let count = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
+    if &payload[8..] != digest.as_bytes() {
+        return Err(bad("checksum mismatch: the bundle was altered".into()));
+    }
+    if count != records {
+        return Err(bad(format!(
+            "the end record counts {count} records, the bundle has {records}"
+        )));
+    }
+    Ok(())
+}
+
+/// New chunks on their way into packs.
+struct Packer {
+    builder: PackBuilder,
+    /// Chunks in `builder` (not yet in the index).
+    pending: HashSet<[u8; 32]>,
+    target: usize,
+}
+
+impl Packer {
+    /// Checks a chunk record and adds its frame unless this store has the chunk.
+    fn chunk(
+        &mut self,
+        store: &Store,
+        index: &Index,
+        payload: &[u8],
+        at: u64,
+        report: &mut ImportReport,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        if payload.len() < 36 {
+            return Err(bad(format!("chunk record at byte {at} is too short")));
+        }
+        let mut id = [0u8; 32];
+        id.copy_from_slice(&payload[..32]);
+        let raw_len = u32::from_le_bytes(payload[32..36].try_into().unwrap_or([0; 4]));
+        let frame = &payload[36..];
+        let cid = ChunkId(id);
+        if raw_len > chunker::MAX_CHUNK_LEN {
             return Err(bad(format!(
-                "{}@{}: {} (and {} more problems)",
-                m.repo,
-                m.commit,
-                p.error,
-                v.problems.len() - 1
+                "chunk {cid} at byte {at} claims {raw_len} bytes, more than any chunk ({})",
+                chunker::MAX_CHUNK_LEN
             )));
         }
-        report.bytes_verified += v.bytes;
-        local.push(relocated);
+        let data = pack::decode_checked(frame, &cid, "bundle", at)
+            .map_err(|e| bad(format!("chunk {cid} at byte {at}: {e}")))?;
+        if data.len() != raw_len as usize {
+            return Err(bad(format!(
+                "chunk {cid} at byte {at}: {} bytes, the record says {raw_len}",
+                data.len()
+            )));
+        }
+        report.chunks += 1;
+        progress.advance(raw_len as u64);
+        if self.pending.contains(&id) || index.chunk(&cid)?.is_some() {
+            return Ok(());
+        }
+        self.builder.add_frame(cid, frame, raw_len as usize);
+        self.pending.insert(id);
+        report.new_chunks += 1;
+        if self.builder.len() >= self.target {
+            self.seal(store, index, report)?;
+        }
+        Ok(())
     }
-    for r in &refs {
-        if !manifests
+
+    /// Writes the pack being built (if any) and records it in the index.
+    fn seal(&mut self, store: &Store, index: &Index, report: &mut ImportReport) -> Result<()> {
+        if self.builder.is_empty() {
+            return Ok(());
+        }
+        let (id, bytes, entries) = std::mem::take(&mut self.builder).finish();
+        store
+            .backend()
+            .put_deferred(&layout::pack_key(&id), &bytes)?;
+        index.add_pack(&id, bytes.len() as u64, &entries)?;
+        self.pending.clear();
+        report.packs_written += 1;
+        report.pack_bytes_written += bytes.len() as u64;
+        crate::failpoint::pause("import-after-pack");
+        Ok(())
+    }
+}
+
+/// Refuses the import when a revision of the bundle is stored here with other files, or a
+/// ref names a commit that neither the bundle nor this store holds. Runs before the first
+/// pack is written and again just before the first manifest is.
+fn check_conflicts(store: &Store, rx: &Received) -> Result<()> {
+    for m in &rx.manifests {
+        if store.has_commit(&m.repo, &m.commit)? {
+            let old = store.manifest(&m.repo, &m.commit)?;
+            if !old.same_content(m) {
+                return Err(bad(format!(
+                    "{}@{} is already stored with different files (remove it with `modelcas rm --force` to import the bundle's)",
+                    m.repo, m.commit
+                )));
+            }
+        }
+    }
+    for r in &rx.refs {
+        if !rx
+            .manifests
             .iter()
             .any(|m| m.repo == r.repo && m.commit == r.commit)
             && !store.has_commit(&r.repo, &r.commit)?
@@ -519,57 +637,49 @@ fn import_inner(
             )));
         }
     }
-    // Publish: manifests, then refs.
+    Ok(())
+}
+
+/// Writes the manifests (located in this store's packs), then the refs, after checking
+/// every conflict again: a refused import publishes nothing.
+fn publish(store: &Store, index: &Index, lease: &Held, mut rx: Received) -> Result<ImportReport> {
+    check_conflicts(store, &rx)?;
     lease.check()?;
-    for m in &local {
-        if store.has_commit(&m.repo, &m.commit)? {
-            let old = store.manifest(&m.repo, &m.commit)?;
-            if !old.same_content(m) {
-                return Err(bad(format!(
-                    "{}@{} is already stored with different files",
-                    m.repo, m.commit
-                )));
-            }
-        } else {
+    for m in &rx.manifests {
+        if !store.has_commit(&m.repo, &m.commit)? {
             let key = layout::manifest_key(&m.repo, &m.commit);
+            let relocated = relocate(m, index)?;
             store
                 .backend()
-                .put(&key, &codec::encode(Kind::Manifest, m, true))?;
+                .put(&key, &codec::encode(Kind::Manifest, &relocated, true))?;
         }
-        report.revisions.push(format!("{}@{}", m.repo, m.commit));
+        rx.report.revisions.push(format!("{}@{}", m.repo, m.commit));
     }
-    for r in &refs {
+    for r in &rx.refs {
         store.set_ref(&r.repo, &r.name, &r.commit)?;
-        report
+        rx.report
             .refs
             .push(format!("{}@{} -> {}", r.repo, r.name, r.commit));
     }
-    Ok(report)
+    Ok(rx.report)
 }
 
 /// The manifest with every chunk pointing at where this store holds it.
-fn relocate(
-    m: &Manifest,
-    located: &HashMap<[u8; 32], ChunkLoc>,
-    index: &Index,
-) -> Result<Manifest> {
+fn relocate(m: &Manifest, index: &Index) -> Result<Manifest> {
     let mut out = m.clone();
     let mut table: Vec<PackId> = Vec::new();
     let mut ix: HashMap<PackId, u32> = HashMap::new();
     for f in out.files.iter_mut() {
         for c in f.chunks.iter_mut() {
-            let loc = match located.get(&c.id) {
-                Some(l) => *l,
-                None => index.chunk(&ChunkId(c.id))?.ok_or_else(|| {
-                    bad(format!(
-                        "{}@{} {}: chunk {} is neither in the bundle nor in this store (was it exported with --have for a revision this store lacks?)",
-                        m.repo,
-                        m.commit,
-                        f.path,
-                        ChunkId(c.id)
-                    ))
-                })?,
-            };
+            let loc = index.chunk(&ChunkId(c.id))?.ok_or_else(|| {
+                bad(format!(
+                    "{}@{} {}: chunk {} is neither in the bundle nor in this store (was it exported with --have for a revision this store lacks?)",
+                    m.repo,
+                    m.commit,
+                    f.path,
+                    ChunkId(c.id)
+                ))
+            })?;
             let pi = *ix.entry(loc.pack).or_insert_with(|| {
                 table.push(loc.pack);
                 (table.len() - 1) as u32

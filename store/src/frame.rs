@@ -264,6 +264,13 @@ pub fn decode(frame: &[u8]) -> std::result::Result<Vec<u8>, String> {
     let body_len = le32(&frame[8..12]);
     let aux = le32(&frame[12..16]);
     let body = &frame[HEADER_LEN..];
+    if raw_len > chunker::MAX_CHUNK_LEN as usize {
+        // Checked before anything is allocated for the chunk.
+        return Err(format!(
+            "frame claims a chunk of {raw_len} bytes, more than any chunk ({})",
+            chunker::MAX_CHUNK_LEN
+        ));
+    }
     if body.len() != body_len {
         return Err(format!(
             "frame body is {} bytes, header says {body_len}",
@@ -381,6 +388,17 @@ mod tests {
         bad[last] ^= 0xff;
         // zstd may or may not notice; the chunk hash check in the reader always does.
         let _ = decode(&bad);
+    }
+
+    #[test]
+    fn refuses_a_claimed_length_beyond_any_chunk_before_allocating() {
+        for codec in [CODEC_RAW, CODEC_ZSTD, CODEC_BG2] {
+            let mut f = Vec::new();
+            push_header(&mut f, codec, 3, u32::MAX as usize, 4, 2);
+            f.extend_from_slice(&[0, 0, 0, 0]);
+            let err = decode(&f).unwrap_err();
+            assert!(err.contains("more than any chunk"), "{err}");
+        }
     }
 
     proptest! {

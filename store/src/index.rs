@@ -16,9 +16,11 @@
 //! Before an ingest trusts the index it calls [`Index::sync`], which lists the bucket's
 //! packs, reads the footers of packs it has not seen (written by another machine or by an
 //! interrupted run) and forgets packs that are gone **or condemned by gc**
-//! (`gc/condemned`): an ingest never deduplicates against a pack gc may delete.
+//! (`gc/condemned`): an ingest never deduplicates against a pack gc may delete. A known pack
+//! whose listed size differs from the size recorded when it was learned (cut short by a
+//! power loss after the index recorded it) is forgotten and learned again from its footer.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use bincode::{Decode, Encode};
@@ -229,16 +231,25 @@ impl Index {
 
     /// Every pack the index knows.
     pub fn packs(&self) -> Result<HashSet<PackId>> {
-        let mut out = HashSet::new();
+        Ok(self.pack_sizes()?.into_keys().collect())
+    }
+
+    /// Every pack the index knows, with the object size recorded when it was learned
+    /// (`None` when the record cannot be decoded).
+    fn pack_sizes(&self) -> Result<HashMap<PackId, Option<u64>>> {
+        let mut out = HashMap::new();
         for item in self
             .db
             .iterator_cf(self.cf(CF_PACKS)?, rocksdb::IteratorMode::Start)
         {
-            let (k, _) = item.map_err(|e| self.err(e))?;
+            let (k, v) = item.map_err(|e| self.err(e))?;
             if k.len() == 32 {
                 let mut id = [0u8; 32];
                 id.copy_from_slice(&k);
-                out.insert(PackId(id));
+                let size = codec::decode::<IndexedPack>(Kind::IndexPack, &v)
+                    .ok()
+                    .map(|p| p.size);
+                out.insert(PackId(id), size);
             }
         }
         Ok(out)
@@ -265,7 +276,7 @@ impl Index {
             .map(|c| c.pack)
             .collect();
         let listed = store.list(layout::PACKS_PREFIX)?;
-        let mut known = self.packs()?;
+        let mut known = self.pack_sizes()?;
         let mut report = SyncReport {
             packs: listed.len(),
             ..Default::default()
@@ -278,8 +289,16 @@ impl Index {
                 report.condemned += 1;
                 continue; // left in `known`: forgotten below
             }
-            if known.remove(&id) {
-                continue;
+            match known.remove(&id) {
+                Some(Some(size)) if size == obj.size => continue,
+                // Recorded with another size (a pack cut short by a power loss after the
+                // index recorded it, or replaced), or unreadable: forget it and learn
+                // what the bucket holds now.
+                Some(_) => {
+                    self.remove_pack(&id)?;
+                    report.forgotten += 1;
+                }
+                None => {}
             }
             match pack::read_footer(store, &obj.key) {
                 Ok(footer) => {
@@ -289,7 +308,7 @@ impl Index {
                 Err(e) => warn(format!("skipping unreadable pack {}: {e}", obj.key)),
             }
         }
-        for gone in known {
+        for gone in known.into_keys() {
             self.remove_pack(&gone)?;
             report.forgotten += 1;
         }

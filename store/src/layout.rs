@@ -97,10 +97,12 @@ pub fn ref_key(repo: &RepoId, name: &str) -> String {
     format!("{}{}", refs_prefix(repo), name.replace('/', "%2F"))
 }
 
-/// The ref name stored under a key of [`refs_prefix`].
+/// The ref name stored under a key of [`refs_prefix`]; `None` unless it passes
+/// [`crate::names::check_ref_name`].
 pub fn ref_name_from_key(repo: &RepoId, key: &str) -> Option<String> {
     key.strip_prefix(&refs_prefix(repo))
         .map(|s| s.replace("%2F", "/"))
+        .filter(|name| crate::names::check_ref_name(name).is_ok())
 }
 
 #[cfg(test)]

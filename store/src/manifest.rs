@@ -88,6 +88,72 @@ impl Manifest {
         self.files.iter().map(|f| f.size).sum()
     }
 
+    /// Checks the invariants every reader relies on; the reason names the first broken one.
+    /// [`crate::repo::decode_manifest`], the one function that decodes manifests, calls it,
+    /// so no manifest from a bucket or a bundle reaches a reader without passing.
+    ///
+    /// * paths are safe relative names (no empty, `.` or `..` segment, no leading `/`, no
+    ///   NUL), strictly sorted (so unique), and no path is a directory of another;
+    /// * every chunk points into the pack table, at or after a pack's header, with a frame
+    ///   at least a frame header long, ending within 4 GiB, and a chunk of at most
+    ///   [`chunker::MAX_CHUNK_LEN`] bytes;
+    /// * every file's size is the sum of its chunks' lengths.
+    ///
+    /// The repository id was checked when it was decoded ([`RepoId`]'s decoder).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let mut prev: Option<&str> = None;
+        let mut names = std::collections::HashSet::with_capacity(self.files.len());
+        for f in &self.files {
+            check_path(&f.path)?;
+            if let Some(p) = prev {
+                if p >= f.path.as_str() {
+                    return Err(format!("file {:?} is out of order or repeated", f.path));
+                }
+            }
+            prev = Some(&f.path);
+            names.insert(f.path.as_str());
+            self.check_chunks(f)?;
+        }
+        for f in &self.files {
+            let mut at = 0;
+            while let Some(i) = f.path[at..].find('/') {
+                let dir = &f.path[..at + i];
+                if names.contains(dir) {
+                    return Err(format!("{dir:?} is both a file and a directory"));
+                }
+                at += i + 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_chunks(&self, f: &FileEntry) -> std::result::Result<(), String> {
+        let mut size: u64 = 0;
+        for c in &f.chunks {
+            let bad = |why: &str| Err(format!("{}: chunk {}: {why}", f.path, c.chunk_id()));
+            if c.pack as usize >= self.packs.len() {
+                return bad("pack index beyond the pack table");
+            }
+            if (c.offset as usize) < crate::pack::PACK_HEADER_LEN
+                || (c.frame_len as usize) < crate::frame::HEADER_LEN
+                || c.offset as u64 + c.frame_len as u64 > u32::MAX as u64
+            {
+                return bad("frame offset or length impossible in a pack");
+            }
+            if c.raw_len > chunker::MAX_CHUNK_LEN {
+                return bad("longer than any chunk");
+            }
+            size += c.raw_len as u64;
+        }
+        if size != f.size {
+            return Err(format!(
+                "{}: size {} but its chunks hold {size} bytes",
+                f.path, f.size
+            ));
+        }
+        Ok(())
+    }
+
     /// True when both describe the same file tree (paths, sizes, hashes, modes), whatever
     /// the chunk locations and ingest times.
     pub fn same_content(&self, other: &Manifest) -> bool {
@@ -98,6 +164,21 @@ impl Manifest {
                     && a.sha256 == b.sha256
                     && a.executable == b.executable
             })
+    }
+}
+
+/// Checks that a file path is a safe relative name: not empty, no leading `/`, no empty,
+/// `.` or `..` segment, no NUL.
+pub fn check_path(path: &str) -> std::result::Result<(), String> {
+    let ok = !path.is_empty()
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("unsafe file path {path:?}"))
     }
 }
 

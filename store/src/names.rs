@@ -10,11 +10,32 @@ use bincode::{Decode, Encode};
 use crate::{Result, StoreError};
 
 /// A Hugging Face style repository id: `org/name`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
+///
+/// Encoded as its two parts (bincode: two strings). Decoding applies [`RepoId::parse`]'s
+/// rules, so a repository id read from any object or bundle can never make a key escape
+/// its prefix.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Encode)]
 pub struct RepoId {
     org: String,
     name: String,
 }
+
+impl<Context> Decode<Context> for RepoId {
+    fn decode<D: bincode::de::Decoder<Context = Context>>(
+        decoder: &mut D,
+    ) -> std::result::Result<Self, bincode::error::DecodeError> {
+        let org = String::decode(decoder)?;
+        let name = String::decode(decoder)?;
+        if valid_part(&org) && valid_part(&name) {
+            Ok(RepoId { org, name })
+        } else {
+            Err(bincode::error::DecodeError::OtherString(format!(
+                "invalid repo id {org:?}/{name:?}"
+            )))
+        }
+    }
+}
+bincode::impl_borrow_decode!(RepoId);
 
 fn valid_part(s: &str) -> bool {
     !s.is_empty()
@@ -171,6 +192,21 @@ mod tests {
             assert!(check_ref_name(bad).is_err(), "{bad:?} accepted");
         }
         let (r, rev) = parse_repo_rev("a/b@main").unwrap();
+        let cfg = bincode::config::standard();
+        let good = bincode::encode_to_vec(&r, cfg).unwrap();
+        let (back, _): (RepoId, usize) = bincode::decode_from_slice(&good, cfg).unwrap();
+        assert_eq!(back, r);
+        for (org, name) in [
+            ("victim", "model/refs"),
+            ("..", "x"),
+            ("a", ""),
+            ("a/b", "c"),
+        ] {
+            let bytes = bincode::encode_to_vec((org, name), cfg).unwrap();
+            let got: std::result::Result<(RepoId, usize), _> =
+                bincode::decode_from_slice(&bytes, cfg);
+            assert!(got.is_err(), "{org}/{name} decoded");
+        }
         assert_eq!((r.to_string(), rev.as_str()), ("a/b".to_string(), "main"));
         assert!(parse_repo_rev("a/b").is_err());
     }

@@ -174,6 +174,12 @@ pub fn read_footer(store: &dyn ObjectStore, key: &str) -> Result<PackFooter> {
                 e.offset
             )));
         }
+        if e.raw_len > chunker::MAX_CHUNK_LEN || (e.frame_len as usize) < frame::HEADER_LEN {
+            return Err(corrupt(format!(
+                "footer entry at offset {} claims a frame of {} bytes for {} bytes of chunk",
+                e.offset, e.frame_len, e.raw_len
+            )));
+        }
     }
     Ok(footer)
 }

@@ -4,9 +4,11 @@
 //! fsyncs it, renames it into place and fsyncs the directory, so an object is either absent
 //! or complete, even if the process or the machine dies. `put_deferred` does the same
 //! without waiting for the disk: it starts writeback (`sync_file_range`) and leaves the
-//! waiting to `sync_deferred`, which ingest calls once before writing manifests. `tmp/` is
-//! never listed as data. The store's clock ([`ObjectStore::now`]) is the kernel's, the one
-//! that stamps file mtimes, whatever the process clock says (`crate::clock`).
+//! waiting to `sync_deferred`, which ingest calls once before writing manifests. Every
+//! directory a put creates is made durable at once (its parent is fsynced), deferred or
+//! not. `tmp/` is never listed as data. The store's clock ([`ObjectStore::now`]) is the
+//! kernel's, the one that stamps file mtimes, whatever the process clock says
+//! (`crate::clock`).
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -98,7 +100,7 @@ impl LocalStore {
             return Err(StoreError::io(&tmp, e));
         }
         if let Some(parent) = dest.parent() {
-            fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
+            create_dirs_durably(parent)?;
         }
         fs::rename(&tmp, &dest).map_err(|e| {
             let _ = fs::remove_file(&tmp);
@@ -111,7 +113,29 @@ impl LocalStore {
     }
 }
 
+/// Creates `dir` and any missing ancestors, fsyncing the parent of each directory it
+/// creates: a new `packs/xx/` or `repos/<org>/<name>/manifests/` must survive a power cut
+/// as surely as the object renamed into it (whose own directory the caller syncs).
+fn create_dirs_durably(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs_durably(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        // Another writer created it: it synced the parent, or is about to before its
+        // object is published; syncing here too keeps our own promise.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(StoreError::io(dir, e)),
+    }
+    sync_dir(dir.parent().unwrap_or(dir))
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(test)]
+    tests::SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StoreError::io(dir, e))
@@ -325,4 +349,41 @@ fn walk(root: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> Res
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        pub(super) static SYNCED: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Issue 11, point 5: a put that creates `packs/xx/` (or any directory) fsyncs the
+    /// parent of every directory it created, not only the object's own directory.
+    #[test]
+    fn regression_new_directories_are_made_durable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        let store = LocalStore::new(&root);
+        for deferred in [false, true] {
+            SYNCED.with(|s| s.borrow_mut().clear());
+            let top = if deferred { "packs" } else { "repos" };
+            let key = format!("{top}/ab/cd/object");
+            if deferred {
+                store.put_deferred(&key, b"x").unwrap();
+            } else {
+                store.put(&key, b"x").unwrap();
+            }
+            let synced = SYNCED.with(|s| s.borrow().clone());
+            for dir in [root.clone(), root.join(top), root.join(top).join("ab")] {
+                assert!(
+                    synced.contains(&dir),
+                    "{} not synced: {synced:?}",
+                    dir.display()
+                );
+            }
+        }
+        assert_eq!(store.get("repos/ab/cd/object").unwrap(), b"x");
+    }
 }
