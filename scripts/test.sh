@@ -12,4 +12,4 @@ bash scripts/install-deps.sh
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
 cargo build --release --workspace --bins
-cargo test --release --workspace "$@"
+cargo test --release --workspace --no-fail-fast "$@"

@@ -35,7 +35,7 @@ restart)
 start) ;;
 *) echo "usage: $0 start|stop|restart DIR" >&2; exit 2 ;;
 esac
-if ! garage --version 2>/dev/null | grep -q "v$GARAGE_VERSION\b"; then
+if ! garage --version 2>/dev/null | grep -qE "[:v ]${GARAGE_VERSION//./\\.}([^0-9.]|$)"; then
   echo "garage.sh: installing Garage $GARAGE_VERSION (cargo install garage@$GARAGE_VERSION --locked)" >&2
   cargo install "garage@$GARAGE_VERSION" --locked --quiet
 fi
@@ -59,8 +59,8 @@ root_domain = ".s3.garage.localhost"
 [admin]
 api_bind_addr = "127.0.0.1:$admin_port"
 TOML
-# api ENDPOINT JSON: one admin API call; its answer (JSON) on stdout.
-api() { garage -c "$dir/garage.toml" json-api "$1" "$2"; }
+# api ENDPOINT [JSON]: one admin API call (no JSON for requests without fields); its answer, JSON, on stdout.
+api() { garage -c "$dir/garage.toml" json-api "$@"; }
 # field PATH: reads JSON on stdin and prints the value at PATH (keys and indexes, dotted).
 field() { python3 -c 'import json, sys
 v = json.load(sys.stdin)
@@ -70,7 +70,7 @@ print(v)' "$1"; }
 garage -c "$dir/garage.toml" server > "$dir/garage.log" 2>&1 &
 echo $! > "$dir/pid"
 wait_up || true
-node=$(api GetClusterStatus '{}' 2>/dev/null | field nodes.0.id) || node=""
+node=$(api GetClusterStatus 2>/dev/null | field nodes.0.id) || node=""
 [ -n "$node" ] || { echo "garage.sh: server did not start:" >&2; cat "$dir/garage.log" >&2; exit 1; }
 api UpdateClusterLayout "{\"roles\": [{\"id\": \"$node\", \"zone\": \"dc1\", \"capacity\": 1000000000, \"tags\": []}]}" >/dev/null
 api ApplyClusterLayout '{"version": 1}' >/dev/null

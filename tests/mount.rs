@@ -635,7 +635,14 @@ fn metrics_move_while_the_mount_reads() {
     let first = m.p(&format!("{REPO}/r4/{}", shards[0].0));
     let held = File::open(&first).unwrap();
     assert_eq!(sha256_file(&first), shards[0].1);
-    let mid = scrape(&addr);
+    // close(2) returns before the kernel sends FUSE's RELEASE, so the gauge drops from 2 (held
+    // + the file sha256_file closed) to 1 a moment later: wait for that outcome.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut mid = scrape(&addr);
+    while metric(&mid, "modelcas_mount_open_files") != 1.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        mid = scrape(&addr);
+    }
     let size = std::fs::metadata(&first).unwrap().len() as f64;
     assert!(
         metric(&mid, "modelcas_mount_read_bytes_total") >= size,
