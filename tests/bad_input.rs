@@ -370,7 +370,10 @@ fn corrupted_and_truncated_packs_are_refused() {
     );
     assert!(!target.join(&bad_file).exists());
     for (p, _) in tree_hashes(&target) {
-        assert!(!p.starts_with(".modelcas-checkout-"), "partial file left: {p}");
+        assert!(
+            !p.starts_with(".modelcas-checkout-"),
+            "partial file left: {p}"
+        );
     }
     for e in std::fs::read_dir(&target).unwrap() {
         let name = e.unwrap().file_name();

@@ -59,7 +59,11 @@ fn killed_ingest_leaves_no_broken_revision_and_rerun_completes() {
     // How many object-store mutations (crash steps) a full ingest of the cache makes.
     let probe = Env::new();
     let count = probe.path("steps");
-    assert!(ingest(&probe, &[("MODELCAS_STEP_COUNT", count.display().to_string())]).success());
+    assert!(ingest(
+        &probe,
+        &[("MODELCAS_STEP_COUNT", count.display().to_string())]
+    )
+    .success());
     let total: u64 = std::fs::read_to_string(&count).unwrap().parse().unwrap();
     assert!(total >= 6, "a full ingest made only {total} mutations");
     // Kill points: the first and last steps, and steps spread over the whole run (at most
@@ -70,10 +74,18 @@ fn killed_ingest_leaves_no_broken_revision_and_rerun_completes() {
     for k in points {
         let env = Env::new();
         let st = ingest(&env, &[("MODELCAS_CRASH_AT_STEP", k.to_string())]);
-        assert_eq!(st.signal(), Some(libc::SIGKILL), "step {k} of {total}: {st}");
+        assert_eq!(
+            st.signal(),
+            Some(libc::SIGKILL),
+            "step {k} of {total}: {st}"
+        );
         consistent(&env);
         env.ingest(&s.cache_repo(), &[]);
-        assert_eq!(consistent(&env), 4, "after a kill at step {k} of {total} and a rerun");
+        assert_eq!(
+            consistent(&env),
+            4,
+            "after a kill at step {k} of {total} and a rerun"
+        );
         let out = env.path("co");
         env.ok(&[
             "checkout".as_ref(),

@@ -150,7 +150,11 @@ fn skewed_ingest_keeps_its_packs(offset_secs: i64) {
         "{g2:#}"
     );
     let (code, err) = finish(ingest, "ingest-after-sync", &pause);
-    assert_eq!(code, Some(0), "clock {offset_secs:+} s: ingest failed: {err}");
+    assert_eq!(
+        code,
+        Some(0),
+        "clock {offset_secs:+} s: ingest failed: {err}"
+    );
     for _ in 0..3 {
         gc(&env, &[]);
     }

@@ -332,7 +332,10 @@ fn toolchain_is_stated_once_and_the_image_builds_with_it() {
         .find_map(|l| l.strip_prefix("FROM rust:"))
         .expect("deploy/Dockerfile builds FROM rust:<version>");
     let image_version = from.split(['-', ' ']).next().unwrap();
-    assert_eq!(image_version, channel, "deploy/Dockerfile vs rust-toolchain.toml");
+    assert_eq!(
+        image_version, channel,
+        "deploy/Dockerfile vs rust-toolchain.toml"
+    );
     let parse = |v: &str| -> Vec<u32> { v.split('.').map(|n| n.parse().unwrap()).collect() };
     assert!(
         parse(&minimum) <= parse(&channel),
@@ -353,8 +356,13 @@ fn toolchain_is_stated_once_and_the_image_builds_with_it() {
             continue;
         };
         for index in std::fs::read_dir(&registry).unwrap() {
-            let manifest = index.unwrap().path().join(format!("{name}-{version}/Cargo.toml"));
-            let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
+            let manifest = index
+                .unwrap()
+                .path()
+                .join(format!("{name}-{version}/Cargo.toml"));
+            let Ok(text) = std::fs::read_to_string(&manifest) else {
+                continue;
+            };
             seen += 1;
             if let Some(v) = quoted_value(&text, "rust-version") {
                 if parse(&v) > needed.0 {
@@ -363,7 +371,11 @@ fn toolchain_is_stated_once_and_the_image_builds_with_it() {
             }
         }
     }
-    assert!(seen > 100, "only {seen} locked packages found under {}", registry.display());
+    assert!(
+        seen > 100,
+        "only {seen} locked packages found under {}",
+        registry.display()
+    );
     assert!(
         parse(&minimum) >= needed.0,
         "rust-version {minimum} is older than {} needs ({:?})",

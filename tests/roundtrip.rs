@@ -275,7 +275,11 @@ fn checkout_of_files_named_like_its_temporaries_is_byte_exact() {
     env.ingest(&src, &["--repo", "odd/names", "--ref", "main"]);
     for round in 0..3 {
         let out = env.path(&format!("co-{round}"));
-        env.ok(&["checkout".as_ref(), "odd/names@main".as_ref(), out.as_os_str()]);
+        env.ok(&[
+            "checkout".as_ref(),
+            "odd/names@main".as_ref(),
+            out.as_os_str(),
+        ]);
         assert_eq!(tree_hashes(&out), tree_hashes(&src), "checkout {round}");
     }
 }

@@ -208,7 +208,10 @@ fn server_gone_mid_ingest_then_back() {
         .unwrap();
     assert!(restarted.success());
     let out = out.unwrap();
-    assert!(!out.status.success(), "the ingest succeeded with the server gone");
+    assert!(
+        !out.status.success(),
+        "the ingest succeeded with the server gone"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("modelcas: error:"), "{err}");
     // nothing visible

@@ -209,9 +209,19 @@ fn raw_get(addr: &str, target: &[u8]) -> (u16, String, Vec<u8>) {
     let split = out
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no response to {:?}: {:?}", String::from_utf8_lossy(target), String::from_utf8_lossy(&out)));
+        .unwrap_or_else(|| {
+            panic!(
+                "no response to {:?}: {:?}",
+                String::from_utf8_lossy(target),
+                String::from_utf8_lossy(&out)
+            )
+        });
     let head = String::from_utf8_lossy(&out[..split]).into_owned();
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     (status, head, out[split + 4..].to_vec())
 }
 
@@ -237,7 +247,13 @@ print(json.dumps(out))
 "#;
     let spec = serde_json::to_string(files).unwrap();
     let mut child = common::python()
-        .args(["-c", script, &format!("http://{addr}"), work.to_str().unwrap(), &spec])
+        .args([
+            "-c",
+            script,
+            &format!("http://{addr}"),
+            work.to_str().unwrap(),
+            &spec,
+        ])
         .env_remove("HF_TOKEN")
         .env_remove("HF_HUB_OFFLINE")
         .env("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
@@ -310,7 +326,9 @@ fn non_ascii_stored_names_download_with_filename_star() {
     let env = Env::new();
     let dir = env.path("unicode");
     std::fs::create_dir_all(dir.join("données")).unwrap();
-    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
     let small = "{\"naïve\": \"☃\"}\n".as_bytes().to_vec();
     std::fs::write(dir.join("données/modèle ☃.bin"), &big).unwrap();
     std::fs::write(dir.join("naïve.json"), &small).unwrap();
@@ -361,10 +379,16 @@ fn crlf_in_a_path_never_splits_a_header() {
         let (status, head, _) = raw_get(&srv.addr, t.as_bytes());
         assert_eq!(status, 404, "{t}: {head}");
         for line in head.split("\r\n") {
-            assert!(!line.to_ascii_lowercase().starts_with("injected"), "{t}: {head}");
+            assert!(
+                !line.to_ascii_lowercase().starts_with("injected"),
+                "{t}: {head}"
+            );
             assert!(!line.contains('\n') && !line.contains('\r'), "{t}: {head}");
         }
-        assert!(head.to_ascii_lowercase().contains("x-error-message: "), "{head}");
+        assert!(
+            head.to_ascii_lowercase().contains("x-error-message: "),
+            "{head}"
+        );
     }
 }
 
@@ -408,7 +432,9 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
                     let mut b = [0u8; 256];
                     let closed = match s.read(&mut b) {
                         Ok(_) => true,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => s.write_all(b"a").is_err(),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            s.write_all(b"a").is_err()
+                        }
                         Err(_) => true,
                     };
                     if closed {
@@ -424,7 +450,12 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
     };
 
     // A whole shard downloads while all 64 are held open.
-    let shard = series().files("r4").into_iter().map(|(p, _)| p).find(|p| p.ends_with(".safetensors")).unwrap();
+    let shard = series()
+        .files("r4")
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| p.ends_with(".safetensors"))
+        .unwrap();
     let (status, head, body) = raw_get(&srv.addr, format!("/{REPO}/resolve/r4/{shard}").as_bytes());
     assert_eq!(status, 200, "{head}");
     assert_eq!(sha256(&body), expected_sha("r4", &shard));
@@ -443,7 +474,11 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
         if still == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "{still} slow clients still open after {:?}", started.elapsed());
+        assert!(
+            Instant::now() < deadline,
+            "{still} slow clients still open after {:?}",
+            started.elapsed()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(

@@ -73,7 +73,11 @@ impl FileSource {
         manifest: Arc<Manifest>,
         file: usize,
     ) -> FileSource {
-        let starts = manifest.files.get(file).map(chunk_starts).unwrap_or_default();
+        let starts = manifest
+            .files
+            .get(file)
+            .map(chunk_starts)
+            .unwrap_or_default();
         FileSource {
             store,
             repo,
@@ -93,7 +97,10 @@ impl FileSource {
     }
 
     fn entry(&self) -> Result<&FileEntry, ReadError> {
-        self.manifest.files.get(self.file).ok_or_else(|| self.inconsistent("no such file"))
+        self.manifest
+            .files
+            .get(self.file)
+            .ok_or_else(|| self.inconsistent("no such file"))
     }
 
     fn inconsistent(&self, what: &str) -> ReadError {
@@ -132,16 +139,18 @@ impl FileSource {
     fn chunk_at(&self, pos: u64) -> Result<(u64, Vec<u8>), ReadError> {
         let k = self.starts.partition_point(|&s| s <= pos).saturating_sub(1);
         let f = self.entry()?;
-        let c = f.chunks.get(k).ok_or_else(|| self.inconsistent("file shorter than its size"))?;
-        let pack = self
-            .manifest
-            .packs
-            .get(c.pack as usize)
-            .ok_or_else(|| self.inconsistent("chunk names a pack the manifest does not list"))?;
+        let c = f
+            .chunks
+            .get(k)
+            .ok_or_else(|| self.inconsistent("file shorter than its size"))?;
+        let pack =
+            self.manifest.packs.get(c.pack as usize).ok_or_else(|| {
+                self.inconsistent("chunk names a pack the manifest does not list")
+            })?;
         let key = layout::pack_key(pack);
-        let data = self
-            .store
-            .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, true)?;
+        let data =
+            self.store
+                .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, true)?;
         if data.len() as u64 != c.raw_len as u64 {
             return Err(self.inconsistent("chunk length differs from the manifest"));
         }
@@ -189,7 +198,12 @@ impl FileSource {
 
 /// Reads `[from, to)` of `src` into `tx`: each chunk on the blocking pool (so a slow
 /// client holds no thread), at most [`AHEAD`] chunks ahead of the socket.
-async fn produce(mut src: FileSource, from: u64, to: u64, tx: mpsc::Sender<Result<Bytes, ReadError>>) {
+async fn produce(
+    mut src: FileSource,
+    from: u64,
+    to: u64,
+    tx: mpsc::Sender<Result<Bytes, ReadError>>,
+) {
     let mut pos = from;
     while pos < to {
         let step = tokio::task::spawn_blocking(move || {
@@ -271,7 +285,13 @@ impl http_body::Body for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, ReadError>>> {
         match &mut *self {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream { start, rx, left, sent, .. } => {
+            Body::Stream {
+                start,
+                rx,
+                left,
+                sent,
+                ..
+            } => {
                 if *left == 0 {
                     return Poll::Ready(None);
                 }

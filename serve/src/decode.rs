@@ -148,8 +148,14 @@ mod tests {
         assert_eq!(parse_range("bytes=100-", 100), None);
         assert_eq!(parse_range("bytes=x-", 100), None);
         assert_eq!(parse_range("bytes=9-3", 100), None);
-        assert_eq!(parse_range("bytes=0-18446744073709551615", 100), Some((0, 100)));
-        assert_eq!(parse_range("bytes=-18446744073709551615", 100), Some((0, 100)));
+        assert_eq!(
+            parse_range("bytes=0-18446744073709551615", 100),
+            Some((0, 100))
+        );
+        assert_eq!(
+            parse_range("bytes=-18446744073709551615", 100),
+            Some((0, 100))
+        );
         assert_eq!(parse_range("bytes=99999999999999999999-", 100), None);
     }
 
@@ -169,9 +175,14 @@ mod tests {
     fn header_values_are_safe() {
         let v = header_text("x\r\nInjected: yes é %");
         assert_eq!(v.to_str().unwrap(), "x%0D%0AInjected: yes %C3%A9 %25");
-        assert_eq!(header_text_decode(v.to_str().unwrap()), "x\r\nInjected: yes é %");
         assert_eq!(
-            content_disposition("dir/modèle \"1\".bin").to_str().unwrap(),
+            header_text_decode(v.to_str().unwrap()),
+            "x\r\nInjected: yes é %"
+        );
+        assert_eq!(
+            content_disposition("dir/modèle \"1\".bin")
+                .to_str()
+                .unwrap(),
             "attachment; filename=\"mod_le _1_.bin\"; \
              filename*=UTF-8''mod%C3%A8le%20%221%22.bin"
         );
@@ -179,6 +190,9 @@ mod tests {
             content_disposition("config.json").to_str().unwrap(),
             "attachment; filename=\"config.json\""
         );
-        assert_eq!(http_date(0).to_str().unwrap(), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(
+            http_date(0).to_str().unwrap(),
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
     }
 }

@@ -43,7 +43,10 @@ pub struct Reply {
 impl Reply {
     fn json(status: StatusCode, v: &Value) -> Reply {
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         Reply {
             status,
             headers,
@@ -52,10 +55,16 @@ impl Reply {
     }
 
     /// An error the client understands: `X-Error-Code`, `X-Error-Message` (escaped).
-    pub fn error(status: StatusCode, code: &'static str, msg: &str, commit: Option<&CommitId>) -> Reply {
+    pub fn error(
+        status: StatusCode,
+        code: &'static str,
+        msg: &str,
+        commit: Option<&CommitId>,
+    ) -> Reply {
         let mut r = Reply::json(status, &json!({ "error": msg }));
         if !code.is_empty() {
-            r.headers.insert(X_ERROR_CODE, HeaderValue::from_static(code));
+            r.headers
+                .insert(X_ERROR_CODE, HeaderValue::from_static(code));
         }
         r.headers.insert(X_ERROR_MESSAGE, header_text(msg));
         if let Some(c) = commit {
@@ -152,7 +161,10 @@ impl Hub {
             let body = self.metrics.render() + &store::metrics::render();
             let mut r = Reply::json(StatusCode::OK, &Value::Null);
             r.body = Body::full(body);
-            return r.header(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+            return r.header(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
         }
         if !self.authorized(req.headers) {
             self.metrics.request("auth", 401);
@@ -161,8 +173,13 @@ impl Hub {
         }
         if !get && !head {
             self.metrics.request("other", 405);
-            return Reply::error(StatusCode::METHOD_NOT_ALLOWED, "", "read-only endpoint", None)
-                .header(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return Reply::error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "",
+                "read-only endpoint",
+                None,
+            )
+            .header(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         }
         let (endpoint, r) = match segs.as_slice() {
             ["api", "models", org, name, "revision", rev @ ..] if !rev.is_empty() => {
@@ -170,7 +187,10 @@ impl Hub {
             }
             ["api", "models", org, name, "tree", rev, rest @ ..] => {
                 let recursive = decode::recursive(req.query);
-                ("tree", self.tree(org, name, rev, &rest.join("/"), recursive))
+                (
+                    "tree",
+                    self.tree(org, name, rev, &rest.join("/"), recursive),
+                )
             }
             ["api", "models", org, name, "refs"] => ("refs", self.refs(org, name)),
             [org, name, "resolve", rev, rest @ ..] if !rest.is_empty() => {
@@ -188,18 +208,29 @@ impl Hub {
 
     /// The repository and commit named, or the error reply the client understands.
     fn locate(&self, org: &str, name: &str, rev: &str) -> Result<Located, Reply> {
-        let repo_missing = |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
-        let repo = RepoId::parse(&format!("{org}/{name}")).map_err(|_| repo_missing(&format!("{org}/{name}")))?;
+        let repo_missing =
+            |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
+        let repo = RepoId::parse(&format!("{org}/{name}"))
+            .map_err(|_| repo_missing(&format!("{org}/{name}")))?;
         let commit = match self.store.resolve(&repo, rev) {
             Ok(c) => c,
             Err(StoreError::UnknownRepo(_)) => return Err(repo_missing(&repo.to_string())),
             Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
-                return Err(not_found("RevisionNotFound", &format!("Invalid rev id: {rev}"), None))
+                return Err(not_found(
+                    "RevisionNotFound",
+                    &format!("Invalid rev id: {rev}"),
+                    None,
+                ))
             }
             Err(e) => return Err(internal(e)),
         };
         let key = (repo.clone(), commit);
-        let cached = self.manifests.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let cached = self
+            .manifests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
         let manifest = match cached {
             Some(m) => m,
             None => {
@@ -208,15 +239,25 @@ impl Hub {
                 m
             }
         };
-        Ok(Located { repo, commit, manifest })
+        Ok(Located {
+            repo,
+            commit,
+            manifest,
+        })
     }
 
     /// A reader of file `i` that refreshes the manifest cache when it reloads.
     fn source(&self, at: &Located, i: usize) -> FileSource {
         let cache = self.manifests.clone();
         let key = (at.repo.clone(), at.commit);
-        FileSource::new(self.store.clone(), at.repo.clone(), at.commit, at.manifest.clone(), i)
-            .on_reload(move |m| remember(&cache, key.clone(), m))
+        FileSource::new(
+            self.store.clone(),
+            at.repo.clone(),
+            at.commit,
+            at.manifest.clone(),
+            i,
+        )
+        .on_reload(move |m| remember(&cache, key.clone(), m))
     }
 
     fn repo_info(&self, org: &str, name: &str, rev: &str) -> Reply {
@@ -225,7 +266,11 @@ impl Hub {
             Err(r) => return r,
         };
         let m = &at.manifest;
-        let siblings: Vec<Value> = m.files.iter().map(|f| json!({ "rfilename": f.path })).collect();
+        let siblings: Vec<Value> = m
+            .files
+            .iter()
+            .map(|f| json!({ "rfilename": f.path }))
+            .collect();
         let (commit, repo) = (at.commit.to_hex(), at.repo.to_string());
         Reply::json(
             StatusCode::OK,
@@ -241,7 +286,12 @@ impl Hub {
     /// The git blob id of a small file (read once, then remembered by sha256).
     fn blob_id(&self, at: &Located, i: usize) -> Result<String, crate::body::ReadError> {
         let f = &at.manifest.files[i];
-        let known = self.blob_ids.lock().unwrap_or_else(|p| p.into_inner()).get(&f.sha256).cloned();
+        let known = self
+            .blob_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&f.sha256)
+            .cloned();
         if let Some(id) = known {
             return Ok(id);
         }
@@ -251,12 +301,19 @@ impl Hub {
             true
         })?;
         let id = blob.finish();
-        self.blob_ids.lock().unwrap_or_else(|p| p.into_inner()).insert(f.sha256, id.clone());
+        self.blob_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(f.sha256, id.clone());
         Ok(id)
     }
 
     /// (oid, etag, lfs) of file `i`.
-    fn ids(&self, at: &Located, i: usize) -> Result<(String, String, Option<Value>), crate::body::ReadError> {
+    fn ids(
+        &self,
+        at: &Located,
+        i: usize,
+    ) -> Result<(String, String, Option<Value>), crate::body::ReadError> {
         let f = &at.manifest.files[i];
         if etag::is_lfs(&f.path, f.size) {
             let sha = f.sha256_hex();
@@ -276,7 +333,11 @@ impl Hub {
             Err(r) => return r,
         };
         let dir = dir.trim_matches('/');
-        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
         let mut entries = Vec::new();
         let mut dirs: HashSet<String> = HashSet::new();
         let mut found = dir.is_empty();
@@ -287,11 +348,16 @@ impl Hub {
             found = true;
             // Directories on the way to the file.
             let parts: Vec<&str> = rest.split('/').collect();
-            let shown_dirs = if recursive { parts.len() - 1 } else { parts.len().min(2) - 1 };
+            let shown_dirs = if recursive {
+                parts.len() - 1
+            } else {
+                parts.len().min(2) - 1
+            };
             for k in 1..=shown_dirs {
                 let d = format!("{prefix}{}", parts[..k].join("/"));
                 if dirs.insert(d.clone()) {
-                    let oid = etag::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
+                    let oid =
+                        etag::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
                     entries.push(json!({ "type": "directory", "oid": oid, "path": d }));
                 }
             }
@@ -316,7 +382,8 @@ impl Hub {
     }
 
     fn refs(&self, org: &str, name: &str) -> Reply {
-        let missing = |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
+        let missing =
+            |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
         let Ok(repo) = RepoId::parse(&format!("{org}/{name}")) else {
             return missing(&format!("{org}/{name}"));
         };
@@ -324,7 +391,13 @@ impl Hub {
             Ok(r) => r,
             Err(e) => return internal(e),
         };
-        if refs.is_empty() && self.store.commits(&repo).map(|c| c.is_empty()).unwrap_or(true) {
+        if refs.is_empty()
+            && self
+                .store
+                .commits(&repo)
+                .map(|c| c.is_empty())
+                .unwrap_or(true)
+        {
             return missing(&repo.to_string());
         }
         let (mut branches, mut prs) = (Vec::new(), Vec::new());

@@ -89,7 +89,10 @@ impl Server {
 
     /// The bound address.
     pub fn local_addr(&self) -> String {
-        self.listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
+        self.listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
     }
 
     /// Serves until the process ends.
@@ -102,7 +105,8 @@ impl Server {
             .build()
             .map_err(ServeError::Runtime)?;
         rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(self.listener).map_err(ServeError::Runtime)?;
+            let listener =
+                tokio::net::TcpListener::from_std(self.listener).map_err(ServeError::Runtime)?;
             server::accept_loop(listener, self.hub, self.limits).await;
             Ok(())
         })

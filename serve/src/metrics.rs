@@ -90,7 +90,9 @@ impl Metrics {
             "modelcas_serve_active_downloads {}\n",
             self.active.load(Ordering::Relaxed)
         ));
-        out.push_str("# HELP modelcas_serve_panics_total Requests whose handler panicked (answered 500).\n");
+        out.push_str(
+            "# HELP modelcas_serve_panics_total Requests whose handler panicked (answered 500).\n",
+        );
         out.push_str("# TYPE modelcas_serve_panics_total counter\n");
         out.push_str(&format!("modelcas_serve_panics_total {}\n", self.panics()));
         let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());

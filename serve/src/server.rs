@@ -110,7 +110,12 @@ where
 }
 
 /// Routes one request on the blocking pool.
-async fn respond(hub: Arc<Hub>, req: Request<Incoming>, client: String, timeout: Duration) -> Response<Body> {
+async fn respond(
+    hub: Arc<Hub>,
+    req: Request<Incoming>,
+    client: String,
+    timeout: Duration,
+) -> Response<Body> {
     // The request body is never read: hyper closes the connection after the reply.
     let (parts, _) = req.into_parts();
     let task = {
@@ -131,9 +136,19 @@ async fn respond(hub: Arc<Hub>, req: Request<Incoming>, client: String, timeout:
         Ok(Err(e)) => {
             hub.metrics().panic();
             tracing::error!("request handler failed: {e}");
-            Reply::error(StatusCode::INTERNAL_SERVER_ERROR, "", "internal error", None)
+            Reply::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "",
+                "internal error",
+                None,
+            )
         }
-        Err(_) => Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", "request timed out", None),
+        Err(_) => Reply::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            "request timed out",
+            None,
+        ),
     };
     let mut resp = Response::new(reply.body);
     *resp.status_mut() = reply.status;
@@ -152,7 +167,12 @@ struct WriteStall<IO> {
 
 impl<IO> WriteStall<IO> {
     fn new(io: IO, limit: Duration) -> WriteStall<IO> {
-        WriteStall { io, limit, sleep: Box::pin(tokio::time::sleep(limit)), armed: false }
+        WriteStall {
+            io,
+            limit,
+            sleep: Box::pin(tokio::time::sleep(limit)),
+            armed: false,
+        }
     }
 
     /// After a write op: pending arms (or checks) the deadline, anything else disarms it.
@@ -167,20 +187,31 @@ impl<IO> WriteStall<IO> {
             self.armed = true;
         }
         match self.sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading"))),
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client stopped reading",
+            ))),
             Poll::Pending => Poll::Pending,
         }
     }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for WriteStall<IO> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
     }
 }
 
 impl<IO: AsyncWrite + Unpin> AsyncWrite for WriteStall<IO> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.io).poll_write(cx, buf);
         this.watch(cx, r)

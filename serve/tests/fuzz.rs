@@ -37,7 +37,9 @@ const TOKEN: &str = "t0ken";
 
 /// The files of the fixture revision: small and LFS-sized, nested, non-ASCII names.
 fn files() -> Vec<(&'static str, Vec<u8>)> {
-    let big: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     vec![
         ("config.json", b"{\"a\": 1}\n".to_vec()),
         ("model.safetensors", big.clone()),
@@ -65,7 +67,10 @@ fn fixture() -> &'static Fixture {
         }
         let store = Store::open_or_create(
             Arc::new(MemoryStore::new()),
-            CreateOptions { chunk: ChunkParams::tiny(), pack_target: 64 * 1024 },
+            CreateOptions {
+                chunk: ChunkParams::tiny(),
+                pack_target: 64 * 1024,
+            },
         )
         .unwrap();
         let idx = tempfile::tempdir().unwrap();
@@ -76,7 +81,14 @@ fn fixture() -> &'static Fixture {
             ..Default::default()
         };
         let snaps = discover(dir.path(), &opts).unwrap().snapshots;
-        ingest(&store, &index, &snaps, IngestOptions { threads: 2 }, &NoProgress).unwrap();
+        ingest(
+            &store,
+            &index,
+            &snaps,
+            IngestOptions { threads: 2 },
+            &NoProgress,
+        )
+        .unwrap();
         let tokens: HashSet<String> = [TOKEN.to_string()].into();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -85,7 +97,10 @@ fn fixture() -> &'static Fixture {
             .unwrap();
         Fixture {
             hub: Arc::new(Hub::new(store, Some(tokens))),
-            files: files().into_iter().map(|(p, d)| (p.to_string(), d)).collect(),
+            files: files()
+                .into_iter()
+                .map(|(p, d)| (p.to_string(), d))
+                .collect(),
             rt,
         }
     })
@@ -121,10 +136,35 @@ mod http_body_util_shim {
 fn segment() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(vec![
-            "api", "models", "org", "model", "resolve", "tree", "revision", "refs", "main",
-            "metrics", "config.json", "model.safetensors", "sub", "dir", "tokenizer.model",
-            "na%C3%AFve.txt", "donn%C3%A9es", "mod%C3%A8le%20%E2%98%83%20%22q%22.bin", "%2F",
-            "%0D%0A", "%aé", "%", "%ff", "%C3", "é", "\r\n", "..", "", "refs%2Fpr%2F1",
+            "api",
+            "models",
+            "org",
+            "model",
+            "resolve",
+            "tree",
+            "revision",
+            "refs",
+            "main",
+            "metrics",
+            "config.json",
+            "model.safetensors",
+            "sub",
+            "dir",
+            "tokenizer.model",
+            "na%C3%AFve.txt",
+            "donn%C3%A9es",
+            "mod%C3%A8le%20%E2%98%83%20%22q%22.bin",
+            "%2F",
+            "%0D%0A",
+            "%aé",
+            "%",
+            "%ff",
+            "%C3",
+            "é",
+            "\r\n",
+            "..",
+            "",
+            "refs%2Fpr%2F1",
         ])
         .prop_map(String::from),
         any::<String>(),
@@ -135,16 +175,20 @@ fn segment() -> impl Strategy<Value = String> {
 fn path() -> impl Strategy<Value = String> {
     prop_oneof![
         // Shaped like the routes, with arbitrary parts.
-        (segment(), segment(), segment(), prop::collection::vec(segment(), 0..4)).prop_map(
-            |(rev, a, b, rest)| {
+        (
+            segment(),
+            segment(),
+            segment(),
+            prop::collection::vec(segment(), 0..4)
+        )
+            .prop_map(|(rev, a, b, rest)| {
                 let mut p = format!("/org/model/resolve/{rev}/{a}");
                 for s in [b].iter().chain(rest.iter()) {
                     p.push('/');
                     p.push_str(s);
                 }
                 p
-            }
-        ),
+            }),
         (segment(), prop::collection::vec(segment(), 0..3))
             .prop_map(|(rev, rest)| format!("/api/models/org/model/tree/{rev}/{}", rest.join("/"))),
         prop::collection::vec(segment(), 0..8).prop_map(|s| format!("/{}", s.join("/"))),
@@ -155,7 +199,8 @@ fn path() -> impl Strategy<Value = String> {
 fn range() -> impl Strategy<Value = Option<Vec<u8>>> {
     prop_oneof![
         Just(None),
-        (any::<u64>(), any::<u64>()).prop_map(|(a, b)| Some(format!("bytes={}-{}", a % 400_000, b % 400_000).into_bytes())),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(a, b)| Some(format!("bytes={}-{}", a % 400_000, b % 400_000).into_bytes())),
         (any::<u64>(), any::<u64>()).prop_map(|(a, b)| Some(format!("bytes={a}-{b}").into_bytes())),
         any::<u64>().prop_map(|n| Some(format!("bytes=-{}", n % 400_000).into_bytes())),
         any::<u64>().prop_map(|n| Some(format!("bytes={n}-").into_bytes())),
@@ -199,12 +244,23 @@ fn check_route(
             headers.insert(name, v);
         }
     }
-    let head = Head { method, path, query, headers: &headers, client: "fuzz" };
+    let head = Head {
+        method,
+        path,
+        query,
+        headers: &headers,
+        client: "fuzz",
+    };
     let reply = f.hub.route(&head);
     let status = reply.status.as_u16();
     prop_assert!((200..600).contains(&status), "status {status}");
     for (k, v) in &reply.headers {
-        prop_assert!(!v.as_bytes().iter().any(|b| *b == b'\r' || *b == b'\n' || *b == 0), "{k}: {v:?}");
+        prop_assert!(
+            !v.as_bytes()
+                .iter()
+                .any(|b| *b == b'\r' || *b == b'\n' || *b == 0),
+            "{k}: {v:?}"
+        );
     }
     let len = reply
         .headers
@@ -219,17 +275,27 @@ fn check_route(
         let (_, file) = path.rsplit_once("/resolve/").unwrap_or(("", ""));
         let (_, file) = file.split_once('/').unwrap_or(("", ""));
         let name: String = decode::segments(file).unwrap_or_default().join("/");
-        let (_, data) = f
-            .files
-            .iter()
-            .find(|(p, _)| *p == name)
-            .ok_or_else(|| TestCaseError::fail(format!("streamed {name:?}, not a fixture file")))?;
+        let (_, data) =
+            f.files.iter().find(|(p, _)| *p == name).ok_or_else(|| {
+                TestCaseError::fail(format!("streamed {name:?}, not a fixture file"))
+            })?;
         let from = reply
             .headers
             .get("content-range")
-            .and_then(|v| v.to_str().ok()?.strip_prefix("bytes ")?.split('-').next()?.parse::<usize>().ok())
+            .and_then(|v| {
+                v.to_str()
+                    .ok()?
+                    .strip_prefix("bytes ")?
+                    .split('-')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
             .unwrap_or(0);
-        prop_assert!(data[from..from + body.len()] == body[..], "wrong bytes for {name}");
+        prop_assert!(
+            data[from..from + body.len()] == body[..],
+            "wrong bytes for {name}"
+        );
     }
     Ok(())
 }
@@ -237,10 +303,18 @@ fn check_route(
 /// Writes `input` to one connection through hyper and reads everything back.
 fn check_stack(input: &[u8]) -> Result<(), TestCaseError> {
     let f = fixture();
-    let limits = Limits { header_timeout: std::time::Duration::from_secs(5), ..Limits::default() };
+    let limits = Limits {
+        header_timeout: std::time::Duration::from_secs(5),
+        ..Limits::default()
+    };
     let out = f.rt.block_on(async {
         let (mut client, server) = tokio::io::duplex(1 << 16);
-        let conn = tokio::spawn(hubserve::server::serve_connection(f.hub.clone(), limits.clone(), server, "fuzz".into()));
+        let conn = tokio::spawn(hubserve::server::serve_connection(
+            f.hub.clone(),
+            limits.clone(),
+            server,
+            "fuzz".into(),
+        ));
         // Write and read at once: a reply may come before the whole input went in.
         let (mut rd, mut wr) = tokio::io::split(&mut client);
         let write = async {
@@ -257,9 +331,17 @@ fn check_stack(input: &[u8]) -> Result<(), TestCaseError> {
     prop_assert!(joined.is_ok(), "connection task panicked");
     prop_assert_eq!(f.hub.metrics().panics(), 0);
     if !out.is_empty() {
-        prop_assert!(out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "), "{:?}", String::from_utf8_lossy(&out[..out.len().min(200)]));
+        prop_assert!(
+            out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "),
+            "{:?}",
+            String::from_utf8_lossy(&out[..out.len().min(200)])
+        );
         let code = &out[9..out.len().min(12)];
-        prop_assert!(code.len() == 3 && code.iter().all(u8::is_ascii_digit), "{:?}", code);
+        prop_assert!(
+            code.len() == 3 && code.iter().all(u8::is_ascii_digit),
+            "{:?}",
+            code
+        );
     }
     Ok(())
 }
@@ -267,8 +349,15 @@ fn check_stack(input: &[u8]) -> Result<(), TestCaseError> {
 /// A request built from arbitrary parts, as raw bytes.
 fn raw_request() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![Just(b"GET".to_vec()), Just(b"HEAD".to_vec()), prop::collection::vec(any::<u8>(), 0..6)],
-        prop_oneof![path().prop_map(String::into_bytes), prop::collection::vec(any::<u8>(), 0..40)],
+        prop_oneof![
+            Just(b"GET".to_vec()),
+            Just(b"HEAD".to_vec()),
+            prop::collection::vec(any::<u8>(), 0..6)
+        ],
+        prop_oneof![
+            path().prop_map(String::into_bytes),
+            prop::collection::vec(any::<u8>(), 0..40)
+        ],
         range(),
         auth(),
         prop::collection::vec(any::<u8>(), 0..16),
@@ -293,12 +382,17 @@ fn raw_request() -> impl Strategy<Value = Vec<u8>> {
 
 fn run(cases: u32) -> u64 {
     let mut n = 0u64;
-    let cfg = |c| Config { cases: c, failure_persistence: None, ..Config::default() };
+    let cfg = |c| Config {
+        cases: c,
+        failure_persistence: None,
+        ..Config::default()
+    };
     let mut runner = TestRunner::new(cfg(cases));
     runner
-        .run(&(method(), path(), "[a-z=&]{0,20}", range(), auth()), |(m, p, q, r, a)| {
-            check_route(&m, &p, &q, r.as_deref(), a.as_deref())
-        })
+        .run(
+            &(method(), path(), "[a-z=&]{0,20}", range(), auth()),
+            |(m, p, q, r, a)| check_route(&m, &p, &q, r.as_deref(), a.as_deref()),
+        )
         .unwrap();
     n += cases as u64;
     let mut runner = TestRunner::new(cfg(cases));
@@ -311,9 +405,14 @@ fn run(cases: u32) -> u64 {
     n += cases as u64;
     let mut runner = TestRunner::new(cfg(cases));
     runner
-        .run(&(any::<String>(), prop::collection::vec(any::<u8>(), 0..40), any::<u64>()), |(s, b, size)| {
-            check_decoders(&s, &b, size)
-        })
+        .run(
+            &(
+                any::<String>(),
+                prop::collection::vec(any::<u8>(), 0..40),
+                any::<u64>(),
+            ),
+            |(s, b, size)| check_decoders(&s, &b, size),
+        )
         .unwrap();
     n + cases as u64
 }
@@ -360,10 +459,30 @@ fn regression_issue_11_inputs() {
         check_stack(i).unwrap();
     }
     let auth = format!("Bearer {TOKEN}");
-    check_route(&Method::GET, "/org/model/resolve/main/x%0D%0AInjected:%20yes", "", None, Some(auth.as_bytes())).unwrap();
-    check_route(&Method::GET, "/org/model/resolve/main/%aé", "", None, Some(auth.as_bytes())).unwrap();
-    check_route(&Method::GET, "/org/model/resolve/main/na%C3%AFve.txt", "", Some(b"bytes=1-"), Some(auth.as_bytes()))
-        .unwrap();
+    check_route(
+        &Method::GET,
+        "/org/model/resolve/main/x%0D%0AInjected:%20yes",
+        "",
+        None,
+        Some(auth.as_bytes()),
+    )
+    .unwrap();
+    check_route(
+        &Method::GET,
+        "/org/model/resolve/main/%aé",
+        "",
+        None,
+        Some(auth.as_bytes()),
+    )
+    .unwrap();
+    check_route(
+        &Method::GET,
+        "/org/model/resolve/main/na%C3%AFve.txt",
+        "",
+        Some(b"bytes=1-"),
+        Some(auth.as_bytes()),
+    )
+    .unwrap();
 }
 
 /// The soak: `SERVE_FUZZ_INPUTS` cases of each property (default a million in all).

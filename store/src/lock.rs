@@ -155,8 +155,7 @@ fn modified_ms(store: &dyn ObjectStore, key: &str, listed: Option<SystemTime>) -
     t.map(clock::to_ms).ok_or_else(|| StoreError::Backend {
         op: "list",
         key: key.to_string(),
-        reason: "the object store reports no modification time: cannot tell a lock's age"
-            .into(),
+        reason: "the object store reports no modification time: cannot tell a lock's age".into(),
     })
 }
 
@@ -287,18 +286,14 @@ impl Shared {
             Err(StoreError::NotFound(_)) => return Err(gone()),
             other => other?,
         };
-        let obj: LockObject = codec::decode(Kind::Lock, &bytes).map_err(|e| {
-            StoreError::CorruptObject {
+        let obj: LockObject =
+            codec::decode(Kind::Lock, &bytes).map_err(|e| StoreError::CorruptObject {
                 key: self.key.clone(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         let t = &self.template;
         if obj.host != t.host || obj.pid != t.pid || obj.kind != t.kind {
-            return Err(self.lost_err(format!(
-                "its object now names {} pid {}",
-                obj.host, obj.pid
-            )));
+            return Err(self.lost_err(format!("its object now names {} pid {}", obj.host, obj.pid)));
         }
         let written = modified_ms(self.store.as_ref(), &self.key, meta.modified)?;
         self.observe_write(written);
@@ -329,8 +324,8 @@ impl Held {
     /// holder. Stale gc locks left by dead runs are ignored (and removed).
     pub fn gc_lock(store: Arc<dyn ObjectStore>, ttl: Duration) -> Result<Held> {
         let held = Held::write_new(store.clone(), "gc", ttl)?;
-        let others = store_now_ms(store.as_ref())
-            .and_then(|now| Ok((now, list(store.as_ref(), "gc")?)));
+        let others =
+            store_now_ms(store.as_ref()).and_then(|now| Ok((now, list(store.as_ref(), "gc")?)));
         let (now, others) = match others {
             Ok(v) => v,
             Err(e) => {
@@ -574,7 +569,10 @@ mod tests {
         let lease = Held::ingest_lease(store.clone(), secs(600)).unwrap();
         assert_eq!(lease.started_ms(), t0);
         let first = list(store.as_ref(), "ingest").unwrap().remove(0);
-        assert_eq!(first.lock.started_ms, 0, "the first write cannot know its time");
+        assert_eq!(
+            first.lock.started_ms, 0,
+            "the first write cannot know its time"
+        );
         assert_eq!(first.started_ms(), t0);
         for _ in 0..8 {
             mem.advance(secs(150));

@@ -281,7 +281,16 @@ pub fn checkout(
     order.sort_by(|a, b| b.1.size.cmp(&a.1.size));
     let results: Vec<Result<()>> = order
         .par_iter()
-        .map(|(i, f)| write_one(store, manifest, f, dir, &staging.join(i.to_string()), progress))
+        .map(|(i, f)| {
+            write_one(
+                store,
+                manifest,
+                f,
+                dir,
+                &staging.join(i.to_string()),
+                progress,
+            )
+        })
         .collect();
     progress.finish();
     let done = results.into_iter().collect::<Result<Vec<()>>>();

@@ -459,7 +459,12 @@ pub fn spawn_paused(cmd: &mut Command, point: &str, dir: &Path) -> std::process:
     while !dir.join(format!("{point}.reached")).exists() {
         if let Some(st) = child.try_wait().unwrap() {
             let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
             panic!("exited ({st}) before {point}: {err}");
         }
         assert!(

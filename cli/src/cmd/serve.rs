@@ -33,22 +33,41 @@ fn tokens(path: &Path) -> Result<HashSet<String>> {
 /// The connection limit and timeouts: flags (or environment) over `[serve]` over defaults.
 pub fn limits(c: &ServeConfig, args: &ServeLimitArgs) -> Result<Limits> {
     let mut l = Limits::default();
-    let dur = |flag: &Option<String>, file: &Option<String>, what: &str, default| -> Result<Duration> {
-        match flag.as_ref().or(file.as_ref()) {
-            None => Ok(default),
-            Some(s) => {
-                let d = parse_duration(s).with_context(|| what.to_string())?;
-                if d.is_zero() {
-                    bail!("{what} must be more than 0s");
+    let dur =
+        |flag: &Option<String>, file: &Option<String>, what: &str, default| -> Result<Duration> {
+            match flag.as_ref().or(file.as_ref()) {
+                None => Ok(default),
+                Some(s) => {
+                    let d = parse_duration(s).with_context(|| what.to_string())?;
+                    if d.is_zero() {
+                        bail!("{what} must be more than 0s");
+                    }
+                    Ok(d)
                 }
-                Ok(d)
             }
-        }
-    };
-    l.header_timeout = dur(&args.header_timeout, &c.header_timeout, "--header-timeout", l.header_timeout)?;
-    l.request_timeout = dur(&args.request_timeout, &c.request_timeout, "--request-timeout", l.request_timeout)?;
-    l.write_timeout = dur(&args.write_timeout, &c.write_timeout, "--write-timeout", l.write_timeout)?;
-    l.max_connections = args.max_connections.or(c.max_connections).unwrap_or(l.max_connections);
+        };
+    l.header_timeout = dur(
+        &args.header_timeout,
+        &c.header_timeout,
+        "--header-timeout",
+        l.header_timeout,
+    )?;
+    l.request_timeout = dur(
+        &args.request_timeout,
+        &c.request_timeout,
+        "--request-timeout",
+        l.request_timeout,
+    )?;
+    l.write_timeout = dur(
+        &args.write_timeout,
+        &c.write_timeout,
+        "--write-timeout",
+        l.write_timeout,
+    )?;
+    l.max_connections = args
+        .max_connections
+        .or(c.max_connections)
+        .unwrap_or(l.max_connections);
     if l.max_connections == 0 {
         bail!("--max-connections must be at least 1");
     }

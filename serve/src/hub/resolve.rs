@@ -98,14 +98,19 @@ impl Hub {
         h.insert(X_REPO_COMMIT, header_ascii(&at.commit.to_hex()));
         h.insert(header::ETAG, quoted.clone());
         h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
         h.insert(header::CONTENT_DISPOSITION, content_disposition(&f.path));
         h.insert(header::LAST_MODIFIED, decode::http_date(m.ingested_at));
         if lfs.is_some() {
             h.insert(X_LINKED_ETAG, quoted);
             h.insert(X_LINKED_SIZE, HeaderValue::from(f.size));
         }
-        let range = req_headers.get(header::RANGE).map(|v| v.to_str().ok().and_then(|r| decode::parse_range(r, f.size)));
+        let range = req_headers
+            .get(header::RANGE)
+            .map(|v| v.to_str().ok().and_then(|r| decode::parse_range(r, f.size)));
         let (status, from, to) = match range {
             None => (StatusCode::OK, 0, f.size),
             Some(Some((a, b))) => {
@@ -114,8 +119,16 @@ impl Hub {
                 (StatusCode::PARTIAL_CONTENT, a, b)
             }
             Some(None) => {
-                let mut r = Reply::error(StatusCode::RANGE_NOT_SATISFIABLE, "", "range not satisfiable", None);
-                h.insert(header::CONTENT_RANGE, header_ascii(&format!("bytes */{}", f.size)));
+                let mut r = Reply::error(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    "",
+                    "range not satisfiable",
+                    None,
+                );
+                h.insert(
+                    header::CONTENT_RANGE,
+                    header_ascii(&format!("bytes */{}", f.size)),
+                );
                 h.remove(header::CONTENT_TYPE);
                 r.headers.extend(h);
                 return r;
@@ -124,7 +137,11 @@ impl Hub {
         h.insert(header::CONTENT_LENGTH, HeaderValue::from(to - from));
         if head {
             h.insert("x-modelcas", HeaderValue::from_static("1"));
-            return Reply { status, headers: h, body: Body::empty() };
+            return Reply {
+                status,
+                headers: h,
+                body: Body::empty(),
+            };
         }
         self.metrics.download_started();
         let (metrics, access, len) = (self.metrics_handle(), access.clone(), to - from);
@@ -133,7 +150,11 @@ impl Hub {
             let shown = if sent < len { 499 } else { status.as_u16() };
             access.log(shown, sent);
         });
-        Reply { status, headers: h, body: Body::stream(self.source(&at, i), from, to, done) }
+        Reply {
+            status,
+            headers: h,
+            body: Body::stream(self.source(&at, i), from, to, done),
+        }
     }
 
     fn metrics_handle(&self) -> Arc<crate::metrics::Metrics> {
