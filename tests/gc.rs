@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ingest_series, series, Env};
+use common::{fsck_clean, ingest_rev, ingest_series, series, Env};
 use store::pack::read_footer;
 use store::{CommitId, RepoId, Store};
 
@@ -57,31 +57,6 @@ fn stored_chunks(env: &Env) -> BTreeMap<[u8; 32], (usize, u32)> {
 
 fn pack_bytes(env: &Env) -> u64 {
     env.packs().iter().map(|p| p.1).sum()
-}
-
-fn fsck_clean(env: &Env, read_data: bool) {
-    let mut args = vec!["fsck", "--json", "--grace", "0s"];
-    if read_data {
-        args.push("--read-data");
-    }
-    let out = env.run(&args);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert!(
-        out.status.success() && report["problem_count"] == 0,
-        "fsck found problems: {report:#}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Ingests revision `r` of the series under its commit sha, with `refs` pointing at it.
-fn ingest_rev(env: &Env, r: &str, refs: &[&str]) {
-    let s = series();
-    let commit = s.commit(r);
-    let mut args = vec!["--repo", REPO, "--revision", commit.as_str()];
-    for name in refs {
-        args.extend(["--ref", name]);
-    }
-    env.ingest(&s.plain(r), &args);
 }
 
 /// A new store and a directory for pause points.

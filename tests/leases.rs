@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{series, Env};
+use common::{fsck_clean, ingest_rev, series, Env};
 
 const REPO: &str = "demo-org/demo-llm";
 /// 15 minutes: more than the default lease time to live (10 minutes) and more than the
@@ -27,27 +27,6 @@ fn gc(env: &Env, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["gc", "--json", "--grace", "0s", "--keep-last", "0"];
     args.extend_from_slice(extra);
     env.json(&args)
-}
-
-fn fsck_clean(env: &Env) {
-    let out = env.run(&["fsck", "--json", "--grace", "0s", "--read-data"]);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert!(
-        out.status.success() && report["problem_count"] == 0,
-        "fsck found problems: {report:#}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Ingests revision `r` of the series under its commit sha, with `refs` pointing at it.
-fn ingest_rev(env: &Env, r: &str, refs: &[&str]) {
-    let s = series();
-    let commit = s.commit(r);
-    let mut args = vec!["--repo", REPO, "--revision", commit.as_str()];
-    for name in refs {
-        args.extend(["--ref", name]);
-    }
-    env.ingest(&s.plain(r), &args);
 }
 
 /// `ingest r3 --ref r3` arguments (r3 re-shards r2: its chunks are r2's).
@@ -161,7 +140,7 @@ fn skewed_ingest_keeps_its_packs(offset_secs: i64) {
     for r in ["r3", "main"] {
         env.verifies(&rev(r));
     }
-    fsck_clean(&env);
+    fsck_clean(&env, true);
 }
 
 #[test]
@@ -203,7 +182,7 @@ fn two_gc_runs_with_clocks_15_minutes_apart_exclude_each_other() {
         let (code, err) = finish(first_gc, "gc-after-listing", &pause);
         assert_eq!(code, Some(0), "{err}");
         env.verifies(&rev("main"));
-        fsck_clean(&env);
+        fsck_clean(&env, true);
     }
 }
 
@@ -276,9 +255,9 @@ fn ingest_stopped_past_its_lease_refuses_to_publish() {
         .collect();
     assert_eq!(commits, vec![s.commit("r1").as_str()], "{listed:#}");
     env.verifies(&rev("main"));
-    fsck_clean(&env);
+    fsck_clean(&env, true);
     // A rerun publishes it whole.
     ingest_rev(&env, "r3", &["r3"]);
     env.verifies(&rev("r3"));
-    fsck_clean(&env);
+    fsck_clean(&env, true);
 }

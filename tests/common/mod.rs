@@ -480,3 +480,30 @@ pub fn spawn_paused(cmd: &mut Command, point: &str, dir: &Path) -> std::process:
 pub fn go_on(dir: &Path, point: &str) {
     std::fs::write(dir.join(format!("{point}.go")), b"").unwrap();
 }
+
+/// Asserts `fsck` (with `--read-data` when asked) finds no problem.
+pub fn fsck_clean(env: &Env, read_data: bool) {
+    let mut args = vec!["fsck", "--json", "--grace", "0s"];
+    if read_data {
+        args.push("--read-data");
+    }
+    let out = env.run(&args);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert!(
+        out.status.success() && report["problem_count"] == 0,
+        "fsck found problems: {report:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Ingests revision `r` of the series as `demo-org/demo-llm` under its commit sha, with
+/// `refs` pointing at it.
+pub fn ingest_rev(env: &Env, r: &str, refs: &[&str]) {
+    let s = series();
+    let commit = s.commit(r);
+    let mut args = vec!["--repo", "demo-org/demo-llm", "--revision", commit.as_str()];
+    for name in refs {
+        args.extend(["--ref", name]);
+    }
+    env.ingest(&s.plain(r), &args);
+}
