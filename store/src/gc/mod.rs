@@ -32,26 +32,30 @@
 //! forwarding records that name them, records before anything is condemned, and deletion
 //! only removes packs that no manifest references after resolution.
 
+mod expire;
 pub mod retention;
+mod rewrite;
 pub mod state;
+
+use expire::{restore_wanted, wait_for_writers};
+use rewrite::{forward_record, load_forwards, rewrite_packs};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chunker::ChunkId;
 use serde::Serialize;
 
 use crate::backend::{CountingStore, ObjectStore, Requests};
 use crate::codec::{self, Kind};
 use crate::failpoint;
-use crate::forward::{self, Forwards, MovedFrame, MovedRecord};
+use crate::forward;
 use crate::index::Index;
 use crate::layout;
 use crate::lock::{self, Held};
 use crate::manifest::Manifest;
 use crate::names::{CommitId, RepoId};
-use crate::pack::{self, FooterEntry, PackBuilder, PackFooter, PackId};
+use crate::pack::{self, FooterEntry, PackFooter, PackId};
 use crate::repo::{decode_manifest, Store};
 use crate::{Result, StoreError};
 
@@ -521,100 +525,6 @@ fn write_marked(
     })
 }
 
-/// Longest gc waits for pin, ref and rm commands that were running when it deleted expired
-/// manifests: twice their lease's time to live (a holder that died goes stale within one).
-const WRITERS_WAIT: Duration = Duration::from_secs(2 * lock::WRITE_LEASE_TTL.as_secs());
-/// How often the write leases are listed while waiting.
-const WRITERS_POLL: Duration = Duration::from_millis(50);
-
-/// Waits until every write lease live now is released or stale (at most [`WRITERS_WAIT`]):
-/// each of those commands has then either written its pin or ref and seen the commit
-/// still there, or taken back what it wrote. Stale leases are removed.
-fn wait_for_writers(
-    backend: &dyn ObjectStore,
-    report: &mut GcReport,
-    warn: &dyn Fn(String),
-) -> Result<()> {
-    let now = lock::store_now_ms(backend)?;
-    let mut live = Vec::new();
-    for l in lock::list(backend, lock::WRITE_KIND)? {
-        if l.is_stale(now) {
-            backend.delete(&l.key)?;
-            report.stale_locks_removed += 1;
-        } else {
-            live.push(l.key);
-        }
-    }
-    report.writers_waited_for = live.len();
-    let deadline = Instant::now() + WRITERS_WAIT;
-    while !live.is_empty() {
-        if Instant::now() > deadline {
-            warn(format!(
-                "{} pin/ref/rm commands still running after {} s; going on",
-                live.len(),
-                WRITERS_WAIT.as_secs()
-            ));
-            break;
-        }
-        std::thread::sleep(WRITERS_POLL);
-        let now = lock::store_now_ms(backend)?;
-        let current: HashMap<String, lock::Listed> = lock::list(backend, lock::WRITE_KIND)?
-            .into_iter()
-            .map(|l| (l.key.clone(), l))
-            .collect();
-        live.retain(|k| current.get(k).is_some_and(|l| !l.is_stale(now)));
-    }
-    Ok(())
-}
-
-/// After expired manifests were deleted and the writers waited for: lists refs and pins
-/// again and puts back each expired manifest that is now referenced or pinned, only where
-/// its key is absent (an ingest may have written the commit again meanwhile: what it wrote
-/// is kept, and used for liveness). The rest are reported expired.
-fn restore_wanted(
-    store: &Store,
-    expired: Vec<Rev>,
-    kept: &mut Vec<Rev>,
-    report: &mut GcReport,
-    warn: &dyn Fn(String),
-) -> Result<()> {
-    let backend = store.backend();
-    let mut by_repo: BTreeMap<RepoId, Vec<Rev>> = BTreeMap::new();
-    for h in expired {
-        by_repo.entry(h.repo.clone()).or_default().push(h);
-    }
-    for (repo, gone) in by_repo {
-        let mut wanted: HashSet<CommitId> = store.refs(&repo)?.into_values().collect();
-        wanted.extend(store.pins(&repo)?);
-        for h in gone {
-            let rev = expired_revision(&h.manifest);
-            if !wanted.contains(&h.manifest.commit) {
-                report.expired.push(rev);
-                continue;
-            }
-            let h = match backend.get(&h.key) {
-                Err(StoreError::NotFound(_)) => {
-                    backend.put(&h.key, &h.bytes)?;
-                    h
-                }
-                Ok(bytes) => Rev {
-                    manifest: decode_manifest(&h.key, &bytes)?,
-                    bytes,
-                    ..h
-                },
-                Err(e) => return Err(e),
-            };
-            warn(format!(
-                "{repo}@{}: a ref or pin appeared while it was expiring; kept",
-                h.manifest.commit
-            ));
-            report.restored.push(rev);
-            kept.push(h);
-        }
-    }
-    Ok(())
-}
-
 fn expired_revision(m: &Manifest) -> ExpiredRevision {
     ExpiredRevision {
         repo: m.repo.to_string(),
@@ -693,167 +603,4 @@ fn revisions(
         .into_iter()
         .partition(|h| keep.contains_key(&h.manifest.commit));
     Ok((kept, expired))
-}
-
-/// Every forwarding record, decoded and as stored.
-struct AllForwards {
-    forwards: Forwards,
-    records: HashMap<PackId, MovedRecord>,
-}
-
-/// Lists `moved/` once and reads every record (through the cache, like manifests). A record
-/// gc cannot read could hide where live chunks are: stop.
-fn load_forwards(
-    backend: &dyn ObjectStore,
-    cache: Option<&Index>,
-    report: &mut GcReport,
-) -> Result<AllForwards> {
-    let mut all = AllForwards {
-        forwards: Forwards::default(),
-        records: HashMap::new(),
-    };
-    for obj in backend.list(layout::MOVED_PREFIX)? {
-        let Some(pack) = layout::parse_moved_key(&obj.key) else {
-            continue;
-        };
-        let cached = match cache {
-            Some(idx) if !obj.tag.is_empty() => idx.cached_object(&obj.key, &obj.tag)?,
-            _ => None,
-        };
-        let bytes = match cached {
-            Some(b) => b,
-            None => {
-                let b = match backend.get(&obj.key) {
-                    Ok(b) => b,
-                    Err(StoreError::NotFound(_)) => continue,
-                    Err(e) => return Err(e),
-                };
-                if let Some(idx) = cache {
-                    if !obj.tag.is_empty() {
-                        idx.cache_object(&obj.key, &obj.tag, &b)?;
-                    }
-                }
-                b
-            }
-        };
-        let rec = forward::decode(&obj.key, &bytes)?;
-        all.forwards.insert(&rec);
-        all.records.insert(pack, rec);
-    }
-    report.forwards = all.records.len();
-    Ok(all)
-}
-
-/// The forwarding record of `old` after its live frames (`live`) were copied to `frames`
-/// (old offset → new pack, new offset, frame length). Entries of an earlier record of the
-/// same pack (a pack rewritten, then rescued and rewritten again) are kept: manifests
-/// still resolve through them.
-fn forward_record(
-    old: &PackId,
-    frames: &HashMap<u32, (PackId, u32, u32)>,
-    live: &PackUse,
-    earlier: Option<&MovedRecord>,
-) -> MovedRecord {
-    let mut by_offset: BTreeMap<u32, ([u8; 32], PackId, u32, u32)> = BTreeMap::new();
-    if let Some(e) = earlier {
-        for f in &e.frames {
-            if let Some(t) = e.targets.get(f.target as usize) {
-                by_offset.insert(f.offset, (f.id, *t, f.new_offset, f.frame_len));
-            }
-        }
-    }
-    for (off, (to, new_off, len)) in frames {
-        if let Some((id, _, _)) = live.frames.get(off) {
-            by_offset.entry(*off).or_insert((*id, *to, *new_off, *len));
-        }
-    }
-    let mut targets: Vec<PackId> = Vec::new();
-    let mut ix: HashMap<PackId, u32> = HashMap::new();
-    let frames = by_offset
-        .into_iter()
-        .map(|(offset, (id, to, new_offset, frame_len))| {
-            let target = *ix.entry(to).or_insert_with(|| {
-                targets.push(to);
-                (targets.len() - 1) as u32
-            });
-            MovedFrame {
-                offset,
-                id,
-                target,
-                new_offset,
-                frame_len,
-            }
-        })
-        .collect();
-    MovedRecord {
-        pack: *old,
-        written_ms: lock::now_ms(),
-        targets,
-        frames,
-    }
-}
-
-/// Copies the live frames of `packs` into new packs; returns old (pack, offset) → new
-/// location, grouped by old pack.
-fn rewrite_packs(
-    store: &Store,
-    packs: &[(PackId, u64)],
-    uses: &HashMap<PackId, PackUse>,
-    report: &mut GcReport,
-) -> Result<HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>> {
-    let backend = store.backend();
-    let target = store.config().pack_target.max(1) as usize;
-    let mut moved: HashMap<PackId, HashMap<u32, (PackId, u32, u32)>> = HashMap::new();
-    let mut builder = PackBuilder::new();
-    // Frames in the open builder: (old pack, old offset, new offset, frame length).
-    let mut open: Vec<(PackId, u32, u32, u32)> = Vec::new();
-    let seal = |builder: PackBuilder,
-                open: &mut Vec<(PackId, u32, u32, u32)>,
-                moved: &mut HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>,
-                report: &mut GcReport|
-     -> Result<()> {
-        let (id, bytes, _) = builder.finish();
-        backend.put(&layout::pack_key(&id), &bytes)?;
-        report.rewrite_bytes_written += bytes.len() as u64;
-        for (old, old_off, new_off, len) in open.drain(..) {
-            moved
-                .entry(old)
-                .or_default()
-                .insert(old_off, (id, new_off, len));
-        }
-        Ok(())
-    };
-    for (id, size) in packs {
-        let key = layout::pack_key(id);
-        let bytes = backend.get(&key)?;
-        if bytes.len() as u64 != *size {
-            return Err(StoreError::CorruptObject {
-                key,
-                reason: format!("listed with {size} bytes, read {}", bytes.len()),
-            });
-        }
-        for (off, (chunk, frame_len, raw_len)) in &uses[id].frames {
-            let (s, e) = (*off as usize, *off as usize + *frame_len as usize);
-            let frame = bytes.get(s..e).ok_or_else(|| StoreError::CorruptObject {
-                key: key.clone(),
-                reason: format!("frame at {off} runs past the end"),
-            })?;
-            // Never copy a damaged chunk into a fresh pack: stop and let fsck report it.
-            pack::decode_checked(frame, &ChunkId(*chunk), &key, *off as u64)?;
-            let new_off = builder.add_frame(ChunkId(*chunk), frame, *raw_len as usize);
-            open.push((*id, *off, new_off, *frame_len));
-            report.chunks_copied += 1;
-            if builder.len() >= target {
-                let full = std::mem::take(&mut builder);
-                seal(full, &mut open, &mut moved, report)?;
-            }
-        }
-        report.packs_rewritten += 1;
-        report.bytes_rewritten += size;
-    }
-    if !builder.is_empty() {
-        seal(builder, &mut open, &mut moved, report)?;
-    }
-    backend.sync_deferred()?;
-    Ok(moved)
 }
