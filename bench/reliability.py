@@ -10,10 +10,12 @@ tests/garage.sh wrote): N SIGKILLs for each of ingest, import and gc, each at a 
 mutation), k drawn over the steps a full run makes. After every kill: `fsck` is clean and
 every revision `ls` shows verifies; every fourth, the command is rerun and must complete.
 
-Corruptions (local backend): N corruptions, each of a fresh copy of a store holding the
-series: a bit flip, a truncation or two swapped frames in a pack; a bit flip or truncation of
-a manifest or a ref; or a bit flip or truncation of a bundle (then imported). Each must be
-detected (`fsck --read-data` fails, or the import is refused), and the reader of that round
+Corruptions: N corruptions, each of a fresh copy of a local store holding the series: a bit
+flip, a truncation or two swapped frames in a pack; a bit flip or truncation of a manifest or
+a ref; or a bit flip or truncation of a bundle (then imported). With --s3-env, also of a node
+cache filled by reading an S3 store: one entry flipped, truncated, or replaced by another
+chunk's (valid) frame. Each must be detected (`fsck --read-data` fails, the import is
+refused, or the damaged cache entry is dropped once used), and the reader of that round
 (cat, checkout, export + import, serve, mount; in turn) must return the right bytes or an
 error, never wrong bytes.
 
@@ -216,23 +218,29 @@ def wait_for(pred, what, limit=30):
 
 def read_back(s, reader):
     """Reads every file of every revision with `reader`; returns the number of files that
-    came back with wrong bytes (an error is fine)."""
+    came back with wrong bytes (an error is fine). Sets s.good to the number that came back
+    byte-exact."""
     wrong = 0
+    good = []
+
+    def check(data, sha):
+        ok = hashlib.sha256(data).hexdigest() == sha
+        good.append(ok)
+        return 0 if ok else 1
     revs = EXP["revisions"]
     if reader == "cat":
         for r in revs:
             for p, sha in files_of(r):
                 out = s.run("cat", f"{REPO}@{r['commit']}", p)
-                if out.returncode == 0 and hashlib.sha256(out.stdout).hexdigest() != sha:
-                    wrong += 1
+                if out.returncode == 0:
+                    wrong += check(out.stdout, sha)
     elif reader == "checkout":
         for r in revs:
             d = f"{s.dir}/co-{r['name']}"
             s.run("checkout", f"{REPO}@{r['commit']}", d)
             for p, sha in files_of(r):
                 if os.path.isfile(f"{d}/{p}"):
-                    if hashlib.sha256(open(f"{d}/{p}", "rb").read()).hexdigest() != sha:
-                        wrong += 1
+                    wrong += check(open(f"{d}/{p}", "rb").read(), sha)
     elif reader == "export":
         out = f"{s.dir}/x.mcb"
         if s.run("export", *[f"{REPO}@{r['commit']}" for r in revs], "-o", out).returncode == 0:
@@ -241,8 +249,8 @@ def read_back(s, reader):
                 for r in revs:
                     for p, sha in files_of(r):
                         o = t.run("cat", f"{REPO}@{r['commit']}", p)
-                        if o.returncode == 0 and hashlib.sha256(o.stdout).hexdigest() != sha:
-                            wrong += 1
+                        if o.returncode == 0:
+                            wrong += check(o.stdout, sha)
             shutil.rmtree(t.dir, ignore_errors=True)
     elif reader == "serve":
         port = free_port()
@@ -262,8 +270,7 @@ def read_back(s, reader):
                     try:
                         with urllib.request.urlopen(url, timeout=30) as resp:
                             body = resp.read()
-                        if hashlib.sha256(body).hexdigest() != sha:
-                            wrong += 1
+                        wrong += check(body, sha)
                     except Exception:
                         pass  # an error, not wrong bytes
         finally:
@@ -280,8 +287,7 @@ def read_back(s, reader):
                 for path, sha in files_of(r):
                     try:
                         data = open(f"{mnt}/{REPO}/{r['commit']}/{path}", "rb").read()
-                        if hashlib.sha256(data).hexdigest() != sha:
-                            wrong += 1
+                        wrong += check(data, sha)
                     except OSError:
                         pass
         finally:
@@ -293,7 +299,55 @@ def read_back(s, reader):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+    s.good = sum(good)
     return wrong
+
+
+def cache_entries(d):
+    """The node cache's entry files (named by a 64-hex chunk id) under directory d."""
+    out = []
+    for root, _, fs in os.walk(d):
+        for f in fs:
+            if len(f) == 64 and all(c in "0123456789abcdef" for c in f):
+                out.append(os.path.relpath(f"{root}/{f}", d))
+    return sorted(out)
+
+
+def node_cache_store():
+    """An S3 store holding the series, with a node cache filled by reading every file."""
+    s = Store(s3_settings(A.s3_env))
+    s.run("ingest", CACHE_REPO, check=True)
+    if read_back(s, "cat"):
+        raise RuntimeError("the pristine S3 store read back wrong bytes")
+    s.entries = cache_entries(f"{s.dir}/cache")
+    if not s.entries:
+        raise RuntimeError("reading from S3 left no node-cache entries")
+    return s
+
+
+def node_cache_round(node, s, how, reader):
+    """Damages one entry of a copy of `node`'s cache, reads everything back through
+    `reader` with that cache: (detected, wrong files). Detected: the damaged entry is gone or
+    replaced once read (the cache checks each entry's BLAKE3 when it uses it)."""
+    s.env.update({k: v for k, v in node.env.items()
+                  if k.startswith(("AWS_", "MODELCAS_ENDPOINT", "MODELCAS_REGION"))})
+    s.env["MODELCAS_STORE"] = node.env["MODELCAS_STORE"]
+    shutil.copytree(f"{node.dir}/cache", f"{s.dir}/cache")
+    shutil.copytree(f"{node.dir}/index", f"{s.dir}/index")
+    rel = rng.choice(node.entries)
+    path = f"{s.dir}/cache/{rel}"
+    if how == "other":  # a valid frame of another chunk under this chunk's name
+        other = rng.choice([e for e in node.entries if e != rel])
+        shutil.copy(f"{s.dir}/cache/{other}", path)
+    else:
+        corrupt_file(path, how)
+    damaged = open(path, "rb").read()
+    wrong = read_back(s, reader)
+    detected = not os.path.exists(path) or open(path, "rb").read() != damaged
+    total = sum(len(r["files"]) for r in EXP["revisions"])
+    if s.good != total:  # the bucket is intact: a damaged cache must cost nothing but a GET
+        fail(f"node-cache {how}: {reader} read {s.good} of {total} files byte-exact")
+    return detected, wrong
 
 
 def corruptions(n):
@@ -315,13 +369,24 @@ def corruptions(n):
              ("manifest", "truncate"), ("ref", "flip"), ("ref", "truncate"), ("bundle", "flip"),
              ("bundle", "truncate")]
     readers = ["cat", "checkout", "export", "serve", "mount"]
+    node = node_cache_store() if A.s3_env else None
+    if node:
+        plans += [("node-cache", "flip"), ("node-cache", "truncate"), ("node-cache", "other")]
     stats = {"tried": 0, "detected": 0, "wrong_bytes": 0, "by_kind": {}}
     for i in range(n):
         target, how = plans[i % len(plans)]
         key = f"{target}-{how}"
         k = stats["by_kind"].setdefault(key, {"tried": 0, "detected": 0})
         s = Store("local")
-        if target == "bundle":
+        if target == "node-cache":
+            reader = readers[(i // len(plans)) % len(readers)]
+            detected, wrong = node_cache_round(node, s, how, reader)
+            if not detected:
+                fail(f"{key}: a damaged node-cache entry was used and kept ({reader})")
+            if wrong:
+                fail(f"{key}: {reader} returned {wrong} wrong files")
+            stats["wrong_bytes"] += wrong
+        elif target == "bundle":
             b = f"{s.dir}/b.mcb"
             shutil.copy(bundle, b)
             corrupt_file(b, how)

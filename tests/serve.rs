@@ -488,3 +488,81 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
     );
     dripper.join().unwrap();
 }
+
+/// Every file of `commit` downloaded from serve: path → (status, sha256 of the body).
+fn download_all(addr: &str, commit: &str, paths: &[String]) -> Vec<(String, u16, String)> {
+    paths
+        .iter()
+        .map(|p| {
+            let (status, _, body) = raw_get(addr, format!("/{REPO}/resolve/{commit}/{p}").as_bytes());
+            (p.clone(), status, sha256(&body))
+        })
+        .collect()
+}
+
+fn gc_json(env: &Env, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["gc", "--json", "--grace", "0s", "--keep-last", "0"];
+    args.extend_from_slice(extra);
+    env.json(&args)
+}
+
+/// Issue 11, point 7: serve keeps the manifests it has read. While it runs, gc moves a
+/// revision's chunks into new packs and deletes the old ones: later downloads still come
+/// back byte-exact (through the forwarding records). Then the commit is removed, gc
+/// deletes its packs, and the commit is ingested again with other files (how a partial
+/// snapshot is replaced): serve must read the manifest again and serve the new files'
+/// bytes, never fail on the old packs or return old bytes.
+#[test]
+fn serve_reads_on_after_gc_moves_deletes_and_a_commit_is_replaced() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let srv = Served::start(&env, &[]);
+    let x = s.commit("r4");
+    let old = s.files("r4");
+    let paths: Vec<String> = old.iter().map(|(p, _)| p.clone()).collect();
+    let ok = |got: Vec<(String, u16, String)>, want: &[(String, String)], when: &str| {
+        for ((p, status, sha), (wp, wsha)) in got.iter().zip(want) {
+            assert_eq!(p, wp);
+            assert_eq!((*status, sha), (200, wsha), "{when}: {p}\n{}", srv.log());
+        }
+    };
+    ok(download_all(&srv.addr, &x, &paths), &old, "first download");
+
+    // gc rewrites the packs r4 shares with r1..r3, then deletes the old ones.
+    for r in ["r1", "r2", "r3"] {
+        env.ok(&["rm", &format!("{REPO}@{r}")]);
+    }
+    let first = gc_json(&env, &["--rewrite-below", "1"]);
+    assert!(first["packs_rewritten"].as_u64().unwrap() > 0, "{first:#}");
+    let second = gc_json(&env, &["--rewrite-below", "1"]);
+    assert!(second["packs_deleted"].as_u64().unwrap() > 0, "{second:#}");
+    ok(download_all(&srv.addr, &x, &paths), &old, "after the packs moved");
+
+    // The commit is removed, its packs and records deleted, and it is ingested again with
+    // r1's files.
+    env.ok(&["rm", "--force", &format!("{REPO}@{x}")]);
+    for _ in 0..3 {
+        gc_json(&env, &[]);
+    }
+    assert!(env.packs().is_empty(), "packs left behind: {:?}", env.packs());
+    env.ingest(&s.plain("r1"), &["--repo", REPO, "--revision", &x, "--ref", "r4"]);
+    let new = s.files("r1");
+    let new_paths: Vec<String> = new.iter().map(|(p, _)| p.clone()).collect();
+    ok(download_all(&srv.addr, &x, &new_paths), &new, "after the commit was replaced");
+    for p in paths.iter().filter(|p| !new_paths.contains(p)) {
+        let (status, head, _) = raw_get(&srv.addr, format!("/{REPO}/resolve/{x}/{p}").as_bytes());
+        assert_eq!(status, 404, "{p} is not in the new revision: {head}");
+    }
+    let (status, _, body) = raw_get(&srv.addr, format!("/api/models/{REPO}/revision/{x}").as_bytes());
+    assert_eq!(status, 200);
+    let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let mut listed: Vec<String> = info["siblings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rfilename"].as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, new_paths, "the revision's file list is the new one");
+}

@@ -99,12 +99,16 @@ fn iso(secs: u64) -> String {
     format!("{}.000Z", s.trim_end_matches('Z'))
 }
 
+/// Manifests read, by repository and commit, each with the tag of the manifest object it
+/// was read from (`""`: unknown, read again on the next request).
+type ManifestCache = HashMap<(RepoId, CommitId), (String, Arc<Manifest>)>;
+
 /// The endpoint's state: the store, tokens, metrics and caches.
 pub struct Hub {
     store: Store,
     tokens: Option<HashSet<String>>,
     metrics: Arc<Metrics>,
-    manifests: Arc<Mutex<HashMap<(RepoId, CommitId), Arc<Manifest>>>>,
+    manifests: Arc<Mutex<ManifestCache>>,
     /// sha256 of a small file → its git blob id.
     blob_ids: Mutex<HashMap<[u8; 32], String>>,
 }
@@ -212,7 +216,7 @@ impl Hub {
             |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
         let repo = RepoId::parse(&format!("{org}/{name}"))
             .map_err(|_| repo_missing(&format!("{org}/{name}")))?;
-        let commit = match self.store.resolve(&repo, rev) {
+        let (commit, tag) = match self.store.resolve_tagged(&repo, rev) {
             Ok(c) => c,
             Err(StoreError::UnknownRepo(_)) => return Err(repo_missing(&repo.to_string())),
             Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
@@ -230,12 +234,13 @@ impl Hub {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
-            .cloned();
+            .filter(|(t, _)| !t.is_empty() && *t == tag)
+            .map(|(_, m)| m.clone());
         let manifest = match cached {
             Some(m) => m,
             None => {
                 let m = Arc::new(self.store.manifest(&repo, &commit).map_err(internal)?);
-                remember(&self.manifests, key, m.clone());
+                remember(&self.manifests, key, tag, m.clone());
                 m
             }
         };
@@ -257,7 +262,7 @@ impl Hub {
             at.manifest.clone(),
             i,
         )
-        .on_reload(move |m| remember(&cache, key.clone(), m))
+        .on_reload(move |m| remember(&cache, key.clone(), String::new(), m))
     }
 
     fn repo_info(&self, org: &str, name: &str, rev: &str) -> Reply {
@@ -416,16 +421,12 @@ impl Hub {
 }
 
 /// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).
-fn remember(
-    cache: &Mutex<HashMap<(RepoId, CommitId), Arc<Manifest>>>,
-    key: (RepoId, CommitId),
-    m: Arc<Manifest>,
-) {
+fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, m: Arc<Manifest>) {
     let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
     if cache.len() >= MANIFEST_CACHE && !cache.contains_key(&key) {
         cache.clear();
     }
-    cache.insert(key, m);
+    cache.insert(key, (tag, m));
 }
 
 mod resolve;

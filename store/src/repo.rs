@@ -487,13 +487,32 @@ impl Store {
     /// Resolves a revision: a ref name, a full commit sha, or a unique prefix of at least
     /// [`MIN_PREFIX`] hex digits. A ref name wins over a prefix.
     pub fn resolve(&self, repo: &RepoId, rev: &str) -> Result<CommitId> {
-        let commits = self.commits(repo)?;
+        Ok(self.resolve_tagged(repo, rev)?.0)
+    }
+
+    /// [`Store::resolve`], with the tag ([`crate::backend::ObjectMeta::tag`]) of the commit's manifest
+    /// object from the same listing ("" when the manifest is missing). The tag changes when
+    /// a commit is removed and ingested again, so a cache of manifests that keeps the tag
+    /// with each never serves a replaced one.
+    pub fn resolve_tagged(&self, repo: &RepoId, rev: &str) -> Result<(CommitId, String)> {
+        let prefix = layout::manifests_prefix(repo);
+        let listed: Vec<(CommitId, String)> = self
+            .backend
+            .list(&prefix)?
+            .into_iter()
+            .filter_map(|o| Some((CommitId::parse(&o.key[prefix.len()..]).ok()?, o.tag)))
+            .collect();
+        let tag_of = |c: CommitId| {
+            let tag = listed.iter().find(|(l, _)| *l == c).map(|(_, t)| t.clone());
+            (c, tag.unwrap_or_default())
+        };
+        let commits: Vec<CommitId> = listed.iter().map(|(c, _)| *c).collect();
         let refs = self.refs(repo)?;
         if commits.is_empty() && refs.is_empty() {
             return Err(StoreError::UnknownRepo(repo.to_string()));
         }
         if let Some(c) = refs.get(rev) {
-            return Ok(*c);
+            return Ok(tag_of(*c));
         }
         let unknown = || StoreError::UnknownRevision {
             repo: repo.to_string(),
@@ -511,7 +530,7 @@ impl Store {
             .filter(|c| c.to_hex().starts_with(&lower))
             .collect();
         match matches.as_slice() {
-            [one] => Ok(**one),
+            [one] => Ok(tag_of(**one)),
             [] => Err(unknown()),
             many => Err(StoreError::AmbiguousRevision {
                 repo: repo.to_string(),
