@@ -1,19 +1,8 @@
 //! Formatting helpers: byte sizes and UTC timestamps for human output.
 
-/// `1.5 GiB`-style sizes.
+/// `1.50 GiB`-style sizes (binary units, through `indicatif::HumanBytes`).
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    indicatif::HumanBytes(n).to_string()
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
@@ -28,6 +17,6 @@ mod tests {
         assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::utc(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(super::bytes(512), "512 B");
-        assert_eq!(super::bytes(1536), "1.5 KiB");
+        assert_eq!(super::bytes(1536), "1.50 KiB");
     }
 }

@@ -32,12 +32,12 @@ use chunker::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::index::Index;
-use crate::ingest::Progress;
 use crate::layout;
 use crate::lock::{self, Held};
 use crate::manifest::{ChunkRef, FileEntry, Manifest};
 use crate::names::{CommitId, RepoId};
 use crate::pack::{self, PackBuilder, PackId};
+use crate::progress::Progress;
 use crate::read;
 use crate::repo::{decode_manifest, Store};
 use crate::{Result, StoreError};
@@ -353,7 +353,7 @@ pub fn import(
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
     let lease = Held::ingest_lease(store.backend().clone(), lock::default_ttl())?;
-    index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?;
+    crate::ingest::sync_index(store, index, &|w| progress.warn(&w))?;
     let mut rx = Received::default();
     read_bundle(store, index, input, progress, &mut rx)?;
     check_conflicts(store, &rx)?;

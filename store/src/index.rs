@@ -29,7 +29,6 @@ use rocksdb::{ColumnFamilyDescriptor, Options, WriteBatch, DB};
 
 use crate::backend::ObjectStore;
 use crate::codec::{self, Kind};
-use crate::gc;
 use crate::layout;
 use crate::pack::{self, FooterEntry, PackId};
 use crate::{Result, StoreError};
@@ -265,16 +264,17 @@ impl Index {
     }
 
     /// Brings the index up to date with the bucket: learns unknown packs from their footers,
-    /// forgets packs that no longer exist. A pack whose footer cannot be read is skipped
-    /// (its chunks will simply be written again) and reported through `warn`.
-    pub fn sync(&self, store: &dyn ObjectStore, warn: &dyn Fn(String)) -> Result<SyncReport> {
-        // The condemned list first: a pack condemned after this read was condemned after
-        // our caller's lease started, and gc keeps it while the lease lives.
-        let condemned: HashSet<PackId> = gc::state::read(store)?
-            .condemned
-            .into_iter()
-            .map(|c| c.pack)
-            .collect();
+    /// forgets packs that no longer exist and those in `condemned` (gc's condemned list,
+    /// which the caller reads *before* this listing: a pack condemned after that read was
+    /// condemned after the caller's lease started, and gc keeps it while the lease lives).
+    /// A pack whose footer cannot be read is skipped (its chunks will simply be written
+    /// again) and reported through `warn`.
+    pub fn sync(
+        &self,
+        store: &dyn ObjectStore,
+        condemned: &HashSet<PackId>,
+        warn: &dyn Fn(String),
+    ) -> Result<SyncReport> {
         let listed = store.list(layout::PACKS_PREFIX)?;
         let mut known = self.pack_sizes()?;
         let mut report = SyncReport {
@@ -316,7 +316,12 @@ impl Index {
     }
 
     /// Drops everything and relearns the packs from the bucket.
-    pub fn rebuild(&self, store: &dyn ObjectStore, warn: &dyn Fn(String)) -> Result<SyncReport> {
+    pub fn rebuild(
+        &self,
+        store: &dyn ObjectStore,
+        condemned: &HashSet<PackId>,
+        warn: &dyn Fn(String),
+    ) -> Result<SyncReport> {
         for cf in [CF_CHUNKS, CF_PACKS, CF_MANIFESTS] {
             let handle = self.cf(cf)?;
             let mut batch = WriteBatch::default();
@@ -326,7 +331,7 @@ impl Index {
             }
             self.db.write(batch).map_err(|e| self.err(e))?;
         }
-        self.sync(store, warn)
+        self.sync(store, condemned, warn)
     }
 
     /// Caches an object's bytes under its listing tag.

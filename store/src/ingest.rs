@@ -41,21 +41,17 @@ use crate::repo::Store;
 use crate::source::Snapshot;
 use crate::{Result, StoreError};
 
-/// Receives progress of long operations (the CLI draws bars from it).
-pub trait Progress: Send + Sync {
-    /// Work of `total` bytes begins.
-    fn start(&self, _label: &str, _total: u64) {}
-    /// `n` more bytes are done.
-    fn advance(&self, _n: u64) {}
-    /// The work is finished.
-    fn finish(&self) {}
-    /// A warning worth showing to the user.
-    fn warn(&self, _msg: &str) {}
-}
+/// Re-exported where callers have always found them.
+pub use crate::progress::{NoProgress, Progress};
 
-/// Progress that goes nowhere.
-pub struct NoProgress;
-impl Progress for NoProgress {}
+/// Brings `index` up to date with the bucket, as every writer does before it dedups
+/// against it: gc's condemned list is read first and its packs count as gone
+/// (docs/FORMAT.md, "Garbage collection").
+pub fn sync_index(store: &Store, index: &Index, warn: &dyn Fn(String)) -> Result<SyncReport> {
+    let backend = store.backend();
+    let condemned = crate::gc::state::condemned_packs(backend.as_ref())?;
+    index.sync(backend.as_ref(), &condemned, warn)
+}
 
 /// Ingest settings.
 #[derive(Clone, Copy, Debug)]
@@ -188,7 +184,7 @@ pub fn ingest(
     let lease = Held::ingest_lease(store.backend().clone(), lock::default_ttl())?;
     failpoint::pause("ingest-after-lease");
     let mut report = IngestReport {
-        sync: index.sync(store.backend().as_ref(), &|w| progress.warn(&w))?,
+        sync: sync_index(store, index, &|w| progress.warn(&w))?,
         ..Default::default()
     };
     failpoint::pause("ingest-after-sync");

@@ -14,6 +14,7 @@
 //! * [`source`], [`ingest`] — finding snapshots on disk and the ingest pipeline.
 //! * [`bundle`] — transfer bundles for closed networks (export, checked import).
 //! * [`read`], [`stats`] — reading revisions back (checkout, verify) and store figures.
+//! * [`progress`] — the progress reports of long operations (read and write alike).
 //! * [`clock`] — this process's clock (with a test offset); safety never compares it
 //!   with another host's.
 //! * [`gc`], [`lock`], [`fsck`] — retention, reclaiming space beside running ingests and
@@ -43,6 +44,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod names;
 pub mod pack;
+pub mod progress;
 pub mod read;
 pub mod readahead;
 pub mod repo;

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::ingest::Progress;
 use crate::layout;
 use crate::manifest::{FileEntry, Manifest};
+use crate::progress::Progress;
 use crate::repo::Store;
 use crate::{Result, StoreError};
 

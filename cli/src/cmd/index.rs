@@ -12,7 +12,10 @@ pub fn run(ctx: &Ctx, action: IndexAction) -> Result<ExitCode> {
         IndexAction::Rebuild => {
             let store = ctx.open()?;
             let index = ctx.index(&store)?;
-            let r = index.rebuild(store.backend().as_ref(), &|w| tracing::warn!("{w}"))?;
+            let condemned = store::gc::state::condemned_packs(store.backend().as_ref())?;
+            let r = index.rebuild(store.backend().as_ref(), &condemned, &|w| {
+                tracing::warn!("{w}")
+            })?;
             println!(
                 "rebuilt index {} from {}: {} packs, {} chunks",
                 index.path().display(),

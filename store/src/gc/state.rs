@@ -35,6 +35,11 @@ pub struct GcState {
     pub written_ms: u64,
 }
 
+/// The packs on the condemned list: what every index sync treats as already gone.
+pub fn condemned_packs(store: &dyn ObjectStore) -> Result<std::collections::HashSet<PackId>> {
+    Ok(read(store)?.condemned.into_iter().map(|c| c.pack).collect())
+}
+
 /// Reads the list; an absent object is an empty list.
 pub fn read(store: &dyn ObjectStore) -> Result<GcState> {
     match store.get(layout::CONDEMNED_KEY) {
