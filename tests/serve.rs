@@ -494,7 +494,8 @@ fn download_all(addr: &str, commit: &str, paths: &[String]) -> Vec<(String, u16,
     paths
         .iter()
         .map(|p| {
-            let (status, _, body) = raw_get(addr, format!("/{REPO}/resolve/{commit}/{p}").as_bytes());
+            let (status, _, body) =
+                raw_get(addr, format!("/{REPO}/resolve/{commit}/{p}").as_bytes());
             (p.clone(), status, sha256(&body))
         })
         .collect()
@@ -537,7 +538,11 @@ fn serve_reads_on_after_gc_moves_deletes_and_a_commit_is_replaced() {
     assert!(first["packs_rewritten"].as_u64().unwrap() > 0, "{first:#}");
     let second = gc_json(&env, &["--rewrite-below", "1"]);
     assert!(second["packs_deleted"].as_u64().unwrap() > 0, "{second:#}");
-    ok(download_all(&srv.addr, &x, &paths), &old, "after the packs moved");
+    ok(
+        download_all(&srv.addr, &x, &paths),
+        &old,
+        "after the packs moved",
+    );
 
     // The commit is removed, its packs and records deleted, and it is ingested again with
     // r1's files.
@@ -545,16 +550,30 @@ fn serve_reads_on_after_gc_moves_deletes_and_a_commit_is_replaced() {
     for _ in 0..3 {
         gc_json(&env, &[]);
     }
-    assert!(env.packs().is_empty(), "packs left behind: {:?}", env.packs());
-    env.ingest(&s.plain("r1"), &["--repo", REPO, "--revision", &x, "--ref", "r4"]);
+    assert!(
+        env.packs().is_empty(),
+        "packs left behind: {:?}",
+        env.packs()
+    );
+    env.ingest(
+        &s.plain("r1"),
+        &["--repo", REPO, "--revision", &x, "--ref", "r4"],
+    );
     let new = s.files("r1");
     let new_paths: Vec<String> = new.iter().map(|(p, _)| p.clone()).collect();
-    ok(download_all(&srv.addr, &x, &new_paths), &new, "after the commit was replaced");
+    ok(
+        download_all(&srv.addr, &x, &new_paths),
+        &new,
+        "after the commit was replaced",
+    );
     for p in paths.iter().filter(|p| !new_paths.contains(p)) {
         let (status, head, _) = raw_get(&srv.addr, format!("/{REPO}/resolve/{x}/{p}").as_bytes());
         assert_eq!(status, 404, "{p} is not in the new revision: {head}");
     }
-    let (status, _, body) = raw_get(&srv.addr, format!("/api/models/{REPO}/revision/{x}").as_bytes());
+    let (status, _, body) = raw_get(
+        &srv.addr,
+        format!("/api/models/{REPO}/revision/{x}").as_bytes(),
+    );
     assert_eq!(status, 200);
     let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let mut listed: Vec<String> = info["siblings"]
@@ -565,4 +584,59 @@ fn serve_reads_on_after_gc_moves_deletes_and_a_commit_is_replaced() {
         .collect();
     listed.sort();
     assert_eq!(listed, new_paths, "the revision's file list is the new one");
+}
+
+/// Chunks fetched and decoded so far (lookups that fetched, plus chunks fetched ahead).
+fn chunks_fetched(addr: &str) -> f64 {
+    let (status, m) = get(addr, "/metrics", &[]);
+    assert_eq!(status, 200);
+    metric(&m, "modelcas_chunk_cache_misses_total") + metric(&m, "modelcas_readahead_chunks_total")
+}
+
+/// Issue 13: serve reads through the store's one range reader, over the decoded-chunk cache
+/// the mount uses: a second download of a shard (and a range of it) decodes nothing again,
+/// and every byte is the file's.
+#[test]
+fn a_second_download_of_a_shard_is_served_from_the_chunk_cache() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let srv = Served::start_with(&env, &[], &[("MODELCAS_SERVE_CACHE_MIB", "512")]);
+    let (path, sha) = s
+        .files("r4")
+        .into_iter()
+        .max_by_key(|(p, _)| std::fs::metadata(s.plain("r4").join(p)).unwrap().len())
+        .unwrap();
+    let size = std::fs::metadata(s.plain("r4").join(&path)).unwrap().len();
+    assert!(
+        size > 4 << 20,
+        "{path}: {size} bytes, too small to span many chunks"
+    );
+    let target = format!("/{REPO}/resolve/r4/{path}");
+    let before = chunks_fetched(&srv.addr);
+    let (status, _, body) = raw_get(&srv.addr, target.as_bytes());
+    assert_eq!((status, sha256(&body)), (200, sha.clone()));
+    let first = chunks_fetched(&srv.addr) - before;
+    assert!(first >= 4.0, "the first download fetched {first} chunks");
+    let (status, _, body) = raw_get(&srv.addr, target.as_bytes());
+    assert_eq!((status, sha256(&body)), (200, sha));
+    let mut req = format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n").into_bytes();
+    req.extend_from_slice(format!("Range: bytes=1000-{}\r\n\r\n", size / 2).as_bytes());
+    let out = raw(&srv.addr, &req);
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let want = std::fs::read(s.plain("r4").join(&path)).unwrap();
+    assert!(
+        out.starts_with(b"HTTP/1.1 206"),
+        "{:?}",
+        String::from_utf8_lossy(&out[..split])
+    );
+    assert!(
+        out[split + 4..] == want[1000..=(size / 2) as usize],
+        "the range's bytes differ"
+    );
+    assert_eq!(
+        chunks_fetched(&srv.addr) - before,
+        first,
+        "the second download and the range fetched and decoded chunks again"
+    );
 }

@@ -270,6 +270,14 @@ pub enum Command {
         /// Threads reading the store (requests routed and chunks read at once; default 16).
         #[arg(long, env = "MODELCAS_SERVE_THREADS")]
         threads: Option<usize>,
+        /// Memory for decoded chunks shared by every download, in MiB (read-ahead uses up
+        /// to half of it; default 256).
+        #[arg(long, env = "MODELCAS_SERVE_CACHE_MIB")]
+        cache_mib: Option<usize>,
+        /// Threads fetching, decompressing and verifying chunks ahead of the downloads
+        /// (default 4, 16 for S3).
+        #[arg(long, env = "MODELCAS_SERVE_FETCH_THREADS")]
+        fetch_threads: Option<usize>,
         #[command(flatten)]
         limits: ServeLimitArgs,
     },

@@ -80,6 +80,8 @@ pub struct ServeConfig {
     pub listen: Option<String>,
     pub token_file: Option<PathBuf>,
     pub threads: Option<usize>,
+    pub cache_mib: Option<usize>,
+    pub fetch_threads: Option<usize>,
     pub max_connections: Option<usize>,
     pub header_timeout: Option<String>,
     pub request_timeout: Option<String>,

@@ -1,10 +1,12 @@
-//! File bytes for a response: a byte range of one file of a revision, read chunk by chunk
-//! through the store's read path ([`Store::read_chunk`]: node cache, then pack, hash
-//! checked), and the HTTP body that streams them.
+//! File bytes for a response: a byte range of one file of a revision, read through the
+//! store's one range reader ([`FileStream`] over the shared [`ChunkCache`]: decoded chunks
+//! shared with every other download, read-ahead while the reads stay sequential, node
+//! cache, then pack, hash checked), and the HTTP body that streams them.
 //!
-//! A reader task decodes chunks ahead of the socket, at most [`AHEAD`] in flight, so memory
+//! A reader task takes chunks ahead of the socket, at most [`AHEAD`] in flight, so memory
 //! stays bounded whatever the file size and decoding overlaps sending; each chunk is read on
-//! the blocking pool, so a client that reads slowly holds no thread.
+//! the blocking pool, so a client that reads slowly holds no thread. Chunks are handed to
+//! the socket without a copy (a [`Bytes`] over the cache's buffer).
 //! When a chunk's pack is gone (gc rewrote the revision's packs after we loaded its
 //! manifest) the manifest is loaded again and the read retried once from the same byte,
 //! as the mount does: the file must be the same (sha256 and size), only its chunks'
@@ -16,8 +18,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
+use store::cache::ChunkCache;
 use store::manifest::{FileEntry, Manifest};
-use store::{layout, CommitId, RepoId, Store, StoreError};
+use store::readahead::FileStream;
+use store::{CommitId, RepoId, Store, StoreError};
 use tokio::sync::mpsc;
 
 /// Chunks decoded ahead of the socket.
@@ -32,59 +36,55 @@ pub enum ReadError {
     /// After a reload the revision's manifest no longer has this file as it was.
     #[error("{path} changed in {commit} while it was being read")]
     Changed { path: String, commit: String },
-    /// The manifest contradicts itself (a chunk naming a pack it does not list, or a
-    /// chunk shorter than its recorded length).
+    /// The manifest contradicts itself (no such file, or a chunk that ends before the
+    /// byte asked for).
     #[error("manifest of {commit}: {what}")]
     Inconsistent { commit: String, what: String },
+}
+
+/// A decoded chunk held by the cache, as the owner of a [`Bytes`].
+struct Chunk(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Chunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// One file of one revision, with the manifest it is read through; the manifest is
 /// replaced by a freshly loaded one when a pack turns out to be gone.
 pub struct FileSource {
     store: Store,
+    cache: Arc<ChunkCache>,
     repo: RepoId,
     commit: CommitId,
     manifest: Arc<Manifest>,
     file: usize,
-    /// `starts[k]`: offset of chunk `k` in the file; last entry: the file's length.
-    starts: Vec<u64>,
+    /// The reader of the file through `manifest`, opened on the first read.
+    stream: Option<FileStream>,
     reloaded: Option<Box<dyn Fn(Arc<Manifest>) + Send>>,
     /// Whether the manifest was already loaded again once.
     retried: bool,
 }
 
-fn chunk_starts(f: &FileEntry) -> Vec<u64> {
-    let mut starts = Vec::with_capacity(f.chunks.len() + 1);
-    let mut at = 0u64;
-    for c in &f.chunks {
-        starts.push(at);
-        at = at.saturating_add(c.raw_len as u64);
-    }
-    starts.push(at);
-    starts
-}
-
 impl FileSource {
-    /// File `file` of `manifest`.
+    /// File `file` of `manifest`, read through `cache`.
     pub fn new(
         store: Store,
+        cache: Arc<ChunkCache>,
         repo: RepoId,
         commit: CommitId,
         manifest: Arc<Manifest>,
         file: usize,
     ) -> FileSource {
-        let starts = manifest
-            .files
-            .get(file)
-            .map(chunk_starts)
-            .unwrap_or_default();
         FileSource {
             store,
+            cache,
             repo,
             commit,
             manifest,
             file,
-            starts,
+            stream: None,
             reloaded: None,
             retried: false,
         }
@@ -126,45 +126,37 @@ impl FileSource {
             })?;
         tracing::info!(repo = %self.repo, commit = %self.commit.to_hex(), file = %path,
             "a pack was gone: read the manifest again");
-        self.starts = chunk_starts(&fresh.files[i]);
         self.file = i;
         self.manifest = fresh.clone();
+        self.stream = None;
         if let Some(f) = &self.reloaded {
             f(fresh);
         }
         Ok(())
     }
 
-    /// The chunk holding byte `pos`, decoded: (its offset in the file, its bytes).
-    fn chunk_at(&self, pos: u64) -> Result<(u64, Vec<u8>), ReadError> {
-        let k = self.starts.partition_point(|&s| s <= pos).saturating_sub(1);
-        let f = self.entry()?;
-        let c = f
-            .chunks
-            .get(k)
-            .ok_or_else(|| self.inconsistent("file shorter than its size"))?;
-        let pack =
-            self.manifest.packs.get(c.pack as usize).ok_or_else(|| {
-                self.inconsistent("chunk names a pack the manifest does not list")
-            })?;
-        let key = layout::pack_key(pack);
-        let data =
-            self.store
-                .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, true)?;
-        if data.len() as u64 != c.raw_len as u64 {
-            return Err(self.inconsistent("chunk length differs from the manifest"));
+    /// The chunk holding byte `pos`, through the range reader: (its offset in the file,
+    /// its bytes).
+    fn chunk_at(&mut self, pos: u64, to: u64) -> Result<(u64, Arc<Vec<u8>>), ReadError> {
+        if self.stream.is_none() {
+            let f = self.entry()?;
+            let stream = FileStream::new(self.cache.clone(), &self.manifest, f)?;
+            self.stream = Some(stream);
         }
-        Ok((self.starts[k], data))
+        match &self.stream {
+            Some(s) => Ok(s.chunk_containing(pos, to)?),
+            None => Err(self.inconsistent("no reader")),
+        }
     }
 
     /// The next piece of the file from byte `pos` (at most one chunk, never past `to`). A
     /// missing pack reloads the manifest and retries, once per source.
     pub fn piece(&mut self, pos: u64, to: u64) -> Result<Bytes, ReadError> {
-        let (start, data) = match self.chunk_at(pos) {
+        let (start, data) = match self.chunk_at(pos, to) {
             Err(ReadError::Store(e)) if e.is_not_found() && !self.retried => {
                 self.retried = true;
                 self.reload()?;
-                self.chunk_at(pos)?
+                self.chunk_at(pos, to)?
             }
             r => r?,
         };
@@ -173,7 +165,7 @@ impl FileSource {
         if a >= b {
             return Err(self.inconsistent("empty chunk"));
         }
-        Ok(Bytes::from(data).slice(a..b))
+        Ok(Bytes::from_owner(Chunk(data)).slice(a..b))
     }
 
     /// Reads bytes `[from, to)`, handing each piece to `sink` in order; stops early (Ok)

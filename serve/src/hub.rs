@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
+use store::cache::ChunkCache;
 use store::manifest::Manifest;
 use store::{CommitId, RepoId, Store, StoreError};
 
@@ -106,6 +107,8 @@ type ManifestCache = HashMap<(RepoId, CommitId), (String, Arc<Manifest>)>;
 /// The endpoint's state: the store, tokens, metrics and caches.
 pub struct Hub {
     store: Store,
+    /// Decoded chunks shared by every download (and the read-ahead of each).
+    cache: Arc<ChunkCache>,
     tokens: Option<HashSet<String>>,
     metrics: Arc<Metrics>,
     manifests: Arc<Mutex<ManifestCache>>,
@@ -121,10 +124,12 @@ struct Located {
 }
 
 impl Hub {
-    /// A router over `store`; with `tokens`, every route but `/metrics` needs one.
-    pub fn new(store: Store, tokens: Option<HashSet<String>>) -> Hub {
+    /// A router over `store`, reading file bytes through `cache`; with `tokens`, every
+    /// route but `/metrics` needs one.
+    pub fn new(store: Store, cache: Arc<ChunkCache>, tokens: Option<HashSet<String>>) -> Hub {
         Hub {
             store,
+            cache,
             tokens,
             metrics: Arc::new(Metrics::default()),
             manifests: Arc::new(Mutex::new(HashMap::new())),
@@ -257,6 +262,7 @@ impl Hub {
         let key = (at.repo.clone(), at.commit);
         FileSource::new(
             self.store.clone(),
+            self.cache.clone(),
             at.repo.clone(),
             at.commit,
             at.manifest.clone(),

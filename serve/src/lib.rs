@@ -33,6 +33,7 @@ pub mod server;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use store::cache::ChunkCache;
 use store::Store;
 
 pub use crate::hub::Hub;
@@ -47,6 +48,9 @@ pub enum ServeError {
     /// The async runtime could not start.
     #[error("cannot start the server runtime: {0}")]
     Runtime(std::io::Error),
+    /// The chunk cache could not start.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
 }
 
 /// How to serve.
@@ -60,6 +64,10 @@ pub struct ServeOptions {
     pub threads: usize,
     /// Connection limit and timeouts.
     pub limits: Limits,
+    /// Memory for decoded chunks shared by every download (read-ahead uses up to half).
+    pub cache_bytes: usize,
+    /// Threads fetching, decompressing and verifying chunks ahead of the downloads.
+    pub fetch_threads: usize,
 }
 
 /// A bound endpoint.
@@ -79,9 +87,14 @@ impl Server {
         };
         let listener = std::net::TcpListener::bind(&opts.listen).map_err(listen_err)?;
         listener.set_nonblocking(true).map_err(listen_err)?;
+        let cache = Arc::new(ChunkCache::new(
+            store.clone(),
+            opts.cache_bytes,
+            opts.fetch_threads,
+        )?);
         Ok(Server {
             listener,
-            hub: Arc::new(Hub::new(store, opts.tokens.clone())),
+            hub: Arc::new(Hub::new(store, cache, opts.tokens.clone())),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),
         })

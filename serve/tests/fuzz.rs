@@ -96,7 +96,11 @@ fn fixture() -> &'static Fixture {
             .build()
             .unwrap();
         Fixture {
-            hub: Arc::new(Hub::new(store, Some(tokens))),
+            hub: Arc::new(Hub::new(
+                store.clone(),
+                Arc::new(store::cache::ChunkCache::new(store, 64 << 20, 2).unwrap()),
+                Some(tokens),
+            )),
             files: files()
                 .into_iter()
                 .map(|(p, d)| (p.to_string(), d))

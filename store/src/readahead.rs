@@ -113,13 +113,48 @@ impl FileStream {
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut i = self.chunk_at(offset);
         while i < self.sources.len() && self.starts[i] < end {
-            let data = self.cache.get(&self.sources[i])?;
+            let data = self.chunk(i)?;
             let from = offset.max(self.starts[i]) - self.starts[i];
             let to = end.min(self.starts[i + 1]) - self.starts[i];
             out.extend_from_slice(&data[from as usize..to as usize]);
             i += 1;
         }
         Ok(out)
+    }
+
+    /// The chunk holding byte `pos` (which must lie below the file's size), prefetching
+    /// ahead as a read of `[pos, to)` would: its offset in the file and its decoded bytes,
+    /// shared with the cache. For readers that hand bytes on without copying them (serve).
+    pub fn chunk_containing(&self, pos: u64, to: u64) -> Result<(u64, Arc<Vec<u8>>)> {
+        if pos >= self.size {
+            return Err(StoreError::Invalid(format!(
+                "read at {pos}, past the end of a {}-byte file",
+                self.size
+            )));
+        }
+        let i = self.chunk_at(pos);
+        self.plan_prefetch(pos, to.clamp(pos + 1, self.starts[i + 1]));
+        Ok((self.starts[i], self.chunk(i)?))
+    }
+
+    /// Chunk `i` through the cache, checked to have the length the manifest records (so
+    /// slicing it by the recorded offsets cannot go out of bounds).
+    fn chunk(&self, i: usize) -> Result<Arc<Vec<u8>>> {
+        let src = &self.sources[i];
+        let data = self.cache.get(src)?;
+        if data.len() != src.raw_len as usize {
+            return Err(StoreError::CorruptChunk {
+                chunk: src.id.to_hex(),
+                pack: src.key.to_string(),
+                offset: src.offset,
+                reason: format!(
+                    "{} bytes where the manifest records {}",
+                    data.len(),
+                    src.raw_len
+                ),
+            });
+        }
+        Ok(data)
     }
 
     fn plan_prefetch(&self, offset: u64, end: u64) {

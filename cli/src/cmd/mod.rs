@@ -307,16 +307,22 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             listen,
             token_file,
             threads,
+            cache_mib,
+            fetch_threads,
             limits,
         } => {
             let c = &ctx.config.serve;
-            let listen = listen
-                .or(c.listen.clone())
-                .unwrap_or_else(|| "127.0.0.1:8080".into());
-            let token_file = token_file.or(c.token_file.clone());
-            let threads = threads.or(c.threads).unwrap_or(16);
-            let limits = serve::limits(c, &limits)?;
-            serve::run(&ctx, &listen, token_file.as_deref(), threads, limits)
+            let opts = serve::Options {
+                listen: listen
+                    .or(c.listen.clone())
+                    .unwrap_or_else(|| "127.0.0.1:8080".into()),
+                token_file: token_file.or(c.token_file.clone()),
+                threads: threads.or(c.threads).unwrap_or(16),
+                cache_mib: cache_mib.or(c.cache_mib).unwrap_or(256),
+                fetch_threads: fetch_threads.or(c.fetch_threads),
+                limits: serve::limits(c, &limits)?,
+            };
+            serve::run(&ctx, opts)
         }
         Command::Pin { revision } => gc::pin(&ctx, &revision, true),
         Command::Ref {

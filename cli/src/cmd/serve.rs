@@ -1,7 +1,7 @@
 //! `modelcas serve`: the Hub-compatible HTTP endpoint.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -74,23 +74,37 @@ pub fn limits(c: &ServeConfig, args: &ServeLimitArgs) -> Result<Limits> {
     Ok(l)
 }
 
-pub fn run(
-    ctx: &Ctx,
-    listen: &str,
-    token_file: Option<&Path>,
-    threads: usize,
-    limits: Limits,
-) -> Result<ExitCode> {
-    if threads == 0 {
-        bail!("--threads must be at least 1");
+/// Options of `modelcas serve`, resolved from flags, environment and `[serve]`.
+pub struct Options {
+    pub listen: String,
+    pub token_file: Option<PathBuf>,
+    pub threads: usize,
+    pub cache_mib: usize,
+    pub fetch_threads: Option<usize>,
+    pub limits: Limits,
+}
+
+pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
+    if o.threads == 0 || o.fetch_threads == Some(0) {
+        bail!("--threads and --fetch-threads must be at least 1");
     }
-    let tokens = token_file.map(tokens).transpose()?;
+    if o.cache_mib < 16 {
+        bail!("--cache-mib {}: at least 16 MiB is needed", o.cache_mib);
+    }
+    let tokens = o.token_file.as_deref().map(tokens).transpose()?;
     let store = ctx.open()?;
+    let remote = store.backend().location().starts_with("s3://");
     let opts = hubserve::ServeOptions {
-        listen: listen.to_string(),
+        listen: o.listen,
         tokens,
-        threads,
-        limits,
+        threads: o.threads,
+        limits: o.limits,
+        cache_bytes: o.cache_mib << 20,
+        fetch_threads: o.fetch_threads.unwrap_or(if remote {
+            super::REMOTE_READ_THREADS
+        } else {
+            4
+        }),
     };
     let server = hubserve::Server::bind(store, &opts)?;
     tracing::info!(
