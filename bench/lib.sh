@@ -4,7 +4,9 @@
 #                              under ~/.cache/modelcas); sets $bin, $series and $work (a
 #                              temporary directory under /var/tmp, removed at exit unless the
 #                              caller sets its own EXIT trap that does so); sources
-#                              scripts/env.sh, so $MODELCAS_PYTHON is the venv's Python
+#                              scripts/env.sh, so $MODELCAS_PYTHON is the venv's Python;
+#                              with BENCH_FAILPOINTS=1 the binary has the test hooks
+#                              (crash steps, pause points) that release binaries lack
 
 need_debs() {
   local missing=() p
@@ -19,7 +21,9 @@ bench_setup() {
   local size="$1"
   bash scripts/install-deps.sh
   . scripts/env.sh
-  cargo build --release -q --workspace --bins
+  local features=()
+  [ "${BENCH_FAILPOINTS:-}" = 1 ] && features=(--features modelcas-store/failpoints)
+  cargo build --release -q --workspace --bins "${features[@]}"
   bin="$(realpath "$CARGO_TARGET_DIR/release/modelcas")"
   series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
   [ -f "$series/expected.json" ] || "$MODELCAS_PYTHON" bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--short" ]; then kills=4; corr=45; else kills="${1:-36}"; corr="${2:-1000}"; fi
 . bench/lib.sh
-bench_setup 16
+BENCH_FAILPOINTS=1 bench_setup 16
 g="$work/garage"
 trap 'bash tests/garage.sh stop "$g" || true; rm -rf "$work"' EXIT
 bash tests/garage.sh start "$g" >/dev/null

@@ -5,11 +5,13 @@
 # then runs every test of the workspace against it. Arguments narrow the run and go to
 # `cargo test --workspace` (e.g. `--test gc -- name`): the package selection stays the whole
 # workspace, because selecting one package (-p) unifies dependency features differently
-# and so builds the AWS SDK a second time.
+# and so builds the AWS SDK a second time. The build has the test hooks (pause points and
+# crash steps, the `failpoints` feature of the store); release binaries do not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
-cargo build --release --workspace --bins
-cargo test --release --workspace --no-fail-fast "$@"
+features=modelcas-store/failpoints
+cargo build --release --workspace --bins --features "$features"
+cargo test --release --workspace --features "$features" --no-fail-fast "$@"

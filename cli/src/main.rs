@@ -15,6 +15,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     tune_malloc();
+    store::failpoint::setup();
     let cli = args::Cli::parse();
     match cmd::run(cli) {
         Ok(code) => code,

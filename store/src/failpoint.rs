@@ -1,71 +1,102 @@
-//! Pause points for tests that interleave processes deliberately (a gc between two steps
-//! of an ingest, and so on). Inert unless `MODELCAS_PAUSE_AT` names the point: then the
-//! process creates `<MODELCAS_PAUSE_DIR>/<point>.reached` and waits (up to ten minutes)
+//! Test hooks: pause points and crash steps, as fail points of the `fail` crate. They exist
+//! only in builds with the `failpoints` cargo feature (the test suite and the reliability
+//! benchmark build with it, through `scripts/test.sh` and `bench/lib.sh`); release and
+//! container binaries (`cargo build --release -p modelcas`) carry none, and there every
+//! function here is empty.
+//!
+//! Pause points, for tests that interleave processes deliberately (a gc between two steps
+//! of an ingest, and so on): with `MODELCAS_PAUSE_AT=point[,point...]` the process creates
+//! `<MODELCAS_PAUSE_DIR>/<point>.reached` at each named point and waits (up to ten minutes)
 //! until `<point>.go` appears there.
 //!
 //! Crash steps, for tests that kill a process at every moment that matters rather than at
 //! a moment guessed from a timer: each object-store mutation (put, deferred put, sync of
-//! deferred puts, delete; see `backend::MeteredStore`) is a numbered step. With
-//! `MODELCAS_CRASH_AT_STEP=N` the process kills itself with SIGKILL just before step N
-//! (counting from 1), exactly as `kill -9` would; with `MODELCAS_STEP_COUNT=FILE` it writes
-//! the number of steps taken so far to FILE after each one, so a test learns how many
-//! steps a full run has.
+//! deferred puts, delete; see `backend::MeteredStore`) passes the fail point
+//! [`MUTATION`], a numbered step. With `MODELCAS_CRASH_AT_STEP=N` the process kills itself
+//! with SIGKILL just before step N (counting from 1), exactly as `kill -9` would; with
+//! `MODELCAS_STEP_COUNT=FILE` it writes the number of steps taken so far to FILE after each
+//! one, so a test learns how many steps a full run has.
+//!
+//! [`setup`] (called once by the binary at start) turns those variables into callbacks on
+//! the named fail points.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+/// The fail point every object-store mutation passes.
+pub const MUTATION: &str = "object-store-mutation";
 
-/// Waits at `point` if the environment asks for it.
+/// Whether this build has the hooks (the `failpoints` feature).
+pub const ENABLED: bool = cfg!(feature = "failpoints");
+
+/// Waits at `point` if the environment asked for it (see the module doc).
+#[inline]
 pub fn pause(point: &str) {
-    let Ok(at) = std::env::var("MODELCAS_PAUSE_AT") else {
-        return;
-    };
-    if !at.split(',').any(|p| p == point) {
-        return;
-    }
-    let dir = PathBuf::from(std::env::var("MODELCAS_PAUSE_DIR").unwrap_or_else(|_| ".".into()));
-    let _ = std::fs::write(dir.join(format!("{point}.reached")), b"");
-    let go = dir.join(format!("{point}.go"));
-    let start = Instant::now();
-    while !go.exists() && start.elapsed() < Duration::from_secs(600) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(point);
+    #[cfg(not(feature = "failpoints"))]
+    let _ = point;
 }
-
-/// Crash-step settings, read once.
-struct CrashSteps {
-    at: Option<u64>,
-    count_file: Option<PathBuf>,
-}
-
-fn crash_steps() -> &'static CrashSteps {
-    static S: OnceLock<CrashSteps> = OnceLock::new();
-    S.get_or_init(|| CrashSteps {
-        at: std::env::var("MODELCAS_CRASH_AT_STEP")
-            .ok()
-            .and_then(|v| v.parse().ok()),
-        count_file: std::env::var_os("MODELCAS_STEP_COUNT").map(PathBuf::from),
-    })
-}
-
-static STEPS: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one crash step (an object-store mutation is about to happen); kills the process
 /// here if the environment asks for it.
+#[inline]
 pub fn step() {
-    let s = crash_steps();
-    if s.at.is_none() && s.count_file.is_none() {
-        return;
-    }
-    let n = STEPS.fetch_add(1, Ordering::SeqCst) + 1;
-    if s.at == Some(n) {
-        // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(MUTATION);
+}
+
+/// Configures the fail points from `MODELCAS_PAUSE_AT`, `MODELCAS_CRASH_AT_STEP` and
+/// `MODELCAS_STEP_COUNT`. Without the `failpoints` feature it does nothing.
+pub fn setup() {
+    #[cfg(feature = "failpoints")]
+    hooks::setup();
+}
+
+#[cfg(feature = "failpoints")]
+mod hooks {
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    pub fn setup() {
+        if let Ok(at) = std::env::var("MODELCAS_PAUSE_AT") {
+            let dir =
+                PathBuf::from(std::env::var("MODELCAS_PAUSE_DIR").unwrap_or_else(|_| ".".into()));
+            for point in at.split(',').filter(|p| !p.is_empty()) {
+                let (name, dir) = (point.to_string(), dir.clone());
+                let _ = fail::cfg_callback(point, move || wait_for_go(&dir, &name));
+            }
+        }
+        let crash_at: Option<u64> = std::env::var("MODELCAS_CRASH_AT_STEP")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        let count_file = std::env::var_os("MODELCAS_STEP_COUNT").map(PathBuf::from);
+        if crash_at.is_some() || count_file.is_some() {
+            let _ = fail::cfg_callback(super::MUTATION, move || {
+                count_step(crash_at, count_file.as_ref())
+            });
         }
     }
-    if let Some(f) = &s.count_file {
-        let _ = std::fs::write(f, n.to_string());
+
+    fn wait_for_go(dir: &std::path::Path, point: &str) {
+        let _ = std::fs::write(dir.join(format!("{point}.reached")), b"");
+        let go = dir.join(format!("{point}.go"));
+        let start = Instant::now();
+        while !go.exists() && start.elapsed() < Duration::from_secs(600) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    static STEPS: AtomicU64 = AtomicU64::new(0);
+
+    fn count_step(crash_at: Option<u64>, count_file: Option<&PathBuf>) {
+        let n = STEPS.fetch_add(1, Ordering::SeqCst) + 1;
+        if crash_at == Some(n) {
+            // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+        if let Some(f) = count_file {
+            let _ = std::fs::write(f, n.to_string());
+        }
     }
 }

@@ -253,26 +253,13 @@ pub fn now_secs() -> u64 {
     crate::clock::now_secs()
 }
 
-/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC, RFC 3339 through `humantime`);
+/// times past the year 9999 (only a damaged or hostile manifest has them) print as its
+/// last second.
 pub fn utc_string(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    const LAST: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.min(LAST));
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 #[cfg(test)]
