@@ -18,7 +18,7 @@ pub fn serve(addr: &str) -> Result<()> {
                     tiny_http::Response::from_string(store::metrics::render()).with_header(
                         tiny_http::Header::from_bytes(
                             &b"Content-Type"[..],
-                            &b"text/plain; version=0.0.4"[..],
+                            store::metrics::CONTENT_TYPE.as_bytes(),
                         )
                         .expect("static header"),
                     )
@@ -35,7 +35,7 @@ pub fn serve(addr: &str) -> Result<()> {
 /// Writes the metrics to `path` atomically (a temporary file renamed into place).
 pub fn write_file(path: &Path) -> Result<()> {
     let tmp = path.with_extension("prom.tmp");
-    std::fs::write(&tmp, store::metrics::render())
+    std::fs::write(&tmp, store::metrics::render_text_format())
         .with_context(|| format!("--metrics-file {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("--metrics-file {}", path.display()))?;
     Ok(())

@@ -150,7 +150,7 @@ impl Filesystem for ModelFs {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(fh, Arc::new(stream));
-                        store::metrics::add(&store::metrics::METRICS.mount_open_files, 1);
+                        store::metrics::METRICS.mount_open_files.inc();
                         reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
                     }
                     Err(e) => reply.error(eio(e)),
@@ -186,7 +186,8 @@ impl Filesystem for ModelFs {
         let ok = |data: &[u8]| {
             store::metrics::add(&m.mount_reads, 1);
             store::metrics::add(&m.mount_read_bytes, data.len() as u64);
-            m.mount_read_seconds.observe(started.elapsed());
+            m.mount_read_seconds
+                .observe(started.elapsed().as_secs_f64());
         };
         match stream.read(offset, size as usize) {
             Ok(data) => {
@@ -240,9 +241,7 @@ impl Filesystem for ModelFs {
             .remove(&fh.0)
             .is_some()
         {
-            store::metrics::METRICS
-                .mount_open_files
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            store::metrics::METRICS.mount_open_files.dec();
         }
         reply.ok();
     }

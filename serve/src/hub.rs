@@ -18,7 +18,7 @@ use store::{CommitId, RepoId, Store, StoreError};
 use crate::body::{Body, FileSource};
 use crate::decode::{self, header_ascii, header_text};
 use crate::etag;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, METRICS};
 
 /// Manifests kept in memory (each is small next to the files it describes).
 const MANIFEST_CACHE: usize = 64;
@@ -110,7 +110,7 @@ pub struct Hub {
     /// Decoded chunks shared by every download (and the read-ahead of each).
     cache: Arc<ChunkCache>,
     tokens: Option<HashSet<String>>,
-    metrics: Arc<Metrics>,
+    metrics: &'static Metrics,
     manifests: Arc<Mutex<ManifestCache>>,
     /// sha256 of a small file → its git blob id.
     blob_ids: Mutex<HashMap<[u8; 32], String>>,
@@ -131,7 +131,7 @@ impl Hub {
             store,
             cache,
             tokens,
-            metrics: Arc::new(Metrics::default()),
+            metrics: &METRICS,
             manifests: Arc::new(Mutex::new(HashMap::new())),
             blob_ids: Mutex::new(HashMap::new()),
         }
@@ -139,7 +139,7 @@ impl Hub {
 
     /// The endpoint's metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        self.metrics
     }
 
     fn authorized(&self, headers: &HeaderMap) -> bool {
@@ -167,12 +167,12 @@ impl Hub {
         let (get, head) = (*req.method == Method::GET, *req.method == Method::HEAD);
         if segs == ["metrics"] && get {
             self.metrics.request("metrics", 200);
-            let body = self.metrics.render() + &store::metrics::render();
+            let body = store::metrics::render();
             let mut r = Reply::json(StatusCode::OK, &Value::Null);
             r.body = Body::full(body);
             return r.header(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4"),
+                HeaderValue::from_static(store::metrics::CONTENT_TYPE),
             );
         }
         if !self.authorized(req.headers) {

@@ -1,289 +1,390 @@
-//! Process-wide counters for Prometheus (`--metrics-listen`): what the mount, the caches,
-//! the object store, ingest and gc did. Plain atomics, cheap enough to update on every
-//! read; [`render`] writes the text exposition format.
+//! Process-wide metrics for Prometheus: what the mount, the caches, the object store,
+//! ingest and gc did, in the one `prometheus-client` registry of the process ([`register`]
+//! adds others to it: serve's), which `--metrics-listen`, `--metrics-file` and serve's
+//! `/metrics` encode ([`render`], OpenMetrics text). Counters and gauges are atomics, cheap
+//! enough to update on every read; durations are in seconds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 
 /// Upper bounds of latency histograms, in seconds.
 const BUCKETS: [f64; 12] = [
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-/// A latency histogram.
-#[derive(Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if s <= *b {
-                self.buckets[i].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str, labels: &str) {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (i, b) in BUCKETS.iter().enumerate() {
-            out.push_str(&format!(
-                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}\n",
-                self.buckets[i].load(Ordering::Relaxed)
-            ));
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        out.push_str(&format!(
-            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}\n"
-        ));
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        out.push_str(&format!(
-            "{name}_sum{braces} {}\n{name}_count{braces} {count}\n",
-            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
-        ));
-    }
-}
-
 /// Object-store request kinds counted.
 pub const BACKEND_OPS: [&str; 6] = ["get", "get_range", "put", "list", "delete", "head"];
 
-/// Every metric of the process.
-#[derive(Default)]
+/// The `op` label of the object-store metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub op: &'static str,
+}
+
+/// A gauge of seconds.
+pub type SecondsGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric of the store, the mount and the commands.
 pub struct Metrics {
     /// Bytes returned to FUSE reads.
-    pub mount_read_bytes: AtomicU64,
+    pub mount_read_bytes: Counter,
     /// FUSE read requests answered.
-    pub mount_reads: AtomicU64,
+    pub mount_reads: Counter,
     /// FUSE reads that failed (EIO).
-    pub mount_read_errors: AtomicU64,
+    pub mount_read_errors: Counter,
     /// Latency of FUSE reads.
     pub mount_read_seconds: Histogram,
     /// Files open through the mount.
-    pub mount_open_files: AtomicU64,
+    pub mount_open_files: Gauge,
     /// Chunk lookups served from decoded chunks in memory.
-    pub cache_hits: AtomicU64,
+    pub cache_hits: Counter,
     /// Chunk lookups that found the chunk being fetched (by read-ahead or another reader).
-    pub cache_inflight_hits: AtomicU64,
+    pub cache_inflight_hits: Counter,
     /// Chunk lookups that had to fetch.
-    pub cache_misses: AtomicU64,
+    pub cache_misses: Counter,
     /// Chunks fetched ahead of the reader.
-    pub readahead_chunks: AtomicU64,
+    pub readahead_chunks: Counter,
     /// Bytes of decoded chunks held in memory.
-    pub cache_bytes: AtomicU64,
-    /// Node-local cache hits and misses.
-    pub disk_cache_hits: AtomicU64,
+    pub cache_bytes: Gauge,
+    /// Node-local cache hits.
+    pub disk_cache_hits: Counter,
     /// Node-local cache misses.
-    pub disk_cache_misses: AtomicU64,
-    /// Object-store requests by kind ([`BACKEND_OPS`] order).
-    pub backend_requests: [AtomicU64; BACKEND_OPS.len()],
+    pub disk_cache_misses: Counter,
+    /// Object-store requests by kind.
+    pub backend_requests: Family<OpLabel, Counter>,
     /// Object-store requests that failed (after the client's own retries).
-    pub backend_errors: [AtomicU64; BACKEND_OPS.len()],
+    pub backend_errors: Family<OpLabel, Counter>,
     /// Latency of object-store requests (retries included).
     pub backend_seconds: Histogram,
+    /// S3 attempts beyond the first of each operation (kept up to date by [`render`] from
+    /// the two counts below).
+    backend_retries: Counter,
     /// S3 operations started by the SDK (a multipart upload is several).
     pub s3_operations: AtomicU64,
     /// S3 attempts (operations plus their retries).
     pub s3_attempts: AtomicU64,
     /// Bytes read by ingest.
-    pub ingest_bytes: AtomicU64,
+    pub ingest_bytes: Counter,
     /// Of those, bytes of chunks that were new.
-    pub ingest_new_bytes: AtomicU64,
+    pub ingest_new_bytes: Counter,
     /// Bytes of chunks already stored (deduplicated).
-    pub ingest_dedup_bytes: AtomicU64,
-    /// Milliseconds of the last ingest.
-    pub ingest_duration_ms: AtomicU64,
+    pub ingest_dedup_bytes: Counter,
+    /// Duration of the last ingest.
+    pub ingest_duration: SecondsGauge,
     /// Bytes reclaimed by gc.
-    pub gc_reclaimed_bytes: AtomicU64,
+    pub gc_reclaimed_bytes: Counter,
     /// Bytes stored after the last gc.
-    pub gc_stored_bytes: AtomicU64,
+    pub gc_stored_bytes: Gauge,
     /// Revisions expired by gc.
-    pub gc_expired_revisions: AtomicU64,
-    /// Milliseconds of the last gc.
-    pub gc_duration_ms: AtomicU64,
+    pub gc_expired_revisions: Counter,
+    /// Duration of the last gc.
+    pub gc_duration: SecondsGauge,
 }
 
+impl Metrics {
+    fn new() -> Metrics {
+        Metrics {
+            mount_read_bytes: Counter::default(),
+            mount_reads: Counter::default(),
+            mount_read_errors: Counter::default(),
+            mount_read_seconds: Histogram::new(BUCKETS),
+            mount_open_files: Gauge::default(),
+            cache_hits: Counter::default(),
+            cache_inflight_hits: Counter::default(),
+            cache_misses: Counter::default(),
+            readahead_chunks: Counter::default(),
+            cache_bytes: Gauge::default(),
+            disk_cache_hits: Counter::default(),
+            disk_cache_misses: Counter::default(),
+            backend_requests: Family::default(),
+            backend_errors: Family::default(),
+            backend_seconds: Histogram::new(BUCKETS),
+            backend_retries: Counter::default(),
+            s3_operations: AtomicU64::new(0),
+            s3_attempts: AtomicU64::new(0),
+            ingest_bytes: Counter::default(),
+            ingest_new_bytes: Counter::default(),
+            ingest_dedup_bytes: Counter::default(),
+            ingest_duration: SecondsGauge::default(),
+            gc_reclaimed_bytes: Counter::default(),
+            gc_stored_bytes: Gauge::default(),
+            gc_expired_revisions: Counter::default(),
+            gc_duration: SecondsGauge::default(),
+        }
+    }
+
+    /// Registers every metric (counters get their `_total` suffix from the encoder).
+    fn register(&self, r: &mut Registry) {
+        let m = self;
+        r.register(
+            "mount_read_bytes",
+            "Bytes returned to reads through the mount.",
+            m.mount_read_bytes.clone(),
+        );
+        r.register(
+            "mount_reads",
+            "Reads answered through the mount.",
+            m.mount_reads.clone(),
+        );
+        r.register(
+            "mount_read_errors",
+            "Reads through the mount that failed (EIO).",
+            m.mount_read_errors.clone(),
+        );
+        r.register(
+            "mount_open_files",
+            "Files open through the mount.",
+            m.mount_open_files.clone(),
+        );
+        r.register(
+            "chunk_cache_hits",
+            "Chunk lookups served from memory.",
+            m.cache_hits.clone(),
+        );
+        r.register(
+            "chunk_cache_inflight_hits",
+            "Chunk lookups that found the chunk already being fetched (read-ahead hits).",
+            m.cache_inflight_hits.clone(),
+        );
+        r.register(
+            "chunk_cache_misses",
+            "Chunk lookups that had to fetch.",
+            m.cache_misses.clone(),
+        );
+        r.register(
+            "readahead_chunks",
+            "Chunks fetched ahead of the reader.",
+            m.readahead_chunks.clone(),
+        );
+        r.register(
+            "chunk_cache_bytes",
+            "Bytes of decoded chunks held in memory.",
+            m.cache_bytes.clone(),
+        );
+        r.register(
+            "disk_cache_hits",
+            "Node-local chunk cache hits.",
+            m.disk_cache_hits.clone(),
+        );
+        r.register(
+            "disk_cache_misses",
+            "Node-local chunk cache misses.",
+            m.disk_cache_misses.clone(),
+        );
+        r.register(
+            "ingest_bytes",
+            "Bytes read by ingest.",
+            m.ingest_bytes.clone(),
+        );
+        r.register(
+            "ingest_new_bytes",
+            "Bytes of new chunks stored by ingest.",
+            m.ingest_new_bytes.clone(),
+        );
+        r.register(
+            "ingest_dedup_bytes",
+            "Bytes of chunks ingest found already stored.",
+            m.ingest_dedup_bytes.clone(),
+        );
+        r.register_with_unit(
+            "ingest_duration",
+            "Duration of the last ingest.",
+            Unit::Seconds,
+            m.ingest_duration.clone(),
+        );
+        r.register(
+            "gc_reclaimed_bytes",
+            "Bytes of packs deleted by gc.",
+            m.gc_reclaimed_bytes.clone(),
+        );
+        r.register(
+            "gc_stored_bytes",
+            "Bytes of packs stored after the last gc.",
+            m.gc_stored_bytes.clone(),
+        );
+        r.register(
+            "gc_expired_revisions",
+            "Revisions expired by gc.",
+            m.gc_expired_revisions.clone(),
+        );
+        r.register_with_unit(
+            "gc_duration",
+            "Duration of the last gc.",
+            Unit::Seconds,
+            m.gc_duration.clone(),
+        );
+        r.register(
+            "backend_retries",
+            "S3 attempts beyond the first of each operation (throttling, 5xx, timeouts).",
+            m.backend_retries.clone(),
+        );
+        r.register(
+            "backend_requests",
+            "Object-store requests by kind.",
+            m.backend_requests.clone(),
+        );
+        r.register(
+            "backend_errors",
+            "Object-store requests that failed after retries.",
+            m.backend_errors.clone(),
+        );
+        r.register_with_unit(
+            "mount_read",
+            "Latency of reads through the mount.",
+            Unit::Seconds,
+            m.mount_read_seconds.clone(),
+        );
+        r.register_with_unit(
+            "backend_request",
+            "Latency of object-store requests.",
+            Unit::Seconds,
+            m.backend_seconds.clone(),
+        );
+    }
+
+    /// Counts one object-store request of kind `op` (index into [`BACKEND_OPS`]).
+    pub fn backend_request(&self, op: usize, took: Duration, failed: bool) {
+        let label = OpLabel {
+            op: BACKEND_OPS.get(op).copied().unwrap_or("other"),
+        };
+        self.backend_seconds.observe(took.as_secs_f64());
+        self.backend_requests.get_or_create(&label).inc();
+        if failed {
+            self.backend_errors.get_or_create(&label).inc();
+        }
+    }
+}
+
+/// The process's registry, with every metric of [`METRICS`] under the `modelcas_` prefix.
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
+    let mut r = Registry::with_prefix("modelcas");
+    METRICS.register(&mut r);
+    Mutex::new(r)
+});
+
 /// The process's metrics.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// Adds more metrics to the process's registry (names get the `modelcas_` prefix); each
+/// caller registers once per process.
+pub fn register(f: impl FnOnce(&mut Registry)) {
+    f(&mut REGISTRY.lock().unwrap_or_else(|p| p.into_inner()));
+}
 
 /// Adds `n` to a counter.
-pub fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
+pub fn add(c: &Counter, n: u64) {
+    c.inc_by(n);
 }
 
 /// Sets a gauge.
-pub fn set(c: &AtomicU64, n: u64) {
-    c.store(n, Ordering::Relaxed);
+pub fn set(g: &Gauge, n: u64) {
+    g.set(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
-/// The text exposition of every metric.
+/// The OpenMetrics text exposition of every metric of the process.
 pub fn render() -> String {
     let m = &*METRICS;
+    let retries = m
+        .s3_attempts
+        .load(Ordering::Relaxed)
+        .saturating_sub(m.s3_operations.load(Ordering::Relaxed));
+    let have = m.backend_retries.get();
+    if retries > have {
+        m.backend_retries.inc_by(retries - have);
+    }
     let mut out = String::new();
-    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let mut one = |name: &str, kind: &str, help: &str, v: u64| {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"
-        ));
-    };
-    one(
-        "modelcas_mount_read_bytes_total",
-        "counter",
-        "Bytes returned to reads through the mount.",
-        l(&m.mount_read_bytes),
-    );
-    one(
-        "modelcas_mount_reads_total",
-        "counter",
-        "Read requests answered by the mount.",
-        l(&m.mount_reads),
-    );
-    one(
-        "modelcas_mount_read_errors_total",
-        "counter",
-        "Reads that failed with EIO.",
-        l(&m.mount_read_errors),
-    );
-    one(
-        "modelcas_mount_open_files",
-        "gauge",
-        "Files open through the mount.",
-        l(&m.mount_open_files),
-    );
-    one(
-        "modelcas_chunk_cache_hits_total",
-        "counter",
-        "Chunk lookups served from memory.",
-        l(&m.cache_hits),
-    );
-    one(
-        "modelcas_chunk_cache_inflight_hits_total",
-        "counter",
-        "Chunk lookups that found the chunk already being fetched (read-ahead hits).",
-        l(&m.cache_inflight_hits),
-    );
-    one(
-        "modelcas_chunk_cache_misses_total",
-        "counter",
-        "Chunk lookups that had to fetch.",
-        l(&m.cache_misses),
-    );
-    one(
-        "modelcas_readahead_chunks_total",
-        "counter",
-        "Chunks fetched ahead of the reader.",
-        l(&m.readahead_chunks),
-    );
-    one(
-        "modelcas_chunk_cache_bytes",
-        "gauge",
-        "Bytes of decoded chunks held in memory.",
-        l(&m.cache_bytes),
-    );
-    one(
-        "modelcas_disk_cache_hits_total",
-        "counter",
-        "Node-local chunk cache hits.",
-        l(&m.disk_cache_hits),
-    );
-    one(
-        "modelcas_disk_cache_misses_total",
-        "counter",
-        "Node-local chunk cache misses.",
-        l(&m.disk_cache_misses),
-    );
-    one(
-        "modelcas_ingest_bytes_total",
-        "counter",
-        "Bytes read by ingest.",
-        l(&m.ingest_bytes),
-    );
-    one(
-        "modelcas_ingest_new_bytes_total",
-        "counter",
-        "Bytes of new chunks stored by ingest.",
-        l(&m.ingest_new_bytes),
-    );
-    one(
-        "modelcas_ingest_dedup_bytes_total",
-        "counter",
-        "Bytes of chunks ingest found already stored.",
-        l(&m.ingest_dedup_bytes),
-    );
-    one(
-        "modelcas_ingest_duration_milliseconds",
-        "gauge",
-        "Duration of the last ingest.",
-        l(&m.ingest_duration_ms),
-    );
-    one(
-        "modelcas_gc_reclaimed_bytes_total",
-        "counter",
-        "Bytes of packs deleted by gc.",
-        l(&m.gc_reclaimed_bytes),
-    );
-    one(
-        "modelcas_gc_stored_bytes",
-        "gauge",
-        "Bytes of packs stored after the last gc.",
-        l(&m.gc_stored_bytes),
-    );
-    one(
-        "modelcas_gc_expired_revisions_total",
-        "counter",
-        "Revisions expired by gc.",
-        l(&m.gc_expired_revisions),
-    );
-    one(
-        "modelcas_gc_duration_milliseconds",
-        "gauge",
-        "Duration of the last gc.",
-        l(&m.gc_duration_ms),
-    );
-    one(
-        "modelcas_backend_retries_total",
-        "counter",
-        "S3 attempts beyond the first of each operation (throttling, 5xx, timeouts).",
-        l(&m.s3_attempts).saturating_sub(l(&m.s3_operations)),
-    );
-    out.push_str("# HELP modelcas_backend_requests_total Object-store requests by kind.\n# TYPE modelcas_backend_requests_total counter\n");
-    for (i, op) in BACKEND_OPS.iter().enumerate() {
-        out.push_str(&format!(
-            "modelcas_backend_requests_total{{op=\"{op}\"}} {}\n",
-            l(&m.backend_requests[i])
-        ));
-    }
-    out.push_str("# HELP modelcas_backend_errors_total Object-store requests that failed after retries.\n# TYPE modelcas_backend_errors_total counter\n");
-    for (i, op) in BACKEND_OPS.iter().enumerate() {
-        out.push_str(&format!(
-            "modelcas_backend_errors_total{{op=\"{op}\"}} {}\n",
-            l(&m.backend_errors[i])
-        ));
-    }
-    m.mount_read_seconds.render(
-        &mut out,
-        "modelcas_mount_read_seconds",
-        "Latency of reads through the mount.",
-        "",
-    );
-    m.backend_seconds.render(
-        &mut out,
-        "modelcas_backend_request_seconds",
-        "Latency of object-store requests.",
-        "",
-    );
+    let r = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &r);
     out
+}
+
+/// The same metrics in the Prometheus text format 0.0.4, for readers that do not take
+/// OpenMetrics (node_exporter's textfile collector reads `--metrics-file`): no `# UNIT` and
+/// `# EOF` lines, and a counter's `# HELP`/`# TYPE` name with the `_total` its samples carry.
+pub fn render_text_format() -> String {
+    to_text_format(&render())
+}
+
+fn to_text_format(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# EOF") || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let suffix = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{p}{name}{suffix} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// The content type of [`render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_gauges_histograms_and_families() {
+        add(&METRICS.cache_hits, 3);
+        set(&METRICS.gc_stored_bytes, 12345);
+        METRICS.ingest_duration.set(1.5);
+        METRICS.backend_request(0, Duration::from_millis(2), true);
+        let text = render();
+        for want in [
+            "modelcas_chunk_cache_hits_total 3\n",
+            "modelcas_gc_stored_bytes 12345\n",
+            "modelcas_ingest_duration_seconds 1.5\n",
+            "modelcas_backend_requests_total{op=\"get\"} 1\n",
+            "modelcas_backend_errors_total{op=\"get\"} 1\n",
+            "modelcas_backend_request_seconds_count 1\n",
+            "modelcas_mount_read_seconds_bucket{le=\"0.0001\"} 0\n",
+            "# EOF\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+        let plain = to_text_format(&text);
+        assert!(
+            plain.contains("# TYPE modelcas_chunk_cache_hits_total counter\n"),
+            "{plain}"
+        );
+        assert!(
+            plain.contains("# TYPE modelcas_gc_stored_bytes gauge\n"),
+            "{plain}"
+        );
+        assert!(
+            !plain.contains("# EOF") && !plain.contains("# UNIT"),
+            "{plain}"
+        );
+    }
 }

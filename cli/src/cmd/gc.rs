@@ -82,7 +82,7 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
     store::metrics::add(&m.gc_reclaimed_bytes, report.bytes_reclaimed);
     store::metrics::add(&m.gc_expired_revisions, report.expired.len() as u64);
     store::metrics::set(&m.gc_stored_bytes, report.bytes_stored);
-    store::metrics::set(&m.gc_duration_ms, report.duration_ms);
+    m.gc_duration.set(report.duration_ms as f64 / 1000.0);
     tracing::info!(
         expired = report.expired.len(),
         packs_deleted = report.packs_deleted,

@@ -53,7 +53,7 @@ pub fn run(
         &m.ingest_dedup_bytes,
         report.bytes_read.saturating_sub(report.new_chunk_bytes),
     );
-    store::metrics::set(&m.ingest_duration_ms, started.elapsed().as_millis() as u64);
+    m.ingest_duration.set(started.elapsed().as_secs_f64());
     tracing::info!(
         snapshots = report.snapshots.len(),
         bytes_read = report.bytes_read,

@@ -2,7 +2,6 @@
 //! `huggingface_hub` client keys its cache on, `Range`, and one access-log event per
 //! request (tracing target `access`), written when the body has been sent or dropped.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -157,7 +156,7 @@ impl Hub {
         }
     }
 
-    fn metrics_handle(&self) -> Arc<crate::metrics::Metrics> {
-        self.metrics.clone()
+    fn metrics_handle(&self) -> &'static crate::metrics::Metrics {
+        self.metrics
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{ObjectMeta, ObjectStore, Temporary};
-use crate::metrics::{add, METRICS};
+use crate::metrics::METRICS;
 use crate::Result;
 
 /// An object store whose requests show up in `/metrics`.
@@ -25,13 +25,8 @@ impl MeteredStore {
 fn timed<T>(op: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let t = Instant::now();
     let r = f();
-    METRICS.backend_seconds.observe(t.elapsed());
-    add(&METRICS.backend_requests[op], 1);
-    if let Err(e) = &r {
-        if !matches!(e, crate::StoreError::NotFound(_)) {
-            add(&METRICS.backend_errors[op], 1);
-        }
-    }
+    let failed = matches!(&r, Err(e) if !matches!(e, crate::StoreError::NotFound(_)));
+    METRICS.backend_request(op, t.elapsed(), failed);
     r
 }
 

@@ -71,7 +71,9 @@ impl aws_sdk_s3::config::Intercept for AttemptCounter {
         _ctx: &aws_sdk_s3::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
         _cfg: &mut aws_sdk_s3::config::ConfigBag,
     ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
-        crate::metrics::add(&crate::metrics::METRICS.s3_operations, 1);
+        crate::metrics::METRICS
+            .s3_operations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -81,7 +83,9 @@ impl aws_sdk_s3::config::Intercept for AttemptCounter {
         _rc: &aws_sdk_s3::config::RuntimeComponents,
         _cfg: &mut aws_sdk_s3::config::ConfigBag,
     ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
-        crate::metrics::add(&crate::metrics::METRICS.s3_attempts, 1);
+        crate::metrics::METRICS
+            .s3_attempts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
