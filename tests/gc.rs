@@ -231,14 +231,14 @@ fn bad_input_is_refused_and_deletes_nothing() {
         (&["rm", "demo-org/demo-llm"], "ORG/NAME@REV"),
         (&["pin", "demo-org/demo-llm@0000000"], "unknown revision"),
         (&["gc", "--keep-within", "3x"], "invalid duration \"3x\""),
-        (&["gc", "--keep-within", "30"], "a number without a unit"),
+        (&["gc", "--keep-within", "30"], "time unit needed"),
         (&["gc", "--grace", "soon"], "invalid duration \"soon\""),
         (
             &["gc", "--keep-last", "many"],
             "invalid value 'many' for '--keep-last",
         ),
         (&["gc", "--rewrite-below", "2"], "between 0 and 1"),
-        (&["fsck", "--grace", "1y"], "unknown unit"),
+        (&["fsck", "--grace", "1q"], "unknown time unit"),
     ];
     for (args, want) in cases {
         let err = env.fails(args);
