@@ -130,3 +130,14 @@ impl StoreError {
         }
     }
 }
+
+impl From<format::FormatError> for StoreError {
+    fn from(e: format::FormatError) -> StoreError {
+        match e {
+            format::FormatError::Invalid(s) => StoreError::Invalid(s),
+            format::FormatError::Corrupt { key, reason } => {
+                StoreError::CorruptObject { key, reason }
+            }
+        }
+    }
+}

@@ -321,7 +321,7 @@ fn forwarding_records(
         };
         match backend
             .get(&obj.key)
-            .and_then(|b| forward::decode(&obj.key, &b))
+            .and_then(|b| Ok(forward::decode(&obj.key, &b)?))
         {
             Ok(rec) => {
                 fw.insert(&rec);

@@ -4,11 +4,11 @@
 //! Layers, bottom up:
 //! * [`backend`] — the [`ObjectStore`] trait (put, ranged get, list, delete) and its
 //!   local-directory and in-memory implementations.
-//! * [`codec`] — the one envelope (magic, version, checksum) around every persisted object.
-//! * [`frame`], [`pack`] — how chunks are compressed and grouped into self-describing packs.
-//! * [`manifest`], [`layout`], [`names`] — manifests, refs, config, and their keys.
-//! * [`forward`] — forwarding records: where gc copied the chunks of packs it rewrote, and
-//!   how a manifest's chunk locations are resolved through them.
+//! * the `format` crate (re-exported as [`codec`], [`frame`], [`layout`], [`names`], and
+//!   inside [`pack`], [`manifest`], [`forward`]) — every persisted byte, without I/O: the
+//!   envelope, frames, packs, manifests, forwarding records, names and object keys.
+//! * [`pack`], [`forward`] — reading pack footers, frames and forwarding records from an
+//!   object store.
 //! * [`index`] — the local RocksDB cache used for dedup; rebuildable from the bucket.
 //! * [`repo`] — [`Store`]: open/create, list repos, refs and commits, resolve revisions.
 //! * [`source`], [`ingest`] — finding snapshots on disk and the ingest pipeline.
@@ -20,7 +20,7 @@
 //! * [`gc`], [`lock`], [`fsck`] — retention, reclaiming space beside running ingests and
 //!   mounts, the locks and leases that make it safe, and the consistency check.
 //! * [`cache`], [`readahead`] — the shared decoded-chunk cache and per-file read-ahead used
-//!   by the FUSE mount.
+//!   by the mount and serve (the one range reader).
 //!
 //! `docs/FORMAT.md` specifies every persisted byte.
 
@@ -28,21 +28,17 @@ pub mod backend;
 pub mod bundle;
 pub mod cache;
 pub mod clock;
-pub mod codec;
 pub mod disk_cache;
 mod error;
 pub mod failpoint;
 pub mod forward;
-pub mod frame;
 pub mod fsck;
 pub mod gc;
 pub mod index;
 pub mod ingest;
-pub mod layout;
 pub mod lock;
 pub mod manifest;
 pub mod metrics;
-pub mod names;
 pub mod pack;
 pub mod progress;
 pub mod read;
@@ -51,6 +47,9 @@ pub mod repo;
 pub mod source;
 pub mod stats;
 pub mod tree;
+
+/// The persisted formats (the `format` crate), under the paths the rest of the code uses.
+pub use format::{codec, frame, layout, names};
 
 pub use backend::{LocalStore, MemoryStore, ObjectStore};
 pub use chunker::{ChunkId, ChunkParams};

@@ -7,7 +7,7 @@ use std::fmt;
 
 use bincode::{Decode, Encode};
 
-use crate::{Result, StoreError};
+use crate::{FormatError, Result};
 
 /// A Hugging Face style repository id: `org/name`.
 ///
@@ -58,7 +58,7 @@ impl RepoId {
                 org: org.to_string(),
                 name: name.to_string(),
             }),
-            _ => Err(StoreError::Invalid(format!(
+            _ => Err(FormatError::Invalid(format!(
                 "invalid repo id {s:?}: expected ORG/NAME with letters, digits, '-', '_' or '.'"
             ))),
         }
@@ -90,14 +90,14 @@ impl CommitId {
     /// Parses exactly 40 hex digits (either case).
     pub fn parse(s: &str) -> Result<CommitId> {
         if s.len() != 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(StoreError::Invalid(format!(
+            return Err(FormatError::Invalid(format!(
                 "invalid commit sha {s:?}: expected 40 hex digits"
             )));
         }
         let mut out = [0u8; 20];
         for (i, pair) in s.as_bytes().chunks(2).enumerate() {
-            let txt = std::str::from_utf8(pair).map_err(|_| StoreError::Invalid(s.into()))?;
-            out[i] = u8::from_str_radix(txt, 16).map_err(|_| StoreError::Invalid(s.into()))?;
+            let txt = std::str::from_utf8(pair).map_err(|_| FormatError::Invalid(s.into()))?;
+            out[i] = u8::from_str_radix(txt, 16).map_err(|_| FormatError::Invalid(s.into()))?;
         }
         Ok(CommitId(out))
     }
@@ -137,7 +137,7 @@ pub fn check_ref_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::Invalid(format!(
+        Err(FormatError::Invalid(format!(
             "invalid ref name {name:?}: use letters, digits, '.', '_', '-' and '/' (not a 40-hex sha)"
         )))
     }
@@ -147,7 +147,7 @@ pub fn check_ref_name(name: &str) -> Result<()> {
 pub fn parse_repo_rev(s: &str) -> Result<(RepoId, String)> {
     match s.split_once('@') {
         Some((repo, rev)) if !rev.is_empty() => Ok((RepoId::parse(repo)?, rev.to_string())),
-        _ => Err(StoreError::Invalid(format!(
+        _ => Err(FormatError::Invalid(format!(
             "expected ORG/NAME@REV, got {s:?}"
         ))),
     }

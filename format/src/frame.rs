@@ -20,7 +20,7 @@
 //! time. The choice is made per chunk from byte-entropy estimates, so text and already
 //! compressed data take the plain paths.
 
-use crate::{Result, StoreError};
+use crate::{FormatError, Result};
 
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 16;
@@ -316,7 +316,7 @@ pub fn decode(frame: &[u8]) -> std::result::Result<Vec<u8>, String> {
 /// The raw length recorded in a frame header.
 pub fn raw_len(header: &[u8]) -> Result<usize> {
     if header.len() < HEADER_LEN {
-        return Err(StoreError::Invalid("short frame header".into()));
+        return Err(FormatError::Invalid("short frame header".into()));
     }
     Ok(le32(&header[4..8]))
 }

@@ -1,0 +1,38 @@
+//! The persisted formats of modelcas, with no I/O: what `docs/FORMAT.md` specifies, as
+//! types with encoders and validating decoders over bytes in memory. A third-party reader
+//! (or a tool that inspects a bucket) links this crate alone: no object store, no index,
+//! no RocksDB, no AWS SDK.
+//!
+//! * [`codec`] — the one envelope (magic, version, checksum) around every persisted object.
+//! * [`frame`] — how one chunk is compressed (raw, zstd, or the bf16 byte-plane codec).
+//! * [`pack`] — packs: frames grouped into one object with a self-describing footer.
+//! * [`manifest`] — a commit's file tree, each file a list of chunk locations, and the
+//!   invariants every reader relies on ([`manifest::Manifest::check`]).
+//! * [`forward`] — forwarding records: where gc copied the chunks of packs it rewrote.
+//! * [`names`] — repository ids, commit ids and ref names, checked when parsed or decoded.
+//! * [`layout`] — the object keys of everything above.
+
+pub mod codec;
+pub mod forward;
+pub mod frame;
+pub mod layout;
+pub mod manifest;
+pub mod names;
+pub mod pack;
+
+pub use chunker::ChunkId;
+pub use names::{CommitId, RepoId};
+
+/// A value that does not parse, or bytes that do not decode as the format says.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// A name, id or argument that is not valid.
+    #[error("{0}")]
+    Invalid(String),
+    /// An object whose bytes fail their magic, version, checksum, decoding or invariants.
+    #[error("corrupt object {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+/// The result of parsing or decoding.
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;

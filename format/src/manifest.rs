@@ -1,0 +1,297 @@
+//! Manifests: the immutable description of one commit of one repository.
+//!
+//! A manifest lists every file of the revision (path, size, sha256, executable bit) and,
+//! for each file, its chunks in order with where each chunk lives: an index into the
+//! manifest's pack table, the frame's offset and length in that pack, and the chunk's
+//! uncompressed length. A reader therefore needs the manifest and the packs, nothing else:
+//! no global index. Stored under `repos/<org>/<name>/manifests/<commit>` in the object
+//! envelope (codec.rs) with magic `MCASMANI`, zstd-compressed payload.
+
+use bincode::{Decode, Encode};
+use chunker::ChunkId;
+
+use crate::names::{CommitId, RepoId};
+use crate::pack::PackId;
+
+/// One chunk of a file, located.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct ChunkRef {
+    /// BLAKE3 of the uncompressed chunk.
+    pub id: [u8; 32],
+    /// Index into [`Manifest::packs`].
+    pub pack: u32,
+    /// Offset of the frame in the pack.
+    pub offset: u32,
+    /// Length of the frame (header included).
+    pub frame_len: u32,
+    /// Uncompressed length.
+    pub raw_len: u32,
+}
+
+impl ChunkRef {
+    /// The chunk id.
+    pub fn chunk_id(&self) -> ChunkId {
+        ChunkId(self.id)
+    }
+}
+
+/// One file of a revision.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct FileEntry {
+    /// Relative path with `/` separators, no `.` or `..` segments.
+    pub path: String,
+    /// Size in bytes (the sum of the chunks' raw lengths).
+    pub size: u64,
+    /// SHA-256 of the whole file.
+    pub sha256: [u8; 32],
+    /// Whether any execute bit was set in the source.
+    pub executable: bool,
+    /// The chunks, in file order.
+    pub chunks: Vec<ChunkRef>,
+}
+
+impl FileEntry {
+    /// The sha256 as hex.
+    pub fn sha256_hex(&self) -> String {
+        hex::encode(self.sha256)
+    }
+}
+
+/// One revision.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct Manifest {
+    /// The repository.
+    pub repo: RepoId,
+    /// The commit this manifest describes.
+    pub commit: CommitId,
+    /// When it was ingested (seconds since the Unix epoch).
+    pub ingested_at: u64,
+    /// Where it came from: `plain`, `hf-cache`.
+    pub source: String,
+    /// The packs the chunk refs point into.
+    pub packs: Vec<PackId>,
+    /// Every file, sorted by path.
+    pub files: Vec<FileEntry>,
+}
+
+impl Manifest {
+    /// The file at `path`.
+    pub fn file(&self, path: &str) -> Option<&FileEntry> {
+        self.files
+            .binary_search_by(|f| f.path.as_str().cmp(path))
+            .ok()
+            .map(|i| &self.files[i])
+    }
+
+    /// Total size of the files.
+    pub fn total_size(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+
+    /// Checks the invariants every reader relies on; the reason names the first broken one.
+    /// [`crate::repo::decode_manifest`], the one function that decodes manifests, calls it,
+    /// so no manifest from a bucket or a bundle reaches a reader without passing.
+    ///
+    /// * paths are safe relative names (no empty, `.` or `..` segment, no leading `/`, no
+    ///   NUL), strictly sorted (so unique), and no path is a directory of another;
+    /// * every chunk points into the pack table, at or after a pack's header, with a frame
+    ///   at least a frame header long, ending within 4 GiB, and a chunk of at most
+    ///   [`chunker::MAX_CHUNK_LEN`] bytes;
+    /// * every file's size is the sum of its chunks' lengths.
+    ///
+    /// The repository id was checked when it was decoded ([`RepoId`]'s decoder).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let mut prev: Option<&str> = None;
+        let mut names = std::collections::HashSet::with_capacity(self.files.len());
+        for f in &self.files {
+            check_path(&f.path)?;
+            if let Some(p) = prev {
+                if p >= f.path.as_str() {
+                    return Err(format!("file {:?} is out of order or repeated", f.path));
+                }
+            }
+            prev = Some(&f.path);
+            names.insert(f.path.as_str());
+            self.check_chunks(f)?;
+        }
+        for f in &self.files {
+            let mut at = 0;
+            while let Some(i) = f.path[at..].find('/') {
+                let dir = &f.path[..at + i];
+                if names.contains(dir) {
+                    return Err(format!("{dir:?} is both a file and a directory"));
+                }
+                at += i + 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_chunks(&self, f: &FileEntry) -> std::result::Result<(), String> {
+        let mut size: u64 = 0;
+        for c in &f.chunks {
+            let bad = |why: &str| Err(format!("{}: chunk {}: {why}", f.path, c.chunk_id()));
+            if c.pack as usize >= self.packs.len() {
+                return bad("pack index beyond the pack table");
+            }
+            if (c.offset as usize) < crate::pack::PACK_HEADER_LEN
+                || (c.frame_len as usize) < crate::frame::HEADER_LEN
+                || c.offset as u64 + c.frame_len as u64 > u32::MAX as u64
+            {
+                return bad("frame offset or length impossible in a pack");
+            }
+            if c.raw_len > chunker::MAX_CHUNK_LEN {
+                return bad("longer than any chunk");
+            }
+            size += c.raw_len as u64;
+        }
+        if size != f.size {
+            return Err(format!(
+                "{}: size {} but its chunks hold {size} bytes",
+                f.path, f.size
+            ));
+        }
+        Ok(())
+    }
+
+    /// True when both describe the same file tree (paths, sizes, hashes, modes), whatever
+    /// the chunk locations and ingest times.
+    pub fn same_content(&self, other: &Manifest) -> bool {
+        self.files.len() == other.files.len()
+            && self.files.iter().zip(&other.files).all(|(a, b)| {
+                a.path == b.path
+                    && a.size == b.size
+                    && a.sha256 == b.sha256
+                    && a.executable == b.executable
+            })
+    }
+}
+
+/// Checks that a file path is a safe relative name: not empty, no leading `/`, no empty,
+/// `.` or `..` segment, no NUL.
+pub fn check_path(path: &str) -> std::result::Result<(), String> {
+    let ok = !path.is_empty()
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("unsafe file path {path:?}"))
+    }
+}
+
+/// The commit id modelcas derives for a snapshot that has none: the first 20 bytes of a
+/// BLAKE3 over the sorted (path, size, sha256, executable) list. The same files always give
+/// the same id, whatever the chunking or the time.
+pub fn derive_commit_id(files: &[(String, u64, [u8; 32], bool)]) -> CommitId {
+    let mut sorted: Vec<_> = files.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut h = blake3::Hasher::new();
+    h.update(b"modelcas-commit-v1\0");
+    for (path, size, sha, exec) in sorted {
+        h.update(path.as_bytes());
+        h.update(&[0]);
+        h.update(&size.to_le_bytes());
+        h.update(sha);
+        h.update(&[*exec as u8]);
+    }
+    let mut out = [0u8; 20];
+    out.copy_from_slice(&h.finalize().as_bytes()[..20]);
+    CommitId(out)
+}
+
+/// A ref object: `repos/<org>/<name>/refs/<name>`, magic `MCASREF\0`.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct RefObject {
+    /// The commit the ref points at.
+    pub commit: CommitId,
+    /// When it was last set (seconds since the Unix epoch).
+    pub updated_at: u64,
+}
+
+/// A pin: `repos/<org>/<name>/pins/<commit>`, magic `MCASPIN\0`.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct PinObject {
+    /// The pinned commit.
+    pub commit: CommitId,
+    /// When it was pinned (seconds since the Unix epoch).
+    pub pinned_at: u64,
+}
+
+/// The store config: `config`, magic `MCASCONF`.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct StoreConfig {
+    /// Random id of this store; names its local index directory.
+    pub store_id: [u8; 16],
+    /// When the store was created.
+    pub created_at: u64,
+    /// FastCDC minimum chunk size.
+    pub chunk_min: u32,
+    /// FastCDC average chunk size.
+    pub chunk_avg: u32,
+    /// FastCDC maximum chunk size.
+    pub chunk_max: u32,
+    /// Target pack size in bytes.
+    pub pack_target: u32,
+}
+
+impl StoreConfig {
+    /// The chunking parameters.
+    pub fn chunk_params(&self) -> chunker::ChunkParams {
+        chunker::ChunkParams {
+            min: self.chunk_min,
+            avg: self.chunk_avg,
+            max: self.chunk_max,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode, encode, Kind};
+
+    #[test]
+    fn manifest_round_trip_and_commit_derivation() {
+        let m = Manifest {
+            repo: RepoId::parse("a/b").unwrap(),
+            commit: CommitId([1; 20]),
+            ingested_at: 5,
+            source: "plain".into(),
+            packs: vec![PackId([2; 32])],
+            files: vec![FileEntry {
+                path: "x/y.bin".into(),
+                size: 3,
+                sha256: [3; 32],
+                executable: true,
+                chunks: vec![ChunkRef {
+                    id: [4; 32],
+                    pack: 0,
+                    offset: 16,
+                    frame_len: 19,
+                    raw_len: 3,
+                }],
+            }],
+        };
+        let bytes = encode(Kind::Manifest, &m, true);
+        assert_eq!(decode::<Manifest>(Kind::Manifest, &bytes).unwrap(), m);
+        assert!(m.file("x/y.bin").is_some());
+        assert!(m.file("x").is_none());
+        let a = derive_commit_id(&[
+            ("a".into(), 1, [0; 32], false),
+            ("b".into(), 2, [1; 32], false),
+        ]);
+        let b = derive_commit_id(&[
+            ("b".into(), 2, [1; 32], false),
+            ("a".into(), 1, [0; 32], false),
+        ]);
+        let c = derive_commit_id(&[
+            ("a".into(), 1, [0; 32], true),
+            ("b".into(), 2, [1; 32], false),
+        ]);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}
