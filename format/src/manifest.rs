@@ -10,8 +10,11 @@
 use bincode::{Decode, Encode};
 use chunker::ChunkId;
 
+use crate::codec::{self, Kind};
+use crate::layout;
 use crate::names::{CommitId, RepoId};
 use crate::pack::PackId;
+use crate::{FormatError, Result};
 
 /// One chunk of a file, located.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
@@ -89,7 +92,7 @@ impl Manifest {
     }
 
     /// Checks the invariants every reader relies on; the reason names the first broken one.
-    /// [`crate::repo::decode_manifest`], the one function that decodes manifests, calls it,
+    /// [`decode`], the one function that decodes manifests, calls it,
     /// so no manifest from a bucket or a bundle reaches a reader without passing.
     ///
     /// * paths are safe relative names (no empty, `.` or `..` segment, no leading `/`, no
@@ -248,6 +251,27 @@ impl StoreConfig {
     }
 }
 
+/// Decodes a manifest read from `key` (a bucket key, or a description such as a bundle
+/// record's position) and checks it: the one way any reader gets a [`Manifest`] from
+/// bytes. Beyond the envelope's checks, the repository id passes [`RepoId::parse`]'s rules
+/// (its decoder), the invariants of [`Manifest::check`] hold, and a manifest read from a
+/// bucket key describes the repository and commit that key names.
+pub fn decode(key: &str, bytes: &[u8]) -> Result<Manifest> {
+    let corrupt = |reason: String| FormatError::Corrupt {
+        key: key.into(),
+        reason,
+    };
+    let m: Manifest = codec::decode(Kind::Manifest, bytes).map_err(|e| corrupt(e.to_string()))?;
+    m.check().map_err(corrupt)?;
+    if key.starts_with(layout::REPOS_PREFIX) && key != layout::manifest_key(&m.repo, &m.commit) {
+        return Err(corrupt(format!(
+            "it describes {}@{}, which belongs elsewhere",
+            m.repo, m.commit
+        )));
+    }
+    Ok(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +317,167 @@ mod tests {
         ]);
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+}
+
+#[cfg(test)]
+mod decode_tests {
+    use super::*;
+    use crate::manifest::{ChunkRef, FileEntry};
+    use crate::pack::PackId;
+    use proptest::prelude::*;
+
+    fn sample() -> Manifest {
+        let chunk = |i: u8, raw_len: u32| ChunkRef {
+            id: [i; 32],
+            pack: u32::from(i % 2),
+            offset: 16 + u32::from(i) * 100,
+            frame_len: 16 + raw_len,
+            raw_len,
+        };
+        Manifest {
+            repo: RepoId::parse("org/model").unwrap(),
+            commit: CommitId([9; 20]),
+            ingested_at: 1,
+            source: "plain".into(),
+            packs: vec![PackId([1; 32]), PackId([2; 32])],
+            files: vec![
+                FileEntry {
+                    path: "a/b.bin".into(),
+                    size: 7,
+                    sha256: [3; 32],
+                    executable: false,
+                    chunks: vec![chunk(1, 3), chunk(2, 4)],
+                },
+                FileEntry {
+                    path: "c.json".into(),
+                    size: 5,
+                    sha256: [4; 32],
+                    executable: true,
+                    chunks: vec![chunk(3, 5)],
+                },
+            ],
+        }
+    }
+
+    /// An envelope around `payload` with a correct checksum, as a tamperer would make.
+    fn envelope(payload: &[u8]) -> Vec<u8> {
+        let mut out = b"MCASMANI".to_vec();
+        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(payload);
+        let sum = blake3::hash(&out);
+        out.extend_from_slice(sum.as_bytes());
+        out
+    }
+
+    /// The invariants, checked independently of [`Manifest::check`].
+    fn holds(m: &Manifest) {
+        RepoId::parse(&m.repo.to_string()).unwrap();
+        for w in m.files.windows(2) {
+            assert!(w[0].path < w[1].path);
+        }
+        for f in &m.files {
+            assert!(!f.path.is_empty() && !f.path.starts_with('/'));
+            assert!(f
+                .path
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != ".."));
+            let mut sum = 0u64;
+            for c in &f.chunks {
+                assert!((c.pack as usize) < m.packs.len());
+                assert!(c.raw_len <= chunker::MAX_CHUNK_LEN);
+                assert!(c.offset >= 16 && c.frame_len >= 16);
+                sum += c.raw_len as u64;
+            }
+            assert_eq!(sum, f.size);
+        }
+    }
+
+    #[test]
+    fn decode_checks_names_and_invariants() {
+        let m = sample();
+        let bytes = codec::encode(Kind::Manifest, &m, true);
+        assert_eq!(decode("x", &bytes).unwrap(), m);
+        let key = layout::manifest_key(&m.repo, &m.commit);
+        decode(&key, &bytes).unwrap();
+        let elsewhere = layout::manifest_key(&RepoId::parse("other/model").unwrap(), &m.commit);
+        assert!(decode(&elsewhere, &bytes).is_err());
+        let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+            (
+                "unsafe file path",
+                Box::new(|m| m.files[0].path = "../x".into()),
+            ),
+            (
+                "unsafe file path",
+                Box::new(|m| m.files[0].path = "/etc/x".into()),
+            ),
+            ("out of order", Box::new(|m| m.files.swap(0, 1))),
+            (
+                "out of order",
+                Box::new(|m| m.files[1].path = "a/b.bin".into()),
+            ),
+            (
+                "both a file and a directory",
+                Box::new(|m| m.files[1].path = "a/b.bin/c".into()),
+            ),
+            ("pack index", Box::new(|m| m.files[0].chunks[0].pack = 2)),
+            (
+                "longer than any chunk",
+                Box::new(|m| m.files[0].chunks[0].raw_len = u32::MAX),
+            ),
+            (
+                "impossible",
+                Box::new(|m| m.files[0].chunks[0].offset = u32::MAX),
+            ),
+            ("chunks hold", Box::new(|m| m.files[1].size = 6)),
+        ];
+        for (want, damage) in cases {
+            let mut bad = sample();
+            damage(&mut bad);
+            let err = decode("x", &codec::encode(Kind::Manifest, &bad, false))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        // A repository name that would escape its prefix never decodes.
+        let payload = bincode::encode_to_vec(&sample(), bincode::config::standard()).unwrap();
+        let at = payload.windows(5).position(|w| w == b"model").unwrap();
+        let mut evil = payload[..at - 1].to_vec();
+        let name = b"model/refs";
+        evil.push(name.len() as u8);
+        evil.extend_from_slice(name);
+        evil.extend_from_slice(&payload[at + 5..]);
+        let err = decode("x", &envelope(&evil)).unwrap_err().to_string();
+        assert!(err.contains("invalid repo id"), "{err}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn mutated_manifests_never_panic(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..4), 1..8),
+            cut in any::<prop::sample::Index>(),
+            truncate in any::<bool>(),
+        ) {
+            let mut payload =
+                bincode::encode_to_vec(&sample(), bincode::config::standard()).unwrap();
+            for (at, byte, op) in edits {
+                let i = at.index(payload.len().max(1));
+                match op {
+                    0 if i < payload.len() => payload[i] = byte,
+                    1 if i < payload.len() => payload[i] ^= 1 << (byte % 8),
+                    2 => payload.insert(i.min(payload.len()), byte),
+                    _ if i < payload.len() => { payload.remove(i); }
+                    _ => {}
+                }
+            }
+            if truncate {
+                payload.truncate(cut.index(payload.len() + 1));
+            }
+            if let Ok(m) = decode("x", &envelope(&payload)) {
+                holds(&m);
+            }
+        }
     }
 }
