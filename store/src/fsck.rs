@@ -29,6 +29,8 @@ use crate::forward::{self, Forwards, MovedRecord};
 use crate::gc::{self, state};
 use crate::layout;
 use crate::lock;
+use crate::manifest::Manifest;
+use crate::names::{CommitId, RepoId};
 use crate::pack::{self, FooterEntry, PackId};
 use crate::repo::{decode_manifest, Store};
 use crate::{Result, StoreError};
@@ -94,13 +96,49 @@ impl FsckReport {
     }
 }
 
+/// Every chunk reference the manifests make, after forwarding: (pack) → offset → (chunk,
+/// frame_len, raw_len, first user).
+type Wanted = HashMap<PackId, HashMap<u32, ([u8; 32], u32, u32, String)>>;
+
+/// What the manifests reference, gathered repository by repository.
+#[derive(Default)]
+struct References {
+    /// Where every referenced chunk should be.
+    wanted: Wanted,
+    /// Packs whose forwarding record some reference followed.
+    followed: HashSet<PackId>,
+}
+
 /// Checks `store`.
 pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
-    let backend = store.backend();
     let mut report = FsckReport::default();
+    let packs = list_packs(store, &mut report)?;
+    let (forwards, records) = forwarding_records(store, &mut report)?;
+    let mut refs = References::default();
+    let repos = store.repos()?;
+    report.repos = repos.len();
+    for repo in &repos {
+        let commits = check_revisions(store, repo, &forwards, &mut refs, &mut report)?;
+        check_refs_and_pins(store, repo, &commits, &mut report)?;
+    }
+    check_chunks(store, &packs, &refs.wanted, &mut report)?;
+    note_broken_forwards(&records, &packs, &refs.followed, &mut report);
 
+    // gc's list, locks, temporaries.
+    check_condemned(store, &packs, &refs.wanted, &mut report);
+    note_locks(store, &mut report);
+    check_temporaries(store, opts, &mut report)?;
+
+    if opts.read_data {
+        read_data(store, &packs, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// The packs in the bucket and their sizes; other names under `packs/` are problems.
+fn list_packs(store: &Store, report: &mut FsckReport) -> Result<BTreeMap<PackId, u64>> {
     let mut packs: BTreeMap<PackId, u64> = BTreeMap::new();
-    for obj in backend.list(layout::PACKS_PREFIX)? {
+    for obj in store.backend().list(layout::PACKS_PREFIX)? {
         match layout::parse_pack_key(&obj.key) {
             Some(id) => {
                 packs.insert(id, obj.size);
@@ -110,87 +148,125 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
     }
     report.packs = packs.len();
     report.pack_bytes = packs.values().sum();
+    Ok(packs)
+}
 
-    let (forwards, records) = forwarding_records(store, &mut report)?;
-    let mut followed: HashSet<PackId> = HashSet::new();
-    // (pack) → offset → (chunk, frame_len, raw_len, first user)
-    let mut wanted: HashMap<PackId, HashMap<u32, ([u8; 32], u32, u32, String)>> = HashMap::new();
-    let repos = store.repos()?;
-    report.repos = repos.len();
-    for repo in &repos {
-        let commits: HashSet<_> = store.commits(repo)?.into_iter().collect();
-        for commit in &commits {
-            report.revisions += 1;
-            let key = layout::manifest_key(repo, commit);
-            let m = match backend.get(&key).and_then(|b| decode_manifest(&key, &b)) {
-                Ok(m) => m,
-                Err(StoreError::NotFound(_)) => continue, // removed meanwhile
-                Err(e) => {
-                    report.problem(format!("{key}: {e}"));
-                    continue;
-                }
+/// Checks every manifest of `repo` and adds its chunk references to `refs`; returns the
+/// repository's commits.
+fn check_revisions(
+    store: &Store,
+    repo: &RepoId,
+    forwards: &Forwards,
+    refs: &mut References,
+    report: &mut FsckReport,
+) -> Result<HashSet<CommitId>> {
+    let commits: HashSet<_> = store.commits(repo)?.into_iter().collect();
+    for commit in &commits {
+        report.revisions += 1;
+        let key = layout::manifest_key(repo, commit);
+        let m = match store
+            .backend()
+            .get(&key)
+            .and_then(|b| decode_manifest(&key, &b))
+        {
+            Ok(m) => m,
+            Err(StoreError::NotFound(_)) => continue, // removed meanwhile
+            Err(e) => {
+                report.problem(format!("{key}: {e}"));
+                continue;
+            }
+        };
+        if &m.repo != repo || &m.commit != commit {
+            report.problem(format!("{key}: describes {}@{} instead", m.repo, m.commit));
+        }
+        check_files(repo, commit, &m, forwards, refs, report);
+    }
+    Ok(commits)
+}
+
+/// Checks the files of manifest `m` (`repo@commit`): chunks within the pack table and
+/// adding up to the file's size; records where each chunk should be.
+fn check_files(
+    repo: &RepoId,
+    commit: &CommitId,
+    m: &Manifest,
+    forwards: &Forwards,
+    refs: &mut References,
+    report: &mut FsckReport,
+) {
+    for f in &m.files {
+        let mut total = 0u64;
+        for (i, c) in f.chunks.iter().enumerate() {
+            total += c.raw_len as u64;
+            let Some(p) = m.packs.get(c.pack as usize) else {
+                report.problem(format!(
+                    "{repo}@{commit} {}: chunk {i} points past the pack table",
+                    f.path
+                ));
+                continue;
             };
-            if &m.repo != repo || &m.commit != commit {
-                report.problem(format!("{key}: describes {}@{} instead", m.repo, m.commit));
-            }
-            for f in &m.files {
-                let mut total = 0u64;
-                for (i, c) in f.chunks.iter().enumerate() {
-                    total += c.raw_len as u64;
-                    let Some(p) = m.packs.get(c.pack as usize) else {
-                        report.problem(format!(
-                            "{repo}@{commit} {}: chunk {i} points past the pack table",
-                            f.path
-                        ));
-                        continue;
-                    };
-                    report.chunk_refs += 1;
-                    let (to, off) = forwards.follow(*p, c.offset, &c.id, c.frame_len, &mut |q| {
-                        followed.insert(q);
-                    });
-                    let via = if to == *p {
-                        String::new()
-                    } else {
-                        format!(" (moved from pack {} at {})", p.to_hex(), c.offset)
-                    };
-                    wanted.entry(to).or_default().entry(off).or_insert((
-                        c.id,
-                        c.frame_len,
-                        c.raw_len,
-                        format!("{repo}@{commit} {}{via}", f.path),
-                    ));
-                }
-                if total != f.size {
-                    report.problem(format!(
-                        "{repo}@{commit} {}: chunks add up to {total} bytes, the file has {}",
-                        f.path, f.size
-                    ));
-                }
-            }
+            report.chunk_refs += 1;
+            let (to, off) = forwards.follow(*p, c.offset, &c.id, c.frame_len, &mut |q| {
+                refs.followed.insert(q);
+            });
+            let via = if to == *p {
+                String::new()
+            } else {
+                format!(" (moved from pack {} at {})", p.to_hex(), c.offset)
+            };
+            refs.wanted.entry(to).or_default().entry(off).or_insert((
+                c.id,
+                c.frame_len,
+                c.raw_len,
+                format!("{repo}@{commit} {}{via}", f.path),
+            ));
         }
-        match store.refs(repo) {
-            Ok(refs) => {
-                for (name, c) in refs {
-                    report.refs += 1;
-                    if !commits.contains(&c) && !store.has_commit(repo, &c)? {
-                        report.problem(format!(
-                            "{repo} ref {name} points at {c}, which has no manifest"
-                        ));
-                    }
-                }
-            }
-            Err(e) => report.problem(format!("{repo}: refs: {e}")),
-        }
-        for c in store.pins(repo)? {
-            report.pins += 1;
-            if !commits.contains(&c) && !store.has_commit(repo, &c)? {
-                report.problem(format!("{repo}: pin of {c}, which has no manifest"));
-            }
+        if total != f.size {
+            report.problem(format!(
+                "{repo}@{commit} {}: chunks add up to {total} bytes, the file has {}",
+                f.path, f.size
+            ));
         }
     }
+}
 
-    // Every referenced chunk where its manifest says.
-    for (p, offsets) in &wanted {
+/// Every ref and pin of `repo` must point at a commit with a manifest.
+fn check_refs_and_pins(
+    store: &Store,
+    repo: &RepoId,
+    commits: &HashSet<CommitId>,
+    report: &mut FsckReport,
+) -> Result<()> {
+    match store.refs(repo) {
+        Ok(refs) => {
+            for (name, c) in refs {
+                report.refs += 1;
+                if !commits.contains(&c) && !store.has_commit(repo, &c)? {
+                    report.problem(format!(
+                        "{repo} ref {name} points at {c}, which has no manifest"
+                    ));
+                }
+            }
+        }
+        Err(e) => report.problem(format!("{repo}: refs: {e}")),
+    }
+    for c in store.pins(repo)? {
+        report.pins += 1;
+        if !commits.contains(&c) && !store.has_commit(repo, &c)? {
+            report.problem(format!("{repo}: pin of {c}, which has no manifest"));
+        }
+    }
+    Ok(())
+}
+
+/// Every referenced chunk where its manifest says (checked against the pack's footer).
+fn check_chunks(
+    store: &Store,
+    packs: &BTreeMap<PackId, u64>,
+    wanted: &Wanted,
+    report: &mut FsckReport,
+) -> Result<()> {
+    for (p, offsets) in wanted {
         let key = layout::pack_key(p);
         if !packs.contains_key(p) {
             let (_, (_, _, _, user)) = offsets.iter().next().expect("non-empty");
@@ -201,7 +277,7 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
             ));
             continue;
         }
-        let footer = match pack::read_footer(backend.as_ref(), &key) {
+        let footer = match pack::read_footer(store.backend().as_ref(), &key) {
             Ok(f) => f,
             Err(e) => {
                 report.problem(format!("{e}"));
@@ -225,12 +301,20 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
             }
         }
     }
+    Ok(())
+}
 
-    // Forwarding records whose copies are gone. A revision that follows an entry to a
-    // missing pack is a problem already reported above ("pack ... is missing", naming the
-    // pack it moved from); entries no revision follows are harmless, and gc removes the
-    // record once its old pack is gone and no revision follows it.
-    for (p, rec) in &records {
+/// Forwarding records whose copies are gone. A revision that follows an entry to a
+/// missing pack is a problem already reported by [`check_chunks`] ("pack ... is missing",
+/// naming the pack it moved from); entries no revision follows are harmless, and gc
+/// removes the record once its old pack is gone and no revision follows it.
+fn note_broken_forwards(
+    records: &[(PackId, MovedRecord)],
+    packs: &BTreeMap<PackId, u64>,
+    followed: &HashSet<PackId>,
+    report: &mut FsckReport,
+) {
+    for (p, rec) in records {
         let gone: Vec<String> = rec
             .targets
             .iter()
@@ -250,9 +334,17 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
             ));
         }
     }
+}
 
-    // gc's list, locks, temporaries.
-    let condemned: HashSet<PackId> = match state::read(backend.as_ref()) {
+/// gc's condemned list must decode; notes the condemned packs referenced again and the
+/// packs nothing references.
+fn check_condemned(
+    store: &Store,
+    packs: &BTreeMap<PackId, u64>,
+    wanted: &Wanted,
+    report: &mut FsckReport,
+) {
+    let condemned: HashSet<PackId> = match state::read(store.backend().as_ref()) {
         Ok(s) => s.condemned.into_iter().map(|c| c.pack).collect(),
         Err(e) => {
             report.problem(e.to_string());
@@ -276,6 +368,11 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
             report.unreferenced_packs
         ));
     }
+}
+
+/// Every lock object must decode; each is noted, held or stale.
+fn note_locks(store: &Store, report: &mut FsckReport) {
+    let backend = store.backend();
     for kind in ["gc", "ingest", lock::WRITE_KIND] {
         // Ages by the store's clock, read before the listing.
         let listed = lock::store_now_ms(backend.as_ref())
@@ -292,18 +389,18 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
             Err(e) => report.problem(e.to_string()),
         }
     }
+}
+
+/// Leftover temporaries older than the grace period (and [`gc::TEMPORARY_MIN_AGE`]).
+fn check_temporaries(store: &Store, opts: &FsckOptions, report: &mut FsckReport) -> Result<()> {
     let min_age = opts.grace.max(gc::TEMPORARY_MIN_AGE);
-    for t in backend.temporaries(min_age)? {
+    for t in store.backend().temporaries(min_age)? {
         report.problem(format!(
             "orphaned temporary {} is {} s old (gc removes it)",
             t.name, t.age_secs
         ));
     }
-
-    if opts.read_data {
-        read_data(store, &packs, &mut report)?;
-    }
-    Ok(report)
+    Ok(())
 }
 
 /// Every forwarding record; one that cannot be read is a problem (and is not followed).
@@ -412,4 +509,77 @@ fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckRepo
         report.problem(p);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forward::MovedFrame;
+    use crate::manifest::{ChunkRef, FileEntry};
+
+    fn chunk(id: u8, pack: u32, offset: u32) -> ChunkRef {
+        ChunkRef {
+            id: [id; 32],
+            pack,
+            offset,
+            frame_len: 116,
+            raw_len: 100,
+        }
+    }
+
+    #[test]
+    fn files_are_checked_and_their_chunks_found_through_forwarding_records() {
+        let (old, new) = (PackId([1; 32]), PackId([2; 32]));
+        let mut forwards = Forwards::default();
+        forwards.insert(&MovedRecord {
+            pack: old,
+            written_ms: 0,
+            targets: vec![new],
+            frames: vec![MovedFrame {
+                offset: 16,
+                id: [1; 32],
+                target: 0,
+                new_offset: 40,
+                frame_len: 116,
+            }],
+        });
+        let (repo, commit) = (RepoId::parse("org/model").unwrap(), CommitId([9; 20]));
+        let m = Manifest {
+            repo: repo.clone(),
+            commit,
+            ingested_at: 1,
+            source: "plain".into(),
+            packs: vec![old],
+            files: vec![
+                FileEntry {
+                    path: "a.bin".into(),
+                    size: 200,
+                    sha256: [0; 32],
+                    executable: false,
+                    chunks: vec![chunk(1, 0, 16), chunk(2, 0, 132)],
+                },
+                FileEntry {
+                    path: "b.bin".into(),
+                    size: 999, // the chunks add up to 200
+                    sha256: [0; 32],
+                    executable: false,
+                    chunks: vec![chunk(3, 0, 248), chunk(4, 5, 16)],
+                },
+            ],
+        };
+        let mut refs = References::default();
+        let mut report = FsckReport::default();
+        check_files(&repo, &commit, &m, &forwards, &mut refs, &mut report);
+        assert_eq!(report.chunk_refs, 3);
+        let moved = &refs.wanted[&new][&40];
+        assert_eq!((moved.0, moved.1, moved.2), ([1; 32], 116, 100));
+        assert!(moved.3.contains("a.bin (moved from pack"), "{}", moved.3);
+        let mut offsets: Vec<_> = refs.wanted[&old].keys().copied().collect();
+        offsets.sort();
+        assert_eq!(offsets, [132, 248]);
+        assert_eq!(refs.followed, HashSet::from([old]));
+        assert_eq!(report.problem_count, 2, "{:?}", report.problems);
+        assert!(report.problems[0].contains("b.bin: chunk 1 points past the pack table"));
+        assert!(report.problems[1].contains("b.bin: chunks add up to 200 bytes, the file has 999"));
+    }
 }

@@ -171,6 +171,9 @@ struct FileResult {
     chunks: Vec<(ChunkId, u32)>,
 }
 
+/// A distinct source file: its path, the SHA-256 its snapshot expects, its size.
+type Source = (PathBuf, Option<[u8; 32]>, u64);
+
 /// Ingests `snapshots` into `store`, using `index` for dedup.
 pub fn ingest(
     store: &Store,
@@ -188,17 +191,7 @@ pub fn ingest(
         ..Default::default()
     };
     failpoint::pause("ingest-after-sync");
-    // Distinct source files: a blob shared by several snapshots is read once.
-    let mut sources: Vec<(PathBuf, Option<[u8; 32]>, u64)> = Vec::new();
-    let mut source_ix: HashMap<PathBuf, usize> = HashMap::new();
-    for s in snapshots {
-        for f in &s.files {
-            source_ix.entry(f.source.clone()).or_insert_with(|| {
-                sources.push((f.source.clone(), f.expected_sha256, f.size));
-                sources.len() - 1
-            });
-        }
-    }
+    let (sources, source_ix) = distinct_sources(snapshots);
     let total: u64 = sources.iter().map(|s| s.2).sum();
     progress.start("ingest", total);
     let (results, located) = run_pipeline(store, index, &sources, opts, progress, &mut report)?;
@@ -209,70 +202,9 @@ pub fn ingest(
     // Build every manifest first, check for conflicts, then write manifests, then refs.
     let mut manifests = Vec::new();
     for s in snapshots {
-        let mut pack_table: Vec<PackId> = Vec::new();
-        let mut pack_ix: HashMap<PackId, u32> = HashMap::new();
-        let mut files = Vec::with_capacity(s.files.len());
-        for f in &s.files {
-            let r = &results[source_ix[&f.source]];
-            let mut chunks = Vec::with_capacity(r.chunks.len());
-            for (id, _) in &r.chunks {
-                let loc = *located.get(id).ok_or_else(|| {
-                    StoreError::Invalid(format!(
-                        "internal error: chunk {id} has no location after ingest"
-                    ))
-                })?;
-                let pi = *pack_ix.entry(loc.pack).or_insert_with(|| {
-                    pack_table.push(loc.pack);
-                    (pack_table.len() - 1) as u32
-                });
-                chunks.push(ChunkRef {
-                    id: id.0,
-                    pack: pi,
-                    offset: loc.offset,
-                    frame_len: loc.frame_len,
-                    raw_len: loc.raw_len,
-                });
-            }
-            files.push(FileEntry {
-                path: f.path.clone(),
-                size: r.size,
-                sha256: r.sha256,
-                executable: f.executable,
-                chunks,
-            });
-        }
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        let commit = s.commit.unwrap_or_else(|| {
-            derive_commit_id(
-                &files
-                    .iter()
-                    .map(|f| (f.path.clone(), f.size, f.sha256, f.executable))
-                    .collect::<Vec<_>>(),
-            )
-        });
-        let manifest = Manifest {
-            repo: s.repo.clone(),
-            commit,
-            ingested_at: now_secs(),
-            source: s.origin.to_string(),
-            packs: pack_table,
-            files,
-        };
-        let existing = if store.has_commit(&s.repo, &commit)? {
-            Some(store.manifest(&s.repo, &commit)?)
-        } else {
-            None
-        };
-        if let Some(old) = &existing {
-            if !old.same_content(&manifest) {
-                return Err(StoreError::Invalid(format!(
-                    "{}@{commit} is already stored with different files; refusing to replace a commit (from {})",
-                    s.repo,
-                    s.dir.display()
-                )));
-            }
-        }
-        manifests.push((s, manifest, existing.is_none()));
+        let manifest = build_manifest(s, &results, &source_ix, &located)?;
+        let new = is_new(store, s, &manifest)?;
+        manifests.push((s, manifest, new));
     }
     // Every pack must be durable before a manifest can name it.
     store.backend().sync_deferred()?;
@@ -290,35 +222,7 @@ pub fn ingest(
     failpoint::pause("ingest-before-refs");
     lease.check()?;
     for (s, m, new) in manifests {
-        // Until its ref exists the commit is detached, and a gc may expire it meanwhile:
-        // put the manifest back if so (its packs are protected by our lease until the
-        // manifest is seen), before and after setting each ref.
-        let restore = || -> Result<()> {
-            if !store.has_commit(&m.repo, &m.commit)? {
-                // Only our lease protects the packs of an expired manifest.
-                lease.check()?;
-                let key = layout::manifest_key(&m.repo, &m.commit);
-                store
-                    .backend()
-                    .put(&key, &codec::encode(Kind::Manifest, &m, true))?;
-            }
-            Ok(())
-        };
-        for r in &s.refs {
-            // A gc that expired the commit between our restore and the ref makes set_ref
-            // take the ref back: restore and try again.
-            let mut tries = 0;
-            loop {
-                restore()?;
-                match store.set_ref(&m.repo, r, &m.commit) {
-                    Err(StoreError::RemovedMeanwhile { .. }) if tries < 3 => tries += 1,
-                    other => break other?,
-                }
-            }
-        }
-        if !s.refs.is_empty() {
-            restore()?;
-        }
+        set_refs(store, &lease, s, &m)?;
         report.snapshots.push(SnapshotOutcome {
             repo: m.repo.clone(),
             commit: m.commit,
@@ -331,66 +235,163 @@ pub fn ingest(
     Ok(report)
 }
 
+/// Distinct source files: a blob shared by several snapshots is read once. Returns them
+/// and, by path, their index.
+fn distinct_sources(snapshots: &[Snapshot]) -> (Vec<Source>, HashMap<PathBuf, usize>) {
+    let mut sources: Vec<Source> = Vec::new();
+    let mut source_ix: HashMap<PathBuf, usize> = HashMap::new();
+    for s in snapshots {
+        for f in &s.files {
+            source_ix.entry(f.source.clone()).or_insert_with(|| {
+                sources.push((f.source.clone(), f.expected_sha256, f.size));
+                sources.len() - 1
+            });
+        }
+    }
+    (sources, source_ix)
+}
+
+/// The manifest of snapshot `s`, from the chunked files (`results`, by `source_ix`) and
+/// where every chunk is (`located`).
+fn build_manifest(
+    s: &Snapshot,
+    results: &[FileResult],
+    source_ix: &HashMap<PathBuf, usize>,
+    located: &HashMap<ChunkId, ChunkLoc>,
+) -> Result<Manifest> {
+    let mut pack_table: Vec<PackId> = Vec::new();
+    let mut pack_ix: HashMap<PackId, u32> = HashMap::new();
+    let mut files = Vec::with_capacity(s.files.len());
+    for f in &s.files {
+        let r = &results[source_ix[&f.source]];
+        let chunks = chunk_refs(r, located, &mut pack_table, &mut pack_ix)?;
+        files.push(FileEntry {
+            path: f.path.clone(),
+            size: r.size,
+            sha256: r.sha256,
+            executable: f.executable,
+            chunks,
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let commit = s.commit.unwrap_or_else(|| {
+        derive_commit_id(
+            &files
+                .iter()
+                .map(|f| (f.path.clone(), f.size, f.sha256, f.executable))
+                .collect::<Vec<_>>(),
+        )
+    });
+    Ok(Manifest {
+        repo: s.repo.clone(),
+        commit,
+        ingested_at: now_secs(),
+        source: s.origin.to_string(),
+        packs: pack_table,
+        files,
+    })
+}
+
+/// The chunk references of one file; packs not yet in the manifest's `pack_table`
+/// (indexed by `pack_ix`) are added to it.
+fn chunk_refs(
+    r: &FileResult,
+    located: &HashMap<ChunkId, ChunkLoc>,
+    pack_table: &mut Vec<PackId>,
+    pack_ix: &mut HashMap<PackId, u32>,
+) -> Result<Vec<ChunkRef>> {
+    let mut chunks = Vec::with_capacity(r.chunks.len());
+    for (id, _) in &r.chunks {
+        let loc = *located.get(id).ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "internal error: chunk {id} has no location after ingest"
+            ))
+        })?;
+        let pi = *pack_ix.entry(loc.pack).or_insert_with(|| {
+            pack_table.push(loc.pack);
+            (pack_table.len() - 1) as u32
+        });
+        chunks.push(ChunkRef {
+            id: id.0,
+            pack: pi,
+            offset: loc.offset,
+            frame_len: loc.frame_len,
+            raw_len: loc.raw_len,
+        });
+    }
+    Ok(chunks)
+}
+
+/// Whether `manifest` is new to the store: false when the store already has its commit
+/// with the same content, an error when it has it with other files.
+fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest) -> Result<bool> {
+    let commit = manifest.commit;
+    let existing = if store.has_commit(&s.repo, &commit)? {
+        Some(store.manifest(&s.repo, &commit)?)
+    } else {
+        None
+    };
+    if let Some(old) = &existing {
+        if !old.same_content(manifest) {
+            return Err(StoreError::Invalid(format!(
+                "{}@{commit} is already stored with different files; refusing to replace a commit (from {})",
+                s.repo,
+                s.dir.display()
+            )));
+        }
+    }
+    Ok(existing.is_none())
+}
+
+/// Sets the refs of snapshot `s` to its manifest `m`, putting `m` back if a gc expired it
+/// meanwhile.
+fn set_refs(store: &Store, lease: &Held, s: &Snapshot, m: &Manifest) -> Result<()> {
+    // Until its ref exists the commit is detached, and a gc may expire it meanwhile:
+    // put the manifest back if so (its packs are protected by our lease until the
+    // manifest is seen), before and after setting each ref.
+    let restore = || -> Result<()> {
+        if !store.has_commit(&m.repo, &m.commit)? {
+            // Only our lease protects the packs of an expired manifest.
+            lease.check()?;
+            let key = layout::manifest_key(&m.repo, &m.commit);
+            store
+                .backend()
+                .put(&key, &codec::encode(Kind::Manifest, m, true))?;
+        }
+        Ok(())
+    };
+    for r in &s.refs {
+        // A gc that expired the commit between our restore and the ref makes set_ref
+        // take the ref back: restore and try again.
+        let mut tries = 0;
+        loop {
+            restore()?;
+            match store.set_ref(&m.repo, r, &m.commit) {
+                Err(StoreError::RemovedMeanwhile { .. }) if tries < 3 => tries += 1,
+                other => break other?,
+            }
+        }
+    }
+    if !s.refs.is_empty() {
+        restore()?;
+    }
+    Ok(())
+}
+
+/// Runs the readers and workers over `sources`; returns the chunked files (in the order
+/// of `sources`) and where every chunk seen is stored.
 fn run_pipeline(
     store: &Store,
     index: &Index,
-    sources: &[(PathBuf, Option<[u8; 32]>, u64)],
+    sources: &[Source],
     opts: IngestOptions,
     progress: &dyn Progress,
     report: &mut IngestReport,
 ) -> Result<(Vec<FileResult>, HashMap<ChunkId, ChunkLoc>)> {
     let threads = opts.threads.max(1);
     let params = store.config().chunk_params();
-    let shared = Shared {
-        store,
-        index,
-        claims: Mutex::new(HashMap::new()),
-        open_packs: (0..threads)
-            .map(|i| Mutex::new((i, PackBuilder::new())))
-            .collect(),
-        next_pack_seq: std::sync::atomic::AtomicUsize::new(threads),
-        sealed: Mutex::new(Vec::new()),
-        pack_target: store.config().pack_target as usize,
-        abort: AtomicBool::new(false),
-        error: Mutex::new(None),
-        chunks: AtomicU64::new(0),
-        new_chunks: AtomicU64::new(0),
-        new_chunk_bytes: AtomicU64::new(0),
-        pack_bytes: AtomicU64::new(0),
-        packs: AtomicU64::new(0),
-    };
-    let results: Mutex<Vec<Option<FileResult>>> = Mutex::new(vec![None; sources.len()]);
-    let next_file = AtomicU64::new(0);
-    // Largest files first, so that the long ones do not start last and run alone.
-    let mut order: Vec<usize> = (0..sources.len()).collect();
-    order.sort_by(|&a, &b| sources[b].2.cmp(&sources[a].2));
-    let order = &order;
-    let (job_tx, job_rx) = bounded::<Job>(threads * 2);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            let rx = job_rx.clone();
-            let shared = &shared;
-            s.spawn(move || worker(shared, rx));
-        }
-        drop(job_rx);
-        let mut readers = Vec::new();
-        for lane in 0..threads {
-            let tx = job_tx.clone();
-            let (shared, results, next_file) = (&shared, &results, &next_file);
-            readers.push(s.spawn(move || loop {
-                let k = next_file.fetch_add(1, Ordering::SeqCst) as usize;
-                if k >= sources.len() || shared.abort.load(Ordering::SeqCst) {
-                    break;
-                }
-                let i = order[k];
-                match read_file(shared, lane, &sources[i], params, &tx, progress) {
-                    Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
-                    Err(e) => shared.fail(e),
-                }
-            }));
-        }
-        drop(job_tx);
-    });
+    let shared = Shared::new(store, index, threads);
+    let results = run_threads(&shared, sources, threads, params, progress);
     if let Some(e) = shared
         .error
         .lock()
@@ -417,6 +418,100 @@ fn run_pipeline(
         .claims
         .into_inner()
         .unwrap_or_else(|p| p.into_inner());
+    let located = locate(claims, &sealed)?;
+    report.chunks = shared.chunks.load(Ordering::SeqCst);
+    report.new_chunks = shared.new_chunks.load(Ordering::SeqCst);
+    report.new_chunk_bytes = shared.new_chunk_bytes.load(Ordering::SeqCst);
+    report.packs_written = shared.packs.load(Ordering::SeqCst) as usize;
+    report.pack_bytes_written = shared.pack_bytes.load(Ordering::SeqCst);
+    let results = results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "internal error: {} was not read",
+                    sources[i].0.display()
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((results, located))
+}
+
+impl<'a> Shared<'a> {
+    /// The state of a pipeline with `threads` lanes, nothing claimed or sealed yet.
+    fn new(store: &'a Store, index: &'a Index, threads: usize) -> Self {
+        Shared {
+            store,
+            index,
+            claims: Mutex::new(HashMap::new()),
+            open_packs: (0..threads)
+                .map(|i| Mutex::new((i, PackBuilder::new())))
+                .collect(),
+            next_pack_seq: std::sync::atomic::AtomicUsize::new(threads),
+            sealed: Mutex::new(Vec::new()),
+            pack_target: store.config().pack_target as usize,
+            abort: AtomicBool::new(false),
+            error: Mutex::new(None),
+            chunks: AtomicU64::new(0),
+            new_chunks: AtomicU64::new(0),
+            new_chunk_bytes: AtomicU64::new(0),
+            pack_bytes: AtomicU64::new(0),
+            packs: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Runs `threads` workers and `threads` readers (one lane each) until every source is
+/// read or the pipeline aborts; returns what each source chunked into (None if unread).
+fn run_threads(
+    shared: &Shared<'_>,
+    sources: &[Source],
+    threads: usize,
+    params: ChunkParams,
+    progress: &dyn Progress,
+) -> Vec<Option<FileResult>> {
+    let results: Mutex<Vec<Option<FileResult>>> = Mutex::new(vec![None; sources.len()]);
+    let next_file = AtomicU64::new(0);
+    // Largest files first, so that the long ones do not start last and run alone.
+    let mut order: Vec<usize> = (0..sources.len()).collect();
+    order.sort_by(|&a, &b| sources[b].2.cmp(&sources[a].2));
+    let order = &order;
+    let (job_tx, job_rx) = bounded::<Job>(threads * 2);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let rx = job_rx.clone();
+            s.spawn(move || worker(shared, rx));
+        }
+        drop(job_rx);
+        let mut readers = Vec::new();
+        for lane in 0..threads {
+            let tx = job_tx.clone();
+            let (results, next_file) = (&results, &next_file);
+            readers.push(s.spawn(move || loop {
+                let k = next_file.fetch_add(1, Ordering::SeqCst) as usize;
+                if k >= sources.len() || shared.abort.load(Ordering::SeqCst) {
+                    break;
+                }
+                let i = order[k];
+                match read_file(shared, lane, &sources[i], params, &tx, progress) {
+                    Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
+                    Err(e) => shared.fail(e),
+                }
+            }));
+        }
+        drop(job_tx);
+    });
+    results.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where every chunk claimed in this session is: stored before, or in the pack sealed as
+/// `sealed[seq]`.
+fn locate(
+    claims: HashMap<ChunkId, Claim>,
+    sealed: &[Option<PackId>],
+) -> Result<HashMap<ChunkId, ChunkLoc>> {
     let mut located = HashMap::with_capacity(claims.len());
     for (id, claim) in claims {
         let loc = match claim {
@@ -447,31 +542,13 @@ fn run_pipeline(
         };
         located.insert(id, loc);
     }
-    report.chunks = shared.chunks.load(Ordering::SeqCst);
-    report.new_chunks = shared.new_chunks.load(Ordering::SeqCst);
-    report.new_chunk_bytes = shared.new_chunk_bytes.load(Ordering::SeqCst);
-    report.packs_written = shared.packs.load(Ordering::SeqCst) as usize;
-    report.pack_bytes_written = shared.pack_bytes.load(Ordering::SeqCst);
-    let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    let results = results
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            r.ok_or_else(|| {
-                StoreError::Invalid(format!(
-                    "internal error: {} was not read",
-                    sources[i].0.display()
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok((results, located))
+    Ok(located)
 }
 
 fn read_file(
     shared: &Shared<'_>,
     lane: usize,
-    (path, expected, _size): &(PathBuf, Option<[u8; 32]>, u64),
+    (path, expected, _size): &Source,
     params: ChunkParams,
     jobs: &Sender<Job>,
     progress: &dyn Progress,
@@ -652,4 +729,91 @@ fn seal(shared: &Shared<'_>, seq: usize, builder: PackBuilder) -> Result<()> {
     }
     sealed[seq] = Some(id);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceFile;
+
+    fn loc(pack: u8, offset: u32) -> ChunkLoc {
+        ChunkLoc {
+            pack: PackId([pack; 32]),
+            offset,
+            frame_len: 116,
+            raw_len: 100,
+        }
+    }
+
+    #[test]
+    fn locate_places_new_chunks_in_their_sealed_packs() {
+        let (a, b) = (ChunkId([1; 32]), ChunkId([2; 32]));
+        let claims = HashMap::from([
+            (a, Claim::Stored(loc(7, 16))),
+            (
+                b,
+                Claim::New {
+                    seq: 1,
+                    offset: 40,
+                    frame_len: 116,
+                    raw_len: 100,
+                },
+            ),
+        ]);
+        let sealed = [None, Some(PackId([8; 32]))];
+        let located = locate(claims.clone(), &sealed).unwrap();
+        assert_eq!(located[&a], loc(7, 16));
+        assert_eq!(located[&b], loc(8, 40));
+        // A pack that was never sealed, or a chunk never decided, is an internal error.
+        assert!(locate(claims, &[Some(PackId([8; 32]))]).is_err());
+        assert!(locate(HashMap::from([(a, Claim::Pending)]), &sealed).is_err());
+    }
+
+    #[test]
+    fn a_manifest_is_built_from_the_chunked_files() {
+        let file = |path: &str, source: &str| SourceFile {
+            path: path.into(),
+            source: source.into(),
+            size: 200,
+            executable: false,
+            expected_sha256: None,
+        };
+        let snapshot = Snapshot {
+            repo: RepoId::parse("org/model").unwrap(),
+            commit: None,
+            refs: vec!["main".into()],
+            // Two paths share one blob; listed out of order.
+            files: vec![file("z.bin", "/blobs/1"), file("a.bin", "/blobs/1")],
+            origin: "hf-cache",
+            dir: "/snap".into(),
+        };
+        let (sources, source_ix) = distinct_sources(std::slice::from_ref(&snapshot));
+        assert_eq!(sources, [(PathBuf::from("/blobs/1"), None, 200)]);
+        let (a, b) = (ChunkId([1; 32]), ChunkId([2; 32]));
+        let results = [FileResult {
+            size: 200,
+            sha256: [5; 32],
+            chunks: vec![(a, 100), (b, 100)],
+        }];
+        let located = HashMap::from([(a, loc(7, 16)), (b, loc(8, 16))]);
+        let m = build_manifest(&snapshot, &results, &source_ix, &located).unwrap();
+        assert_eq!(m.packs, [PackId([7; 32]), PackId([8; 32])]);
+        assert_eq!(m.files.len(), 2);
+        assert_eq!(m.files[0].path, "a.bin");
+        assert_eq!(m.files[1].path, "z.bin");
+        let refs: Vec<_> = m.files[1]
+            .chunks
+            .iter()
+            .map(|c| (c.pack, c.offset))
+            .collect();
+        assert_eq!(refs, [(0, 16), (1, 16)]);
+        assert_eq!(m.source, "hf-cache");
+        m.check().unwrap();
+        // The commit is derived from the files: the same files give the same commit.
+        let again = build_manifest(&snapshot, &results, &source_ix, &located).unwrap();
+        assert_eq!(again.commit, m.commit);
+        // A chunk with no location is an internal error, not a manifest.
+        let located = HashMap::from([(a, loc(7, 16))]);
+        assert!(build_manifest(&snapshot, &results, &source_ix, &located).is_err());
+    }
 }
