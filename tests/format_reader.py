@@ -306,6 +306,21 @@ def decode_config(data):
 MAX_CHUNK_LEN = 16 * 1024 * 1024
 
 
+def decode_features(data):
+    """The feature list: (to_read, to_write), names checked as FORMAT.md says."""
+    p = open_envelope(data, b"MCASFEAT", "features")
+    to_read = p.vec(lambda: p.string(), 1)
+    to_write = p.vec(lambda: p.string(), 1)
+    p.end()
+    names = to_read + to_write
+    if len(names) > 256:
+        raise FormatError("features: more than 256 names")
+    for n in names:
+        if not (1 <= len(n) <= 128 and all(0x21 <= ord(c) <= 0x7E for c in n)):
+            raise FormatError(f"features: {n!r} is not a feature name")
+    return to_read, to_write
+
+
 def check_path(path):
     return (path != "" and "\0" not in path
             and all(seg not in ("", ".", "..") for seg in path.split("/")))
@@ -441,6 +456,12 @@ class Store:
         if cfg is None:
             raise FormatError(f"{root}: no store here (no config object)")
         self.config = decode_config(cfg)
+        feats = self.get("features")
+        if feats is not None:
+            to_read, _to_write = decode_features(feats)
+            if to_read:  # this reader implements no feature beyond version 1
+                raise FormatError("this store needs a newer reader: it uses format features "
+                                  + ", ".join(to_read))
 
     def path(self, key):
         return os.path.join(self.root, *key.split("/"))

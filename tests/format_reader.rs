@@ -337,3 +337,36 @@ fn follows_forwarding_records_after_gc_deleted_the_packs_a_manifest_names() {
     cats_agree(&env, REPO, "r4", &s.files("r4"), &[]);
     cats_agree(&env, REPO, &x, &s.files("r4"), &[]);
 }
+
+#[test]
+fn honours_the_feature_list() {
+    let env = local_env();
+    ingest_series(&env);
+    let put = |to_read: &[&str], to_write: &[&str]| {
+        let f = format::features::Features {
+            to_read: to_read.iter().map(|s| s.to_string()).collect(),
+            to_write: to_write.iter().map(|s| s.to_string()).collect(),
+        };
+        std::fs::write(
+            Path::new(&env.location).join("features"),
+            format::features::encode(&f),
+        )
+        .unwrap();
+    };
+    // Needed only to write: a reader reads on.
+    put(&[], &["gc-v2"]);
+    assert_eq!(reader_lines(&env, &["repos"]), vec![REPO.to_string()]);
+    // Needed to read: the reader refuses, naming the feature.
+    put(&["sparse-packs"], &[]);
+    let out = common::python()
+        .arg(common::repo_root().join("tests/format_reader.py"))
+        .arg(&env.location)
+        .arg("repos")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("sparse-packs"),
+        "{err}"
+    );
+}

@@ -58,6 +58,8 @@ pub enum Kind {
     BundleRef,
     /// `moved/<2 hex>/<64 hex>`: where gc copied the live frames of a rewritten pack.
     Moved,
+    /// `features`: format features a binary must know to read, or to write, the store.
+    Features,
 }
 
 impl Kind {
@@ -74,6 +76,7 @@ impl Kind {
             Kind::GcState => b"MCASGCST",
             Kind::BundleRef => b"MCASBREF",
             Kind::Moved => b"MCASMOVE",
+            Kind::Features => b"MCASFEAT",
         }
     }
 

@@ -18,6 +18,8 @@ use crate::pack::PackId;
 
 /// The store config object.
 pub const CONFIG_KEY: &str = "config";
+/// The store's feature list (absent: none).
+pub const FEATURES_KEY: &str = "features";
 /// Prefix of every pack.
 pub const PACKS_PREFIX: &str = "packs/";
 /// Prefix of every lock and lease.

@@ -10,9 +10,12 @@
 //!   invariants every reader relies on ([`manifest::Manifest::check`]).
 //! * [`forward`] — forwarding records: where gc copied the chunks of packs it rewrote.
 //! * [`names`] — repository ids, commit ids and ref names, checked when parsed or decoded.
+//! * [`features`] — the store's feature list, which a binary checks before it reads or
+//!   writes a store.
 //! * [`layout`] — the object keys of everything above.
 
 pub mod codec;
+pub mod features;
 pub mod forward;
 pub mod frame;
 pub mod layout;

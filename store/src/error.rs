@@ -99,6 +99,16 @@ pub enum StoreError {
         commit: String,
         what: &'static str,
     },
+    /// The store lists format features (its `features` object) this build does not
+    /// implement; nothing was read or changed.
+    #[error(
+        "this store needs a newer modelcas to {action} it: it uses format features this version does not implement ({}); nothing was changed",
+        features.join(", ")
+    )]
+    NeedsNewerVersion {
+        action: &'static str,
+        features: Vec<String>,
+    },
     /// The local index failed.
     #[error("index {}: {reason}", path.display())]
     Index { path: PathBuf, reason: String },

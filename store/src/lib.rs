@@ -31,6 +31,7 @@ pub mod clock;
 pub mod disk_cache;
 mod error;
 pub mod failpoint;
+pub mod features;
 pub mod forward;
 pub mod fsck;
 pub mod gc;

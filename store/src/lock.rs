@@ -360,8 +360,10 @@ impl Held {
         Ok(Held::write_new(store, WRITE_KIND, ttl)?.start())
     }
 
-    /// Writes the object (with `started_ms` 0), then learns its store time.
+    /// Writes the object (with `started_ms` 0), then learns its store time. Every writer
+    /// comes here first, so this is where the store's feature list is checked for writing.
     fn write_new(store: Arc<dyn ObjectStore>, kind: &str, ttl: Duration) -> Result<Held> {
+        crate::features::check(store.as_ref(), true)?;
         let seed = format!(
             "{}-{}-{:?}-{:?}",
             hostname(),

@@ -75,6 +75,7 @@ impl Store {
                 key: layout::CONFIG_KEY.into(),
                 reason: e.to_string(),
             })?;
+        crate::features::check(backend.as_ref(), false)?;
         Ok(Store {
             backend,
             config,
