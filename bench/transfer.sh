@@ -3,7 +3,8 @@
 #   bundles: `modelcas export` / `import` of r1, then of r2 with --have r1, against
 #            `tar -c` + `sha256sum` and `tar -x` + `sha256sum -c` of the plain directories;
 #   serving: `snapshot_download` of r4 with the huggingface_hub client from `modelcas serve`,
-#            against `curl` of the same files from `python3 -m http.server` over a plain copy.
+#            and `curl` of the same files from a fresh `modelcas serve`, each against `curl`
+#            of the same files from `python3 -m http.server` over a plain copy.
 #   bench/transfer.sh [SIZE_MIB] [ROUNDS]     (default 512, 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -47,7 +47,8 @@ for r in ("r1", "r2", "r3", "r4"):
 
 rows = {k: [] for k in ["export r1", "tar+sha256 r1", "import r1", "untar+check r1",
                         "export r2 --have r1", "tar+sha256 r2", "import r2", "untar+check r2",
-                        "serve: snapshot_download r4", "http.server: curl r4"]}
+                        "serve: snapshot_download r4", "http.server: curl r4",
+                        "serve: curl r4"]}
 sizes = {}
 for rnd in range(ROUNDS):
     for d in ("dst", "b1", "b2", "t", "x"):
@@ -84,13 +85,23 @@ for rnd in range(ROUNDS):
     rows["serve: snapshot_download r4"].append(timed(lambda: subprocess.run(
         [sys.executable, "-c", code, f"http://127.0.0.1:{port}", REPO, f"{WORK}/t/hf"], check=True)))
     srv.kill(); srv.wait()
+    files = [f["path"] for f in [r for r in EXP["revisions"] if r["name"] == "r4"][0]["files"]]
+    os.makedirs(f"{WORK}/t/curl", exist_ok=True)
+    # The same files with curl from a fresh serve (no decoded chunk in memory): the server's
+    # own cost, without the Hub client's.
+    port = free_port()
+    srv = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{port}"], env=env,
+                           stderr=subprocess.DEVNULL)
+    wait_port(port)
+    rows["serve: curl r4"].append(timed(lambda: sh(" && ".join(
+        f"curl -sf -o {WORK}/t/curl/{i} http://127.0.0.1:{port}/{REPO}/resolve/r4/{p}"
+        for i, p in enumerate(files)))))
+    srv.kill(); srv.wait()
     port = free_port()
     plain = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
                               "--directory", f"{SERIES}/plain/r4"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     wait_port(port)
-    files = [f["path"] for f in [r for r in EXP["revisions"] if r["name"] == "r4"][0]["files"]]
-    os.makedirs(f"{WORK}/t/curl", exist_ok=True)
     rows["http.server: curl r4"].append(timed(lambda: sh(" && ".join(
         f"curl -sf -o {WORK}/t/curl/{i} http://127.0.0.1:{port}/{p}" for i, p in enumerate(files)))))
     plain.kill(); plain.wait()
@@ -100,7 +111,8 @@ print("| step | modelcas (s) | manual flow (s) | ratio manual / modelcas |")
 print("|---|---|---|---|")
 for a, b in [("export r1", "tar+sha256 r1"), ("import r1", "untar+check r1"),
              ("export r2 --have r1", "tar+sha256 r2"), ("import r2", "untar+check r2"),
-             ("serve: snapshot_download r4", "http.server: curl r4")]:
+             ("serve: snapshot_download r4", "http.server: curl r4"),
+             ("serve: curl r4", "http.server: curl r4")]:
     print(f"| {a} / {b} | {med[a]:.2f} | {med[b]:.2f} | {med[b] / med[a]:.2f} |")
 print()
 print(f"bundle r1 {sizes['r1.mcb'] / 2**20:.1f} MiB vs tar {sizes['r1.tar'] / 2**20:.1f} MiB; "
