@@ -372,3 +372,76 @@ impl ChunkCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ObjectStore;
+    use crate::test_pack::{noise, one_pack};
+
+    fn chunks(n: usize, len: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| noise(len, i as u64)).collect()
+    }
+
+    #[test]
+    fn gets_verified_bytes_and_serves_repeats_from_memory() {
+        let c = chunks(6, 50_000);
+        let p = one_pack(&c);
+        let cache = Arc::new(ChunkCache::new(p.store.clone(), 1 << 20, 2).unwrap());
+        for (src, want) in p.sources.iter().zip(&c) {
+            assert_eq!(&**cache.get(src).unwrap(), want);
+        }
+        assert_eq!(cache.held_bytes(), 6 * 50_000);
+        // Served from memory: the pack can go and the bytes are still there.
+        p.backend.delete(&p.key).unwrap();
+        assert_eq!(&**cache.get(&p.sources[3]).unwrap(), &c[3]);
+    }
+
+    #[test]
+    fn keeps_to_its_budget_and_refetches_what_it_dropped() {
+        let c = chunks(10, 40_000);
+        let p = one_pack(&c);
+        let cache = Arc::new(ChunkCache::new(p.store.clone(), 100_000, 2).unwrap());
+        for src in &p.sources {
+            cache.get(src).unwrap();
+            assert!(cache.held_bytes() <= 100_000, "{}", cache.held_bytes());
+        }
+        // The first chunk was dropped (least recently used) and comes back right.
+        assert_eq!(&**cache.get(&p.sources[0]).unwrap(), &c[0]);
+    }
+
+    #[test]
+    fn a_missing_pack_is_not_found_and_a_damaged_frame_is_a_corrupt_chunk() {
+        let c = chunks(3, 30_000);
+        let p = one_pack(&c);
+        let cache = Arc::new(ChunkCache::new(p.store.clone(), 1 << 20, 2).unwrap());
+        // A wrong id for good bytes: the BLAKE3 check refuses them.
+        let mut wrong = p.sources[1].clone();
+        wrong.id = ChunkId::of(b"something else");
+        assert!(matches!(
+            cache.get(&wrong),
+            Err(StoreError::CorruptChunk { .. })
+        ));
+        p.backend.delete(&p.key).unwrap();
+        let e = cache.get(&p.sources[2]).unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        // A failure is not cached: with the pack back, the chunk reads.
+        let q = one_pack(&c);
+        let bytes = q.backend.get(&q.key).unwrap();
+        p.backend.put(&p.key, &bytes).unwrap();
+        assert_eq!(&**cache.get(&p.sources[2]).unwrap(), &c[2]);
+    }
+
+    #[test]
+    fn prefetched_runs_are_read_once_and_stay_within_half_the_budget() {
+        let c = chunks(8, 30_000);
+        let p = one_pack(&c);
+        let cache = Arc::new(ChunkCache::new(p.store.clone(), 120_000, 2).unwrap());
+        // Half the budget is 60,000 bytes: two chunks may load at once.
+        let accepted = cache.prefetch_run(&p.sources);
+        assert!((1..=2).contains(&accepted), "{accepted}");
+        for (src, want) in p.sources.iter().zip(&c) {
+            assert_eq!(&**cache.get(src).unwrap(), want);
+        }
+    }
+}

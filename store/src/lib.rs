@@ -47,6 +47,8 @@ pub mod readahead;
 pub mod repo;
 pub mod source;
 pub mod stats;
+#[cfg(test)]
+mod test_pack;
 pub mod tree;
 
 /// The persisted formats (the `format` crate), under the paths the rest of the code uses.

@@ -356,13 +356,14 @@ mod tests {
 
     #[test]
     fn renders_counters_gauges_histograms_and_families() {
-        add(&METRICS.cache_hits, 3);
+        // Metrics no other unit test of this crate touches (they run in one process).
+        add(&METRICS.ingest_new_bytes, 3);
         set(&METRICS.gc_stored_bytes, 12345);
         METRICS.ingest_duration.set(1.5);
         METRICS.backend_request(0, Duration::from_millis(2), true);
         let text = render();
         for want in [
-            "modelcas_chunk_cache_hits_total 3\n",
+            "modelcas_ingest_new_bytes_total 3\n",
             "modelcas_gc_stored_bytes 12345\n",
             "modelcas_ingest_duration_seconds 1.5\n",
             "modelcas_backend_requests_total{op=\"get\"} 1\n",

@@ -200,3 +200,88 @@ impl FileStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{ChunkRef, FileEntry};
+    use crate::names::{CommitId, RepoId};
+    use crate::test_pack::{noise, one_pack};
+
+    /// A file made of `chunks` in one pack, and a stream over it.
+    fn stream(chunks: &[Vec<u8>], budget: usize) -> (FileStream, Vec<u8>) {
+        let p = one_pack(chunks);
+        let file = FileEntry {
+            path: "f".into(),
+            size: chunks.iter().map(|c| c.len() as u64).sum(),
+            sha256: [0; 32],
+            executable: false,
+            chunks: p
+                .entries
+                .iter()
+                .map(|e| ChunkRef {
+                    id: e.id,
+                    pack: 0,
+                    offset: e.offset,
+                    frame_len: e.frame_len,
+                    raw_len: e.raw_len,
+                })
+                .collect(),
+        };
+        let m = Manifest {
+            repo: RepoId::parse("a/b").unwrap(),
+            commit: CommitId([1; 20]),
+            ingested_at: 0,
+            source: "test".into(),
+            packs: vec![p.pack],
+            files: vec![file.clone()],
+        };
+        let cache = Arc::new(ChunkCache::new(p.store.clone(), budget, 2).unwrap());
+        (FileStream::new(cache, &m, &file).unwrap(), chunks.concat())
+    }
+
+    #[test]
+    fn reads_any_range_byte_exact() {
+        let chunks: Vec<Vec<u8>> = (0..5).map(|i| noise(10_000 + i * 777, i as u64)).collect();
+        let (s, all) = stream(&chunks, 1 << 20);
+        assert_eq!(s.size(), all.len() as u64);
+        for (off, len) in [
+            (0, 1),
+            (0, all.len()),
+            (9_999, 3),
+            (12_345, 20_000),
+            (all.len() - 1, 10),
+        ] {
+            let end = (off + len).min(all.len());
+            assert_eq!(
+                s.read(off as u64, len).unwrap(),
+                &all[off..end],
+                "{off}+{len}"
+            );
+        }
+        assert!(s.read(all.len() as u64, 10).unwrap().is_empty());
+        // chunk_containing: the chunk's start and its whole bytes.
+        let (start, data) = s.chunk_containing(10_500, 11_000).unwrap();
+        assert_eq!(start, 10_000);
+        assert_eq!(&**data, &chunks[1]);
+        assert!(s
+            .chunk_containing(all.len() as u64, all.len() as u64 + 1)
+            .is_err());
+    }
+
+    #[test]
+    fn sequential_reads_prefetch_ahead() {
+        let chunks: Vec<Vec<u8>> = (0..12).map(|i| noise(20_000, i as u64)).collect();
+        let (s, all) = stream(&chunks, 1 << 20);
+        let mut got = Vec::new();
+        let mut off = 0u64;
+        while off < all.len() as u64 {
+            let d = s.read(off, 4096).unwrap();
+            off += d.len() as u64;
+            got.extend(d);
+        }
+        assert!(got == all);
+        // After the first reads, chunks ahead were handed to the cache.
+        assert!(s.state.lock().unwrap().prefetched_to > 20_000);
+    }
+}

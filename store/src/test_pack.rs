@@ -1,0 +1,70 @@
+//! Test helpers (compiled in tests only): a store in memory holding one pack of chunks.
+
+use std::sync::Arc;
+
+use chunker::ChunkId;
+
+use crate::backend::{MemoryStore, ObjectStore};
+use crate::cache::ChunkSource;
+use crate::frame;
+use crate::layout;
+use crate::pack::{FooterEntry, PackBuilder, PackId};
+use crate::repo::{CreateOptions, Store};
+
+/// A store in memory and one pack holding `chunks`, with where each chunk is.
+pub struct OnePack {
+    pub backend: Arc<MemoryStore>,
+    pub store: Store,
+    pub pack: PackId,
+    pub key: String,
+    pub entries: Vec<FooterEntry>,
+    pub sources: Vec<ChunkSource>,
+}
+
+/// Deterministic, poorly compressible bytes.
+pub fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Builds the store and puts the pack.
+pub fn one_pack(chunks: &[Vec<u8>]) -> OnePack {
+    let backend = Arc::new(MemoryStore::new());
+    let store = Store::open_or_create(backend.clone(), CreateOptions::default()).unwrap();
+    let mut b = PackBuilder::new();
+    for c in chunks {
+        let mut f = Vec::new();
+        frame::encode(c, &mut f);
+        b.add_frame(ChunkId::of(c), &f, c.len());
+    }
+    let (pack, bytes, entries) = b.finish();
+    let key = layout::pack_key(&pack);
+    backend.put(&key, &bytes).unwrap();
+    let sources = entries
+        .iter()
+        .map(|e| ChunkSource {
+            key: Arc::from(key.as_str()),
+            id: ChunkId(e.id),
+            offset: e.offset as u64,
+            frame_len: e.frame_len,
+            raw_len: e.raw_len,
+        })
+        .collect();
+    OnePack {
+        backend,
+        store,
+        pack,
+        key,
+        entries,
+        sources,
+    }
+}
