@@ -27,6 +27,7 @@
 pub mod backend;
 pub mod bundle;
 pub mod cache;
+pub mod chunk_map;
 pub mod clock;
 pub mod disk_cache;
 mod error;

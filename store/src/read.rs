@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::layout;
+use crate::chunk_map::ChunkMap;
 use crate::manifest::{FileEntry, Manifest};
 use crate::progress::Progress;
 use crate::repo::Store;
@@ -26,10 +26,9 @@ const WINDOW_BYTES: u64 = 32 * 1024 * 1024;
 /// Random access to one file of a revision.
 pub struct FileReader<'a> {
     store: &'a Store,
-    manifest: &'a Manifest,
     file: &'a FileEntry,
-    /// Start offset of each chunk, plus the file size at the end.
-    starts: Vec<u64>,
+    /// Where each chunk is and where it starts in the file.
+    map: ChunkMap,
 }
 
 impl<'a> FileReader<'a> {
@@ -39,38 +38,10 @@ impl<'a> FileReader<'a> {
         manifest: &'a Manifest,
         file: &'a FileEntry,
     ) -> Result<FileReader<'a>> {
-        let mut starts = Vec::with_capacity(file.chunks.len() + 1);
-        let mut at = 0u64;
-        for c in &file.chunks {
-            if c.pack as usize >= manifest.packs.len() {
-                return Err(StoreError::CorruptObject {
-                    key: layout::manifest_key(&manifest.repo, &manifest.commit),
-                    reason: format!(
-                        "{}: chunk points to pack #{} of {}",
-                        file.path,
-                        c.pack,
-                        manifest.packs.len()
-                    ),
-                });
-            }
-            starts.push(at);
-            at += c.raw_len as u64;
-        }
-        starts.push(at);
-        if at != file.size {
-            return Err(StoreError::CorruptObject {
-                key: layout::manifest_key(&manifest.repo, &manifest.commit),
-                reason: format!(
-                    "{}: chunks add up to {at} bytes, the file has {}",
-                    file.path, file.size
-                ),
-            });
-        }
         Ok(FileReader {
             store,
-            manifest,
             file,
-            starts,
+            map: ChunkMap::new(manifest, file)?,
         })
     }
 
@@ -81,20 +52,17 @@ impl<'a> FileReader<'a> {
 
     /// Number of chunks.
     pub fn chunk_count(&self) -> usize {
-        self.file.chunks.len()
+        self.map.len()
     }
 
     /// Offset of chunk `i` in the file.
     pub fn chunk_start(&self, i: usize) -> u64 {
-        self.starts[i]
+        self.map.starts[i]
     }
 
     /// Index of the chunk containing `offset` (binary search); `None` at or past the end.
     pub fn chunk_at(&self, offset: u64) -> Option<usize> {
-        if offset >= self.file.size {
-            return None;
-        }
-        Some(self.starts.partition_point(|&s| s <= offset) - 1)
+        self.map.chunk_at(offset)
     }
 
     /// Reads and checks chunk `i`.
@@ -103,10 +71,9 @@ impl<'a> FileReader<'a> {
     }
 
     fn read_chunk_with(&self, i: usize, check: bool) -> Result<Vec<u8>> {
-        let c = &self.file.chunks[i];
-        let key = layout::pack_key(&self.manifest.packs[c.pack as usize]);
+        let c = &self.map.sources[i];
         self.store
-            .read_chunk(&key, &c.chunk_id(), c.offset as u64, c.frame_len, check)
+            .read_chunk(&c.key, &c.id, c.offset, c.frame_len, check)
             .map_err(|e| {
                 StoreError::in_file(
                     &format!(
@@ -137,7 +104,7 @@ impl<'a> FileReader<'a> {
         while out.len() < len {
             let Some(i) = self.chunk_at(pos) else { break };
             let data = self.read_chunk(i)?;
-            let skip = (pos - self.starts[i]) as usize;
+            let skip = (pos - self.map.starts[i]) as usize;
             let take = (data.len() - skip).min(len - out.len());
             out.extend_from_slice(&data[skip..skip + take]);
             pos += take as u64;

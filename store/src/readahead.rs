@@ -18,8 +18,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::cache::{ChunkCache, ChunkSource};
-use crate::layout;
+use crate::cache::ChunkCache;
+use crate::chunk_map::ChunkMap;
 use crate::manifest::{FileEntry, Manifest};
 use crate::{Result, StoreError};
 
@@ -41,9 +41,7 @@ struct State {
 /// One open file of a revision.
 pub struct FileStream {
     cache: Arc<ChunkCache>,
-    sources: Vec<ChunkSource>,
-    starts: Vec<u64>,
-    size: u64,
+    map: ChunkMap,
     state: Mutex<State>,
 }
 
@@ -54,37 +52,9 @@ impl FileStream {
         manifest: &Manifest,
         file: &FileEntry,
     ) -> Result<FileStream> {
-        let mut keys: Vec<Arc<str>> = Vec::with_capacity(manifest.packs.len());
-        for p in &manifest.packs {
-            keys.push(Arc::from(layout::pack_key(p)));
-        }
-        let mut sources = Vec::with_capacity(file.chunks.len());
-        let mut starts = Vec::with_capacity(file.chunks.len() + 1);
-        let mut at = 0u64;
-        for c in &file.chunks {
-            let key =
-                keys.get(c.pack as usize)
-                    .cloned()
-                    .ok_or_else(|| StoreError::CorruptObject {
-                        key: layout::manifest_key(&manifest.repo, &manifest.commit),
-                        reason: format!("{}: chunk points past the pack table", file.path),
-                    })?;
-            sources.push(ChunkSource {
-                key,
-                id: c.chunk_id(),
-                offset: c.offset as u64,
-                frame_len: c.frame_len,
-                raw_len: c.raw_len,
-            });
-            starts.push(at);
-            at += c.raw_len as u64;
-        }
-        starts.push(at);
         Ok(FileStream {
             cache,
-            sources,
-            starts,
-            size: file.size,
+            map: ChunkMap::new(manifest, file)?,
             state: Mutex::new(State {
                 last_end: 0,
                 window: 0,
@@ -95,27 +65,31 @@ impl FileStream {
 
     /// File size.
     pub fn size(&self) -> u64 {
-        self.size
+        self.map.size()
     }
 
+    /// The chunk holding `offset` (below the size), or the last one.
     fn chunk_at(&self, offset: u64) -> usize {
-        self.starts.partition_point(|&s| s <= offset) - 1
+        self.map
+            .starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1)
     }
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file), prefetching ahead
     /// when the reads are sequential.
     pub fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        if offset >= self.size || len == 0 {
+        if offset >= self.size() || len == 0 {
             return Ok(Vec::new());
         }
-        let end = (offset + len as u64).min(self.size);
+        let end = (offset + len as u64).min(self.size());
         self.plan_prefetch(offset, end);
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut i = self.chunk_at(offset);
-        while i < self.sources.len() && self.starts[i] < end {
+        while i < self.map.sources.len() && self.map.starts[i] < end {
             let data = self.chunk(i)?;
-            let from = offset.max(self.starts[i]) - self.starts[i];
-            let to = end.min(self.starts[i + 1]) - self.starts[i];
+            let from = offset.max(self.map.starts[i]) - self.map.starts[i];
+            let to = end.min(self.map.starts[i + 1]) - self.map.starts[i];
             out.extend_from_slice(&data[from as usize..to as usize]);
             i += 1;
         }
@@ -126,21 +100,21 @@ impl FileStream {
     /// ahead as a read of `[pos, to)` would: its offset in the file and its decoded bytes,
     /// shared with the cache. For readers that hand bytes on without copying them (serve).
     pub fn chunk_containing(&self, pos: u64, to: u64) -> Result<(u64, Arc<Vec<u8>>)> {
-        if pos >= self.size {
+        if pos >= self.size() {
             return Err(StoreError::Invalid(format!(
                 "read at {pos}, past the end of a {}-byte file",
-                self.size
+                self.size()
             )));
         }
         let i = self.chunk_at(pos);
-        self.plan_prefetch(pos, to.clamp(pos + 1, self.starts[i + 1]));
-        Ok((self.starts[i], self.chunk(i)?))
+        self.plan_prefetch(pos, to.clamp(pos + 1, self.map.starts[i + 1]));
+        Ok((self.map.starts[i], self.chunk(i)?))
     }
 
     /// Chunk `i` through the cache, checked to have the length the manifest records (so
     /// slicing it by the recorded offsets cannot go out of bounds).
     fn chunk(&self, i: usize) -> Result<Arc<Vec<u8>>> {
-        let src = &self.sources[i];
+        let src = &self.map.sources[i];
         let data = self.cache.get(src)?;
         if data.len() != src.raw_len as usize {
             return Err(StoreError::CorruptChunk {
@@ -178,7 +152,7 @@ impl FileStream {
                 st.last_end = end;
             }
             let from = end.max(st.prefetched_to);
-            let to = (end + st.window).min(self.size);
+            let to = (end + st.window).min(self.size());
             if to > from {
                 st.prefetched_to = to;
             }
@@ -189,14 +163,14 @@ impl FileStream {
         }
         let first = self.chunk_at(from);
         let mut last = first;
-        while last < self.sources.len() && self.starts[last] < to {
+        while last < self.map.sources.len() && self.map.starts[last] < to {
             last += 1;
         }
-        let accepted = self.cache.prefetch_run(&self.sources[first..last]);
+        let accepted = self.cache.prefetch_run(&self.map.sources[first..last]);
         if first + accepted < last {
             // Budget taken by loads in flight: remember where we stopped.
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.prefetched_to = st.prefetched_to.min(self.starts[first + accepted]);
+            st.prefetched_to = st.prefetched_to.min(self.map.starts[first + accepted]);
         }
     }
 }
