@@ -277,6 +277,20 @@ pub fn decode(frame: &[u8]) -> std::result::Result<Vec<u8>, String> {
             body.len()
         ));
     }
+    // Fields a codec gives no meaning are written as zeros; anything else is damage (or a
+    // newer writer), refused rather than ignored, so that no flipped bit goes unnoticed.
+    let reserved = u16::from_le_bytes([frame[2], frame[3]]);
+    let (flags_defined, aux_defined) = if codec == CODEC_BG2 {
+        (0b11, true)
+    } else {
+        (0, false)
+    };
+    if reserved != 0 || flags & !flags_defined != 0 || (!aux_defined && aux != 0) {
+        return Err(format!(
+            "frame header has reserved bits set (codec {codec}, flags {flags:#04x}, reserved \
+             {reserved:#06x}, aux {aux}): damaged, or written by a newer modelcas"
+        ));
+    }
     match codec {
         CODEC_RAW => {
             if body_len != raw_len {
@@ -388,6 +402,21 @@ mod tests {
         bad[last] ^= 0xff;
         // zstd may or may not notice; the chunk hash check in the reader always does.
         let _ = decode(&bad);
+        // A flip in a field the codec gives no meaning is refused too.
+        let mut small = Vec::new();
+        encode(b"{\"hidden_size\": 64}", &mut small);
+        assert!(decode(&small).is_ok());
+        for (byte, bit) in [(1, 0), (2, 3), (3, 7), (12, 0), (15, 7)] {
+            let mut bad = small.clone();
+            bad[byte] ^= 1 << bit;
+            assert!(
+                decode(&bad).is_err(),
+                "flip of byte {byte} bit {bit} went unnoticed"
+            );
+        }
+        let mut bad = out.clone();
+        bad[1] |= 0b100; // bg2 defines flag bits 0 and 1 only
+        assert!(decode(&bad).is_err());
     }
 
     #[test]
