@@ -269,7 +269,10 @@ fn check_chunks(
     for (p, offsets) in wanted {
         let key = layout::pack_key(p);
         if !packs.contains_key(p) {
-            let (_, (_, _, _, user)) = offsets.iter().next().expect("non-empty");
+            let user = offsets
+                .values()
+                .next()
+                .map_or("?", |(_, _, _, u)| u.as_str());
             report.problem(format!(
                 "pack {} is missing; {} chunks reference it (first: {user})",
                 p.to_hex(),

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use chunker::ChunkId;
 
-use super::{GcReport, PackUse};
+use super::packs::PackUse;
+use super::GcReport;
 use crate::backend::ObjectStore;
 use crate::forward::{self, Forwards, MovedFrame, MovedRecord};
 use crate::index::Index;
