@@ -6,7 +6,7 @@ usage: reliability.py MODELCAS_BIN SERIES_DIR WORK_DIR [--kills N] [--corruption
 
 Kills (per backend: the local directory, and S3 when --s3-env names the settings that
 tests/garage.sh wrote): N SIGKILLs for each of ingest, import and gc, each at a crash step
-(`MODELCAS_CRASH_AT_STEP`, store/src/failpoint.rs: just before the k-th object-store
+(`MODELCAS_CRASH_AT_STEP`, repo/src/failpoint.rs: just before the k-th object-store
 mutation), k drawn over the steps a full run makes. After every kill: `fsck` is clean and
 every revision `ls` shows verifies; every fourth, the command is rerun and must complete.
 

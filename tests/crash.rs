@@ -1,5 +1,5 @@
 //! Crash safety: `ingest` killed with SIGKILL before any of its object-store mutations
-//! (crash steps, `store/src/failpoint.rs`) never leaves a visible revision that references
+//! (crash steps, `repo/src/failpoint.rs`) never leaves a visible revision that references
 //! missing data, and a rerun completes the job. The kill points are counted, not timed.
 
 mod common;

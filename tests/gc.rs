@@ -468,7 +468,7 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
         fsck_clean(&env, false);
         verifies(&env, "r4");
     }
-    // ...and at crash steps (store/src/failpoint.rs): each round kills the run just before
+    // ...and at crash steps (repo/src/failpoint.rs): each round kills the run just before
     // its k-th object-store mutation (the lock is the first), counted, not timed; a run
     // with fewer mutations completes, which is fine too.
     let mut killed = 0;

@@ -142,25 +142,7 @@ pub enum Command {
         json: bool,
     },
     /// Mount the store as read-only directories: MOUNTPOINT/<org>/<name>/<rev>/... (foreground).
-    Mount {
-        /// Where to mount.
-        mountpoint: PathBuf,
-        /// Show one revision at the root instead (ORG/NAME@REV, resolved once at mount time).
-        #[arg(long, value_name = "ORG/NAME@REV")]
-        repo: Option<String>,
-        /// Allow other users (pods running as another uid) to read the mount.
-        #[arg(long, env = "MODELCAS_ALLOW_OTHER")]
-        allow_other: bool,
-        /// Memory for decoded chunks, in MiB (read-ahead uses up to half of it; default 64).
-        #[arg(long, env = "MODELCAS_MOUNT_CACHE_MIB")]
-        cache_mib: Option<usize>,
-        /// Threads fetching, decompressing and verifying chunks (default 4, 16 for S3).
-        #[arg(long, env = "MODELCAS_MOUNT_FETCH_THREADS")]
-        fetch_threads: Option<usize>,
-        /// FUSE worker threads (default 8).
-        #[arg(long, env = "MODELCAS_MOUNT_THREADS")]
-        threads: Option<usize>,
-    },
+    Mount(MountArgs),
     /// Unmount a modelcas mount.
     Umount {
         /// The mountpoint.
@@ -168,28 +150,7 @@ pub enum Command {
     },
     /// Expire old revisions and reclaim the space no kept revision uses (safe beside
     /// running ingests and mounts). Exit status: 0 done, 1 failed, 3 another gc holds the lock.
-    Gc {
-        /// Keep the N most recently ingested revisions of each repository (besides those
-        /// refs point at and pinned ones).
-        #[arg(long, env = "MODELCAS_GC_KEEP_LAST", value_name = "N")]
-        keep_last: Option<usize>,
-        /// Keep revisions ingested within this long (e.g. 30d, 12h, 1d12h).
-        #[arg(long, env = "MODELCAS_GC_KEEP_WITHIN", value_name = "DURATION")]
-        keep_within: Option<String>,
-        /// Time between marking a pack unused and deleting it: bounds how long a mount can
-        /// keep reading a revision that expired while open (default 24h).
-        #[arg(long, env = "MODELCAS_GC_GRACE", value_name = "DURATION")]
-        grace: Option<String>,
-        /// Rewrite packs whose live fraction is below this (0..1; default 0.8).
-        #[arg(long, env = "MODELCAS_GC_REWRITE_BELOW", value_name = "FRACTION")]
-        rewrite_below: Option<f64>,
-        /// Print what would be expired and reclaimed; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Gc(GcArgs),
     /// Delete a ref (ORG/NAME@REF), or a revision (ORG/NAME@SHA) whose data gc then reclaims.
     Rm {
         /// ORG/NAME@REV.
@@ -260,27 +221,7 @@ pub enum Command {
     },
     /// Serve the store read-only over a Hugging Face Hub-compatible HTTP API (point
     /// HF_ENDPOINT at it); Prometheus metrics on /metrics.
-    Serve {
-        /// Address to listen on (default 127.0.0.1:8080).
-        #[arg(long, env = "MODELCAS_LISTEN", value_name = "ADDR")]
-        listen: Option<String>,
-        /// Require `Authorization: Bearer <token>` with one of the tokens in this file (one per line).
-        #[arg(long, env = "MODELCAS_TOKEN_FILE", value_name = "FILE")]
-        token_file: Option<PathBuf>,
-        /// Threads reading the store (requests routed and chunks read at once; default 16).
-        #[arg(long, env = "MODELCAS_SERVE_THREADS")]
-        threads: Option<usize>,
-        /// Memory for decoded chunks shared by every download, in MiB (read-ahead uses up
-        /// to half of it; default 256).
-        #[arg(long, env = "MODELCAS_SERVE_CACHE_MIB")]
-        cache_mib: Option<usize>,
-        /// Threads fetching, decompressing and verifying chunks ahead of the downloads
-        /// (default 4, 16 for S3).
-        #[arg(long, env = "MODELCAS_SERVE_FETCH_THREADS")]
-        fetch_threads: Option<usize>,
-        #[command(flatten)]
-        limits: ServeLimitArgs,
-    },
+    Serve(ServeArgs),
     /// Show the effective configuration (file, environment and flags merged; secrets masked).
     Config {
         #[command(subcommand)]
@@ -322,4 +263,75 @@ pub struct ServeLimitArgs {
     /// connection is closed (default 60s).
     #[arg(long, env = "MODELCAS_SERVE_WRITE_TIMEOUT", value_name = "DURATION")]
     pub write_timeout: Option<String>,
+}
+
+/// `modelcas mount`'s flags (each falls back to `[mount]` in the config file).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MountArgs {
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Show one revision at the root instead (ORG/NAME@REV, resolved once at mount time).
+    #[arg(long, value_name = "ORG/NAME@REV")]
+    pub repo: Option<String>,
+    /// Allow other users (pods running as another uid) to read the mount.
+    #[arg(long, env = "MODELCAS_ALLOW_OTHER")]
+    pub allow_other: bool,
+    /// Memory for decoded chunks, in MiB (read-ahead uses up to half of it; default 64).
+    #[arg(long, env = "MODELCAS_MOUNT_CACHE_MIB")]
+    pub cache_mib: Option<usize>,
+    /// Threads fetching, decompressing and verifying chunks (default 4, 16 for S3).
+    #[arg(long, env = "MODELCAS_MOUNT_FETCH_THREADS")]
+    pub fetch_threads: Option<usize>,
+    /// FUSE worker threads (default 8).
+    #[arg(long, env = "MODELCAS_MOUNT_THREADS")]
+    pub threads: Option<usize>,
+}
+
+/// `modelcas gc`'s flags (each falls back to `[gc]` in the config file).
+#[derive(clap::Args, Debug, Clone)]
+pub struct GcArgs {
+    /// Keep the N most recently ingested revisions of each repository (besides those
+    /// refs point at and pinned ones).
+    #[arg(long, env = "MODELCAS_GC_KEEP_LAST", value_name = "N")]
+    pub keep_last: Option<usize>,
+    /// Keep revisions ingested within this long (e.g. 30d, 12h, 1d12h).
+    #[arg(long, env = "MODELCAS_GC_KEEP_WITHIN", value_name = "DURATION")]
+    pub keep_within: Option<String>,
+    /// Time between marking a pack unused and deleting it: bounds how long a mount can
+    /// keep reading a revision that expired while open (default 24h).
+    #[arg(long, env = "MODELCAS_GC_GRACE", value_name = "DURATION")]
+    pub grace: Option<String>,
+    /// Rewrite packs whose live fraction is below this (0..1; default 0.8).
+    #[arg(long, env = "MODELCAS_GC_REWRITE_BELOW", value_name = "FRACTION")]
+    pub rewrite_below: Option<f64>,
+    /// Print what would be expired and reclaimed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `modelcas serve`'s flags (each falls back to `[serve]` in the config file).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:8080).
+    #[arg(long, env = "MODELCAS_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Require `Authorization: Bearer <token>` with one of the tokens in this file (one per line).
+    #[arg(long, env = "MODELCAS_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Threads reading the store (requests routed and chunks read at once; default 16).
+    #[arg(long, env = "MODELCAS_SERVE_THREADS")]
+    pub threads: Option<usize>,
+    /// Memory for decoded chunks shared by every download, in MiB (read-ahead uses up
+    /// to half of it; default 256).
+    #[arg(long, env = "MODELCAS_SERVE_CACHE_MIB")]
+    pub cache_mib: Option<usize>,
+    /// Threads fetching, decompressing and verifying chunks ahead of the downloads
+    /// (default 4, 16 for S3).
+    #[arg(long, env = "MODELCAS_SERVE_FETCH_THREADS")]
+    pub fetch_threads: Option<usize>,
+    #[command(flatten)]
+    pub limits: ServeLimitArgs,
 }

@@ -6,29 +6,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-/// Serves `/metrics` on `addr` from a background thread.
+/// Serves `/metrics` on `addr` from a background thread (serve's hyper stack).
 pub fn serve(addr: &str) -> Result<()> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: {e}"))?;
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            while let Ok(req) = server.recv() {
-                let resp = if req.url() == "/metrics" {
-                    tiny_http::Response::from_string(store::metrics::render()).with_header(
-                        tiny_http::Header::from_bytes(
-                            &b"Content-Type"[..],
-                            store::metrics::CONTENT_TYPE.as_bytes(),
-                        )
-                        .expect("static header"),
-                    )
-                } else {
-                    tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
-                };
-                let _ = req.respond(resp);
-            }
-        })
-        .context("starting the metrics thread")?;
+    hubserve::metrics_listener::spawn(addr).context("--metrics-listen")?;
     Ok(())
 }
 

@@ -13,8 +13,8 @@ use fuser::{
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
 };
-use store::cache::ChunkCache;
-use store::readahead::FileStream;
+use read::cache::ChunkCache;
+use read::readahead::FileStream;
 
 use crate::namespace::{Attr, Kind, Namespace};
 
@@ -88,8 +88,8 @@ impl ModelFs {
     }
 }
 
-fn eio(e: store::StoreError) -> Errno {
-    store::metrics::add(&store::metrics::METRICS.mount_read_errors, 1);
+fn eio(e: repo::StoreError) -> Errno {
+    repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
     tracing::error!("mount: {e}");
     Errno::EIO
 }
@@ -150,7 +150,7 @@ impl Filesystem for ModelFs {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(fh, Arc::new(stream));
-                        store::metrics::METRICS.mount_open_files.inc();
+                        repo::metrics::METRICS.mount_open_files.inc();
                         reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
                     }
                     Err(e) => reply.error(eio(e)),
@@ -182,10 +182,10 @@ impl Filesystem for ModelFs {
             return reply.error(Errno::EBADF);
         };
         let started = std::time::Instant::now();
-        let m = &*store::metrics::METRICS;
+        let m = &*repo::metrics::METRICS;
         let ok = |data: &[u8]| {
-            store::metrics::add(&m.mount_reads, 1);
-            store::metrics::add(&m.mount_read_bytes, data.len() as u64);
+            repo::metrics::add(&m.mount_reads, 1);
+            repo::metrics::add(&m.mount_read_bytes, data.len() as u64);
             m.mount_read_seconds
                 .observe(started.elapsed().as_secs_f64());
         };
@@ -241,7 +241,7 @@ impl Filesystem for ModelFs {
             .remove(&fh.0)
             .is_some()
         {
-            store::metrics::METRICS.mount_open_files.dec();
+            repo::metrics::METRICS.mount_open_files.dec();
         }
         reply.ok();
     }

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
-use store::cache::ChunkCache;
-use store::{CommitId, RepoId, Store};
+use read::cache::ChunkCache;
+use repo::{CommitId, RepoId, Store};
 
 use crate::adapter::ModelFs;
 use crate::namespace::Namespace;
@@ -35,7 +35,7 @@ pub enum MountError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Store(#[from] store::StoreError),
+    Store(#[from] repo::StoreError),
 }
 
 /// What to show and how.

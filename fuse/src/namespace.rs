@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use store::tree::{Child, Tree};
-use store::{CommitId, RepoId, Store, StoreError};
+use read::tree::{Child, Tree};
+use repo::{CommitId, RepoId, Store, StoreError};
 
 /// How long listings of repositories and refs are trusted before being read again.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -143,7 +143,7 @@ impl Namespace {
             trees: Mutex::new(HashMap::new()),
             repos: Mutex::new(None),
             refs: Mutex::new(HashMap::new()),
-            mounted_at: store::manifest::now_secs(),
+            mounted_at: repo::manifest::now_secs(),
         }
     }
 
@@ -450,24 +450,21 @@ impl Namespace {
         }
     }
 
-    /// Reads the manifest of a File inode's commit again, resolved through gc's forwarding
-    /// records, and replaces the cached tree, if the file is still there with the same
-    /// content. gc may repack a kept revision's chunks and delete the old packs after its
-    /// grace period (manifests never change; the new places are in `moved/`); a mount that
-    /// has held the old locations longer finds the new ones here.
+    /// Reads the manifest of a File inode's commit again ([`read::reload::same_file`]) and
+    /// replaces the cached tree, if the file is still there with the same content: a mount
+    /// that held a revision's chunk locations while gc repacked it finds the new ones here.
     pub fn reload_file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
         let Some(Node::File { repo, commit, path }) = self.node(ino) else {
             return Ok(None);
         };
         let old = self.tree(&repo, &commit)?;
-        let m = self.store.manifest_resolved(&repo, &commit)?;
-        let (Some(a), Some(b)) = (old.manifest.file(&path), m.file(&path)) else {
+        let Some(was) = old.manifest.file(&path) else {
             return Ok(None);
         };
-        if a.sha256 != b.sha256 || a.size != b.size {
+        let Some((m, _)) = read::reload::same_file(&self.store, &repo, &commit, was)? else {
             return Ok(None);
-        }
-        let tree = Arc::new(Tree::new(Arc::new(m)));
+        };
+        let tree = Arc::new(Tree::new(m));
         self.trees
             .lock()
             .unwrap_or_else(|p| p.into_inner())

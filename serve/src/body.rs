@@ -18,10 +18,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
-use store::cache::ChunkCache;
-use store::manifest::{FileEntry, Manifest};
-use store::readahead::FileStream;
-use store::{CommitId, RepoId, Store, StoreError};
+use read::cache::ChunkCache;
+use read::readahead::FileStream;
+use repo::manifest::{FileEntry, Manifest};
+use repo::{CommitId, RepoId, Store, StoreError};
 use tokio::sync::mpsc;
 
 /// Chunks decoded ahead of the socket.
@@ -110,22 +110,14 @@ impl FileSource {
         }
     }
 
-    /// Loads the manifest again; the file must be unchanged.
+    /// Loads the manifest again ([`read::reload::same_file`]); the file must be unchanged.
     fn reload(&mut self) -> Result<(), ReadError> {
         let old = self.entry()?;
-        let (path, sha, size) = (old.path.clone(), old.sha256, old.size);
-        let fresh = Arc::new(self.store.manifest(&self.repo, &self.commit)?);
-        let i = fresh
-            .files
-            .binary_search_by(|f| f.path.as_str().cmp(&path))
-            .ok()
-            .filter(|&i| fresh.files[i].sha256 == sha && fresh.files[i].size == size)
+        let (fresh, i) = read::reload::same_file(&self.store, &self.repo, &self.commit, old)?
             .ok_or_else(|| ReadError::Changed {
-                path: path.clone(),
+                path: old.path.clone(),
                 commit: self.commit.to_hex(),
             })?;
-        tracing::info!(repo = %self.repo, commit = %self.commit.to_hex(), file = %path,
-            "a pack was gone: read the manifest again");
         self.file = i;
         self.manifest = fresh.clone();
         self.stream = None;

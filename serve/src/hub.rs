@@ -10,10 +10,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
+use read::cache::ChunkCache;
+use repo::manifest::Manifest;
+use repo::{CommitId, RepoId, Store, StoreError};
 use serde_json::{json, Value};
-use store::cache::ChunkCache;
-use store::manifest::Manifest;
-use store::{CommitId, RepoId, Store, StoreError};
 
 use crate::body::{Body, FileSource};
 use crate::decode::{self, header_ascii, header_text};
@@ -96,7 +96,7 @@ fn internal(e: impl std::fmt::Display) -> Reply {
 
 /// The Hub's timestamp format (`2024-01-01T00:00:00.000Z`).
 fn iso(secs: u64) -> String {
-    let s = store::manifest::utc_string(secs);
+    let s = repo::manifest::utc_string(secs);
     format!("{}.000Z", s.trim_end_matches('Z'))
 }
 
@@ -167,12 +167,12 @@ impl Hub {
         let (get, head) = (*req.method == Method::GET, *req.method == Method::HEAD);
         if segs == ["metrics"] && get {
             self.metrics.request("metrics", 200);
-            let body = store::metrics::render();
+            let body = repo::metrics::render();
             let mut r = Reply::json(StatusCode::OK, &Value::Null);
             r.body = Body::full(body);
             return r.header(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static(store::metrics::CONTENT_TYPE),
+                HeaderValue::from_static(repo::metrics::CONTENT_TYPE),
             );
         }
         if !self.authorized(req.headers) {

@@ -20,7 +20,8 @@
 //! The crate is a thin adapter: [`hub`] routes and maps store answers to HTTP, [`body`]
 //! streams file bytes from the store's read path, [`decode`] turns client bytes into values
 //! and values into header bytes (total functions, fuzzed), and [`server`] holds
-//! connections to their limits (HTTP/1.1 on hyper, see its doc for the timeouts). No input
+//! connections to their limits (HTTP/1.1 on hyper, see its doc for the timeouts);
+//! [`metrics_listener`] is the `/metrics`-only listener of the other commands. No input
 //! makes it panic, and no header value is built from unchecked bytes.
 
 pub mod body;
@@ -28,13 +29,14 @@ pub mod decode;
 pub mod etag;
 pub mod hub;
 pub mod metrics;
+pub mod metrics_listener;
 pub mod server;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use store::cache::ChunkCache;
-use store::Store;
+use read::cache::ChunkCache;
+use repo::Store;
 
 pub use crate::hub::Hub;
 pub use crate::server::Limits;
@@ -50,7 +52,7 @@ pub enum ServeError {
     Runtime(std::io::Error),
     /// The chunk cache could not start.
     #[error(transparent)]
-    Store(#[from] store::StoreError),
+    Store(#[from] repo::StoreError),
 }
 
 /// How to serve.

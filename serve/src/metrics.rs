@@ -1,5 +1,5 @@
 //! Prometheus metrics of the endpoint, registered once per process in the store's registry
-//! ([`store::metrics::register`]), so `/metrics` shows them beside the store's, the chunk
+//! ([`repo::metrics::register`]), so `/metrics` shows them beside the store's, the chunk
 //! cache's and the object store's, in one OpenMetrics exposition.
 
 use std::sync::LazyLock;
@@ -40,7 +40,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         panics: Counter::default(),
         downloads: Histogram::new(BUCKETS),
     };
-    store::metrics::register(|r| {
+    repo::metrics::register(|r| {
         r.register(
             "serve_requests",
             "HTTP requests by endpoint and status.",

@@ -98,7 +98,7 @@ fn fixture() -> &'static Fixture {
         Fixture {
             hub: Arc::new(Hub::new(
                 store.clone(),
-                Arc::new(store::cache::ChunkCache::new(store, 64 << 20, 2).unwrap()),
+                Arc::new(read::cache::ChunkCache::new(store, 64 << 20, 2).unwrap()),
                 Some(tokens),
             )),
             files: files()

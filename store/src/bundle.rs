@@ -516,7 +516,7 @@ fn read_bundle(
     rx.report.bundle_bytes = src.bytes;
     packs.seal(store, index, &mut rx.report)?;
     progress.finish();
-    store.backend().sync_deferred()
+    Ok(store.backend().sync_deferred()?)
 }
 
 /// Checks the end record against the checksum and the count of the records before it.

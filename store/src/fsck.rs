@@ -167,6 +167,7 @@ fn check_revisions(
         let m = match store
             .backend()
             .get(&key)
+            .map_err(StoreError::from)
             .and_then(|b| decode_manifest(&key, &b))
         {
             Ok(m) => m,
@@ -421,6 +422,7 @@ fn forwarding_records(
         };
         match backend
             .get(&obj.key)
+            .map_err(StoreError::from)
             .and_then(|b| Ok(forward::decode(&obj.key, &b)?))
         {
             Ok(rec) => {
@@ -451,7 +453,7 @@ fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckRepo
             let mut problems = Vec::new();
             let bytes = match store.backend().get(&key) {
                 Ok(b) => b,
-                Err(StoreError::NotFound(_)) => return, // deleted by gc meanwhile
+                Err(objects::ObjectError::NotFound(_)) => return, // deleted by gc meanwhile
                 Err(e) => {
                     problems.push(e.to_string());
                     found

@@ -440,7 +440,7 @@ pub fn tree_hashes(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
-/// Spawns `cmd` with the pause point `point` armed (`store/src/failpoint.rs`) and returns
+/// Spawns `cmd` with the pause point `point` armed (`repo/src/failpoint.rs`) and returns
 /// once the process waits there; panics (with its stderr) if it exits first. Its stdout and
 /// stderr are piped.
 pub fn spawn_paused(cmd: &mut Command, point: &str, dir: &Path) -> std::process::Child {

@@ -8,21 +8,12 @@ use store::gc::{GcOptions, GcReport};
 use store::RepoId;
 
 use super::Ctx;
+pub use crate::args::GcArgs;
 use crate::config::Config;
 use crate::output::{bytes, utc};
 
 /// Exit status when another gc holds the lock.
 pub const EXIT_LOCKED: u8 = 3;
-
-/// Options of `modelcas gc` as given on the command line.
-pub struct GcArgs {
-    pub keep_last: Option<usize>,
-    pub keep_within: Option<String>,
-    pub grace: Option<String>,
-    pub rewrite_below: Option<f64>,
-    pub dry_run: bool,
-    pub json: bool,
-}
 
 fn duration(what: &str, s: &str) -> Result<std::time::Duration> {
     parse_duration(s).with_context(|| what.to_string())

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use serde_json::json;
-use store::ingest::{IngestOptions, Progress};
+use store::ingest::{IngestOptions, IngestReport, Progress};
 use store::source::{discover, DiscoverOptions};
 use store::{CommitId, CreateOptions, RepoId, Store};
 
@@ -46,6 +46,17 @@ pub fn run(
     }
     let started = std::time::Instant::now();
     let report = store::ingest::ingest(&store, &index, &found.snapshots, iopts, &bar)?;
+    record(&report, started);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report_json(&report))?);
+    } else {
+        print_report(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Records the ingest in the metrics and the log.
+fn record(report: &IngestReport, started: std::time::Instant) {
     let m = &*store::metrics::METRICS;
     store::metrics::add(&m.ingest_bytes, report.bytes_read);
     store::metrics::add(&m.ingest_new_bytes, report.new_chunk_bytes);
@@ -62,25 +73,29 @@ pub fn run(
         duration_ms = started.elapsed().as_millis() as u64,
         "ingest finished"
     );
-    if json {
-        let snaps: Vec<_> = report
-            .snapshots
-            .iter()
-            .map(|s| {
-                json!({"repo": s.repo.to_string(), "commit": s.commit.to_hex(), "files": s.files,
-                       "bytes": s.bytes, "new": s.new_manifest, "refs": s.refs})
-            })
-            .collect();
-        let v = json!({
-            "snapshots": snaps, "files_read": report.files_read, "bytes_read": report.bytes_read,
-            "chunks": report.chunks, "new_chunks": report.new_chunks, "new_chunk_bytes": report.new_chunk_bytes,
-            "packs_written": report.packs_written, "pack_bytes_written": report.pack_bytes_written,
-            "sync": {"packs": report.sync.packs, "learned": report.sync.learned,
-                     "forgotten": report.sync.forgotten, "condemned": report.sync.condemned},
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(ExitCode::SUCCESS);
-    }
+}
+
+/// The `--json` report.
+fn report_json(report: &IngestReport) -> serde_json::Value {
+    let snaps: Vec<_> = report
+        .snapshots
+        .iter()
+        .map(|s| {
+            json!({"repo": s.repo.to_string(), "commit": s.commit.to_hex(), "files": s.files,
+                   "bytes": s.bytes, "new": s.new_manifest, "refs": s.refs})
+        })
+        .collect();
+    json!({
+        "snapshots": snaps, "files_read": report.files_read, "bytes_read": report.bytes_read,
+        "chunks": report.chunks, "new_chunks": report.new_chunks, "new_chunk_bytes": report.new_chunk_bytes,
+        "packs_written": report.packs_written, "pack_bytes_written": report.pack_bytes_written,
+        "sync": {"packs": report.sync.packs, "learned": report.sync.learned,
+                 "forgotten": report.sync.forgotten, "condemned": report.sync.condemned},
+    })
+}
+
+/// The human report: one line per snapshot, one for the data.
+fn print_report(report: &IngestReport) {
     for s in &report.snapshots {
         let refs = if s.refs.is_empty() {
             String::new()
@@ -118,5 +133,4 @@ pub fn run(
             report.packs_written
         );
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -242,7 +242,7 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
         Command::Init {
             chunk_avg,
             pack_size,
-        } => init(&ctx, chunk_avg, pack_size),
+        } => init(ctx, chunk_avg, pack_size),
         Command::Ingest {
             path,
             repo,
@@ -250,91 +250,37 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             refs,
             threads,
             json,
-        } => ingest::run(&ctx, &path, repo, revision, refs, threads, json),
-        Command::Ls { target, json } => ls::run(&ctx, target.as_deref(), json),
-        Command::Checkout { revision, dir } => read::checkout(&ctx, &revision, &dir),
-        Command::Cat { revision, path } => read::cat(&ctx, &revision, &path),
-        Command::Verify { revision, json } => read::verify(&ctx, &revision, json),
-        Command::Stats { json } => stats::run(&ctx, json),
-        Command::Index { action } => index::run(&ctx, action),
-        Command::Mount {
-            mountpoint,
-            repo,
-            allow_other,
-            cache_mib,
-            fetch_threads,
-            threads,
-        } => {
-            let m = &ctx.config.mount;
-            let opts = mount::Options {
-                repo,
-                allow_other: allow_other || m.allow_other.unwrap_or(false),
-                cache_mib: cache_mib.or(m.cache_mib).unwrap_or(64),
-                fetch_threads: fetch_threads.or(m.fetch_threads),
-                threads: threads.or(m.threads).unwrap_or(8),
-            };
-            mount::mount(&ctx, &mountpoint, &opts)
-        }
+        } => ingest::run(ctx, &path, repo, revision, refs, threads, json),
+        Command::Ls { target, json } => ls::run(ctx, target.as_deref(), json),
+        Command::Checkout { revision, dir } => read::checkout(ctx, &revision, &dir),
+        Command::Cat { revision, path } => read::cat(ctx, &revision, &path),
+        Command::Verify { revision, json } => read::verify(ctx, &revision, json),
+        Command::Stats { json } => stats::run(ctx, json),
+        Command::Index { action } => index::run(ctx, action),
+        Command::Mount(a) => mount::mount(ctx, &a.mountpoint, &mount::Options::new(ctx, &a)),
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
-        Command::Gc {
-            keep_last,
-            keep_within,
-            grace,
-            rewrite_below,
-            dry_run,
-            json,
-        } => {
-            let args = gc::GcArgs {
-                keep_last,
-                keep_within,
-                grace,
-                rewrite_below,
-                dry_run,
-                json,
-            };
-            gc::gc(&ctx, &ctx.config, &args)
-        }
-        Command::Rm { revision, force } => gc::rm(&ctx, &revision, force),
+        Command::Gc(a) => gc::gc(ctx, &ctx.config, &a),
+        Command::Rm { revision, force } => gc::rm(ctx, &revision, force),
         Command::Export {
             revisions,
             output,
             have,
             have_from,
             json,
-        } => bundle::export(&ctx, &revisions, &output, &have, have_from.as_deref(), json),
-        Command::Import { file, json } => bundle::import(&ctx, &file, json),
-        Command::Serve {
-            listen,
-            token_file,
-            threads,
-            cache_mib,
-            fetch_threads,
-            limits,
-        } => {
-            let c = &ctx.config.serve;
-            let opts = serve::Options {
-                listen: listen
-                    .or(c.listen.clone())
-                    .unwrap_or_else(|| "127.0.0.1:8080".into()),
-                token_file: token_file.or(c.token_file.clone()),
-                threads: threads.or(c.threads).unwrap_or(16),
-                cache_mib: cache_mib.or(c.cache_mib).unwrap_or(256),
-                fetch_threads: fetch_threads.or(c.fetch_threads),
-                limits: serve::limits(c, &limits)?,
-            };
-            serve::run(&ctx, opts)
-        }
-        Command::Pin { revision } => gc::pin(&ctx, &revision, true),
+        } => bundle::export(ctx, &revisions, &output, &have, have_from.as_deref(), json),
+        Command::Import { file, json } => bundle::import(ctx, &file, json),
+        Command::Serve(a) => serve::run(ctx, serve::Options::new(ctx, a)?),
+        Command::Pin { revision } => gc::pin(ctx, &revision, true),
         Command::Ref {
             repo,
             name,
             revision,
         } => gc::set_ref(ctx, &repo, &name, &revision),
-        Command::Unpin { revision } => gc::pin(&ctx, &revision, false),
+        Command::Unpin { revision } => gc::pin(ctx, &revision, false),
         Command::Fsck {
             read_data,
             grace,
             json,
-        } => gc::fsck(&ctx, &ctx.config, read_data, grace.as_deref(), json),
+        } => gc::fsck(ctx, &ctx.config, read_data, grace.as_deref(), json),
     }
 }

@@ -9,6 +9,7 @@ use anyhow::{bail, Result};
 use modelfs::MountOptions;
 
 use super::{resolve, Ctx};
+use crate::args::MountArgs;
 
 /// Options of `modelcas mount`.
 pub struct Options {
@@ -17,6 +18,20 @@ pub struct Options {
     pub cache_mib: usize,
     pub fetch_threads: Option<usize>,
     pub threads: usize,
+}
+
+impl Options {
+    /// The flags, with `[mount]` of the config file under them.
+    pub fn new(ctx: &Ctx, a: &MountArgs) -> Options {
+        let m = &ctx.config.mount;
+        Options {
+            repo: a.repo.clone(),
+            allow_other: a.allow_other || m.allow_other.unwrap_or(false),
+            cache_mib: a.cache_mib.or(m.cache_mib).unwrap_or(64),
+            fetch_threads: a.fetch_threads.or(m.fetch_threads),
+            threads: a.threads.or(m.threads).unwrap_or(8),
+        }
+    }
 }
 
 pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {

@@ -11,7 +11,7 @@ use hubserve::Limits;
 use store::gc::retention::parse_duration;
 
 use super::Ctx;
-use crate::args::ServeLimitArgs;
+use crate::args::{ServeArgs, ServeLimitArgs};
 use crate::config::ServeConfig;
 
 /// Tokens from a file: one per line; blank lines and `#` comments ignored.
@@ -82,6 +82,24 @@ pub struct Options {
     pub cache_mib: usize,
     pub fetch_threads: Option<usize>,
     pub limits: Limits,
+}
+
+impl Options {
+    /// The flags, with `[serve]` of the config file under them.
+    pub fn new(ctx: &Ctx, a: ServeArgs) -> Result<Options> {
+        let c = &ctx.config.serve;
+        Ok(Options {
+            listen: a
+                .listen
+                .or(c.listen.clone())
+                .unwrap_or_else(|| "127.0.0.1:8080".into()),
+            token_file: a.token_file.or(c.token_file.clone()),
+            threads: a.threads.or(c.threads).unwrap_or(16),
+            cache_mib: a.cache_mib.or(c.cache_mib).unwrap_or(256),
+            fetch_threads: a.fetch_threads.or(c.fetch_threads),
+            limits: limits(c, &a.limits)?,
+        })
+    }
 }
 
 pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {

@@ -7,7 +7,9 @@ use std::time::Instant;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 
-use super::{internal, not_found, Head, Hub, Reply, X_LINKED_ETAG, X_LINKED_SIZE, X_REPO_COMMIT};
+use super::{
+    internal, not_found, Head, Hub, Located, Reply, X_LINKED_ETAG, X_LINKED_SIZE, X_REPO_COMMIT,
+};
 use crate::body::Body;
 use crate::decode::{self, content_disposition, header_ascii};
 
@@ -82,58 +84,23 @@ impl Hub {
             Ok(x) => x,
             Err(r) => return r,
         };
-        let m = &at.manifest;
-        let Ok(i) = m.files.binary_search_by(|f| f.path.as_str().cmp(file)) else {
+        let Ok(i) = at
+            .manifest
+            .files
+            .binary_search_by(|f| f.path.as_str().cmp(file))
+        else {
             let msg = format!("{file} does not exist at {}", at.commit.to_hex());
             return not_found("EntryNotFound", &msg, Some(&at.commit));
         };
-        let f = &m.files[i];
-        let (_, etag, lfs) = match self.ids(&at, i) {
-            Ok(x) => x,
+        let mut h = match self.file_headers(&at, i) {
+            Ok(h) => h,
             Err(e) => return internal(e),
         };
-        let quoted = header_ascii(&format!("\"{etag}\""));
-        let mut h = HeaderMap::new();
-        h.insert(X_REPO_COMMIT, header_ascii(&at.commit.to_hex()));
-        h.insert(header::ETAG, quoted.clone());
-        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
-        h.insert(header::CONTENT_DISPOSITION, content_disposition(&f.path));
-        h.insert(header::LAST_MODIFIED, decode::http_date(m.ingested_at));
-        if lfs.is_some() {
-            h.insert(X_LINKED_ETAG, quoted);
-            h.insert(X_LINKED_SIZE, HeaderValue::from(f.size));
-        }
-        let range = req_headers
-            .get(header::RANGE)
-            .map(|v| v.to_str().ok().and_then(|r| decode::parse_range(r, f.size)));
-        let (status, from, to) = match range {
-            None => (StatusCode::OK, 0, f.size),
-            Some(Some((a, b))) => {
-                let cr = format!("bytes {a}-{}/{}", b - 1, f.size);
-                h.insert(header::CONTENT_RANGE, header_ascii(&cr));
-                (StatusCode::PARTIAL_CONTENT, a, b)
-            }
-            Some(None) => {
-                let mut r = Reply::error(
-                    StatusCode::RANGE_NOT_SATISFIABLE,
-                    "",
-                    "range not satisfiable",
-                    None,
-                );
-                h.insert(
-                    header::CONTENT_RANGE,
-                    header_ascii(&format!("bytes */{}", f.size)),
-                );
-                h.remove(header::CONTENT_TYPE);
-                r.headers.extend(h);
-                return r;
-            }
+        let size = at.manifest.files[i].size;
+        let (status, from, to) = match byte_range(req_headers, size, &mut h) {
+            Ok(x) => x,
+            Err(r) => return r,
         };
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(to - from));
         if head {
             h.insert("x-modelcas", HeaderValue::from_static("1"));
             return Reply {
@@ -156,7 +123,71 @@ impl Hub {
         }
     }
 
+    /// The headers of file `i` of the located revision that the client reads before the
+    /// body: the commit, the etag (and for LFS files the linked etag and size), the name.
+    fn file_headers(&self, at: &Located, i: usize) -> Result<HeaderMap, crate::body::ReadError> {
+        let f = &at.manifest.files[i];
+        let (_, etag, lfs) = self.ids(at, i)?;
+        let quoted = header_ascii(&format!("\"{etag}\""));
+        let mut h = HeaderMap::new();
+        h.insert(X_REPO_COMMIT, header_ascii(&at.commit.to_hex()));
+        h.insert(header::ETAG, quoted.clone());
+        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        h.insert(header::CONTENT_DISPOSITION, content_disposition(&f.path));
+        h.insert(
+            header::LAST_MODIFIED,
+            decode::http_date(at.manifest.ingested_at),
+        );
+        if lfs.is_some() {
+            h.insert(X_LINKED_ETAG, quoted);
+            h.insert(X_LINKED_SIZE, HeaderValue::from(f.size));
+        }
+        Ok(h)
+    }
+
     fn metrics_handle(&self) -> &'static crate::metrics::Metrics {
         self.metrics
     }
+}
+
+/// The part of a file of `size` bytes the request asks for (its `Range` header): the
+/// status and `[from, to)`, with `Content-Range` and `Content-Length` added to `h`; or the
+/// 416 reply.
+fn byte_range(
+    req_headers: &HeaderMap,
+    size: u64,
+    h: &mut HeaderMap,
+) -> Result<(StatusCode, u64, u64), Reply> {
+    let range = req_headers
+        .get(header::RANGE)
+        .map(|v| v.to_str().ok().and_then(|r| decode::parse_range(r, size)));
+    let (status, from, to) = match range {
+        None => (StatusCode::OK, 0, size),
+        Some(Some((a, b))) => {
+            let cr = format!("bytes {a}-{}/{size}", b - 1);
+            h.insert(header::CONTENT_RANGE, header_ascii(&cr));
+            (StatusCode::PARTIAL_CONTENT, a, b)
+        }
+        Some(None) => {
+            let mut r = Reply::error(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "",
+                "range not satisfiable",
+                None,
+            );
+            h.insert(
+                header::CONTENT_RANGE,
+                header_ascii(&format!("bytes */{size}")),
+            );
+            h.remove(header::CONTENT_TYPE);
+            r.headers.extend(h.clone());
+            return Err(r);
+        }
+    };
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(to - from));
+    Ok((status, from, to))
 }

@@ -10,7 +10,7 @@ use crate::backend::ObjectStore;
 use crate::lock;
 use crate::names::{CommitId, RepoId};
 use crate::repo::{decode_manifest, Store};
-use crate::{Result, StoreError};
+use crate::Result;
 
 /// Longest gc waits for pin, ref and rm commands that were running when it deleted expired
 /// manifests: twice their lease's time to live (a holder that died goes stale within one).
@@ -84,7 +84,7 @@ pub(super) fn restore_wanted(
                 continue;
             }
             let h = match backend.get(&h.key) {
-                Err(StoreError::NotFound(_)) => {
+                Err(objects::ObjectError::NotFound(_)) => {
                     backend.put(&h.key, &h.bytes)?;
                     h
                 }
@@ -93,7 +93,7 @@ pub(super) fn restore_wanted(
                     bytes,
                     ..h
                 },
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
             warn(format!(
                 "{repo}@{}: a ref or pin appeared while it was expiring; kept",

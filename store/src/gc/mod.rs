@@ -61,7 +61,7 @@ use crate::manifest::Manifest;
 use crate::names::{CommitId, RepoId};
 use crate::pack::PackId;
 use crate::repo::{decode_manifest, Store};
-use crate::{Result, StoreError};
+use crate::Result;
 
 use retention::{Candidate, Keep, Retention};
 use state::Condemned;
@@ -407,8 +407,8 @@ fn revisions(
             None => {
                 let b = match backend.get(&obj.key) {
                     Ok(b) => b,
-                    Err(StoreError::NotFound(_)) => continue, // removed meanwhile
-                    Err(e) => return Err(e),
+                    Err(objects::ObjectError::NotFound(_)) => continue, // removed meanwhile
+                    Err(e) => return Err(e.into()),
                 };
                 report.manifests_fetched += 1;
                 if let Some(idx) = cache {

@@ -47,8 +47,8 @@ pub(super) fn load_forwards(
             None => {
                 let b = match backend.get(&obj.key) {
                     Ok(b) => b,
-                    Err(StoreError::NotFound(_)) => continue,
-                    Err(e) => return Err(e),
+                    Err(objects::ObjectError::NotFound(_)) => continue,
+                    Err(e) => return Err(e.into()),
                 };
                 if let Some(idx) = cache {
                     if !obj.tag.is_empty() {

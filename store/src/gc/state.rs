@@ -47,15 +47,15 @@ pub fn read(store: &dyn ObjectStore) -> Result<GcState> {
             key: layout::CONDEMNED_KEY.into(),
             reason: e.to_string(),
         }),
-        Err(StoreError::NotFound(_)) => Ok(GcState::default()),
-        Err(e) => Err(e),
+        Err(objects::ObjectError::NotFound(_)) => Ok(GcState::default()),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Replaces the list.
 pub fn write(store: &dyn ObjectStore, state: &GcState) -> Result<()> {
-    store.put(
+    Ok(store.put(
         layout::CONDEMNED_KEY,
         &codec::encode(Kind::GcState, state, true),
-    )
+    )?)
 }

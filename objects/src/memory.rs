@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use super::{check_key, ObjectMeta, ObjectStore};
-use crate::{Result, StoreError};
+use crate::{ObjectError, Result};
 
 /// Objects in a map; counts puts and bytes put.
 #[derive(Default)]
@@ -87,7 +87,7 @@ impl ObjectStore for MemoryStore {
         check_key(key)?;
         let left = self.fail_after.load(Ordering::SeqCst);
         if left == 0 {
-            return Err(StoreError::Backend {
+            return Err(ObjectError::Backend {
                 op: "put",
                 key: key.into(),
                 reason: "injected failure".into(),
@@ -113,18 +113,18 @@ impl ObjectStore for MemoryStore {
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
             .map(|(v, _)| v.clone())
-            .ok_or_else(|| StoreError::NotFound(key.into()))
+            .ok_or_else(|| ObjectError::NotFound(key.into()))
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let map = self.objects.lock().unwrap_or_else(|p| p.into_inner());
         let (obj, _) = map
             .get(key)
-            .ok_or_else(|| StoreError::NotFound(key.into()))?;
+            .ok_or_else(|| ObjectError::NotFound(key.into()))?;
         let end = offset
             .checked_add(len)
             .filter(|e| *e <= obj.len() as u64)
-            .ok_or_else(|| StoreError::CorruptObject {
+            .ok_or_else(|| ObjectError::CorruptObject {
                 key: key.into(),
                 reason: format!("truncated: wanted {len} bytes at offset {offset}"),
             })?;

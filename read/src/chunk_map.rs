@@ -2,16 +2,16 @@
 //! length, and the offset in the file where it starts. Built once per open file from a
 //! manifest, with the one check every reader relies on (chunks within the pack table, sizes
 //! adding up); the range reader of the mount and serve ([`crate::readahead::FileStream`])
-//! and the whole-file reader of cat, checkout and verify ([`crate::read::FileReader`]) both
+//! and the whole-file reader of cat, checkout and verify ([`crate::file_reader::FileReader`]) both
 //! map offsets to chunks through it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::ChunkSource;
-use crate::layout;
-use crate::manifest::{FileEntry, Manifest};
-use crate::{Result, StoreError};
+use repo::layout;
+use repo::manifest::{FileEntry, Manifest};
+use repo::{Result, StoreError};
 
 /// The chunks of one file, in order, with their offsets.
 pub struct ChunkMap {

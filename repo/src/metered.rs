@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{ObjectMeta, ObjectStore, Temporary};
+use crate::backend::{ObjectError, ObjectMeta, ObjectStore, Temporary};
 use crate::metrics::METRICS;
-use crate::Result;
+use objects::Result;
 
 /// An object store whose requests show up in `/metrics`.
 pub struct MeteredStore {
@@ -25,7 +25,7 @@ impl MeteredStore {
 fn timed<T>(op: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let t = Instant::now();
     let r = f();
-    let failed = matches!(&r, Err(e) if !matches!(e, crate::StoreError::NotFound(_)));
+    let failed = matches!(&r, Err(e) if !matches!(e, ObjectError::NotFound(_)));
     METRICS.backend_request(op, t.elapsed(), failed);
     r
 }

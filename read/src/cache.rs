@@ -17,9 +17,9 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use chunker::ChunkId;
 
-use crate::pack;
-use crate::repo::Store;
-use crate::{Result, StoreError};
+use repo::pack;
+use repo::Store;
+use repo::{Result, StoreError};
 
 /// Where to fetch one chunk from.
 #[derive(Clone, Debug)]
@@ -165,7 +165,7 @@ impl ChunkCache {
             let tick = inner.tick;
             match inner.map.get_mut(&src.id) {
                 Some(Entry::Ready { data, tick: t }) => {
-                    crate::metrics::add(&crate::metrics::METRICS.cache_hits, 1);
+                    repo::metrics::add(&repo::metrics::METRICS.cache_hits, 1);
                     let data = data.clone();
                     let old = std::mem::replace(t, tick);
                     inner.lru.remove(&old);
@@ -173,11 +173,11 @@ impl ChunkCache {
                     return Ok(data);
                 }
                 Some(Entry::Loading(slot)) => {
-                    crate::metrics::add(&crate::metrics::METRICS.cache_inflight_hits, 1);
+                    repo::metrics::add(&repo::metrics::METRICS.cache_inflight_hits, 1);
                     slot.clone()
                 }
                 None => {
-                    crate::metrics::add(&crate::metrics::METRICS.cache_misses, 1);
+                    repo::metrics::add(&repo::metrics::METRICS.cache_misses, 1);
                     self.start_fetch(&mut inner, src)
                 }
             }
@@ -236,7 +236,7 @@ impl ChunkCache {
             inner.loading_bytes += src.raw_len as usize;
             group.push((src.clone(), slot));
             accepted += 1;
-            crate::metrics::add(&crate::metrics::METRICS.readahead_chunks, 1);
+            repo::metrics::add(&repo::metrics::METRICS.readahead_chunks, 1);
         }
         if !group.is_empty() {
             groups.push(group);
@@ -326,7 +326,7 @@ impl ChunkCache {
                     );
                     inner.lru.insert(tick, src.id);
                     self.evict(&mut inner);
-                    crate::metrics::set(&crate::metrics::METRICS.cache_bytes, inner.bytes as u64);
+                    repo::metrics::set(&repo::metrics::METRICS.cache_bytes, inner.bytes as u64);
                     Ok(data)
                 }
                 Err(e) => {
@@ -376,8 +376,8 @@ impl ChunkCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::ObjectStore;
     use crate::test_pack::{noise, one_pack};
+    use repo::backend::ObjectStore;
 
     fn chunks(n: usize, len: usize) -> Vec<Vec<u8>> {
         (0..n).map(|i| noise(len, i as u64)).collect()

@@ -1,4 +1,7 @@
-//! The object-store abstraction: the only way the store touches its bucket.
+//! The object stores: the only way modelcas touches its bucket. The [`ObjectStore`] trait
+//! (put, ranged get, list, delete, the store's clock) and its implementations: a local
+//! directory, memory, a request-counting wrapper, and S3 (cargo feature `s3`, which pulls
+//! in the AWS SDK; the mount and serve crates build without it).
 //!
 //! Keys are `/`-separated relative names (see `docs/FORMAT.md`, "Bucket layout"). The
 //! contract every implementation keeps:
@@ -13,20 +16,39 @@
 //!   and lease ages compare only these two, never one host's clock with another's.
 
 mod counting;
+mod error;
 mod local;
 mod memory;
-mod metered;
+#[cfg(feature = "s3")]
 mod s3;
 
 pub use counting::{CountingStore, Requests};
+pub use error::{ObjectError, Result};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
-pub use metered::MeteredStore;
-pub use s3::{S3Options, S3Store};
+#[cfg(feature = "s3")]
+pub use s3::S3Options;
+
+#[cfg(feature = "s3")]
+pub use s3::S3Store;
 
 use std::time::SystemTime;
 
-use crate::Result;
+/// SDK operations and attempts (every retry is one more attempt) of every S3 store of the
+/// process (zero where the `s3` feature is off); the store's metrics report them.
+#[derive(Debug, Default)]
+pub struct S3Requests {
+    /// Operations started (a GET, a PUT, ...).
+    pub operations: std::sync::atomic::AtomicU64,
+    /// Attempts made (operations plus retries).
+    pub attempts: std::sync::atomic::AtomicU64,
+}
+
+/// The process's S3 request counts.
+pub static S3_REQUESTS: S3Requests = S3Requests {
+    operations: std::sync::atomic::AtomicU64::new(0),
+    attempts: std::sync::atomic::AtomicU64::new(0),
+};
 
 /// One listed object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,10 +94,10 @@ pub trait ObjectStore: Send + Sync {
     fn sync_deferred(&self) -> Result<()> {
         Ok(())
     }
-    /// The whole object. [`crate::StoreError::NotFound`] when absent.
+    /// The whole object. [`crate::ObjectError::NotFound`] when absent.
     fn get(&self, key: &str) -> Result<Vec<u8>>;
     /// `len` bytes from `offset`. Fewer bytes than asked is an error
-    /// ([`crate::StoreError::CorruptObject`]: the object is truncated).
+    /// ([`crate::ObjectError::CorruptObject`]: the object is truncated).
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Every object whose key starts with `prefix`, sorted by key.
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>>;
@@ -103,7 +125,7 @@ pub trait ObjectStore: Send + Sync {
 
 /// Checks a key before it touches a filesystem or a bucket: no empty segment, no `.`
 /// or `..`, no leading `/`, no backslash.
-pub(crate) fn check_key(key: &str) -> Result<()> {
+pub fn check_key(key: &str) -> Result<()> {
     let bad = key.is_empty()
         || key.starts_with('/')
         || key.contains('\\')
@@ -111,7 +133,7 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
             .split('/')
             .any(|s| s.is_empty() || s == "." || s == "..");
     if bad {
-        return Err(crate::StoreError::Invalid(format!(
+        return Err(crate::ObjectError::Invalid(format!(
             "invalid object key {key:?}"
         )));
     }

@@ -14,10 +14,10 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::chunk_map::ChunkMap;
-use crate::manifest::{FileEntry, Manifest};
 use crate::progress::Progress;
-use crate::repo::Store;
-use crate::{Result, StoreError};
+use repo::manifest::{FileEntry, Manifest};
+use repo::Store;
+use repo::{Result, StoreError};
 
 /// Decoded bytes held at once per file stream: chunks are decoded in parallel in windows
 /// of about this size, then written in order.

@@ -27,11 +27,11 @@ use bincode::{Decode, Encode};
 use chunker::ChunkId;
 use rocksdb::{ColumnFamilyDescriptor, Options, WriteBatch, DB};
 
-use crate::backend::ObjectStore;
-use crate::codec::{self, Kind};
-use crate::layout;
-use crate::pack::{self, FooterEntry, PackId};
-use crate::{Result, StoreError};
+use repo::backend::ObjectStore;
+use repo::codec::{self, Kind};
+use repo::layout;
+use repo::pack::{self, FooterEntry, PackId};
+use repo::{Result, StoreError};
 
 const CF_CHUNKS: &str = "chunks";
 const CF_PACKS: &str = "packs";
@@ -379,7 +379,7 @@ fn index_err(path: &Path, e: rocksdb::Error) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_pack::{noise, one_pack};
+    use read::test_pack::{noise, one_pack};
 
     #[test]
     fn sync_learns_packs_forgets_gone_condemned_and_resized_ones() {

@@ -11,8 +11,8 @@ use crate::{Result, StoreError};
 pub fn check(store: &dyn ObjectStore, write: bool) -> Result<()> {
     let bytes = match store.get(layout::FEATURES_KEY) {
         Ok(b) => b,
-        Err(StoreError::NotFound(_)) => return Ok(()),
-        Err(e) => return Err(e),
+        Err(objects::ObjectError::NotFound(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
     };
     let f = format::features::decode(&bytes)?;
     let missing = if write {

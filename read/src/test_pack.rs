@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use chunker::ChunkId;
 
-use crate::backend::{MemoryStore, ObjectStore};
 use crate::cache::ChunkSource;
-use crate::frame;
-use crate::layout;
-use crate::pack::{FooterEntry, PackBuilder, PackId};
-use crate::repo::{CreateOptions, Store};
+use repo::backend::{MemoryStore, ObjectStore};
+use repo::frame;
+use repo::layout;
+use repo::pack::{FooterEntry, PackBuilder, PackId};
+use repo::{CreateOptions, Store};
 
 /// A store in memory and one pack holding `chunks`, with where each chunk is.
 pub struct OnePack {

@@ -166,8 +166,8 @@ pub fn list(store: &dyn ObjectStore, kind: &str) -> Result<Vec<Listed>> {
     for obj in store.list(&format!("{}{kind}-", layout::LOCKS_PREFIX))? {
         let bytes = match store.get(&obj.key) {
             Ok(b) => b,
-            Err(StoreError::NotFound(_)) => continue, // released meanwhile
-            Err(e) => return Err(e),
+            Err(objects::ObjectError::NotFound(_)) => continue, // released meanwhile
+            Err(e) => return Err(e.into()),
         };
         let lock: LockObject =
             codec::decode(Kind::Lock, &bytes).map_err(|e| StoreError::CorruptObject {
@@ -283,7 +283,7 @@ impl Shared {
         let gone = || self.lost_err("its object was removed (judged stale)".into());
         let meta = self.store.stat(&self.key)?.ok_or_else(gone)?;
         let bytes = match self.store.get(&self.key) {
-            Err(StoreError::NotFound(_)) => return Err(gone()),
+            Err(objects::ObjectError::NotFound(_)) => return Err(gone()),
             other => other?,
         };
         let obj: LockObject =
@@ -385,6 +385,7 @@ impl Held {
         store.put(&key, &codec::encode(Kind::Lock, &template, false))?;
         let started = store
             .stat(&key)
+            .map_err(StoreError::from)
             .and_then(|m| modified_ms(store.as_ref(), &key, m.and_then(|m| m.modified)));
         let started = match started {
             Ok(s) => s,

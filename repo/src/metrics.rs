@@ -65,12 +65,8 @@ pub struct Metrics {
     /// Latency of object-store requests (retries included).
     pub backend_seconds: Histogram,
     /// S3 attempts beyond the first of each operation (kept up to date by [`render`] from
-    /// the two counts below).
+    /// [`objects::S3_REQUESTS`]).
     backend_retries: Counter,
-    /// S3 operations started by the SDK (a multipart upload is several).
-    pub s3_operations: AtomicU64,
-    /// S3 attempts (operations plus their retries).
-    pub s3_attempts: AtomicU64,
     /// Bytes read by ingest.
     pub ingest_bytes: Counter,
     /// Of those, bytes of chunks that were new.
@@ -108,8 +104,6 @@ impl Metrics {
             backend_errors: Family::default(),
             backend_seconds: Histogram::new(BUCKETS),
             backend_retries: Counter::default(),
-            s3_operations: AtomicU64::new(0),
-            s3_attempts: AtomicU64::new(0),
             ingest_bytes: Counter::default(),
             ingest_new_bytes: Counter::default(),
             ingest_dedup_bytes: Counter::default(),
@@ -123,6 +117,14 @@ impl Metrics {
 
     /// Registers every metric (counters get their `_total` suffix from the encoder).
     fn register(&self, r: &mut Registry) {
+        self.register_mount(r);
+        self.register_caches(r);
+        self.register_commands(r);
+        self.register_backend(r);
+    }
+
+    /// The mount's reads.
+    fn register_mount(&self, r: &mut Registry) {
         let m = self;
         r.register(
             "mount_read_bytes",
@@ -144,6 +146,17 @@ impl Metrics {
             "Files open through the mount.",
             m.mount_open_files.clone(),
         );
+        r.register_with_unit(
+            "mount_read",
+            "Latency of reads through the mount.",
+            Unit::Seconds,
+            m.mount_read_seconds.clone(),
+        );
+    }
+
+    /// The decoded-chunk cache, read-ahead and the node cache.
+    fn register_caches(&self, r: &mut Registry) {
+        let m = self;
         r.register(
             "chunk_cache_hits",
             "Chunk lookups served from memory.",
@@ -179,6 +192,11 @@ impl Metrics {
             "Node-local chunk cache misses.",
             m.disk_cache_misses.clone(),
         );
+    }
+
+    /// Ingest and gc.
+    fn register_commands(&self, r: &mut Registry) {
+        let m = self;
         r.register(
             "ingest_bytes",
             "Bytes read by ingest.",
@@ -221,6 +239,11 @@ impl Metrics {
             Unit::Seconds,
             m.gc_duration.clone(),
         );
+    }
+
+    /// Object-store requests.
+    fn register_backend(&self, r: &mut Registry) {
+        let m = self;
         r.register(
             "backend_retries",
             "S3 attempts beyond the first of each operation (throttling, 5xx, timeouts).",
@@ -235,12 +258,6 @@ impl Metrics {
             "backend_errors",
             "Object-store requests that failed after retries.",
             m.backend_errors.clone(),
-        );
-        r.register_with_unit(
-            "mount_read",
-            "Latency of reads through the mount.",
-            Unit::Seconds,
-            m.mount_read_seconds.clone(),
         );
         r.register_with_unit(
             "backend_request",
@@ -292,10 +309,11 @@ pub fn set(g: &Gauge, n: u64) {
 /// The OpenMetrics text exposition of every metric of the process.
 pub fn render() -> String {
     let m = &*METRICS;
-    let retries = m
-        .s3_attempts
+    let s3 = &objects::S3_REQUESTS;
+    let retries = s3
+        .attempts
         .load(Ordering::Relaxed)
-        .saturating_sub(m.s3_operations.load(Ordering::Relaxed));
+        .saturating_sub(s3.operations.load(Ordering::Relaxed));
     let have = m.backend_retries.get();
     if retries > have {
         m.backend_retries.inc_by(retries - have);

@@ -69,8 +69,10 @@ pub fn read_frame(
     store
         .get_range(key, offset, frame_len as u64)
         .map_err(|e| match e {
-            StoreError::CorruptObject { reason, .. } => corrupt_chunk(id, key, offset, reason),
-            other => other,
+            objects::ObjectError::CorruptObject { reason, .. } => {
+                corrupt_chunk(id, key, offset, reason)
+            }
+            other => other.into(),
         })
 }
 

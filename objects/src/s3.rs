@@ -27,7 +27,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
 
 use super::{check_key, ObjectMeta, ObjectStore, Temporary};
-use crate::{Result, StoreError};
+use crate::{ObjectError, Result};
 
 /// Objects larger than this are uploaded in parts.
 pub const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
@@ -71,8 +71,8 @@ impl aws_sdk_s3::config::Intercept for AttemptCounter {
         _ctx: &aws_sdk_s3::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
         _cfg: &mut aws_sdk_s3::config::ConfigBag,
     ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
-        crate::metrics::METRICS
-            .s3_operations
+        crate::S3_REQUESTS
+            .operations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -83,8 +83,8 @@ impl aws_sdk_s3::config::Intercept for AttemptCounter {
         _rc: &aws_sdk_s3::config::RuntimeComponents,
         _cfg: &mut aws_sdk_s3::config::ConfigBag,
     ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
-        crate::metrics::METRICS
-            .s3_attempts
+        crate::S3_REQUESTS
+            .attempts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -122,8 +122,8 @@ fn system_time(t: Option<&DateTime>) -> Option<SystemTime> {
     t.and_then(|t| SystemTime::try_from(*t).ok())
 }
 
-fn backend_err(op: &'static str, key: &str, reason: impl Into<String>) -> StoreError {
-    StoreError::Backend {
+fn backend_err(op: &'static str, key: &str, reason: impl Into<String>) -> ObjectError {
+    ObjectError::Backend {
         op,
         key: key.to_string(),
         reason: reason.into(),
@@ -181,24 +181,24 @@ impl S3Store {
     pub fn new(url: &str, opts: &S3Options) -> Result<S3Store> {
         let rest = url
             .strip_prefix("s3://")
-            .ok_or_else(|| StoreError::Invalid(format!("not an s3:// URL: {url:?}")))?;
+            .ok_or_else(|| ObjectError::Invalid(format!("not an s3:// URL: {url:?}")))?;
         let (bucket, prefix) = match rest.split_once('/') {
             Some((b, p)) => (b.to_string(), p.trim_matches('/').to_string()),
             None => (rest.to_string(), String::new()),
         };
         if bucket.is_empty() {
-            return Err(StoreError::Invalid(format!("{url:?} names no bucket")));
+            return Err(ObjectError::Invalid(format!("{url:?} names no bucket")));
         }
         if !prefix.is_empty() {
             check_key(&prefix)
-                .map_err(|_| StoreError::Invalid(format!("invalid prefix in {url:?}")))?;
+                .map_err(|_| ObjectError::Invalid(format!("invalid prefix in {url:?}")))?;
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("modelcas-s3")
             .enable_all()
             .build()
-            .map_err(|e| StoreError::Invalid(format!("cannot start the S3 runtime: {e}")))?;
+            .map_err(|e| ObjectError::Invalid(format!("cannot start the S3 runtime: {e}")))?;
         let http = http_client(opts.endpoint.as_deref())?;
         let mut loader =
             aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http);
@@ -285,7 +285,7 @@ impl S3Store {
                 }
             }
             done.sort_by_key(|p| p.part_number());
-            Ok::<_, StoreError>(done)
+            Ok::<_, ObjectError>(done)
         }
         .await;
         let result = match parts {
@@ -332,7 +332,7 @@ impl S3Store {
             }
             let out = match req.send().await {
                 Ok(o) => o,
-                Err(e) if is_not_found(&e) => return Err(StoreError::NotFound(key.to_string())),
+                Err(e) if is_not_found(&e) => return Err(ObjectError::NotFound(key.to_string())),
                 Err(SdkError::ServiceError(se)) if se.err().code() == Some("InvalidRange") => {
                     return Ok(Vec::new())
                 }
@@ -362,7 +362,7 @@ fn http_client(endpoint: Option<&str>) -> Result<aws_sdk_s3::config::SharedHttpC
             Ok(pem) => trust = trust.with_pem_certificate(pem),
             // A plain-http endpoint needs no CA; anything else must not silently drop it.
             Err(e) if !endpoint.is_some_and(|ep| ep.starts_with("http://")) => {
-                return Err(StoreError::Invalid(format!(
+                return Err(ObjectError::Invalid(format!(
                     "AWS_CA_BUNDLE={}: {e}",
                     std::path::Path::new(&path).display()
                 )))
@@ -373,7 +373,7 @@ fn http_client(endpoint: Option<&str>) -> Result<aws_sdk_s3::config::SharedHttpC
     let ctx = TlsContext::builder()
         .with_trust_store(trust)
         .build()
-        .map_err(|e| StoreError::Invalid(format!("TLS setup: {e}")))?;
+        .map_err(|e| ObjectError::Invalid(format!("TLS setup: {e}")))?;
     Ok(aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .tls_context(ctx)
@@ -409,7 +409,7 @@ impl ObjectStore for S3Store {
         }
         let bytes = self.get_object(key, Some((offset, len)))?;
         if (bytes.len() as u64) < len {
-            return Err(StoreError::CorruptObject {
+            return Err(ObjectError::CorruptObject {
                 key: key.to_string(),
                 reason: format!(
                     "truncated: wanted {len} bytes at offset {offset}, got {}",
@@ -596,9 +596,9 @@ impl ObjectStore for S3Store {
     fn now(&self) -> Result<SystemTime> {
         let capture = DateCapture::default();
         let prefix = if self.prefix.is_empty() {
-            crate::layout::LOCKS_PREFIX.to_string()
+            format::layout::LOCKS_PREFIX.to_string()
         } else {
-            format!("{}/{}", self.prefix, crate::layout::LOCKS_PREFIX)
+            format!("{}/{}", self.prefix, format::layout::LOCKS_PREFIX)
         };
         self.rt.block_on(async {
             self.client

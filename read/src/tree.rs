@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::manifest::Manifest;
+use repo::manifest::Manifest;
 
 /// An entry of a directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,8 +82,8 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::FileEntry;
-    use crate::names::{CommitId, RepoId};
+    use repo::manifest::FileEntry;
+    use repo::names::{CommitId, RepoId};
 
     #[test]
     fn nested_paths() {

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::cache::ChunkCache;
 use crate::chunk_map::ChunkMap;
-use crate::manifest::{FileEntry, Manifest};
-use crate::{Result, StoreError};
+use repo::manifest::{FileEntry, Manifest};
+use repo::{Result, StoreError};
 
 /// Window after the first sequential read: 8 MiB (a few default chunks).
 pub const INITIAL_WINDOW: u64 = 8 * 1024 * 1024;
@@ -178,9 +178,9 @@ impl FileStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{ChunkRef, FileEntry};
-    use crate::names::{CommitId, RepoId};
     use crate::test_pack::{noise, one_pack};
+    use repo::manifest::{ChunkRef, FileEntry};
+    use repo::names::{CommitId, RepoId};
 
     /// A file made of `chunks` in one pack, and a stream over it.
     fn stream(chunks: &[Vec<u8>], budget: usize) -> (FileStream, Vec<u8>) {

@@ -151,3 +151,16 @@ impl From<format::FormatError> for StoreError {
         }
     }
 }
+
+impl From<objects::ObjectError> for StoreError {
+    fn from(e: objects::ObjectError) -> StoreError {
+        use objects::ObjectError as O;
+        match e {
+            O::Io { path, source } => StoreError::Io { path, source },
+            O::Backend { op, key, reason } => StoreError::Backend { op, key, reason },
+            O::NotFound(key) => StoreError::NotFound(key),
+            O::CorruptObject { key, reason } => StoreError::CorruptObject { key, reason },
+            O::Invalid(s) => StoreError::Invalid(s),
+        }
+    }
+}

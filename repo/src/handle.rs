@@ -60,8 +60,10 @@ impl Store {
     pub fn open(backend: Arc<dyn ObjectStore>) -> Result<Store> {
         let bytes = match backend.get(layout::CONFIG_KEY) {
             Ok(b) => b,
-            Err(StoreError::NotFound(_)) => return Err(StoreError::NoStore(backend.location())),
-            Err(e) => return Err(e),
+            Err(objects::ObjectError::NotFound(_)) => {
+                return Err(StoreError::NoStore(backend.location()))
+            }
+            Err(e) => return Err(e.into()),
         };
         let config: StoreConfig =
             codec::decode(Kind::Config, &bytes).map_err(|e| StoreError::CorruptObject {
@@ -307,8 +309,8 @@ impl Store {
         let key = layout::ref_key(repo, name);
         let before = match self.backend.get(&key) {
             Ok(b) => Some(b),
-            Err(StoreError::NotFound(_)) => None,
-            Err(e) => return Err(e),
+            Err(objects::ObjectError::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
         };
         failpoint::pause("ref-after-check");
         let obj = RefObject {
@@ -397,7 +399,7 @@ impl Store {
                 "{repo}@{commit} is not pinned"
             )));
         }
-        self.backend.delete(&key)
+        Ok(self.backend.delete(&key)?)
     }
 
     /// Removes a commit's manifest (its data goes at the next gc runs). Refuses a commit
@@ -452,7 +454,7 @@ impl Store {
     pub fn manifest(&self, repo: &RepoId, commit: &CommitId) -> Result<Manifest> {
         let key = layout::manifest_key(repo, commit);
         let bytes = match self.backend.get(&key) {
-            Err(StoreError::NotFound(_)) => {
+            Err(objects::ObjectError::NotFound(_)) => {
                 return Err(StoreError::UnknownRevision {
                     repo: repo.to_string(),
                     rev: commit.to_hex(),

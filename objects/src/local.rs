@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{check_key, ObjectMeta, ObjectStore, Temporary};
-use crate::{Result, StoreError};
+use crate::{ObjectError, Result};
 
 /// Directory holding temporary files before they are renamed into place.
 pub const TMP_DIR: &str = "tmp";
@@ -61,11 +61,11 @@ impl LocalStore {
     }
 }
 
-fn map_open_err(key: &str, path: &Path, e: std::io::Error) -> StoreError {
+fn map_open_err(key: &str, path: &Path, e: std::io::Error) -> ObjectError {
     if e.kind() == std::io::ErrorKind::NotFound {
-        StoreError::NotFound(key.to_string())
+        ObjectError::NotFound(key.to_string())
     } else {
-        StoreError::io(path, e)
+        ObjectError::io(path, e)
     }
 }
 
@@ -76,7 +76,7 @@ impl LocalStore {
         let dest = self.path(key)?;
         let tmp = self.tmp_path();
         let tmp_dir = self.root.join(TMP_DIR);
-        fs::create_dir_all(&tmp_dir).map_err(|e| StoreError::io(&tmp_dir, e))?;
+        fs::create_dir_all(&tmp_dir).map_err(|e| ObjectError::io(&tmp_dir, e))?;
         let write = || -> std::io::Result<()> {
             let mut f = File::create(&tmp)?;
             f.write_all(data)?;
@@ -97,14 +97,14 @@ impl LocalStore {
         };
         if let Err(e) = write() {
             let _ = fs::remove_file(&tmp);
-            return Err(StoreError::io(&tmp, e));
+            return Err(ObjectError::io(&tmp, e));
         }
         if let Some(parent) = dest.parent() {
             create_dirs_durably(parent)?;
         }
         fs::rename(&tmp, &dest).map_err(|e| {
             let _ = fs::remove_file(&tmp);
-            StoreError::io(&dest, e)
+            ObjectError::io(&dest, e)
         })?;
         if durable {
             sync_dir(dest.parent().unwrap_or(&self.root))?;
@@ -128,7 +128,7 @@ fn create_dirs_durably(dir: &Path) -> Result<()> {
         // Another writer created it: it synced the parent, or is about to before its
         // object is published; syncing here too keeps our own promise.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(StoreError::io(dir, e)),
+        Err(e) => return Err(ObjectError::io(dir, e)),
     }
     sync_dir(dir.parent().unwrap_or(dir))
 }
@@ -138,7 +138,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
     tests::SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(dir, e))
+        .map_err(|e| ObjectError::io(dir, e))
 }
 
 impl ObjectStore for LocalStore {
@@ -161,7 +161,7 @@ impl ObjectStore for LocalStore {
         for f in &files {
             File::open(f)
                 .and_then(|h| h.sync_data())
-                .map_err(|e| StoreError::io(f, e))?;
+                .map_err(|e| ObjectError::io(f, e))?;
             if let Some(d) = f.parent() {
                 dirs.insert(d.to_path_buf());
             }
@@ -177,7 +177,7 @@ impl ObjectStore for LocalStore {
         let mut f = File::open(&path).map_err(|e| map_open_err(key, &path, e))?;
         let mut out = Vec::new();
         f.read_to_end(&mut out)
-            .map_err(|e| StoreError::io(&path, e))?;
+            .map_err(|e| ObjectError::io(&path, e))?;
         Ok(out)
     }
 
@@ -186,14 +186,14 @@ impl ObjectStore for LocalStore {
         let path = self.path(key)?;
         let mut f = File::open(&path).map_err(|e| map_open_err(key, &path, e))?;
         f.seek(SeekFrom::Start(offset))
-            .map_err(|e| StoreError::io(&path, e))?;
+            .map_err(|e| ObjectError::io(&path, e))?;
         // read_to_end fills spare capacity without zeroing it first.
         let mut out = Vec::with_capacity(len as usize);
         f.take(len)
             .read_to_end(&mut out)
-            .map_err(|e| StoreError::io(&path, e))?;
+            .map_err(|e| ObjectError::io(&path, e))?;
         if (out.len() as u64) < len {
-            return Err(StoreError::CorruptObject {
+            return Err(ObjectError::CorruptObject {
                 key: key.to_string(),
                 reason: format!(
                     "truncated: wanted {len} bytes at offset {offset}, object ends after {}",
@@ -226,12 +226,12 @@ impl ObjectStore for LocalStore {
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(StoreError::io(&dir, e)),
+            Err(e) => return Err(ObjectError::io(&dir, e)),
         };
         let now = std::time::SystemTime::now();
         let mut out = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+            let entry = entry.map_err(|e| ObjectError::io(&dir, e))?;
             let Ok(meta) = entry.metadata() else {
                 continue; // renamed into place meanwhile
             };
@@ -256,13 +256,13 @@ impl ObjectStore for LocalStore {
 
     fn remove_temporary(&self, t: &Temporary) -> Result<()> {
         if t.handle.contains('/') || t.handle.starts_with('.') {
-            return Err(StoreError::Invalid(format!("bad temporary {}", t.name)));
+            return Err(ObjectError::Invalid(format!("bad temporary {}", t.name)));
         }
         let path = self.root.join(TMP_DIR).join(&t.handle);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StoreError::io(&path, e)),
+            Err(e) => Err(ObjectError::io(&path, e)),
         }
     }
 
@@ -271,7 +271,7 @@ impl ObjectStore for LocalStore {
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StoreError::io(&path, e)),
+            Err(e) => Err(ObjectError::io(&path, e)),
         }
     }
 
@@ -280,7 +280,7 @@ impl ObjectStore for LocalStore {
         match fs::metadata(&path) {
             Ok(m) => Ok(Some(m.len())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::io(&path, e)),
+            Err(e) => Err(ObjectError::io(&path, e)),
         }
     }
 
@@ -290,7 +290,7 @@ impl ObjectStore for LocalStore {
             Ok(m) if m.is_file() => Ok(Some(meta_of(key.to_string(), &m))),
             Ok(_) => Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::io(&path, e)),
+            Err(e) => Err(ObjectError::io(&path, e)),
         }
     }
 
@@ -325,10 +325,10 @@ fn walk(root: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> Res
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(StoreError::io(dir, e)),
+        Err(e) => return Err(ObjectError::io(dir, e)),
     };
     for entry in entries {
-        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        let entry = entry.map_err(|e| ObjectError::io(dir, e))?;
         let path = entry.path();
         let rel = match path.strip_prefix(root).ok().and_then(|p| p.to_str()) {
             Some(r) => r.to_string(),
@@ -337,14 +337,14 @@ fn walk(root: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> Res
         if rel == TMP_DIR || rel.starts_with("tmp/") && !prefix.starts_with("tmp/") {
             continue;
         }
-        let ft = entry.file_type().map_err(|e| StoreError::io(&path, e))?;
+        let ft = entry.file_type().map_err(|e| ObjectError::io(&path, e))?;
         if ft.is_dir() {
             let as_dir = format!("{rel}/");
             if as_dir.starts_with(prefix) || prefix.starts_with(&as_dir) {
                 walk(root, &path, prefix, out)?;
             }
         } else if ft.is_file() && rel.starts_with(prefix) {
-            let meta = entry.metadata().map_err(|e| StoreError::io(&path, e))?;
+            let meta = entry.metadata().map_err(|e| ObjectError::io(&path, e))?;
             out.push(meta_of(rel, &meta));
         }
     }

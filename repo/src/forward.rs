@@ -9,15 +9,15 @@ use std::collections::HashSet;
 use crate::backend::ObjectStore;
 use crate::layout;
 use crate::pack::PackId;
-use crate::{Result, StoreError};
+use crate::Result;
 
 /// Reads the record of `pack`; `None` when there is none.
 pub fn read(store: &dyn ObjectStore, pack: &PackId) -> Result<Option<MovedRecord>> {
     let key = layout::moved_key(pack);
     match store.get(&key) {
         Ok(b) => Ok(Some(decode(&key, &b)?)),
-        Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
+        Err(objects::ObjectError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -1,0 +1,25 @@
+//! The one read path of modelcas: from a file's offsets to its chunks, to verified,
+//! decoded bytes.
+//!
+//! * [`chunk_map`] — a file's chunks as offsets into it, built and checked once.
+//! * [`cache`] — the shared cache of decoded, verified chunks and the workers that fill it
+//!   (every reader of a process shares it: the mount's files, serve's downloads).
+//! * [`readahead`] — [`readahead::FileStream`]: ranged reads of one file through the cache,
+//!   with read-ahead while the reader is sequential (the mount and serve).
+//! * [`file_reader`] — whole files with their sha256 checked: `cat`, `checkout`, `verify`.
+//! * [`reload`] — reading a manifest again after a pack was gone (the mount and serve).
+//! * [`tree`] — a revision's files as a directory tree (the mount's namespace).
+//! * [`progress`] — progress reports of long operations.
+//!
+//! Chunks come from [`repo::Store::read_chunk`] (pack, forwarding records, node cache).
+
+pub mod cache;
+pub mod chunk_map;
+pub mod file_reader;
+pub mod progress;
+pub mod readahead;
+pub mod reload;
+#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
+pub mod test_pack;
+pub mod tree;
