@@ -282,6 +282,62 @@ fn redirect_to_another_host_drops_the_token() {
     );
 }
 
+/// A redirect within the endpoint's origin (a renamed repository) keeps the token.
+#[test]
+fn redirect_within_the_origin_keeps_the_token() {
+    let hub = Fake::start();
+    hub.state().token = Some("s3cret".into());
+    hub.state().redirect = Some(hub.url.clone());
+    let c = HubClient::new(HubOptions {
+        token: Some("s3cret".into()),
+        ..options(&hub.url)
+    })
+    .unwrap();
+    assert_eq!(
+        fetch(&c, "config.json", 0, None).unwrap(),
+        hub.file("config.json").data
+    );
+    let seen = hub.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen
+        .iter()
+        .all(|s| s.header("authorization") == Some("Bearer s3cret")));
+}
+
+/// An answer for another commit than the one asked for is refused.
+#[test]
+fn another_commit_is_refused() {
+    let fake = Fake::start();
+    let other = [("x-repo-commit".to_string(), "f".repeat(40))].to_vec();
+    fake.state().canned.push_back(Canned {
+        on: "/resolve/",
+        status: 200,
+        headers: other,
+        body: b"{}".to_vec(),
+    });
+    let e = client(&fake)
+        .open(REPO, COMMIT, "config.json", 0, None)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::Protocol { .. }) && e.to_string().contains("X-Repo-Commit"),
+        "{e}"
+    );
+    let body = format!(r#"{{"id":"{REPO}","sha":"{}"}}"#, "e".repeat(40)).into_bytes();
+    fake.state().canned.push_back(Canned {
+        on: "/revision/",
+        status: 200,
+        headers: vec![],
+        body,
+    });
+    let e = client(&fake).commit(REPO, COMMIT).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("asked for commit {COMMIT}")),
+        "{e}"
+    );
+}
+
 /// Brief item 4: A flipped byte: the download succeeds, the check names the file and the hash.
 #[test]
 fn a_flipped_byte_is_reported() {
