@@ -123,6 +123,9 @@ pub fn join(base: &str, target: &str) -> Option<String> {
     if target.starts_with("http://") || target.starts_with("https://") {
         return origin(target).map(|_| target.to_string());
     }
+    if has_scheme(target) {
+        return None;
+    }
     let base_origin = origin(base)?;
     if let Some(rest) = target.strip_prefix("//") {
         let scheme = base_origin.split("://").next()?;
@@ -138,6 +141,18 @@ pub fn join(base: &str, target: &str) -> Option<String> {
         return Some(format!("{base_origin}/{target}"));
     }
     Some(format!("{dir}/{target}"))
+}
+
+/// Whether a reference starts with a scheme (`ftp:`, `file:`...), RFC 3986's
+/// `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) ":"` before any `/`, `?` or `#`.
+fn has_scheme(target: &str) -> bool {
+    let head = target.split(['/', '?', '#']).next().unwrap_or("");
+    head.split_once(':').is_some_and(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    })
 }
 
 /// The target of `rel="next"` in a `Link` header (`<url>; rel="next", <url>; rel="prev"`).
@@ -219,6 +234,13 @@ mod tests {
         assert_eq!(join(b, "https://o/z").as_deref(), Some("https://o/z"));
         assert_eq!(join("http://h", "z").as_deref(), Some("http://h/z"));
         assert_eq!(join(b, "a b"), None);
+        assert_eq!(join(b, "file:///etc/passwd"), None);
+        assert_eq!(join(b, "ftp://h/x"), None);
+        assert_eq!(join(b, "a:b/c"), None);
+        assert_eq!(
+            join(b, "./a:b").as_deref(),
+            Some("http://h:1/api/models/a/b/tree/./a:b")
+        );
     }
 
     #[test]

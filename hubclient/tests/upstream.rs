@@ -137,6 +137,24 @@ fn cut_connections_resume_to_the_exact_bytes() {
     assert_eq!(ranges, expect.map(|r| r.map(str::to_string)));
 }
 
+/// A connection that goes silent mid-body is given up after the read timeout and
+/// resumed.
+#[test]
+fn a_stalled_connection_is_resumed() {
+    let fake = Fake::start();
+    fake.state().cuts = [70_000].into();
+    fake.state().stall = Some(Duration::from_secs(3));
+    let mut o = options(&fake.url);
+    o.timeouts.read = Duration::from_millis(300);
+    let c = HubClient::new(o).unwrap();
+    let t = Instant::now();
+    let got = fetch(&c, "model.safetensors", 0, None).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(sha256(&got), sha256(&fake.file("model.safetensors").data));
+    assert_eq!(c.stats().resumes, 1);
+    assert_eq!(fake.seen()[1].header("range"), Some("bytes=70000-"));
+}
+
 /// Brief item 1b: A connection that keeps failing without progress ends in a clear error.
 #[test]
 fn cuts_without_progress_are_bounded() {

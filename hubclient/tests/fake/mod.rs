@@ -127,6 +127,8 @@ pub struct State {
     /// For successive downloads: send only this many body bytes, then close.
     pub cuts: VecDeque<usize>,
     pub ignore_range: bool,
+    /// With a cut: hold the connection open, silent, for this long before closing it.
+    pub stall: Option<std::time::Duration>,
     /// Omit Content-Length on downloads and raw tree bodies (close-delimited bodies).
     pub no_length: bool,
     /// Bytes appended to every download body (with `no_length`).
@@ -198,6 +200,8 @@ struct Answer {
     cut: Option<usize>,
     /// Send `Content-Length` (else the body is close-delimited).
     length: bool,
+    /// After a cut, stay silent this long before closing.
+    stall: Option<std::time::Duration>,
 }
 
 impl Answer {
@@ -208,6 +212,7 @@ impl Answer {
             body,
             cut: None,
             length: true,
+            stall: None,
         }
     }
 
@@ -271,6 +276,9 @@ fn write_answer(conn: &mut TcpStream, a: Answer) {
     let _ = conn.write_all(head.as_bytes());
     let _ = conn.write_all(&a.body[..n]);
     let _ = conn.flush();
+    if let (Some(d), Some(_)) = (a.stall, a.cut) {
+        thread::sleep(d);
+    }
     let _ = conn.shutdown(Shutdown::Both);
 }
 
@@ -453,5 +461,6 @@ fn download(s: &mut State, req: &Seen, path: &str) -> Answer {
     a.body.extend_from_slice(&s.extra);
     a.length = !s.no_length;
     a.cut = s.cuts.pop_front();
+    a.stall = s.stall;
     a.h("accept-ranges", "bytes")
 }
