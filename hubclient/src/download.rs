@@ -182,7 +182,7 @@ impl Download {
         match announced {
             Some(n) if learn_size => self.size = n,
             Some(n) if n != self.size => {
-                let why = format!("the upstream announces {n} bytes, the tree {}", self.size);
+                let why = format!("the upstream announces {n} bytes, {} expected", self.size);
                 return Err(self.size_error(why));
             }
             Some(_) => {}
@@ -233,7 +233,8 @@ impl Download {
         Ok(())
     }
 
-    /// A 206 must start at `pos` and run to the end; returns the size it announces.
+    /// A 206 must start at `pos`; it may stop before the end (a server may send less than
+    /// asked), and the next read then asks for the rest. Returns the size it announces.
     fn accept_206(&mut self, reply: &Reply) -> Result<Option<u64>, Error> {
         self.skip = 0;
         let cr = reply.header("content-range").unwrap_or("");
@@ -243,8 +244,7 @@ impl Download {
         let len = reply
             .header("content-length")
             .and_then(|v| v.trim().parse::<u64>().ok());
-        let ends_ok = total.is_none_or(|t| end + 1 == t);
-        if start != self.pos || !ends_ok || len.is_some_and(|l| l != end + 1 - start) {
+        if start != self.pos || len.is_some_and(|l| l != end + 1 - start) {
             let why = format!(
                 "Content-Range {cr:?} (Content-Length {len:?}) answers bytes={}-",
                 self.pos
@@ -322,7 +322,13 @@ impl Download {
         let c = &self.client.inner.counters;
         Counters::add(&c.resumes, 1);
         Counters::add(&c.retries, 1);
-        self.request(false)
+        let r = self.request(false);
+        if let Err(e) = &r {
+            // Counted as a failure too, so that reading on after an error stays bounded.
+            self.fails += 1;
+            self.last_cut = e.to_string();
+        }
+        r
     }
 
     /// At the size: the body must end here. Bytes past it are an error; a failure to

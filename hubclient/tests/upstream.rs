@@ -509,6 +509,25 @@ fn open_at_an_offset() {
     assert_eq!(st.resumes - before.resumes, 1);
 }
 
+/// A 206 that stops before the end is continued from where it stopped.
+#[test]
+fn short_206_answers_are_continued() {
+    let fake = Fake::start();
+    fake.state().range_cap = Some(40_000);
+    let data = fake.file("model.safetensors").data;
+    let c = client(&fake);
+    assert_eq!(fetch(&c, "model.safetensors", 1, None).unwrap(), data[1..]);
+    let ranges: Vec<_> = fake
+        .seen()
+        .iter()
+        .filter_map(|s| s.header("range").map(str::to_string))
+        .collect();
+    let want: Vec<_> = (0..8)
+        .map(|i| format!("bytes={}-", 1 + i * 40_000))
+        .collect();
+    assert_eq!(ranges, want);
+}
+
 /// Brief item 7b: A body longer or shorter than the size is an error, never a wrong file.
 #[test]
 fn wrong_sizes_are_errors() {

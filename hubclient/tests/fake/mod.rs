@@ -127,6 +127,8 @@ pub struct State {
     /// For successive downloads: send only this many body bytes, then close.
     pub cuts: VecDeque<usize>,
     pub ignore_range: bool,
+    /// A 206 holds at most this many bytes (a server sending less than asked).
+    pub range_cap: Option<usize>,
     /// With a cut: hold the connection open, silent, for this long before closing it.
     pub stall: Option<std::time::Duration>,
     /// Omit Content-Length on downloads and raw tree bodies (close-delimited bodies).
@@ -454,8 +456,11 @@ fn download(s: &mut State, req: &Seen, path: &str) -> Answer {
         Some(n) if n >= len => {
             return Answer::new(416, Vec::new()).h("content-range", &format!("bytes */{len}"))
         }
-        Some(n) => Answer::new(206, data[n..].to_vec())
-            .h("content-range", &format!("bytes {n}-{}/{len}", len - 1)),
+        Some(n) => {
+            let end = s.range_cap.map_or(len, |c| len.min(n + c));
+            Answer::new(206, data[n..end].to_vec())
+                .h("content-range", &format!("bytes {n}-{}/{len}", end - 1))
+        }
         None => Answer::new(200, data),
     };
     a.body.extend_from_slice(&s.extra);
