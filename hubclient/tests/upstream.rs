@@ -528,6 +528,31 @@ fn short_206_answers_are_continued() {
     assert_eq!(ranges, want);
 }
 
+/// The same bytes whatever the size of the caller's reads, across cuts and skips.
+#[test]
+fn small_reads_across_cuts_and_skips() {
+    let fake = Fake::start();
+    let data = fake.file("model.safetensors").data;
+    let c = client(&fake);
+    for (chunk, ignore_range) in [(1usize, false), (37, true), (4096, true)] {
+        fake.state().cuts = [10_001, 20_000].into();
+        fake.state().ignore_range = ignore_range;
+        let mut d = c.open(REPO, COMMIT, "model.safetensors", 3, None).unwrap();
+        let (mut got, mut buf) = (Vec::new(), vec![0u8; chunk]);
+        loop {
+            let n = d.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            assert!(n <= chunk);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(d.read(&mut buf).unwrap(), 0, "stays at the end");
+        assert_eq!(sha256(&got), sha256(&data[3..]), "chunk {chunk}");
+        assert_eq!(d.resumes(), 2);
+    }
+}
+
 /// Brief item 7b: A body longer or shorter than the size is an error, never a wrong file.
 #[test]
 fn wrong_sizes_are_errors() {
