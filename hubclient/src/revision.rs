@@ -1,0 +1,318 @@
+//! What a revision holds: `GET /api/models/{repo}/revision/{rev}` for the commit, then
+//! `GET /api/models/{repo}/tree/{commit}?recursive=true&expand=false`, page by page
+//! (`Link: <...>; rel="next"`), for the files.
+//!
+//! Everything in these answers is untrusted: bodies are read up to a cap, every field is
+//! checked (commit and oids as lowercase hex, paths by [`crate::url::check_path`], LFS
+//! sizes against file sizes), duplicates and file/directory clashes are refused, and the
+//! number of files and pages is bounded. An error names the URL and what was wrong.
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+
+use crate::client::{HubClient, Outcome, Target};
+use crate::error::Error;
+use crate::url::{
+    check_path, check_repo, check_revision, encode_segment, is_commit, is_lower_hex, join,
+    next_link,
+};
+
+/// Largest JSON body read from one answer. The Hub's pages are a few MB at most; the
+/// cap keeps a hostile or broken upstream from exhausting memory.
+pub const MAX_JSON_BODY: u64 = 64 << 20;
+
+/// Most files in one revision: an order of magnitude above the largest repositories.
+pub const MAX_FILES: usize = 1_000_000;
+
+/// Most tree pages followed (the Hub sends about a thousand entries a page, so this
+/// covers [`MAX_FILES`] with room), and most bytes of tree JSON over all pages.
+pub const MAX_PAGES: usize = 10_000;
+pub const MAX_TREE_BYTES: u64 = 1 << 30;
+
+/// One file of a revision, as the upstream describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteFile {
+    /// Relative, `/`-separated, checked safe.
+    pub path: String,
+    pub size: u64,
+    /// The git blob id (40 lowercase hex): of the content for a regular file, of the LFS
+    /// pointer for an LFS file.
+    pub git_oid: String,
+    /// The content's sha256, for LFS files only (`lfs.oid`).
+    pub sha256: Option<[u8; 32]>,
+}
+
+impl RemoteFile {
+    /// Whether the file is stored in LFS (its content is then checked by sha256).
+    pub fn is_lfs(&self) -> bool {
+        self.sha256.is_some()
+    }
+}
+
+/// A revision resolved to its commit, with every file in it (directories left out),
+/// in the order the upstream listed them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revision {
+    /// 40 lowercase hex digits.
+    pub commit: String,
+    pub files: Vec<RemoteFile>,
+}
+
+#[derive(Deserialize)]
+struct RepoInfo {
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    #[serde(rename = "type")]
+    kind: String,
+    path: String,
+    #[serde(default)]
+    size: Option<u64>,
+    #[serde(default)]
+    oid: Option<String>,
+    #[serde(default)]
+    lfs: Option<Lfs>,
+}
+
+#[derive(Deserialize)]
+struct Lfs {
+    oid: String,
+    size: u64,
+}
+
+impl HubClient {
+    /// The commit `rev` (a branch, tag, `refs/pr/N` or sha) of `repo` points to, and the
+    /// files of that commit.
+    pub fn revision(&self, repo: &str, rev: &str) -> Result<Revision, Error> {
+        let commit = self.commit(repo, rev)?;
+        let files = self.tree(repo, &commit)?;
+        Ok(Revision { commit, files })
+    }
+
+    /// The commit `rev` of `repo` points to, checked to be 40 lowercase hex digits.
+    pub fn commit(&self, repo: &str, rev: &str) -> Result<String, Error> {
+        check_repo(repo).map_err(Error::Invalid)?;
+        check_revision(rev).map_err(Error::Invalid)?;
+        let url = format!(
+            "{}/api/models/{repo}/revision/{}",
+            self.endpoint(),
+            encode_segment(rev)
+        );
+        let t = Target {
+            repo,
+            revision: Some(rev),
+            path: None,
+        };
+        let body = self.get_json(&url, t)?;
+        let info: RepoInfo = serde_json::from_slice(&body)
+            .map_err(|e| Error::protocol(&url, format!("revision JSON: {e}")))?;
+        if !is_commit(&info.sha) {
+            let why = format!("sha {:?} is not 40 lowercase hex digits", clip(&info.sha));
+            return Err(Error::protocol(&url, why));
+        }
+        if is_commit(rev) && info.sha != rev {
+            let why = format!("asked for commit {rev}, got {}", info.sha);
+            return Err(Error::protocol(&url, why));
+        }
+        Ok(info.sha)
+    }
+
+    /// Every file of `commit` in `repo`, following the tree's pages.
+    pub fn tree(&self, repo: &str, commit: &str) -> Result<Vec<RemoteFile>, Error> {
+        check_repo(repo).map_err(Error::Invalid)?;
+        if !is_commit(commit) {
+            return Err(Error::Invalid(format!(
+                "commit {commit:?}: expected 40 lowercase hex digits"
+            )));
+        }
+        let t = Target {
+            repo,
+            revision: Some(commit),
+            path: None,
+        };
+        let mut url = format!(
+            "{}/api/models/{repo}/tree/{commit}?recursive=true&expand=false",
+            self.endpoint()
+        );
+        let mut list = FileList::default();
+        let (mut pages, mut seen) = (0usize, HashSet::new());
+        loop {
+            pages += 1;
+            if pages > MAX_PAGES || !seen.insert(url.clone()) {
+                return Err(Error::protocol(
+                    &url,
+                    format!("tree pages loop or exceed {MAX_PAGES}"),
+                ));
+            }
+            let (body, link) = self.get_page(&url, t)?;
+            list.bytes += body.len() as u64;
+            if list.bytes > MAX_TREE_BYTES {
+                return Err(Error::protocol(&url, "tree JSON over 1 GiB in all"));
+            }
+            list.add_page(&url, &body)?;
+            match link {
+                None => break,
+                Some(next) => {
+                    url = join(&url, &next).ok_or_else(|| {
+                        Error::protocol(&url, format!("bad Link target {:?}", clip(&next)))
+                    })?
+                }
+            }
+        }
+        list.finish(&url)
+    }
+
+    /// GET `url` and read its body (at most [`MAX_JSON_BODY`]), retrying a body cut off.
+    fn get_json(&self, url: &str, t: Target) -> Result<Vec<u8>, Error> {
+        self.get_page(url, t).map(|(body, _)| body)
+    }
+
+    /// Like `get_json`, with the `rel="next"` target of the answer's `Link` header.
+    fn get_page(&self, url: &str, t: Target) -> Result<(Vec<u8>, Option<String>), Error> {
+        self.with_retries(|| match self.once(url, &[], t) {
+            Outcome::Done(r) if r.status == 416 => {
+                Outcome::Fail(Error::protocol(url, "416 to a plain GET"))
+            }
+            Outcome::Done(r) => {
+                let link = r.header("link").and_then(next_link).map(str::to_string);
+                match read_capped(r.body, url) {
+                    Ok(body) => Outcome::Done((body, link)),
+                    Err(Cap::TooBig(e)) => Outcome::Fail(e),
+                    Err(Cap::Cut(e)) => Outcome::Retry(e, None),
+                }
+            }
+            Outcome::Retry(e, d) => Outcome::Retry(e, d),
+            Outcome::Fail(e) => Outcome::Fail(e),
+        })
+    }
+}
+
+enum Cap {
+    TooBig(Error),
+    Cut(Error),
+}
+
+fn read_capped(body: ureq::Body, url: &str) -> Result<Vec<u8>, Cap> {
+    if body.content_length().is_some_and(|n| n > MAX_JSON_BODY) {
+        return Err(Cap::TooBig(too_big(url)));
+    }
+    match body.into_with_config().limit(MAX_JSON_BODY).read_to_vec() {
+        Ok(v) => Ok(v),
+        Err(ureq::Error::BodyExceedsLimit(_)) => Err(Cap::TooBig(too_big(url))),
+        Err(e) => Err(Cap::Cut(Error::Transport {
+            url: url.to_string(),
+            attempts: 1,
+            source: Box::new(e),
+        })),
+    }
+}
+
+fn too_big(url: &str) -> Error {
+    Error::protocol(url, "JSON body larger than 64 MiB")
+}
+
+/// The files gathered from tree pages, with what is needed to refuse duplicates.
+#[derive(Default)]
+struct FileList {
+    files: Vec<RemoteFile>,
+    paths: HashSet<String>,
+    bytes: u64,
+}
+
+impl FileList {
+    fn add_page(&mut self, url: &str, body: &[u8]) -> Result<(), Error> {
+        let entries: Vec<Entry> = serde_json::from_slice(body)
+            .map_err(|e| Error::protocol(url, format!("tree JSON: {e}")))?;
+        for e in entries {
+            let Some(f) = entry_file(e).map_err(|why| Error::protocol(url, why))? else {
+                continue;
+            };
+            if self.files.len() >= MAX_FILES {
+                return Err(Error::protocol(url, format!("more than {MAX_FILES} files")));
+            }
+            if !self.paths.insert(f.path.clone()) {
+                return Err(Error::protocol(
+                    url,
+                    format!("file {:?} listed twice", f.path),
+                ));
+            }
+            self.files.push(f);
+        }
+        Ok(())
+    }
+
+    /// Refuses a file that is also the directory of another (`a` and `a/b`): no
+    /// snapshot can hold both.
+    fn finish(self, url: &str) -> Result<Vec<RemoteFile>, Error> {
+        for f in &self.files {
+            let mut dir = f.path.as_str();
+            while let Some((parent, _)) = dir.rsplit_once('/') {
+                if self.paths.contains(parent) {
+                    let why = format!(
+                        "{parent:?} is both a file and the directory of {:?}",
+                        f.path
+                    );
+                    return Err(Error::protocol(url, why));
+                }
+                dir = parent;
+            }
+        }
+        Ok(self.files)
+    }
+}
+
+/// The file an entry describes (`None` for a directory), or why it is unacceptable.
+fn entry_file(e: Entry) -> Result<Option<RemoteFile>, String> {
+    check_path(&e.path)?;
+    let path = &e.path;
+    match e.kind.as_str() {
+        "directory" => return Ok(None),
+        "file" => {}
+        other => return Err(format!("entry {path:?} of unknown type {:?}", clip(other))),
+    }
+    let size = e
+        .size
+        .ok_or_else(|| format!("file {path:?} without a size"))?;
+    let oid = e.oid.unwrap_or_default();
+    if !is_lower_hex(&oid, 40) {
+        return Err(format!(
+            "file {path:?}: oid {:?} is not 40 lowercase hex digits",
+            clip(&oid)
+        ));
+    }
+    let sha256 = match e.lfs {
+        None => None,
+        Some(l) => Some(lfs_sha256(path, size, &l)?),
+    };
+    Ok(Some(RemoteFile {
+        path: e.path,
+        size,
+        git_oid: oid,
+        sha256,
+    }))
+}
+
+fn lfs_sha256(path: &str, size: u64, l: &Lfs) -> Result<[u8; 32], String> {
+    if l.size != size {
+        return Err(format!(
+            "file {path:?}: lfs.size {} differs from size {size}",
+            l.size
+        ));
+    }
+    let mut out = [0u8; 32];
+    if !is_lower_hex(&l.oid, 64) || hex::decode_to_slice(&l.oid, &mut out).is_err() {
+        return Err(format!(
+            "file {path:?}: lfs.oid {:?} is not 64 lowercase hex digits",
+            clip(&l.oid)
+        ));
+    }
+    Ok(out)
+}
+
+/// At most 80 characters of an untrusted value, for an error message.
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
