@@ -8,62 +8,12 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{ingest_series, repo_root, series, Env};
+use common::{ingest_series, repo_root, series, Env, Served};
 
 const REPO: &str = "demo-org/demo-llm";
-
-struct Served {
-    child: Child,
-    addr: String,
-    log: std::path::PathBuf,
-}
-
-impl Served {
-    fn start(env: &Env, extra: &[&str]) -> Served {
-        Served::start_with(env, extra, &[])
-    }
-
-    /// With environment variables set (settings today's code ignores, so a test of them
-    /// fails on its assertions rather than on an unknown flag).
-    fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Served {
-        let addr = common::local_addr();
-        let port = addr.rsplit(':').next().unwrap().to_string();
-        let log = env.path(&format!("serve-{port}.log"));
-        let child = env
-            .cmd()
-            .args(["serve", "--listen", &addr])
-            .args(extra)
-            .envs(vars.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while TcpStream::connect(&addr).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "serve did not come up: {}",
-                std::fs::read_to_string(&log).unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Served { child, addr, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A plain HTTP/1.0 GET: (status, headers and body as text).
 fn get(addr: &str, path: &str, headers: &[&str]) -> (u16, String) {

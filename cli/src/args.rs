@@ -210,6 +210,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Download a revision from a Hugging Face-compatible Hub straight into the store (no
+    /// local copy): every file checked against the Hub's sha256 / git blob id before the
+    /// revision becomes visible; files already stored are not downloaded again.
+    Pull(PullArgs),
     /// Import a bundle: everything is checked (bundle checksum, every chunk, every file's
     /// sha256) before any revision becomes visible.
     Import {
@@ -334,4 +338,33 @@ pub struct ServeArgs {
     pub fetch_threads: Option<usize>,
     #[command(flatten)]
     pub limits: ServeLimitArgs,
+}
+
+/// `modelcas pull`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PullArgs {
+    /// ORG/NAME, or ORG/NAME@REV (a branch, tag or commit sha; default main).
+    #[arg(value_name = "ORG/NAME[@REV]")]
+    pub target: String,
+    /// The Hub to pull from (default: HF_ENDPOINT, else https://huggingface.co).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// Access token for gated or private repositories (default: HF_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// Only files matching this glob (repeatable; `*` matches `/` too, as in `hf download`).
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Leave out files matching this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Also set this ref to the pulled commit (repeatable; a branch or tag REV is set anyway).
+    #[arg(long = "ref", value_name = "NAME")]
+    pub refs: Vec<String>,
+    /// Files downloaded at a time (default 4).
+    #[arg(long, env = "MODELCAS_PULL_JOBS", value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -507,3 +507,53 @@ pub fn ingest_rev(env: &Env, r: &str, refs: &[&str]) {
     }
     env.ingest(&s.plain(r), &args);
 }
+
+pub struct Served {
+    pub child: std::process::Child,
+    pub addr: String,
+    pub log: std::path::PathBuf,
+}
+
+impl Served {
+    pub fn start(env: &Env, extra: &[&str]) -> Served {
+        Served::start_with(env, extra, &[])
+    }
+
+    /// With environment variables set (settings today's code ignores, so a test of them
+    /// fails on its assertions rather than on an unknown flag).
+    pub fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Served {
+        let addr = local_addr();
+        let port = addr.rsplit(':').next().unwrap().to_string();
+        let log = env.path(&format!("serve-{port}.log"));
+        let child = env
+            .cmd()
+            .args(["serve", "--listen", &addr])
+            .args(extra)
+            .envs(vars.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(20),
+                "serve did not come up: {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Served { child, addr, log }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -6,6 +6,7 @@ mod index;
 mod ingest;
 mod ls;
 mod mount;
+mod pull;
 mod read;
 mod serve;
 mod stats;
@@ -268,6 +269,7 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             have_from,
             json,
         } => bundle::export(ctx, &revisions, &output, &have, have_from.as_deref(), json),
+        Command::Pull(a) => pull::run(ctx, &a),
         Command::Import { file, json } => bundle::import(ctx, &file, json),
         Command::Serve(a) => serve::run(ctx, serve::Options::new(ctx, a)?),
         Command::Pin { revision } => gc::pin(ctx, &revision, true),

@@ -22,7 +22,8 @@
 //! the chunked files into manifests and refs.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use chunker::ChunkId;
 
@@ -114,12 +115,45 @@ pub struct IngestReport {
 /// A distinct source file: its path, the SHA-256 its snapshot expects, its size.
 type Source = (PathBuf, Option<[u8; 32]>, u64);
 
-/// Ingests `snapshots` into `store`, using `index` for dedup.
+/// Where the bytes of a source file come from. Ingest names each distinct source by its
+/// [`crate::source::SourceFile::source`] path and reads it once through this: from the file
+/// system ([`FileSystem`]), or from elsewhere (a download streamed as it arrives: `pull`).
+/// A reader that fails (an I/O error, a download whose bytes do not match what its origin
+/// stated) fails the ingest before any manifest is written.
+pub trait Opener: Sync {
+    /// A reader of the whole content of `source`.
+    fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>>;
+}
+
+/// Source files are files on this machine.
+pub struct FileSystem;
+
+impl Opener for FileSystem {
+    fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>> {
+        let f = std::fs::File::open(source).map_err(|e| StoreError::io(source, e))?;
+        Ok(Box::new(f))
+    }
+}
+
+/// Ingests `snapshots` into `store`, using `index` for dedup, reading their files from the
+/// file system.
 pub fn ingest(
     store: &Store,
     index: &Index,
     snapshots: &[Snapshot],
     opts: IngestOptions,
+    progress: &dyn Progress,
+) -> Result<IngestReport> {
+    ingest_from(store, index, snapshots, opts, &FileSystem, progress)
+}
+
+/// [`ingest`], reading every source file through `opener`.
+pub fn ingest_from(
+    store: &Store,
+    index: &Index,
+    snapshots: &[Snapshot],
+    opts: IngestOptions,
+    opener: &dyn Opener,
     progress: &dyn Progress,
 ) -> Result<IngestReport> {
     // The lease goes up before the index learns what gc has condemned: gc keeps every
@@ -134,7 +168,8 @@ pub fn ingest(
     let (sources, source_ix) = distinct_sources(snapshots);
     let total: u64 = sources.iter().map(|s| s.2).sum();
     progress.start("ingest", total);
-    let (results, located) = run_pipeline(store, index, &sources, opts, progress, &mut report)?;
+    let (results, located) =
+        run_pipeline(store, index, &sources, opts, opener, progress, &mut report)?;
     progress.finish();
     report.files_read = sources.len();
     report.bytes_read = results.iter().map(|r| r.size).sum();

@@ -5,7 +5,6 @@
 //! into manifests and refs.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,7 +12,7 @@ use chunker::{ChunkId, ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sha2::{Digest, Sha256};
 
-use super::{IngestOptions, IngestReport, Source};
+use super::{IngestOptions, IngestReport, Opener, Source};
 use crate::frame;
 use crate::index::{ChunkLoc, Index};
 use crate::layout;
@@ -41,6 +40,7 @@ pub(super) enum Claim {
 struct Shared<'a> {
     store: &'a Store,
     index: &'a Index,
+    opener: &'a dyn Opener,
     claims: Mutex<HashMap<ChunkId, Claim>>,
     /// One open pack per reader thread ("lane"), so that the frames of a file land next
     /// to each other in a pack: sequential reads of the file then read the pack
@@ -90,12 +90,13 @@ pub(super) fn run_pipeline(
     index: &Index,
     sources: &[Source],
     opts: IngestOptions,
+    opener: &dyn Opener,
     progress: &dyn Progress,
     report: &mut IngestReport,
 ) -> Result<(Vec<FileResult>, HashMap<ChunkId, ChunkLoc>)> {
     let threads = opts.threads.max(1);
     let params = store.config().chunk_params();
-    let shared = Shared::new(store, index, threads);
+    let shared = Shared::new(store, index, opener, threads);
     let results = run_threads(&shared, sources, threads, params, progress);
     if let Some(e) = shared
         .error
@@ -146,10 +147,11 @@ pub(super) fn run_pipeline(
 
 impl<'a> Shared<'a> {
     /// The state of a pipeline with `threads` lanes, nothing claimed or sealed yet.
-    fn new(store: &'a Store, index: &'a Index, threads: usize) -> Self {
+    fn new(store: &'a Store, index: &'a Index, opener: &'a dyn Opener, threads: usize) -> Self {
         Shared {
             store,
             index,
+            opener,
             claims: Mutex::new(HashMap::new()),
             open_packs: (0..threads)
                 .map(|i| Mutex::new((i, PackBuilder::new())))
@@ -258,7 +260,7 @@ fn read_file(
     jobs: &Sender<Job>,
     progress: &dyn Progress,
 ) -> Result<FileResult> {
-    let file = File::open(path).map_err(|e| StoreError::io(path, e))?;
+    let file = shared.opener.open(path)?;
     let (reply_tx, reply_rx) = unbounded();
     // SHA-256 runs in its own thread, fed in order, so that one large file keeps two
     // cores busy (chunking here, hashing there) instead of one.

@@ -1,0 +1,381 @@
+//! `modelcas pull`: one revision from an upstream Hub into the store.
+//!
+//! Steps: resolve the revision upstream (its commit and file list, with each file's size,
+//! git blob id and, for LFS files, sha256); select files; if the store already has the
+//! commit with those files, only move the refs. Otherwise ingest a snapshot whose files are
+//! read through [`HubOpener`]: a file whose sha256 the repository already stores is read
+//! back from the store (no download); any other streams from the upstream (resumed with
+//! `Range` when a connection is cut) through the chunker, and its bytes are checked
+//! against what the Hub stated when the download ends. A mismatch, or any download that
+//! fails for good, fails the ingest before any manifest is written: nothing becomes
+//! visible, and a rerun stores no chunk twice (the packs that did land dedup it).
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use hubclient::{HubClient, RemoteFile, Verifier};
+use read::chunk_map::ChunkMap;
+use store::index::Index;
+use store::ingest::{ingest_from, IngestOptions, Opener, Progress};
+use store::manifest::Manifest;
+use store::source::{Snapshot, SourceFile};
+use store::{CommitId, RepoId, Store, StoreError};
+
+use crate::select::Selection;
+
+/// What to pull.
+#[derive(Clone, Debug)]
+pub struct PullOptions {
+    pub repo: RepoId,
+    /// A branch or tag name, or a commit sha (default `main`).
+    pub revision: String,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    /// Refs to set besides the revision's own name (a branch or tag name is set as a ref).
+    pub refs: Vec<String>,
+    /// Files downloaded at a time.
+    pub jobs: usize,
+}
+
+/// What a pull did (`--json`).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PullReport {
+    pub repo: String,
+    pub commit: String,
+    /// Files in the revision as pulled (after `--include`/`--exclude`).
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Files downloaded from the upstream.
+    pub files_downloaded: u64,
+    /// Files read back from the store instead (their sha256 was already stored).
+    pub files_from_store: u64,
+    /// Bytes received from the upstream (bodies, retries included).
+    pub bytes_downloaded: u64,
+    /// Uncompressed bytes of chunks the store did not have.
+    pub bytes_stored_new: u64,
+    /// Bytes of packs written.
+    pub pack_bytes_written: u64,
+    /// Requests sent again (429, 5xx, cut connections).
+    pub retries: u64,
+    /// False when the store already had the commit.
+    pub new_revision: bool,
+    /// Refs set.
+    pub refs: Vec<String>,
+}
+
+/// Why a pull failed; nothing was made visible.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Hub(#[from] hubclient::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Pulls `opts.revision` of `opts.repo` from `client`'s endpoint into `store`.
+pub fn pull(
+    store: &Store,
+    index: &Index,
+    client: &HubClient,
+    opts: &PullOptions,
+    progress: &dyn Progress,
+) -> Result<PullReport, PullError> {
+    let repo = &opts.repo;
+    let rev = client.revision(&repo.to_string(), &opts.revision)?;
+    let commit = CommitId::parse(&rev.commit).map_err(StoreError::from)?;
+    let files = selected(&rev.files, opts)?;
+    let refs = refs_to_set(&opts.revision, &opts.refs);
+    let mut report = PullReport {
+        repo: repo.to_string(),
+        commit: commit.to_hex(),
+        files: files.len(),
+        bytes: files.iter().map(|f| f.size).sum(),
+        refs: refs.clone(),
+        ..Default::default()
+    };
+    if store.has_commit(repo, &commit)? {
+        check_stored(&store.manifest(repo, &commit)?, &files)?;
+        for r in &refs {
+            store.set_ref(repo, r, &commit)?;
+        }
+        return Ok(report);
+    }
+    let opener = HubOpener::new(store, client, repo, &commit, &files)?;
+    let snapshot = Snapshot {
+        repo: repo.clone(),
+        commit: Some(commit),
+        refs,
+        files: opener.source_files(&files),
+        origin: "hub",
+        dir: PathBuf::from(client.endpoint()),
+    };
+    let iopts = IngestOptions {
+        threads: opts.jobs.max(1),
+    };
+    let before = client.stats();
+    let ingested = ingest_from(store, index, &[snapshot], iopts, &opener, progress)?;
+    let after = client.stats();
+    report.new_revision = ingested.snapshots.iter().any(|s| s.new_manifest);
+    report.files_downloaded = opener.downloaded.load(Ordering::Relaxed);
+    report.files_from_store = opener.from_store.load(Ordering::Relaxed);
+    report.bytes_downloaded = after.bytes_downloaded - before.bytes_downloaded;
+    report.retries = after.retries - before.retries;
+    report.bytes_stored_new = ingested.new_chunk_bytes;
+    report.pack_bytes_written = ingested.pack_bytes_written;
+    Ok(report)
+}
+
+/// The files of the revision selected by `--include`/`--exclude`; none is an error.
+fn selected(files: &[RemoteFile], opts: &PullOptions) -> Result<Vec<RemoteFile>, PullError> {
+    let sel = Selection::new(&opts.include, &opts.exclude).map_err(PullError::Invalid)?;
+    let out: Vec<RemoteFile> = files
+        .iter()
+        .filter(|f| sel.matches(&f.path))
+        .cloned()
+        .collect();
+    if out.is_empty() {
+        return Err(PullError::Invalid(format!(
+            "no file of {}@{} matches the --include/--exclude patterns",
+            opts.repo, opts.revision
+        )));
+    }
+    Ok(out)
+}
+
+/// The revision's own name when it is a branch or tag (not a commit sha), then `extra`.
+fn refs_to_set(revision: &str, extra: &[String]) -> Vec<String> {
+    let is_sha = revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit());
+    let mut refs: Vec<String> = Vec::new();
+    if !is_sha {
+        refs.push(revision.to_string());
+    }
+    for r in extra {
+        if !refs.contains(r) {
+            refs.push(r.clone());
+        }
+    }
+    refs
+}
+
+/// A stored commit may take the refs only if it has every selected file with the content
+/// the Hub states (manifests are never replaced).
+fn check_stored(m: &Manifest, files: &[RemoteFile]) -> Result<(), PullError> {
+    for f in files {
+        let same = m
+            .file(&f.path)
+            .is_some_and(|s| s.size == f.size && f.sha256.is_none_or(|want| want == s.sha256));
+        if !same {
+            return Err(PullError::Invalid(format!(
+                "{}@{} is already stored without {} as the upstream has it (an earlier ingest or pull of other files); pull the same files, or `modelcas rm` that commit first",
+                m.repo,
+                m.commit.to_hex(),
+                f.path
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where the bytes of each source come from.
+enum Plan {
+    /// Downloaded and checked.
+    Download(RemoteFile),
+    /// Read back from a stored file with the same sha256.
+    Stored {
+        manifest: Arc<Manifest>,
+        file: usize,
+    },
+}
+
+/// The [`Opener`] of a pull: sources are named by the first path with their content.
+struct HubOpener<'a> {
+    store: &'a Store,
+    client: &'a HubClient,
+    repo: String,
+    commit: String,
+    plans: HashMap<PathBuf, Plan>,
+    /// Source of each path (paths with the same sha256 share one source).
+    source_of: HashMap<String, PathBuf>,
+    downloaded: AtomicU64,
+    from_store: AtomicU64,
+}
+
+impl<'a> HubOpener<'a> {
+    fn new(
+        store: &'a Store,
+        client: &'a HubClient,
+        repo: &'a RepoId,
+        commit: &CommitId,
+        files: &[RemoteFile],
+    ) -> Result<HubOpener<'a>, PullError> {
+        let stored = stored_by_sha256(store, repo)?;
+        let mut plans = HashMap::new();
+        let mut source_of = HashMap::new();
+        let mut by_sha: HashMap<[u8; 32], PathBuf> = HashMap::new();
+        for f in files {
+            if let Some(src) = f.sha256.and_then(|s| by_sha.get(&s)) {
+                source_of.insert(f.path.clone(), src.clone());
+                continue;
+            }
+            let src = PathBuf::from(&f.path);
+            let plan = match f.sha256.and_then(|s| stored.get(&s)) {
+                Some((m, i)) if m.files[*i].size == f.size => Plan::Stored {
+                    manifest: m.clone(),
+                    file: *i,
+                },
+                _ => Plan::Download(f.clone()),
+            };
+            if let Some(s) = f.sha256 {
+                by_sha.insert(s, src.clone());
+            }
+            plans.insert(src.clone(), plan);
+            source_of.insert(f.path.clone(), src);
+        }
+        Ok(HubOpener {
+            store,
+            client,
+            repo: repo.to_string(),
+            commit: commit.to_hex(),
+            plans,
+            source_of,
+            downloaded: AtomicU64::new(0),
+            from_store: AtomicU64::new(0),
+        })
+    }
+
+    fn source_files(&self, files: &[RemoteFile]) -> Vec<SourceFile> {
+        files
+            .iter()
+            .map(|f| SourceFile {
+                path: f.path.clone(),
+                source: self.source_of[&f.path].clone(),
+                size: f.size,
+                executable: false,
+                expected_sha256: f.sha256,
+            })
+            .collect()
+    }
+}
+
+impl Opener for HubOpener<'_> {
+    fn open(&self, source: &Path) -> store::Result<Box<dyn Read + Send + '_>> {
+        let unknown = || StoreError::Invalid(format!("pull: no plan for {}", source.display()));
+        match self.plans.get(source).ok_or_else(unknown)? {
+            Plan::Download(f) => {
+                let d = self
+                    .client
+                    .open_file(&self.repo, &self.commit, f, 0)
+                    .map_err(|e| StoreError::io(source, io::Error::other(e)))?;
+                self.downloaded.fetch_add(1, Ordering::Relaxed);
+                Ok(Box::new(Checked {
+                    inner: d,
+                    verifier: Some(Verifier::for_file(f)),
+                    file: f,
+                }))
+            }
+            Plan::Stored { manifest, file } => {
+                self.from_store.fetch_add(1, Ordering::Relaxed);
+                Ok(Box::new(StoredFile::new(self.store, manifest, *file)?))
+            }
+        }
+    }
+}
+
+/// A download whose bytes are checked against what the Hub stated when it ends: a
+/// mismatch is a read error, so the ingest fails before any manifest is written.
+struct Checked<'a> {
+    inner: hubclient::Download,
+    verifier: Option<Verifier>,
+    file: &'a RemoteFile,
+}
+
+impl Read for Checked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            if let Some(v) = &mut self.verifier {
+                v.update(&buf[..n]);
+            }
+            return Ok(n);
+        }
+        if let Some(v) = self.verifier.take() {
+            self.file
+                .check(&v.finish())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        }
+        Ok(0)
+    }
+}
+
+/// A stored file read back chunk by chunk (each chunk checked against its BLAKE3 id; the
+/// pipeline checks the whole file's sha256 against the Hub's).
+struct StoredFile<'a> {
+    store: &'a Store,
+    map: ChunkMap,
+    next: usize,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl<'a> StoredFile<'a> {
+    fn new(store: &'a Store, m: &Manifest, file: usize) -> store::Result<StoredFile<'a>> {
+        Ok(StoredFile {
+            store,
+            map: ChunkMap::new(m, &m.files[file])?,
+            next: 0,
+            buf: Vec::new(),
+            pos: 0,
+        })
+    }
+}
+
+impl Read for StoredFile<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.buf.len() {
+            let Some(c) = self.map.sources.get(self.next) else {
+                return Ok(0);
+            };
+            self.buf = self
+                .store
+                .read_chunk(&c.key, &c.id, c.offset, c.frame_len, true)
+                .map_err(io::Error::other)?;
+            self.pos = 0;
+            self.next += 1;
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Every file of `repo`'s stored commits, by sha256 (the manifest and the file's index).
+fn stored_by_sha256(
+    store: &Store,
+    repo: &RepoId,
+) -> Result<HashMap<[u8; 32], (Arc<Manifest>, usize)>, PullError> {
+    let mut out = HashMap::new();
+    let commits = match store.commits(repo) {
+        Ok(c) => c,
+        Err(StoreError::UnknownRepo(_)) => return Ok(out),
+        Err(e) => return Err(e.into()),
+    };
+    for c in commits {
+        let m = match store.manifest(repo, &c) {
+            Ok(m) => Arc::new(m),
+            // Removed meanwhile: its files are simply downloaded.
+            Err(StoreError::UnknownRevision { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for (i, f) in m.files.iter().enumerate() {
+            out.entry(f.sha256).or_insert_with(|| (m.clone(), i));
+        }
+    }
+    Ok(out)
+}

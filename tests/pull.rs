@@ -1,0 +1,210 @@
+//! `modelcas pull` (issue 14): a revision from an upstream Hub straight into the store,
+//! with a second `modelcas serve` as the upstream (no internet here) and a fake upstream
+//! that misbehaves (cut connections, 429, a flipped byte, a token).
+
+mod common;
+#[allow(dead_code, unused_imports)]
+#[path = "../hubclient/tests/fake/mod.rs"]
+mod fake;
+
+use std::collections::BTreeMap;
+
+use common::{ingest_rev, series, Env, Served};
+
+const REPO: &str = "demo-org/demo-llm";
+
+/// path → sha256 of a stored revision (`ls --json`).
+fn stored_files(env: &Env, rev: &str) -> BTreeMap<String, String> {
+    let v = env.json(&["ls", &format!("{REPO}@{rev}"), "--json"]);
+    v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["sha256"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn expected_files(r: &str) -> BTreeMap<String, String> {
+    series().files(r).into_iter().collect()
+}
+
+fn pull(env: &Env, endpoint: &str, target: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["pull", target, "--endpoint", endpoint, "--json"];
+    args.extend_from_slice(extra);
+    env.json(&args)
+}
+
+#[test]
+fn pull_stores_a_revision_byte_exact_and_sets_its_ref() {
+    let upstream = Env::new();
+    ingest_rev(&upstream, "r1", &["main"]);
+    ingest_rev(&upstream, "r2", &["v2"]);
+    let srv = Served::start(&upstream, &[]);
+    let url = format!("http://{}", srv.addr);
+    let local = Env::new();
+
+    let r = pull(&local, &url, &format!("{REPO}@main"), &[]);
+    let c1 = series().commit("r1");
+    assert_eq!(r["commit"], c1.as_str());
+    assert_eq!(r["new_revision"], true);
+    assert_eq!(r["refs"], serde_json::json!(["main"]));
+    let want = expected_files("r1");
+    assert_eq!(r["files"].as_u64().unwrap() as usize, want.len());
+    let bytes = r["bytes"].as_u64().unwrap();
+    assert!(r["bytes_downloaded"].as_u64().unwrap() >= bytes, "{r}");
+    assert_eq!(stored_files(&local, "main"), want);
+    local.verifies(&format!("{REPO}@{c1}"));
+
+    // The second revision by sha: the LFS files r1 already has (same sha256) are read
+    // back from the store, not downloaded.
+    let c2 = series().commit("r2");
+    let r = pull(&local, &url, &format!("{REPO}@{c2}"), &["--ref", "next"]);
+    assert_eq!(r["refs"], serde_json::json!(["next"]));
+    assert_eq!(stored_files(&local, &c2), expected_files("r2"));
+    let shared: u64 = {
+        let (a, b) = (expected_files("r1"), expected_files("r2"));
+        let sizes: BTreeMap<String, u64> = local.json(&["ls", &format!("{REPO}@{c2}"), "--json"])
+            ["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["path"].as_str().unwrap().into(),
+                    f["size"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        b.iter()
+            .filter(|(p, h)| a.values().any(|x| x == *h) && p.ends_with(".safetensors"))
+            .map(|(p, _)| sizes[p])
+            .sum()
+    };
+    let total = r["bytes"].as_u64().unwrap();
+    let got = r["bytes_downloaded"].as_u64().unwrap();
+    assert!(
+        got <= total - shared,
+        "downloaded {got} of {total}, {shared} shared: {r}"
+    );
+    // Weights are LFS files upstream (their sha256 is stated), and r2 keeps two of r1's.
+    assert!(shared > 0);
+    assert!(r["files_from_store"].as_u64().unwrap() >= 2, "{r}");
+    local.verifies(&format!("{REPO}@{c2}"));
+
+    // Again: nothing downloaded, the ref moved.
+    let again = pull(&local, &url, &format!("{REPO}@{c1}"), &["--ref", "next"]);
+    assert_eq!(again["new_revision"], false);
+    assert_eq!(again["bytes_downloaded"], 0);
+    let refs = local.json(&["ls", REPO, "--json"])["refs"].clone();
+    assert_eq!(refs["next"], c1.as_str());
+    assert_eq!(refs["main"], c1.as_str());
+}
+
+#[test]
+fn include_and_exclude_select_files_and_a_token_is_needed_where_asked() {
+    let upstream = Env::new();
+    ingest_rev(&upstream, "r1", &["main"]);
+    let tokens = upstream.path("tokens");
+    std::fs::write(&tokens, "s3cret\n").unwrap();
+    let srv = Served::start(&upstream, &["--token-file", tokens.to_str().unwrap()]);
+    let url = format!("http://{}", srv.addr);
+    let local = Env::new();
+
+    let err = local.fails(&["pull", REPO, "--endpoint", &url]);
+    assert!(err.contains("HF_TOKEN") || err.contains("--token"), "{err}");
+    assert!(local.json(&["ls", "--json"])["repos"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    let r = pull(
+        &local,
+        &url,
+        REPO,
+        &[
+            "--token",
+            "s3cret",
+            "--include",
+            "*.json",
+            "--exclude",
+            "*index*",
+        ],
+    );
+    let want: BTreeMap<String, String> = expected_files("r1")
+        .into_iter()
+        .filter(|(p, _)| p.ends_with(".json") && !p.contains("index"))
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(r["files"].as_u64().unwrap() as usize, want.len());
+    assert_eq!(stored_files(&local, "main"), want);
+
+    // No file matches: a clear error, nothing stored.
+    let other = Env::new();
+    let out = other
+        .cmd()
+        .args(["pull", REPO, "--endpoint", &url, "--include", "*.nothing"])
+        .env("HF_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no file") && err.contains("--include"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_flipped_byte_refuses_the_revision_and_cuts_and_429_are_survived() {
+    let up = fake::Fake::start();
+    let want: BTreeMap<String, String> = up
+        .state()
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.sha256_hex()))
+        .collect();
+
+    // A flipped byte in the LFS file (sha256) and, separately, in a small one (git sha1).
+    for path in ["model.safetensors", "sub/dir/tokenizer.json"] {
+        up.state().flip = Some((path.to_string(), 1234));
+        let local = Env::new();
+        let err = local.fails(&["pull", fake::REPO, "--endpoint", &up.url]);
+        assert!(err.contains(path), "{err}");
+        assert!(err.contains("sha256") || err.contains("sha1"), "{err}");
+        let listed = local.json(&["ls", "--json"]);
+        assert!(listed["repos"].as_array().unwrap().is_empty(), "{listed}");
+    }
+    up.state().flip = None;
+
+    // Cuts mid-file and a 429 with Retry-After: the pull completes, byte-exact.
+    up.state().cuts.extend([100_000, 7, 50_000]);
+    up.state().canned.push_back(fake::Canned {
+        on: "/resolve/",
+        status: 429,
+        headers: vec![("Retry-After".into(), "1".into())],
+        body: b"slow down".to_vec(),
+    });
+    let local = Env::new();
+    let r = pull(&local, &up.url, fake::REPO, &["--jobs", "1"]);
+    assert_eq!(r["commit"], fake::COMMIT);
+    assert!(r["retries"].as_u64().unwrap() >= 2, "{r}");
+    let v = local.json(&["ls", &format!("{}@main", fake::REPO), "--json"]);
+    let got: BTreeMap<String, String> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().into(),
+                f["sha256"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    local.verifies(&format!("{}@{}", fake::REPO, fake::COMMIT));
+}
