@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ingest_series, series, sha256_file, tree_hashes, Env};
+use common::{ingest_rev, ingest_series, series, sha256_file, tree_hashes, Env};
 use rand::{Rng, SeedableRng};
 
 const REVS: [&str; 4] = ["r1", "r2", "r3", "r4"];
@@ -692,4 +692,32 @@ fn metrics_move_while_the_mount_reads() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn opening_a_file_records_the_revisions_last_use() {
+    let s = series();
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["main"]);
+    let c1 = s.commit("r1");
+    let key = format!("repos/{REPO}/used/{c1}");
+    assert!(env.backend().get(&key).is_err());
+    let m = Mount::start(&env, &[]);
+    let f = m.p(&format!("{REPO}/main/config.json"));
+    assert!(!std::fs::read(&f).unwrap().is_empty());
+    // Written from a background thread, at most once a day per process.
+    let t = std::time::Instant::now();
+    let bytes = loop {
+        if let Ok(b) = env.backend().get(&key) {
+            break b;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "no last-use record"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let u: store::manifest::UsedObject =
+        format::codec::decode(format::codec::Kind::Used, &bytes).unwrap();
+    assert_eq!((u.commit.to_hex(), u.by.as_str()), (c1, "mount"));
 }

@@ -208,3 +208,35 @@ fn a_flipped_byte_refuses_the_revision_and_cuts_and_429_are_survived() {
     assert_eq!(got, want);
     local.verifies(&format!("{}@{}", fake::REPO, fake::COMMIT));
 }
+
+#[test]
+fn an_interrupted_pull_downloads_only_what_it_had_not_stored() {
+    let up = fake::Fake::start();
+    // A wrong byte in the tokenizer fails the first pull after the weights were read
+    // (largest files first, one at a time).
+    up.state().flip = Some(("sub/dir/tokenizer.json".into(), 10));
+    let local = Env::new();
+    let err = local.fails(&["pull", fake::REPO, "--endpoint", &up.url, "--jobs", "1"]);
+    assert!(err.contains("tokenizer.json"), "{err}");
+    assert!(local.json(&["ls", "--json"])["repos"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    up.state().flip = None;
+    let weights = up.file("model.safetensors").data.len() as u64;
+    let resolved = |up: &fake::Fake| {
+        up.seen()
+            .iter()
+            .filter(|s| s.target.contains("/resolve/") && s.target.ends_with("model.safetensors"))
+            .count()
+    };
+    assert_eq!(resolved(&up), 1);
+
+    // The rerun reads the weights back from what the first run stored.
+    let r = pull(&local, &up.url, fake::REPO, &["--jobs", "1"]);
+    assert_eq!(r["files_from_store"], 1, "{r}");
+    assert_eq!(r["files_downloaded"], 2, "{r}");
+    assert!(r["bytes_downloaded"].as_u64().unwrap() < weights, "{r}");
+    assert_eq!(resolved(&up), 1);
+    local.verifies(&format!("{}@{}", fake::REPO, fake::COMMIT));
+}

@@ -301,6 +301,11 @@ pub struct GcArgs {
     /// Keep revisions ingested within this long (e.g. 30d, 12h, 1d12h).
     #[arg(long, env = "MODELCAS_GC_KEEP_WITHIN", value_name = "DURATION")]
     pub keep_within: Option<String>,
+    /// Keep revisions read (by a mount, serve, checkout, cat or pull) or ingested within
+    /// this long; expire the others unless a ref, pin or version lock protects them
+    /// (e.g. 30d). Reads are recorded at most once a day per revision and process.
+    #[arg(long, env = "MODELCAS_GC_UNUSED_FOR", value_name = "DURATION")]
+    pub unused_for: Option<String>,
     /// Time between marking a pack unused and deleting it: bounds how long a mount can
     /// keep reading a revision that expired while open (default 24h).
     #[arg(long, env = "MODELCAS_GC_GRACE", value_name = "DURATION")]

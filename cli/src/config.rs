@@ -94,6 +94,8 @@ pub struct ServeConfig {
 pub struct GcConfig {
     pub keep_last: Option<usize>,
     pub keep_within: Option<String>,
+    /// Expire revisions nobody has read for this long.
+    pub unused_for: Option<String>,
     pub grace: Option<String>,
     pub rewrite_below: Option<f64>,
     /// `[gc.repos."org/name"]`.
@@ -107,6 +109,7 @@ pub struct GcConfig {
 pub struct RepoPolicy {
     pub keep_last: Option<usize>,
     pub keep_within: Option<String>,
+    pub unused_for: Option<String>,
 }
 
 /// Loads the config named by `path`, or the default file if it exists, or nothing.

@@ -60,6 +60,8 @@ pub enum Kind {
     Moved,
     /// `features`: format features a binary must know to read, or to write, the store.
     Features,
+    /// `repos/<org>/<name>/used/<commit>`: when a revision was last read.
+    Used,
 }
 
 impl Kind {
@@ -77,6 +79,7 @@ impl Kind {
             Kind::BundleRef => b"MCASBREF",
             Kind::Moved => b"MCASMOVE",
             Kind::Features => b"MCASFEAT",
+            Kind::Used => b"MCASUSED",
         }
     }
 

@@ -89,6 +89,16 @@ pub fn pin_key(repo: &RepoId, commit: &CommitId) -> String {
     format!("{}{}", pins_prefix(repo), commit.to_hex())
 }
 
+/// Prefix of a repository's last-use records.
+pub fn used_prefix(repo: &RepoId) -> String {
+    format!("{}used/", repo_prefix(repo))
+}
+
+/// Key of the last-use record of a commit.
+pub fn used_key(repo: &RepoId, commit: &CommitId) -> String {
+    format!("{}{}", used_prefix(repo), commit.to_hex())
+}
+
 /// Key of a lock or lease.
 pub fn lock_key(kind: &str, id: u64) -> String {
     format!("{LOCKS_PREFIX}{kind}-{id:016x}")

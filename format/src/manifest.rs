@@ -223,6 +223,19 @@ pub struct PinObject {
     pub pinned_at: u64,
 }
 
+/// A last-use record: `repos/<org>/<name>/used/<commit>`, magic `MCASUSED`. What counts for
+/// `gc --unused-for` is the object's modification time by the store's clock; the fields
+/// say who wrote it, for people.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct UsedObject {
+    /// The commit read.
+    pub commit: CommitId,
+    /// When, by the writer's clock (seconds since the Unix epoch; informational).
+    pub used_at: u64,
+    /// What read it: `mount`, `serve`, `checkout`, `cat`, `pull`.
+    pub by: String,
+}
+
 /// The store config: `config`, magic `MCASCONF`.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct StoreConfig {

@@ -151,6 +151,7 @@ impl Filesystem for ModelFs {
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(fh, Arc::new(stream));
                         repo::metrics::METRICS.mount_open_files.inc();
+                        self.ns.record_use(&tree);
                         reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
                     }
                     Err(e) => reply.error(eio(e)),

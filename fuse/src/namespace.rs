@@ -472,6 +472,13 @@ impl Namespace {
         self.file(ino)
     }
 
+    /// Notes that a file of `tree`'s revision was opened (its last-use record, written at
+    /// most once a day, from a background thread: see `repo::usage`).
+    pub fn record_use(&self, tree: &Tree) {
+        let m = &tree.manifest;
+        repo::usage::record_in_background(&self.store, &m.repo, &m.commit, "mount");
+    }
+
     /// The file behind a File inode: its tree and index in the manifest.
     pub fn file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
         let Some(Node::File { repo, commit, path }) = self.node(ino) else {

@@ -10,7 +10,8 @@
 //!   chunk ids, so entries can be dropped when a pack disappears).
 //! * `manifests`: object key → u16 tag length ‖ tag ‖ the object's bytes: a cache of small
 //!   objects (manifests) that gc reads every run, valid while the listing shows the same
-//!   tag.
+//!   tag; and `files/<64 hex sha256>` → the chunks (id, length) of a file ingest read, so a
+//!   later pull reads it back instead of downloading it ([`Index::file_chunks`]).
 //! * `meta`: `store_id` → the 16-byte id of the store this index belongs to; `version`.
 //!
 //! Before an ingest trusts the index it calls [`Index::sync`], which lists the bucket's
@@ -334,6 +335,49 @@ impl Index {
         self.sync(store, condemned, warn)
     }
 
+    /// Records the chunks of a file whose content has `sha256` (chunk id and length, in
+    /// order), under `files/<64 hex>` in the `manifests` family. Its chunks may still be in
+    /// a pack not yet written: [`Index::file_chunks`] answers only when every chunk is in
+    /// a known pack.
+    pub fn remember_file(&self, sha256: &[u8; 32], chunks: &[(ChunkId, u32)]) -> Result<()> {
+        let mut v = Vec::with_capacity(4 + chunks.len() * 36);
+        v.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+        for (id, len) in chunks {
+            v.extend_from_slice(&id.0);
+            v.extend_from_slice(&len.to_le_bytes());
+        }
+        self.cache_object(&file_key(sha256), "", &v)
+    }
+
+    /// Where every chunk of a file with content `sha256` is, in order, if the index
+    /// recorded the file and still knows a pack for each of its chunks.
+    pub fn file_chunks(&self, sha256: &[u8; 32]) -> Result<Option<Vec<(ChunkId, ChunkLoc)>>> {
+        let Some(v) = self.cached_object(&file_key(sha256), "")? else {
+            return Ok(None);
+        };
+        let Some(n) = v
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        else {
+            return Ok(None);
+        };
+        if v.len() != 4 + n as usize * 36 {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(n as usize);
+        for e in v[4..].chunks_exact(36) {
+            let mut id = [0u8; 32];
+            id.copy_from_slice(&e[..32]);
+            let id = ChunkId(id);
+            let len = u32::from_le_bytes([e[32], e[33], e[34], e[35]]);
+            match self.chunk(&id)? {
+                Some(loc) if loc.raw_len == len => out.push((id, loc)),
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// Caches an object's bytes under its listing tag.
     pub fn cache_object(&self, key: &str, tag: &str, bytes: &[u8]) -> Result<()> {
         let tag = tag.as_bytes();
@@ -367,6 +411,12 @@ impl Index {
         }
         Ok(Some(v[2 + len..].to_vec()))
     }
+}
+
+/// Key of a file's chunk list in the `manifests` family (never an object key).
+fn file_key(sha256: &[u8; 32]) -> String {
+    let hex: String = sha256.iter().map(|b| format!("{b:02x}")).collect();
+    format!("files/{hex}")
 }
 
 fn index_err(path: &Path, e: rocksdb::Error) -> StoreError {

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hubclient::{HubClient, RemoteFile, Verifier};
+use read::cache::ChunkSource;
 use read::chunk_map::ChunkMap;
 use store::index::Index;
 use store::ingest::{ingest_from, IngestOptions, Opener, Progress};
@@ -104,9 +105,10 @@ pub fn pull(
         for r in &refs {
             store.set_ref(repo, r, &commit)?;
         }
+        record_use(store, repo, &commit);
         return Ok(report);
     }
-    let opener = HubOpener::new(store, client, repo, &commit, &files)?;
+    let opener = HubOpener::new(store, index, client, repo, &commit, &files)?;
     let snapshot = Snapshot {
         repo: repo.clone(),
         commit: Some(commit),
@@ -117,6 +119,7 @@ pub fn pull(
     };
     let iopts = IngestOptions {
         threads: opts.jobs.max(1),
+        keep_partial: true,
     };
     let before = client.stats();
     let ingested = ingest_from(store, index, &[snapshot], iopts, &opener, progress)?;
@@ -128,7 +131,15 @@ pub fn pull(
     report.retries = after.retries - before.retries;
     report.bytes_stored_new = ingested.new_chunk_bytes;
     report.pack_bytes_written = ingested.pack_bytes_written;
+    record_use(store, repo, &commit);
     Ok(report)
+}
+
+/// A pull is a use of the revision (for `gc --unused-for`); a failure is only a warning.
+fn record_use(store: &Store, repo: &RepoId, commit: &CommitId) {
+    if let Err(e) = store::usage::record(store, repo, commit, "pull") {
+        tracing::warn!(%repo, commit = %commit.to_hex(), "cannot record last use: {e}");
+    }
 }
 
 /// The files of the revision selected by `--include`/`--exclude`; none is an error.
@@ -186,11 +197,10 @@ fn check_stored(m: &Manifest, files: &[RemoteFile]) -> Result<(), PullError> {
 enum Plan {
     /// Downloaded and checked.
     Download(RemoteFile),
-    /// Read back from a stored file with the same sha256.
-    Stored {
-        manifest: Arc<Manifest>,
-        file: usize,
-    },
+    /// Read back from the store: the chunks of a file with the same sha256, from a stored
+    /// manifest or from the index's record of a file an earlier (perhaps interrupted)
+    /// ingest or pull read.
+    Stored(Vec<ChunkSource>),
 }
 
 /// The [`Opener`] of a pull: sources are named by the first path with their content.
@@ -209,6 +219,7 @@ struct HubOpener<'a> {
 impl<'a> HubOpener<'a> {
     fn new(
         store: &'a Store,
+        index: &Index,
         client: &'a HubClient,
         repo: &'a RepoId,
         commit: &CommitId,
@@ -224,12 +235,10 @@ impl<'a> HubOpener<'a> {
                 continue;
             }
             let src = PathBuf::from(&f.path);
-            let plan = match f.sha256.and_then(|s| stored.get(&s)) {
-                Some((m, i)) if m.files[*i].size == f.size => Plan::Stored {
-                    manifest: m.clone(),
-                    file: *i,
-                },
-                _ => Plan::Download(f.clone()),
+            let plan = match f.sha256 {
+                Some(sha) => stored_copy(index, &stored, &sha, f.size)?
+                    .map_or_else(|| Plan::Download(f.clone()), Plan::Stored),
+                None => Plan::Download(f.clone()),
             };
             if let Some(s) = f.sha256 {
                 by_sha.insert(s, src.clone());
@@ -279,9 +288,9 @@ impl Opener for HubOpener<'_> {
                     file: f,
                 }))
             }
-            Plan::Stored { manifest, file } => {
+            Plan::Stored(chunks) => {
                 self.from_store.fetch_add(1, Ordering::Relaxed);
-                Ok(Box::new(StoredFile::new(self.store, manifest, *file)?))
+                Ok(Box::new(StoredFile::new(self.store, chunks)))
             }
         }
     }
@@ -313,32 +322,64 @@ impl Read for Checked<'_> {
     }
 }
 
+/// The chunks of a stored copy of a file with content `sha256` and `size` bytes: from a
+/// stored manifest, else from the index's record of a file an earlier ingest read.
+fn stored_copy(
+    index: &Index,
+    stored: &StoredFiles,
+    sha256: &[u8; 32],
+    size: u64,
+) -> Result<Option<Vec<ChunkSource>>, PullError> {
+    if let Some((m, i)) = stored.get(sha256) {
+        if m.files[*i].size == size {
+            return Ok(Some(ChunkMap::new(m, &m.files[*i])?.sources));
+        }
+    }
+    let Some(chunks) = index.file_chunks(sha256)? else {
+        return Ok(None);
+    };
+    if chunks.iter().map(|(_, l)| l.raw_len as u64).sum::<u64>() != size {
+        return Ok(None);
+    }
+    let sources = chunks
+        .into_iter()
+        .map(|(id, l)| ChunkSource {
+            key: store::layout::pack_key(&l.pack).into(),
+            id,
+            offset: l.offset as u64,
+            frame_len: l.frame_len,
+            raw_len: l.raw_len,
+        })
+        .collect();
+    Ok(Some(sources))
+}
+
 /// A stored file read back chunk by chunk (each chunk checked against its BLAKE3 id; the
 /// pipeline checks the whole file's sha256 against the Hub's).
 struct StoredFile<'a> {
     store: &'a Store,
-    map: ChunkMap,
+    chunks: &'a [ChunkSource],
     next: usize,
     buf: Vec<u8>,
     pos: usize,
 }
 
 impl<'a> StoredFile<'a> {
-    fn new(store: &'a Store, m: &Manifest, file: usize) -> store::Result<StoredFile<'a>> {
-        Ok(StoredFile {
+    fn new(store: &'a Store, chunks: &'a [ChunkSource]) -> StoredFile<'a> {
+        StoredFile {
             store,
-            map: ChunkMap::new(m, &m.files[file])?,
+            chunks,
             next: 0,
             buf: Vec::new(),
             pos: 0,
-        })
+        }
     }
 }
 
 impl Read for StoredFile<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         while self.pos == self.buf.len() {
-            let Some(c) = self.map.sources.get(self.next) else {
+            let Some(c) = self.chunks.get(self.next) else {
                 return Ok(0);
             };
             self.buf = self
@@ -355,11 +396,11 @@ impl Read for StoredFile<'_> {
     }
 }
 
-/// Every file of `repo`'s stored commits, by sha256 (the manifest and the file's index).
-fn stored_by_sha256(
-    store: &Store,
-    repo: &RepoId,
-) -> Result<HashMap<[u8; 32], (Arc<Manifest>, usize)>, PullError> {
+/// Stored files by sha256: the manifest and the file's position in it.
+type StoredFiles = HashMap<[u8; 32], (Arc<Manifest>, usize)>;
+
+/// Every file of `repo`'s stored commits, by sha256.
+fn stored_by_sha256(store: &Store, repo: &RepoId) -> Result<StoredFiles, PullError> {
     let mut out = HashMap::new();
     let commits = match store.commits(repo) {
         Ok(c) => c,

@@ -447,6 +447,9 @@ impl Store {
             self.backend.delete(&layout::pin_key(repo, commit))?;
         }
         self.backend.delete(&layout::manifest_key(repo, commit))?;
+        // Its last-use record goes with it (a reader racing with the removal may write it
+        // again; an orphan record is ignored and removed by the next gc).
+        self.backend.delete(&layout::used_key(repo, commit))?;
         Ok(refs)
     }
 

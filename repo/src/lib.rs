@@ -11,6 +11,7 @@
 //!   [`disk_cache`]).
 //! * [`lock`] — locks and leases, judged by the object store's clock; [`clock`] — this
 //!   process's clock; [`features`] — the store's feature list.
+//! * [`usage`] — last-use records of revisions (for `gc --unused-for`).
 //! * [`metrics`] — the process's one Prometheus registry; [`failpoint`] — pause points and
 //!   crash steps (cargo feature `failpoints`, absent from release binaries).
 //!
@@ -28,6 +29,7 @@ pub mod manifest;
 mod metered;
 pub mod metrics;
 pub mod pack;
+pub mod usage;
 
 /// The object stores (the `objects` crate), and the metered wrapper.
 pub mod backend {

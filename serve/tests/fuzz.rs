@@ -85,7 +85,10 @@ fn fixture() -> &'static Fixture {
             &store,
             &index,
             &snaps,
-            IngestOptions { threads: 2 },
+            IngestOptions {
+                threads: 2,
+                ..Default::default()
+            },
             &NoProgress,
         )
         .unwrap();

@@ -37,7 +37,7 @@ pub use ::read::{cache, chunk_map, progress, readahead, tree};
 pub use ::repo::handle as repo;
 pub use ::repo::{
     backend, clock, codec, disk_cache, failpoint, features, forward, frame, layout, lock, manifest,
-    metrics, names, pack,
+    metrics, names, pack, usage,
 };
 
 pub use ::index::Index;

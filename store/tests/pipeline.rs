@@ -71,7 +71,7 @@ proptest! {
         let store = tiny_store(backend);
         let idx_dir = tempfile::tempdir().unwrap();
         let index = Index::open(idx_dir.path(), &store.config().store_id).unwrap();
-        ingest(&store, &index, &snapshot_of(dir.path(), "p/t"), IngestOptions { threads: 2 }, &NoProgress).unwrap();
+        ingest(&store, &index, &snapshot_of(dir.path(), "p/t"), IngestOptions { threads: 2, ..Default::default() }, &NoProgress).unwrap();
         for (name, data) in &want {
             prop_assert_eq!(&read_all(&store, "p/t", name), data);
         }
@@ -166,7 +166,10 @@ fn interrupted_at_every_put_leaves_nothing_visible_and_rerun_completes() {
             &store,
             &index,
             &snaps,
-            IngestOptions { threads: 2 },
+            IngestOptions {
+                threads: 2,
+                ..Default::default()
+            },
             &NoProgress,
         );
         backend.fail_put_after(-1);
@@ -191,7 +194,10 @@ fn interrupted_at_every_put_leaves_nothing_visible_and_rerun_completes() {
             &store,
             &index,
             &snaps,
-            IngestOptions { threads: 2 },
+            IngestOptions {
+                threads: 2,
+                ..Default::default()
+            },
             &NoProgress,
         )
         .unwrap();

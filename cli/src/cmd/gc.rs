@@ -27,18 +27,23 @@ pub fn options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
         s.as_deref().map(|v| duration(what, v)).transpose()
     };
     let flag_within = within(&args.keep_within, "--keep-within")?;
+    let flag_unused = within(&args.unused_for, "--unused-for")?;
     opts.retention.default = Policy {
         keep_last: args.keep_last.or(gc.keep_last),
         keep_within: flag_within.or(within(&gc.keep_within, "config gc.keep_within")?),
+        unused_for: flag_unused.or(within(&gc.unused_for, "config gc.unused_for")?),
     };
     for (name, p) in &gc.repos {
         let repo = RepoId::parse(name).with_context(|| format!("config gc.repos.{name:?}"))?;
-        let what = format!("config gc.repos.\"{name}\".keep_within");
+        let what = |k: &str| format!("config gc.repos.\"{name}\".{k}");
         let policy = Policy {
             keep_last: args.keep_last.or(p.keep_last).or(gc.keep_last),
             keep_within: flag_within
-                .or(within(&p.keep_within, &what)?)
+                .or(within(&p.keep_within, &what("keep_within"))?)
                 .or(opts.retention.default.keep_within),
+            unused_for: flag_unused
+                .or(within(&p.unused_for, &what("unused_for"))?)
+                .or(opts.retention.default.unused_for),
         };
         opts.retention.repos.insert(repo, policy);
     }

@@ -86,47 +86,64 @@ fn commits(store: &Store, t: &str, json: bool) -> Result<()> {
     if commits.is_empty() && refs.is_empty() {
         return Err(store::StoreError::UnknownRepo(repo.to_string()).into());
     }
+    let used = store::usage::last_used(store, &repo)?;
     let mut rows = Vec::new();
     for c in &commits {
         let m = store.manifest(&repo, c)?;
-        let names: Vec<String> = refs
-            .iter()
-            .filter(|(_, v)| *v == c)
-            .map(|(k, _)| k.clone())
-            .collect();
-        rows.push((
-            m.ingested_at,
-            c.to_hex(),
-            m.files.len(),
-            m.total_size(),
-            names,
-        ));
+        rows.push(Row {
+            ingested_at: m.ingested_at,
+            commit: c.to_hex(),
+            files: m.files.len(),
+            bytes: m.total_size(),
+            refs: refs
+                .iter()
+                .filter(|(_, v)| *v == c)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            last_used: used.get(c).and_then(|t| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs())
+            }),
+        });
     }
-    rows.sort();
+    rows.sort_by(|a, b| (a.ingested_at, &a.commit).cmp(&(b.ingested_at, &b.commit)));
     if json {
-        let commits: Vec<_> = rows
-            .iter()
-            .map(|(t, c, n, b, r)| json!({"commit": c, "ingested_at": t, "files": n, "bytes": b, "refs": r}))
-            .collect();
         let refs: serde_json::Map<_, _> = refs
             .iter()
             .map(|(k, v)| (k.clone(), json!(v.to_hex())))
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"repo": repo.to_string(), "refs": refs, "commits": commits})
-            )?
-        );
+        let v = json!({"repo": repo.to_string(), "refs": refs, "commits": rows});
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        for (t, c, n, b, r) in rows {
-            let r = if r.is_empty() {
+        for r in rows {
+            let names = if r.refs.is_empty() {
                 String::new()
             } else {
-                format!("  [{}]", r.join(", "))
+                format!("  [{}]", r.refs.join(", "))
             };
-            println!("{c}  {}  {n:>4} files  {:>10}{r}", utc(t), bytes(b));
+            let used = r.last_used.map_or("never".to_string(), utc);
+            println!(
+                "{}  {}  {:>4} files  {:>10}  last used {used}{names}",
+                r.commit,
+                utc(r.ingested_at),
+                r.files,
+                bytes(r.bytes)
+            );
         }
     }
     Ok(())
+}
+
+/// One commit of `ls ORG/NAME`.
+#[derive(serde::Serialize)]
+struct Row {
+    commit: String,
+    ingested_at: u64,
+    files: usize,
+    bytes: u64,
+    refs: Vec<String>,
+    /// When a mount, serve, checkout, cat or pull last read it (the store's clock; `None`:
+    /// never since last-use records exist).
+    last_used: Option<u64>,
 }

@@ -19,6 +19,7 @@ pub fn checkout(ctx: &Ctx, spec: &str, dir: &Path) -> Result<ExitCode> {
     let m = store.manifest(&repo, &commit)?;
     let start = std::time::Instant::now();
     let r = read::checkout(&store, &m, dir, &Bar::new(ctx.quiet))?;
+    record_use(&store, &repo, &commit, "checkout");
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     println!(
         "checked out {repo}@{commit} into {}: {} files, {} ({}/s)",
@@ -46,7 +47,15 @@ pub fn cat(ctx: &Ctx, spec: &str, path: &str) -> Result<ExitCode> {
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     FileReader::new(&store, &m, f)?.copy_to(&mut out, &NoProgress)?;
     out.flush()?;
+    record_use(&store, &repo, &commit, "cat");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Records the revision's last use (for `gc --unused-for`); a failure is only a warning.
+fn record_use(store: &store::Store, repo: &store::RepoId, commit: &store::CommitId, by: &str) {
+    if let Err(e) = store::usage::record(store, repo, commit, by) {
+        tracing::warn!("{repo}@{commit}: cannot record last use: {e}");
+    }
 }
 
 pub fn verify(ctx: &Ctx, spec: &str, json: bool) -> Result<ExitCode> {

@@ -80,6 +80,8 @@ pub(super) fn restore_wanted(
         for h in gone {
             let rev = expired_revision(&h.manifest);
             if !wanted.contains(&h.manifest.commit) {
+                // Its last-use record goes with it.
+                backend.delete(&crate::layout::used_key(&repo, &h.manifest.commit))?;
                 report.expired.push(rev);
                 continue;
             }

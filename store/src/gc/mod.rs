@@ -48,7 +48,7 @@ use rewrite::load_forwards;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
@@ -93,6 +93,8 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// Time to live of the gc lock.
     pub lock_ttl: Duration,
+    /// Commits kept as if pinned, besides the store's pins (serve's version locks).
+    pub protected: HashSet<(RepoId, CommitId)>,
 }
 
 impl Default for GcOptions {
@@ -103,6 +105,7 @@ impl Default for GcOptions {
             rewrite_below: DEFAULT_REWRITE_BELOW,
             dry_run: false,
             lock_ttl: lock::default_ttl(),
+            protected: HashSet::new(),
         }
     }
 }
@@ -316,10 +319,18 @@ impl<'a> GcRun<'a> {
     fn list_revisions(&mut self, cache: Option<&Index>) -> Result<(Vec<Rev>, Vec<Rev>)> {
         let repos = self.store.repos()?;
         self.report.repos = repos.len();
+        let store_now = self.backend.now()?;
         let mut kept: Vec<Rev> = Vec::new();
         let mut expired: Vec<Rev> = Vec::new();
         for repo in &repos {
-            let (k, e) = revisions(&self.store, cache, repo, self.opts, &mut self.report)?;
+            let (k, e) = revisions(
+                &self.store,
+                cache,
+                repo,
+                store_now,
+                self.opts,
+                &mut self.report,
+            )?;
             kept.extend(k);
             expired.extend(e);
         }
@@ -385,15 +396,22 @@ fn revisions(
     store: &Store,
     cache: Option<&Index>,
     repo: &RepoId,
+    store_now: SystemTime,
     opts: &GcOptions,
     report: &mut GcReport,
 ) -> Result<(Vec<Rev>, Vec<Rev>)> {
     let backend = store.backend();
     let prefix = layout::manifests_prefix(repo);
     let mut held = Vec::new();
+    // Last read or ingested (a manifest's write), by the store's clock.
+    let mut last_use = crate::usage::last_used(store, repo)?;
     for obj in backend.list(&prefix)? {
-        if CommitId::parse(&obj.key[prefix.len()..]).is_err() {
+        let Ok(commit) = CommitId::parse(&obj.key[prefix.len()..]) else {
             continue;
+        };
+        if let Some(at) = obj.modified {
+            let e = last_use.entry(commit).or_insert(at);
+            *e = (*e).max(at);
         }
         let cached = match cache {
             Some(idx) if !obj.tag.is_empty() => idx.cached_object(&obj.key, &obj.tag)?,
@@ -429,12 +447,23 @@ fn revisions(
         });
     }
     let referenced: HashSet<CommitId> = store.refs(repo)?.into_values().collect();
-    let pinned: HashSet<CommitId> = store.pins(repo)?.into_iter().collect();
+    let mut pinned: HashSet<CommitId> = store.pins(repo)?.into_iter().collect();
+    pinned.extend(
+        opts.protected
+            .iter()
+            .filter(|(r, _)| r == repo)
+            .map(|(_, c)| *c),
+    );
+    let idle = |c: &CommitId| {
+        let at = last_use.get(c)?;
+        Some(store_now.duration_since(*at).map_or(0, |d| d.as_secs()))
+    };
     let candidates: Vec<Candidate> = held
         .iter()
         .map(|h| Candidate {
             commit: h.manifest.commit,
             ingested_at: h.manifest.ingested_at,
+            idle_secs: idle(&h.manifest.commit),
         })
         .collect();
     let (keep, _) = retention::decide(

@@ -5,8 +5,11 @@
 //! * it is pinned (`modelcas pin`);
 //! * it is among the `keep_last` most recently ingested commits of its repository;
 //! * it was ingested within `keep_within` of now;
-//! * the policy for its repository is empty (no `keep_last`, no `keep_within`): without a
-//!   policy gc expires nothing, and only `modelcas rm` removes revisions.
+//! * it was read (or ingested) within `unused_for` of now: a mount, serve, checkout, cat or
+//!   pull read it ([`repo::usage`]; times by the object store's clock);
+//! * the policy for its repository is empty (no `keep_last`, `keep_within` or
+//!   `unused_for`): without a policy gc expires nothing, and only `modelcas rm` removes
+//!   revisions.
 //!
 //! Everything else is *expired*: gc deletes its manifest, and its data once no kept
 //! revision uses it.
@@ -24,12 +27,14 @@ pub struct Policy {
     pub keep_last: Option<usize>,
     /// Keep commits ingested within this long.
     pub keep_within: Option<Duration>,
+    /// Keep commits read or ingested within this long.
+    pub unused_for: Option<Duration>,
 }
 
 impl Policy {
     /// True when the policy expires nothing.
     pub fn is_empty(&self) -> bool {
-        self.keep_last.is_none() && self.keep_within.is_none()
+        self.keep_last.is_none() && self.keep_within.is_none() && self.unused_for.is_none()
     }
 }
 
@@ -56,6 +61,9 @@ pub struct Candidate {
     pub commit: CommitId,
     /// When it was ingested (seconds since the epoch).
     pub ingested_at: u64,
+    /// Seconds since it was last read or ingested, by the object store's clock; `None`
+    /// when unknown (then `unused_for` keeps it).
+    pub idle_secs: Option<u64>,
 }
 
 /// Why a commit is kept.
@@ -69,6 +77,8 @@ pub enum Keep {
     Last,
     /// Ingested within `keep_within`.
     Within,
+    /// Read or ingested within `unused_for`.
+    Used,
     /// No policy for the repository.
     NoPolicy,
 }
@@ -104,6 +114,11 @@ pub fn decide(
             .is_some_and(|d| now_secs.saturating_sub(c.ingested_at) < d.as_secs().max(1))
         {
             Some(Keep::Within)
+        } else if policy
+            .unused_for
+            .is_some_and(|d| c.idle_secs.is_none_or(|i| i < d.as_secs().max(1)))
+        {
+            Some(Keep::Used)
         } else {
             None
         };
@@ -134,6 +149,7 @@ mod tests {
         Candidate {
             commit: CommitId([n; 20]),
             ingested_at: at,
+            idle_secs: None,
         }
     }
 
@@ -166,7 +182,7 @@ mod tests {
 
         let last2 = Policy {
             keep_last: Some(2),
-            keep_within: None,
+            ..Policy::default()
         };
         let (kept, expired) = decide(&last2, &commits, &refs, &pins, 1000);
         let mut kept_ids: Vec<u8> = kept.iter().map(|(c, _)| c.0[0]).collect();
@@ -177,11 +193,38 @@ mod tests {
         let within = Policy {
             keep_last: Some(0),
             keep_within: Some(Duration::from_secs(650)),
+            ..Policy::default()
         };
         // now 1000: within 650 s means ingested after 350.
         let (_, expired) = decide(&within, &commits, &HashSet::new(), &HashSet::new(), 1000);
         let mut ex: Vec<u8> = expired.iter().map(|c| c.0[0]).collect();
         ex.sort();
         assert_eq!(ex, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn unused_for_keeps_what_was_read_recently_and_what_is_unknown() {
+        let idle = |n: u8, secs: Option<u64>| Candidate {
+            commit: CommitId([n; 20]),
+            ingested_at: 0,
+            idle_secs: secs,
+        };
+        let commits = [
+            idle(1, Some(40 * 86_400)),
+            idle(2, Some(3600)),
+            idle(3, None),
+            idle(4, Some(31 * 86_400)),
+        ];
+        let refs: HashSet<_> = [CommitId([4; 20])].into();
+        let p = Policy {
+            unused_for: Some(Duration::from_secs(30 * 86_400)),
+            ..Policy::default()
+        };
+        let (kept, expired) = decide(&p, &commits, &refs, &HashSet::new(), 0);
+        assert_eq!(expired, vec![CommitId([1; 20])]);
+        let reason = |n: u8| kept.iter().find(|(c, _)| c.0[0] == n).map(|(_, k)| *k);
+        assert_eq!(reason(2), Some(Keep::Used));
+        assert_eq!(reason(3), Some(Keep::Used));
+        assert_eq!(reason(4), Some(Keep::Ref));
     }
 }

@@ -60,6 +60,11 @@ pub fn sync_index(store: &Store, index: &Index, warn: &dyn Fn(String)) -> Result
 pub struct IngestOptions {
     /// Reader threads and worker threads (each); default: the number of CPUs.
     pub threads: usize,
+    /// On failure, still write the packs holding the chunks read so far (no manifest names
+    /// them; a rerun deduplicates against them and, through the index's file records,
+    /// reads completed files back instead of fetching them again). `pull` sets it: its
+    /// sources are downloads. Off for files on disk, so a refused ingest writes nothing.
+    pub keep_partial: bool,
 }
 
 impl Default for IngestOptions {
@@ -68,6 +73,7 @@ impl Default for IngestOptions {
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),
+            keep_partial: false,
         }
     }
 }

@@ -98,24 +98,22 @@ pub(super) fn run_pipeline(
     let params = store.config().chunk_params();
     let shared = Shared::new(store, index, opener, threads);
     let results = run_threads(&shared, sources, threads, params, progress);
-    if let Some(e) = shared
+    let failed = shared
         .error
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
+        .take();
+    if let Some(e) = failed {
+        // With `keep_partial`, keep what was chunked: the frames of files that did
+        // complete are recorded in the index, so a rerun reads them back instead of
+        // fetching them again. No manifest names these packs; gc reclaims them if nothing
+        // ever does.
+        if opts.keep_partial {
+            let _ = seal_open_packs(&shared);
+        }
         return Err(e);
     }
-    // Seal the last pack of every lane.
-    for lane in &shared.open_packs {
-        let (seq, last) = std::mem::replace(
-            &mut *lane.lock().unwrap_or_else(|p| p.into_inner()),
-            (0, PackBuilder::new()),
-        );
-        if !last.is_empty() {
-            seal(&shared, seq, last)?;
-        }
-    }
+    seal_open_packs(&shared)?;
     let sealed = shared
         .sealed
         .into_inner()
@@ -172,6 +170,20 @@ impl<'a> Shared<'a> {
 
 /// Runs `threads` workers and `threads` readers (one lane each) until every source is
 /// read or the pipeline aborts; returns what each source chunked into (None if unread).
+/// Seals the last pack of every lane.
+fn seal_open_packs(shared: &Shared<'_>) -> Result<()> {
+    for lane in &shared.open_packs {
+        let (seq, last) = std::mem::replace(
+            &mut *lane.lock().unwrap_or_else(|p| p.into_inner()),
+            (0, PackBuilder::new()),
+        );
+        if !last.is_empty() {
+            seal(shared, seq, last)?;
+        }
+    }
+    Ok(())
+}
+
 fn run_threads(
     shared: &Shared<'_>,
     sources: &[Source],
@@ -203,7 +215,11 @@ fn run_threads(
                 }
                 let i = order[k];
                 match read_file(shared, lane, &sources[i], params, &tx, progress) {
-                    Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
+                    Ok(r) => {
+                        // Best effort: the record only saves a later pull a download.
+                        let _ = shared.index.remember_file(&r.sha256, &r.chunks);
+                        results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r)
+                    }
                     Err(e) => shared.fail(e),
                 }
             }));
