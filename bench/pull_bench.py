@@ -70,7 +70,8 @@ def wait_port(port):
 for d in ("up", "up-index", "pull", "pull-index", "hf", "ing", "ing-index"):
     shutil.rmtree(f"{WORK}/{d}", ignore_errors=True)
 for r in REVS:
-    mc("up", "ingest", f"{SERIES}/plain/{r}", "--repo", REPO, "--revision", COMMIT[r], "--ref", r)
+    mc("up", "ingest", f"{SERIES}/plain/{r}", "--repo", REPO, "--revision", COMMIT[r], "--ref", r,
+       stdout=subprocess.DEVNULL)
 port = free_port()
 env = dict(os.environ, MODELCAS_STORE=f"{WORK}/up", MODELCAS_INDEX=f"{WORK}/up-index")
 srv = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{port}"], env=env,
@@ -80,21 +81,26 @@ url = f"http://127.0.0.1:{port}"
 try:
     for d in ("pull", "pull-index", "hf", "ing", "ing-index"):
         os.makedirs(f"{WORK}/{d}")
-    mc("pull", "init")
-    mc("ing", "init")
+    mc("pull", "init", stdout=subprocess.DEVNULL)
+    mc("ing", "init", stdout=subprocess.DEVNULL)
 
     def pull():
         for r in REVS:
             mc("pull", "pull", f"{REPO}@{COMMIT[r]}", "--endpoint", url, stdout=subprocess.DEVNULL)
 
+    phase = {}
+
     def hf_then_ingest():
+        start = time.perf_counter()
         hf_env = dict(os.environ, HF_ENDPOINT=url, HF_HUB_DISABLE_PROGRESS_BARS="1",
                       HF_HUB_DISABLE_TELEMETRY="1")
         for r in REVS:
             subprocess.run([HF, "download", REPO, "--revision", COMMIT[r], "--cache-dir",
                             f"{WORK}/hf", "--quiet"], env=hf_env, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        phase["hf download"] = time.perf_counter() - start
         mc("ing", "ingest", f"{WORK}/hf", stdout=subprocess.DEVNULL)
+        phase["ingest"] = time.perf_counter() - start - phase["hf download"]
 
     p_secs, p_disk = measured([f"{WORK}/pull", f"{WORK}/pull-index"], pull)
     b_secs, b_disk = measured([f"{WORK}/hf", f"{WORK}/ing", f"{WORK}/ing-index"], hf_then_ingest)
@@ -111,6 +117,7 @@ for r in REVS:
     assert files(a) == files(b), r
 
 store_after = disk([f"{WORK}/pull"])
+index_after = disk([f"{WORK}/pull-index"])
 hf_cache = disk([f"{WORK}/hf"])
 mib = lambda n: n / 2**20
 print("| r1..r4 from an upstream serve | wall (s) | peak extra disk (MiB) |")
@@ -119,5 +126,6 @@ print(f"| modelcas pull | {p_secs:.1f} | {mib(p_disk):.0f} |")
 print(f"| hf download + modelcas ingest | {b_secs:.1f} | {mib(b_disk):.0f} |")
 print(f"| ratio baseline / pull | {b_secs / p_secs:.2f} | {b_disk / p_disk:.2f} |")
 print()
-print(f"store after pull {mib(store_after):.0f} MiB; HF cache {mib(hf_cache):.0f} MiB; "
-      f"r1..r4 {mib(EXP['total_bytes']):.0f} MiB of files")
+print(f"baseline: hf download {phase['hf download']:.1f} s, ingest {phase['ingest']:.1f} s")
+print(f"after pull: store {mib(store_after):.0f} MiB, index {mib(index_after):.0f} MiB; "
+      f"HF cache {mib(hf_cache):.0f} MiB; r1..r4 {mib(EXP['total_bytes']):.0f} MiB of files")

@@ -136,8 +136,18 @@ fn a_list_is_pulled_then_unchanged_then_follows_the_upstream_branch() {
     assert_eq!(r["bytes_downloaded"], 0, "{r}");
     assert_eq!(local_refs(&local)["stable"], c3.as_str());
 
-    // The upstream moves main to r2: the next run pulls r2 and moves the local main.
+    // The upstream moves main to r2: --dry-run says what a run would do, and does nothing.
     up.ok(&["ref", REPO, "main", &c2]);
+    let out = local.run(&["sync", &l, "--endpoint", &url, "--json", "--dry-run"]);
+    assert!(out.status.success());
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (r["dry_run"].as_bool(), statuses(&r)),
+        (Some(true), vec!["pulled", "unchanged"])
+    );
+    assert_eq!(r["entries"][0]["commit"], c2.as_str());
+    assert_eq!(local_refs(&local)["main"], c1.as_str());
+    // The next run pulls r2 and moves the local main.
     let (code, r) = sync(&local, &l, &url);
     assert_eq!(code, 0, "{r}");
     assert_eq!(statuses(&r), ["pulled", "unchanged"], "{r}");

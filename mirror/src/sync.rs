@@ -119,8 +119,12 @@ impl SyncList {
 
 fn check_entry(e: &EntryFile) -> Result<SyncEntry, String> {
     let repo = RepoId::parse(&e.repo).map_err(|err| err.to_string())?;
-    let revision = e.revision.clone().unwrap_or_else(|| "main".to_string());
+    let mut revision = e.revision.clone().unwrap_or_else(|| "main".to_string());
     check_revision(&revision)?;
+    if revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // The Hub writes commits in lower case and answers for them so.
+        revision.make_ascii_lowercase();
+    }
     Selection::new(&e.include, &e.exclude)?;
     for r in &e.refs {
         check_ref_name(r).map_err(|err| format!("refs: {err}"))?;
@@ -153,7 +157,7 @@ fn check_revision(rev: &str) -> Result<(), String> {
 /// Refs an entry sets: the revision's own name (unless a sha), then its `refs`.
 fn entry_refs(e: &SyncEntry) -> Vec<&str> {
     let mut out = Vec::new();
-    if !hubclient::url::is_commit(&e.revision.to_ascii_lowercase()) {
+    if !hubclient::url::is_commit(&e.revision) {
         out.push(e.revision.as_str());
     }
     out.extend(e.refs.iter().map(String::as_str));
@@ -448,6 +452,12 @@ mod tests {
         assert_eq!(l.entries[0].include, ["*.json"]);
         assert_eq!(l.entries[1].refs, ["stable"]);
         assert_eq!(entry_refs(&l.entries[1]), ["stable"]);
+        let upper = SyncList::parse(&format!(
+            "[[model]]\nrepo = \"a/b\"\nrevision = \"{}\"\n",
+            SHA.to_ascii_uppercase()
+        ))
+        .unwrap();
+        assert_eq!(upper.entries[0].revision, SHA);
     }
 
     #[test]
