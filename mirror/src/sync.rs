@@ -84,6 +84,8 @@ pub enum ListError {
     Toml(String),
     #[error("the list has no [[model]] entry")]
     Empty,
+    #[error("endpoint {0:?}: expected an http:// or https:// URL")]
+    Endpoint(String),
     /// Entries are numbered from 1, in file order.
     #[error("entry {index} ({repo}): {reason}")]
     Entry {
@@ -99,6 +101,11 @@ impl SyncList {
         let file: ListFile = toml::from_str(text).map_err(|e| ListError::Toml(e.to_string()))?;
         if file.model.is_empty() {
             return Err(ListError::Empty);
+        }
+        if let Some(ep) = &file.endpoint {
+            if !(ep.starts_with("http://") || ep.starts_with("https://")) {
+                return Err(ListError::Endpoint(ep.clone()));
+            }
         }
         let mut entries = Vec::with_capacity(file.model.len());
         for (i, e) in file.model.into_iter().enumerate() {
@@ -471,6 +478,7 @@ mod tests {
             ("[[model]]\nrepo = \"a/b\"\n[[model]]\nrepo = \"a/b\"\nrevision = \"v2\"\nrefs = [\"main\"]\n", "entry 2 (a/b)"),
             ("endpoint = \"x\"\n", "no [[model]]"),
             ("models = []\n", "models"),
+            ("endpoint = \"hub.local\"\n[[model]]\nrepo = \"a/b\"\n", "hub.local"),
         ];
         for (text, want) in cases {
             let err = SyncList::parse(text).unwrap_err().to_string();

@@ -27,8 +27,8 @@ pub fn run(ctx: &Ctx, a: &SyncArgs) -> Result<ExitCode> {
         bail!("--jobs must be at least 1");
     }
     let endpoint = a.endpoint.as_deref().or(list.endpoint.as_deref());
-    let client =
-        HubClient::new(HubOptions::from_env(endpoint, a.token.as_deref())).context("--endpoint")?;
+    let client = HubClient::new(HubOptions::from_env(endpoint, a.token.as_deref()))
+        .with_context(|| format!("endpoint {}", hubclient::endpoint(endpoint)))?;
     let report = if a.dry_run {
         mirror::sync::plan(&ctx.open_plain()?, &client, &list)
     } else {
