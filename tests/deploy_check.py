@@ -1,7 +1,9 @@
 """Checks a deploy/ directory: every Kubernetes manifest against the API schemas (the
 `kubernetes-validate` package from PyPI, offline), and every modelcas subcommand, flag and
 MODELCAS_* variable that the manifests and systemd units use against the binary's own
---help; the ConfigMap's config.toml must load (`modelcas --config F config show`).
+--help; the ConfigMap's config.toml must load (`modelcas --config F config show`), and a
+prefetch list in a ConfigMap (a `.toml` key with `[[model]]`) must pass
+`modelcas sync F --check`.
 
 usage: deploy_check.py MODELCAS_BIN DEPLOY_DIR
 Exits 1 listing every problem.
@@ -94,6 +96,19 @@ def walk_containers(spec, where):
                 check_invocation(cmd, f"{w} {probe}")
 
 
+def check_sync_lists(data, where):
+    """A prefetch list (a `.toml` key with `[[model]]` entries) must pass `sync --check`."""
+    for key, text in data.items():
+        if not key.endswith(".toml") or key == "config.toml" or "[[model]]" not in text:
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(text)
+        r = subprocess.run([BIN, "sync", f.name, "--check"], capture_output=True, text=True)
+        os.unlink(f.name)
+        if r.returncode != 0:
+            problems.append(f"{where}: {key} is not a valid sync list: {r.stderr.strip()}")
+
+
 docs = 0
 for path in sorted(glob.glob(os.path.join(DEPLOY, "kubernetes", "*.yaml"))):
     name = os.path.basename(path)
@@ -120,6 +135,8 @@ for path in sorted(glob.glob(os.path.join(DEPLOY, "kubernetes", "*.yaml"))):
             os.unlink(f.name)
             if r.returncode != 0:
                 problems.append(f"{where}: config.toml does not load: {r.stderr.strip()}")
+        if doc.get("kind") == "ConfigMap":
+            check_sync_lists(doc.get("data") or {}, where)
 
 units = 0
 for path in sorted(glob.glob(os.path.join(DEPLOY, "systemd", "*"))):

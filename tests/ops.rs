@@ -68,6 +68,12 @@ fn deploy_manifests_are_valid_and_use_real_commands() {
         "modelcas mount /models",
         "modelcas mnt /models",
     );
+    edit(
+        "kubernetes/80-sync-cronjob.yaml",
+        "revision = \"main\"",
+        "revison = \"main\"",
+    );
+    edit("systemd/modelcas-sync.service", "--check", "--chek");
     let out = deploy_check(&bad);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
@@ -76,6 +82,9 @@ fn deploy_manifests_are_valid_and_use_real_commands() {
         "terminationGracePeriodSecs",
         "MODELCAS_METRIC_LISTEN",
         "modelcas mnt",
+        "models.toml is not a valid sync list",
+        "revison",
+        "has no flag --chek",
     ] {
         assert!(text.contains(want), "the checker missed {want}:\n{text}");
     }

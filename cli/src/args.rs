@@ -214,6 +214,9 @@ pub enum Command {
     /// local copy): every file checked against the Hub's sha256 / git blob id before the
     /// revision becomes visible; files already stored are not downloaded again.
     Pull(PullArgs),
+    /// Pull every revision of a prefetch list (TOML, docs/OPERATIONS.md) that the store
+    /// lacks and move refs to what the list says; exit status 1 when an entry failed.
+    Sync(SyncArgs),
     /// Import a bundle: everything is checked (bundle checksum, every chunk, every file's
     /// sha256) before any revision becomes visible.
     Import {
@@ -369,6 +372,33 @@ pub struct PullArgs {
     /// Files downloaded at a time (default 4).
     #[arg(long, env = "MODELCAS_PULL_JOBS", value_name = "N")]
     pub jobs: Option<usize>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `modelcas sync`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SyncArgs {
+    /// The prefetch list (TOML: `[[model]]` entries with repo, revision, include, exclude, refs).
+    #[arg(value_name = "LIST.toml")]
+    pub list: PathBuf,
+    /// The Hub to pull from (default: the list's `endpoint`, else HF_ENDPOINT, else
+    /// https://huggingface.co).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// Access token for gated or private repositories (default: HF_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// Files downloaded at a time within each entry (default 4).
+    #[arg(long, env = "MODELCAS_PULL_JOBS", value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Resolve each entry upstream and say what would be done; download and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Only read and check the list; contact nothing, open no store.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub check: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

@@ -6,8 +6,11 @@
 //!
 //! * [`pull`] — `modelcas pull ORG/NAME[@REV]`.
 //! * [`select`] — `--include`/`--exclude` globs, as `hf download` matches them.
+//! * [`sync`] — `modelcas sync LIST.toml`: a prefetch list, each entry pulled in turn.
 
 pub mod pull;
 pub mod select;
+pub mod sync;
 
 pub use pull::{pull, PullError, PullOptions, PullReport};
+pub use sync::{sync, EntryReport, ListError, Status, SyncEntry, SyncList, SyncReport};

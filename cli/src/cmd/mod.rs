@@ -10,6 +10,7 @@ mod pull;
 mod read;
 mod serve;
 mod stats;
+mod sync;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -270,6 +271,7 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             json,
         } => bundle::export(ctx, &revisions, &output, &have, have_from.as_deref(), json),
         Command::Pull(a) => pull::run(ctx, &a),
+        Command::Sync(a) => sync::run(ctx, &a),
         Command::Import { file, json } => bundle::import(ctx, &file, json),
         Command::Serve(a) => serve::run(ctx, serve::Options::new(ctx, a)?),
         Command::Pin { revision } => gc::pin(ctx, &revision, true),
