@@ -2,7 +2,7 @@
 //! listed, downloaded whole and from an offset, verified; and serve's error codes.
 //!
 //! Needs a built `modelcas` binary (this crate does not build the store): run with
-//! `MODELCAS_BIN=/path/to/modelcas cargo test --release -p modelcas-hubclient --test serve
+//! `MODELCAS_BIN=/path/to/modelcas cargo test --release -p modelcas-hubclient --test hub_serve
 //! -- --ignored`.
 
 use std::net::TcpStream;
@@ -91,7 +91,7 @@ fn start(bin: &Path, work: &Path) -> (Server, String) {
 }
 
 #[test]
-#[ignore = "needs MODELCAS_BIN, a built modelcas binary"]
+#[ignore = "needs MODELCAS_BIN, a built modelcas binary (.ci/run sets it and runs this)"]
 fn against_modelcas_serve() {
     let bin = PathBuf::from(std::env::var("MODELCAS_BIN").expect("MODELCAS_BIN"));
     let work = tempfile::tempdir().unwrap();
