@@ -31,6 +31,7 @@ pub mod hub;
 pub mod metrics;
 pub mod metrics_listener;
 pub mod server;
+pub mod upstream;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -40,6 +41,7 @@ use repo::Store;
 
 pub use crate::hub::Hub;
 pub use crate::server::Limits;
+pub use crate::upstream::{Policy, Upstream, UpstreamError, UpstreamOptions};
 
 /// Errors starting the endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +72,10 @@ pub struct ServeOptions {
     pub cache_bytes: usize,
     /// Threads fetching, decompressing and verifying chunks ahead of the downloads.
     pub fetch_threads: usize,
+    /// `--allow` and `[serve.locks]`.
+    pub policy: Policy,
+    /// `--upstream`: a pull-through mirror of that Hub.
+    pub upstream: Option<UpstreamOptions>,
 }
 
 /// A bound endpoint.
@@ -96,7 +102,10 @@ impl Server {
         )?);
         Ok(Server {
             listener,
-            hub: Arc::new(Hub::new(store, cache, opts.tokens.clone())),
+            hub: Arc::new(
+                Hub::new(store, cache, opts.tokens.clone())
+                    .with_policy(opts.policy.clone(), opts.upstream.clone()),
+            ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),
         })
