@@ -267,14 +267,16 @@ fn a_lock_pins_main_whatever_the_upstream_says() {
     assert_eq!(files, expected("r1"));
     let (_, _, body) = get(&m.addr, &format!("/api/models/{REPO}/revision/anything"), &[]);
     assert!(String::from_utf8_lossy(&body).contains(&c1));
-    // A's main (r2) was never downloaded.
-    let r2_only: Vec<String> = expected("r2")
-        .into_iter()
-        .filter(|(p, h)| expected("r1").get(p) != Some(h))
-        .map(|(p, _)| p)
+    // A's main (r2) was never downloaded: every file A served was r1's.
+    let c2 = series().commit("r2");
+    let log = a.log();
+    let gets: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("access repo=") && l.contains("method=GET"))
         .collect();
-    let served = served_files(&a);
-    assert!(r2_only.iter().all(|p| !served.contains_key(p)), "{served:?}");
+    assert_eq!(gets.len(), expected("r1").len(), "{log}");
+    assert!(gets.iter().all(|l| l.contains(&format!("revision={c1}"))), "{log}");
+    assert!(!log.contains(&c2), "{log}");
     drop(m);
 
     // A bad lock is refused at startup, naming the entry.
@@ -315,7 +317,7 @@ fn with_the_upstream_down_what_is_stored_is_still_served() {
     }
     assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     // The failure is logged once per distinct error, not per request.
-    let warnings = m.log().matches("WARN").count();
+    let warnings = m.log().matches("warning: upstream").count();
     assert!((1..=4).contains(&warnings), "{}", m.log());
     assert!(metric(&m.addr, "modelcas_serve_upstream_errors_total") >= 2.0);
 }

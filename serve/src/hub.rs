@@ -308,7 +308,7 @@ impl Hub {
                         // The access log's line for the request that caused the pull.
                         tracing::info!(
                             target: "access", repo = %repo, revision = %rev,
-                            commit = %commit.to_hex(), cache = "miss", bytes,
+                            commit = %commit.to_hex(), cache = %"miss", bytes,
                             "pulled from {}", mirror.endpoint()
                         );
                     }

@@ -223,7 +223,7 @@ impl Mirror {
             let keep = if r.is_ok() {
                 self.opts.ttl
             } else {
-                FAILURE_RETRY.min(self.opts.ttl)
+                FAILURE_RETRY
             };
             at.elapsed() < keep
         };
