@@ -257,7 +257,10 @@ fn a_lock_pins_main_whatever_the_upstream_says() {
     let config = m_env.path("config.toml");
     std::fs::write(
         &config,
-        format!("[serve]\nupstream = \"http://{}\"\n[serve.locks]\n\"{REPO}\" = \"{c1}\"\n", a.addr),
+        format!(
+            "[serve]\nupstream = \"http://{}\"\n[serve.locks]\n\"{REPO}\" = \"{c1}\"\n",
+            a.addr
+        ),
     )
     .unwrap();
     let cfg = config.to_str().unwrap();
@@ -265,7 +268,11 @@ fn a_lock_pins_main_whatever_the_upstream_says() {
     let (files, commit) = snapshot(&m.addr, &m_env.path("client"), "main");
     assert_eq!(commit, c1);
     assert_eq!(files, expected("r1"));
-    let (_, _, body) = get(&m.addr, &format!("/api/models/{REPO}/revision/anything"), &[]);
+    let (_, _, body) = get(
+        &m.addr,
+        &format!("/api/models/{REPO}/revision/anything"),
+        &[],
+    );
     assert!(String::from_utf8_lossy(&body).contains(&c1));
     // A's main (r2) was never downloaded: every file A served was r1's.
     let c2 = series().commit("r2");
@@ -275,14 +282,20 @@ fn a_lock_pins_main_whatever_the_upstream_says() {
         .filter(|l| l.contains("access repo=") && l.contains("method=GET"))
         .collect();
     assert_eq!(gets.len(), expected("r1").len(), "{log}");
-    assert!(gets.iter().all(|l| l.contains(&format!("revision={c1}"))), "{log}");
+    assert!(
+        gets.iter().all(|l| l.contains(&format!("revision={c1}"))),
+        "{log}"
+    );
     assert!(!log.contains(&c2), "{log}");
     drop(m);
 
     // A bad lock is refused at startup, naming the entry.
     std::fs::write(&config, "[serve.locks]\n\"demo-org/demo-llm\" = \"main\"\n").unwrap();
     let err = m_env.fails(&["--config", cfg, "serve", "--listen", "127.0.0.1:0"]);
-    assert!(err.contains("[serve.locks]") && err.contains("demo-org/demo-llm"), "{err}");
+    assert!(
+        err.contains("[serve.locks]") && err.contains("demo-org/demo-llm"),
+        "{err}"
+    );
     std::fs::write(&config, format!("[serve.locks]\n\"no-slash\" = \"{c1}\"\n")).unwrap();
     let err = m_env.fails(&["--config", cfg, "serve", "--listen", "127.0.0.1:0"]);
     assert!(err.contains("no-slash"), "{err}");
@@ -313,7 +326,10 @@ fn with_the_upstream_down_what_is_stored_is_still_served() {
     for rev in [c2.as_str(), "r2"] {
         let (status, head, _) = get(&m.addr, &format!("/api/models/{REPO}/revision/{rev}"), &[]);
         assert_eq!(status, 502, "{head}");
-        assert!(head.contains(&format!("X-Error-Message: upstream {url}")), "{head}");
+        assert!(
+            head.contains(&format!("X-Error-Message: upstream {url}")),
+            "{head}"
+        );
     }
     assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     // The failure is logged once per distinct error, not per request.

@@ -288,7 +288,9 @@ impl Hub {
             return Ok((c, tag, false));
         };
         // What the store answers when the upstream cannot: a pinned commit, or the ref.
-        let fallback_rev = pinned.map(|c| c.to_hex()).unwrap_or_else(|| rev.to_string());
+        let fallback_rev = pinned
+            .map(|c| c.to_hex())
+            .unwrap_or_else(|| rev.to_string());
         let fallback = |e: UpstreamError| match self.stored(repo, &fallback_rev) {
             Ok((c, tag)) => Ok((c, tag, false)),
             Err(_) => Err(upstream_reply(mirror.endpoint(), &e)),
@@ -344,13 +346,9 @@ impl Hub {
         match self.store.resolve_tagged(repo, rev) {
             Ok(c) => Ok(c),
             Err(StoreError::UnknownRepo(_)) => Err(repo_missing(&repo.to_string())),
-            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
-                Err(not_found(
-                    "RevisionNotFound",
-                    &format!("Invalid rev id: {rev}"),
-                    None,
-                ))
-            }
+            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => Err(
+                not_found("RevisionNotFound", &format!("Invalid rev id: {rev}"), None),
+            ),
             Err(e) => Err(internal(e)),
         }
     }
@@ -536,11 +534,9 @@ fn repo_missing(repo: &str) -> Reply {
 /// The reply to a request the upstream could not answer (and the store could not either).
 fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
     match e {
-        UpstreamError::RepoNotFound(m) => not_found(
-            "RepoNotFound",
-            &format!("{m} (upstream {endpoint})"),
-            None,
-        ),
+        UpstreamError::RepoNotFound(m) => {
+            not_found("RepoNotFound", &format!("{m} (upstream {endpoint})"), None)
+        }
         UpstreamError::RevisionNotFound(m) => not_found(
             "RevisionNotFound",
             &format!("{m} (upstream {endpoint})"),
@@ -557,7 +553,8 @@ fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
 
 /// A full commit sha is written in lowercase hex (what the Hub sends).
 fn is_lower_hex(s: &str) -> bool {
-    s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).

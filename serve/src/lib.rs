@@ -17,6 +17,15 @@
 //! `/metrics` needs `Authorization: Bearer <token>`. One access-log event per download
 //! (tracing target `access`) goes to the log.
 //!
+//! **Pull-through mirror** (`modelcas serve --upstream URL`, [`upstream`]): a request for a
+//! repository or revision the store lacks is pulled from the upstream Hub once (through
+//! an [`Upstream`] the binary provides), then served; concurrent requests wait for that
+//! one pull; ref names are resolved upstream with a TTL cache; when the upstream is down,
+//! what is stored still answers (502 for what is not). **Policy** ([`Policy`]): with an
+//! allow list (`--allow 'org/*'`) other repositories get 403 (`X-Error-Code:
+//! RepoNotAllowed`) and are never fetched; a lock (`[serve.locks]`) makes every ref name
+//! of a repository resolve to one commit. Access lines carry `cache=hit|miss`.
+//!
 //! The crate is a thin adapter: [`hub`] routes and maps store answers to HTTP, [`body`]
 //! streams file bytes from the store's read path, [`decode`] turns client bytes into values
 //! and values into header bytes (total functions, fuzzed), and [`server`] holds

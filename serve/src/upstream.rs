@@ -101,10 +101,12 @@ impl<K: Eq + Hash + Clone, V: Clone> Flights<K, V> {
         };
         if !leader {
             let mut r = flight.result.lock().unwrap_or_else(|p| p.into_inner());
-            while r.is_none() {
+            loop {
+                if let Some(v) = r.as_ref() {
+                    return (v.clone(), false);
+                }
                 r = flight.done.wait(r).unwrap_or_else(|p| p.into_inner());
             }
-            return (r.clone().unwrap_or_else(|| unreachable!()), false);
         }
         // The flight leaves the map even if `op` panics, so later callers run it again.
         let guard = Landing {
@@ -127,7 +129,11 @@ struct Landing<'a, K: Eq + Hash, V> {
 
 impl<K: Eq + Hash, V> Drop for Landing<'_, K, V> {
     fn drop(&mut self) {
-        let mut map = self.flights.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .flights
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         map.remove(&self.key);
     }
 }

@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -109,7 +109,10 @@ fn locks(file: &BTreeMap<String, String>) -> Result<HashMap<RepoId, CommitId>> {
         if !is_sha {
             bail!("{}: expected a 40-hex commit sha", entry());
         }
-        out.insert(id, CommitId::parse(&sha.to_ascii_lowercase()).with_context(entry)?);
+        out.insert(
+            id,
+            CommitId::parse(&sha.to_ascii_lowercase()).with_context(entry)?,
+        );
     }
     Ok(out)
 }

@@ -76,7 +76,10 @@ impl Upstream for HubUpstream {
     }
 
     fn resolve(&self, repo: &RepoId, rev: &str) -> Result<CommitId, UpstreamError> {
-        let sha = self.meta.commit(&repo.to_string(), rev).map_err(hub_error)?;
+        let sha = self
+            .meta
+            .commit(&repo.to_string(), rev)
+            .map_err(hub_error)?;
         CommitId::parse(&sha).map_err(|e| UpstreamError::Unavailable(e.to_string()))
     }
 
@@ -104,9 +107,7 @@ impl Upstream for HubUpstream {
 fn hub_error(e: hubclient::Error) -> UpstreamError {
     match e {
         hubclient::Error::RepoNotFound { .. } => UpstreamError::RepoNotFound(e.to_string()),
-        hubclient::Error::RevisionNotFound { .. } => {
-            UpstreamError::RevisionNotFound(e.to_string())
-        }
+        hubclient::Error::RevisionNotFound { .. } => UpstreamError::RevisionNotFound(e.to_string()),
         e => UpstreamError::Unavailable(e.to_string()),
     }
 }
