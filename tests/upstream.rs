@@ -178,8 +178,19 @@ fn snapshot_download_through_the_mirror_pulls_once_then_hits() {
     assert_eq!(log.matches("cache=miss").count(), 1, "{log}");
     assert!(metric(&m.addr, "modelcas_serve_upstream_bytes_total") > 1e6);
 
-    // Again, into another cache: byte-exact, every download a hit, nothing new from A.
+    // Again, into another cache: byte-exact, every download a hit, nothing new from A,
+    // not even a question (within the TTL for `main`; never for a stored sha).
+    let asked = |a: &Served| {
+        metric(
+            &a.addr,
+            "modelcas_serve_requests_total{endpoint=\"revision\"",
+        )
+    };
+    let questions = asked(&a);
     let (files, _) = snapshot(&m.addr, &m_env.path("client2"), "main");
+    let (status, _, _) = get(&m.addr, &format!("/api/models/{REPO}/revision/{c1}"), &[]);
+    assert_eq!(status, 200);
+    assert_eq!(asked(&a), questions);
     assert_eq!(files, expected("r1"));
     assert_eq!(served_files(&a), once);
     let log = m.log();
@@ -365,4 +376,34 @@ fn the_upstream_token_stays_on_the_mirror() {
     assert_eq!(get_all(&m.addr, "main", &names), want);
     assert!(!m.log().contains("upstream-secret"));
     assert_eq!(served_files(&a).len(), names.len());
+}
+
+#[test]
+fn a_moved_branch_is_followed_after_the_ttl() {
+    let (a_env, a) = upstream(&[]);
+    let m_env = Env::new();
+    let m = mirror(&m_env, &a, &["--upstream-ttl", "2s"]);
+    let (c1, c2) = (series().commit("r1"), series().commit("r2"));
+    let main_is = |want: &str| {
+        let (status, _, body) = get(&m.addr, &format!("/api/models/{REPO}/revision/main"), &[]);
+        assert_eq!(status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["sha"], want);
+    };
+    main_is(&c1);
+    let t = Instant::now();
+    a_env.ok(&["ref", REPO, "main", &c2]);
+    // Within the TTL the mirror does not ask again.
+    main_is(&c1);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "too slow to test the TTL"
+    );
+    std::thread::sleep(Duration::from_secs(2) - t.elapsed() + Duration::from_millis(200));
+    main_is(&c2);
+    let names: Vec<String> = expected("r2").into_keys().collect();
+    assert_eq!(get_all(&m.addr, "main", &names), expected("r2"));
+    // The mirror's store follows (its main answers if A goes away).
+    let refs = m_env.json(&["ls", REPO, "--json"])["refs"].clone();
+    assert_eq!(refs["main"], c2.as_str());
 }
