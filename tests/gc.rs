@@ -848,6 +848,12 @@ fn gc_unused_for_expires_what_nobody_read_and_keeps_reads_refs_and_pins() {
         e
     };
     assert_eq!(expired(&dry), vec![c1.clone()]);
+    // A version lock of serve's config protects r1 like a pin.
+    let cfg = env.path("locks.toml");
+    std::fs::write(&cfg, format!("[serve.locks]\n\"{REPO}\" = \"{c1}\"\n")).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let locked = gc(&env, &["--unused-for", "30d", "--dry-run", "--config", cfg]);
+    assert!(expired(&locked).is_empty(), "{locked}");
     let r = gc(&env, &["--unused-for", "30d"]);
     assert_eq!(expired(&r), vec![c1.clone()]);
     let left: Vec<String> = env.json(&["ls", REPO, "--json"])["commits"]

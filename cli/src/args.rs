@@ -346,6 +346,32 @@ pub struct ServeArgs {
     pub fetch_threads: Option<usize>,
     #[command(flatten)]
     pub limits: ServeLimitArgs,
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
+}
+
+/// `modelcas serve`'s pull-through mirror and repository policy (each falls back to
+/// `[serve]` in the config file; locks are in the file only: `[serve.locks]`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct UpstreamArgs {
+    /// Pull what the store lacks from this Hub (a pull-through mirror), then serve it.
+    #[arg(long, env = "MODELCAS_SERVE_UPSTREAM", value_name = "URL")]
+    pub upstream: Option<String>,
+    /// The token the mirror sends to the upstream, from this file (first non-comment
+    /// line; default: HF_TOKEN in serve's environment). Clients never need it.
+    #[arg(long, env = "MODELCAS_SERVE_UPSTREAM_TOKEN_FILE", value_name = "FILE")]
+    pub upstream_token_file: Option<PathBuf>,
+    /// How long a branch or tag name's upstream commit is trusted before asking again
+    /// (default 60s; commits are never asked again).
+    #[arg(long, env = "MODELCAS_SERVE_UPSTREAM_TTL", value_name = "DURATION")]
+    pub upstream_ttl: Option<String>,
+    /// Files downloaded from the upstream at once, across all pulls (default 4).
+    #[arg(long, env = "MODELCAS_SERVE_UPSTREAM_JOBS", value_name = "N")]
+    pub upstream_jobs: Option<usize>,
+    /// Serve (and pull) only repositories matching this pattern (`org/*`; repeatable);
+    /// others get 403.
+    #[arg(long = "allow", value_name = "PATTERN")]
+    pub allow: Vec<String>,
 }
 
 /// `modelcas pull`'s flags.

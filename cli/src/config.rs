@@ -17,6 +17,11 @@
 //!
 //! [serve]
 //! listen = "0.0.0.0:8080"
+//! upstream = "https://huggingface.co"   # a pull-through mirror
+//! allow = ["my-org/*"]
+//!
+//! [serve.locks]          # every ref of the repository resolves to this commit
+//! "my-org/model" = "0123456789abcdef0123456789abcdef01234567"
 //!
 //! [gc]
 //! keep_last = 5          # per repository, besides refs and pins
@@ -86,6 +91,17 @@ pub struct ServeConfig {
     pub header_timeout: Option<String>,
     pub request_timeout: Option<String>,
     pub write_timeout: Option<String>,
+    /// A pull-through mirror of this Hub.
+    pub upstream: Option<String>,
+    pub upstream_token_file: Option<PathBuf>,
+    pub upstream_ttl: Option<String>,
+    pub upstream_jobs: Option<usize>,
+    /// Repository patterns served; empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// `[serve.locks]`: repository → the commit every ref of it resolves to.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub locks: BTreeMap<String, String>,
 }
 
 /// `[gc]`.
@@ -205,6 +221,9 @@ mod tests {
         assert_eq!(c.gc.repos["org/m"].keep_last, Some(9));
         let e = parse("[gc]\nkeep_lats = 3\n").unwrap_err().to_string();
         assert!(e.contains("keep_lats"), "{e}");
+        let c = parse("[serve]\nallow = [\"a/*\"]\n[serve.locks]\n\"a/b\" = \"00\"\n").unwrap();
+        assert_eq!(c.serve.allow, ["a/*"]);
+        assert_eq!(c.serve.locks["a/b"], "00");
         let e = parse("[gc]\nkeep_last = \"three\"\n")
             .unwrap_err()
             .to_string();

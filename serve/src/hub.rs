@@ -19,6 +19,7 @@ use crate::body::{Body, FileSource};
 use crate::decode::{self, header_ascii, header_text};
 use crate::etag;
 use crate::metrics::{Metrics, METRICS};
+use crate::upstream::{Mirror, Policy, UpstreamError, UpstreamOptions};
 
 /// Manifests kept in memory (each is small next to the files it describes).
 const MANIFEST_CACHE: usize = 64;
@@ -114,6 +115,10 @@ pub struct Hub {
     manifests: Arc<Mutex<ManifestCache>>,
     /// sha256 of a small file → its git blob id.
     blob_ids: Mutex<HashMap<[u8; 32], String>>,
+    /// `--allow` and `[serve.locks]`.
+    policy: Policy,
+    /// `--upstream`: what the store lacks is pulled from there.
+    mirror: Option<Mirror>,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -121,6 +126,8 @@ struct Located {
     repo: RepoId,
     commit: CommitId,
     manifest: Arc<Manifest>,
+    /// The revision was pulled from the upstream (or waited for) by this request.
+    pulled: bool,
 }
 
 impl Hub {
@@ -134,7 +141,17 @@ impl Hub {
             metrics: &METRICS,
             manifests: Arc::new(Mutex::new(HashMap::new())),
             blob_ids: Mutex::new(HashMap::new()),
+            policy: Policy::default(),
+            mirror: None,
         }
+    }
+
+    /// The same router, answering only for the repositories `policy` allows, with its
+    /// locks, and pulling what the store lacks from `upstream`.
+    pub fn with_policy(mut self, policy: Policy, upstream: Option<UpstreamOptions>) -> Hub {
+        self.policy = policy;
+        self.mirror = upstream.map(Mirror::new);
+        self
     }
 
     /// The endpoint's metrics.
@@ -215,24 +232,26 @@ impl Hub {
         r
     }
 
+    /// The repository id of a request, if it is valid and allowed.
+    fn repo_id(&self, org: &str, name: &str) -> Result<RepoId, Reply> {
+        let shown = format!("{org}/{name}");
+        let repo = RepoId::parse(&shown).map_err(|_| repo_missing(&shown))?;
+        if !self.policy.allows(&shown) {
+            let msg = format!("Repository {shown} is not served here (not in the allow list)");
+            return Err(Reply::error(
+                StatusCode::FORBIDDEN,
+                "RepoNotAllowed",
+                &msg,
+                None,
+            ));
+        }
+        Ok(repo)
+    }
+
     /// The repository and commit named, or the error reply the client understands.
     fn locate(&self, org: &str, name: &str, rev: &str) -> Result<Located, Reply> {
-        let repo_missing =
-            |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
-        let repo = RepoId::parse(&format!("{org}/{name}"))
-            .map_err(|_| repo_missing(&format!("{org}/{name}")))?;
-        let (commit, tag) = match self.store.resolve_tagged(&repo, rev) {
-            Ok(c) => c,
-            Err(StoreError::UnknownRepo(_)) => return Err(repo_missing(&repo.to_string())),
-            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
-                return Err(not_found(
-                    "RevisionNotFound",
-                    &format!("Invalid rev id: {rev}"),
-                    None,
-                ))
-            }
-            Err(e) => return Err(internal(e)),
-        };
+        let repo = self.repo_id(org, name)?;
+        let (commit, tag, pulled) = self.find(&repo, rev)?;
         let key = (repo.clone(), commit);
         let cached = self
             .manifests
@@ -253,7 +272,85 @@ impl Hub {
             repo,
             commit,
             manifest,
+            pulled,
         })
+    }
+
+    /// The stored commit `rev` names (a lock wins over ref names), pulled through the
+    /// upstream first when there is one and the store lacks it; with its manifest's tag and
+    /// whether it was pulled.
+    fn find(&self, repo: &RepoId, rev: &str) -> Result<(CommitId, String, bool), Reply> {
+        let sha = CommitId::parse(rev).ok().filter(|_| is_lower_hex(rev));
+        let pinned = sha.or_else(|| self.policy.locks.get(repo).copied());
+        let Some(mirror) = &self.mirror else {
+            let shown = pinned.map(|c| c.to_hex());
+            let (c, tag) = self.stored(repo, shown.as_deref().unwrap_or(rev))?;
+            return Ok((c, tag, false));
+        };
+        // What the store answers when the upstream cannot: a pinned commit, or the ref.
+        let fallback_rev = pinned
+            .map(|c| c.to_hex())
+            .unwrap_or_else(|| rev.to_string());
+        let fallback = |e: UpstreamError| match self.stored(repo, &fallback_rev) {
+            Ok((c, tag)) => Ok((c, tag, false)),
+            Err(_) => Err(upstream_reply(mirror.endpoint(), &e)),
+        };
+        let (commit, asked) = match pinned {
+            Some(c) => (c, false),
+            None => match mirror.resolve(repo, rev) {
+                (Ok(c), asked) => (c, asked),
+                (Err(e), _) => return fallback(e),
+            },
+        };
+        let pulled = match self.store.has_commit(repo, &commit) {
+            Ok(true) => false,
+            Ok(false) => match mirror.fetch(repo, &commit) {
+                (Ok(bytes), led) => {
+                    if led {
+                        // The access log's line for the request that caused the pull.
+                        tracing::info!(
+                            target: "access", repo = %repo, revision = %rev,
+                            commit = %commit.to_hex(), cache = %"miss", bytes,
+                            "pulled from {}", mirror.endpoint()
+                        );
+                    }
+                    true
+                }
+                (Err(e), _) => return fallback(e),
+            },
+            Err(e) => return Err(internal(e)),
+        };
+        if pinned.is_none() && (asked || pulled) {
+            self.follow_ref(repo, rev, &commit);
+        }
+        let (c, tag) = self.stored(repo, &commit.to_hex())?;
+        Ok((c, tag, pulled))
+    }
+
+    /// Points the store's ref `name` at the upstream's commit, so that it answers the same
+    /// while the upstream is down (short shas are not ref names).
+    fn follow_ref(&self, repo: &RepoId, name: &str, commit: &CommitId) {
+        if name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return;
+        }
+        if self.store.resolve(repo, name).ok() == Some(*commit) {
+            return;
+        }
+        if let Err(e) = self.store.set_ref(repo, name, commit) {
+            tracing::warn!("cannot point {repo} ref {name} at {}: {e}", commit.to_hex());
+        }
+    }
+
+    /// The stored commit `rev` names, with its manifest's tag, or the not-found reply.
+    fn stored(&self, repo: &RepoId, rev: &str) -> Result<(CommitId, String), Reply> {
+        match self.store.resolve_tagged(repo, rev) {
+            Ok(c) => Ok(c),
+            Err(StoreError::UnknownRepo(_)) => Err(repo_missing(&repo.to_string())),
+            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => Err(
+                not_found("RevisionNotFound", &format!("Invalid rev id: {rev}"), None),
+            ),
+            Err(e) => Err(internal(e)),
+        }
     }
 
     /// A reader of file `i` that refreshes the manifest cache when it reloads.
@@ -396,10 +493,10 @@ impl Hub {
     }
 
     fn refs(&self, org: &str, name: &str) -> Reply {
-        let missing =
-            |r: &str| not_found("RepoNotFound", &format!("Repository {r} not found"), None);
-        let Ok(repo) = RepoId::parse(&format!("{org}/{name}")) else {
-            return missing(&format!("{org}/{name}"));
+        let missing = repo_missing;
+        let repo = match self.repo_id(org, name) {
+            Ok(r) => r,
+            Err(r) => return r,
         };
         let refs = match self.store.refs(&repo) {
             Ok(r) => r,
@@ -427,6 +524,40 @@ impl Hub {
             &json!({ "branches": branches, "tags": [], "converts": [], "pullRequests": prs }),
         )
     }
+}
+
+fn repo_missing(repo: &str) -> Reply {
+    not_found(
+        "RepoNotFound",
+        &format!("Repository {repo} not found"),
+        None,
+    )
+}
+
+/// The reply to a request the upstream could not answer (and the store could not either).
+fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
+    match e {
+        UpstreamError::RepoNotFound(m) => {
+            not_found("RepoNotFound", &format!("{m} (upstream {endpoint})"), None)
+        }
+        UpstreamError::RevisionNotFound(m) => not_found(
+            "RevisionNotFound",
+            &format!("{m} (upstream {endpoint})"),
+            None,
+        ),
+        UpstreamError::Unavailable(m) => Reply::error(
+            StatusCode::BAD_GATEWAY,
+            "",
+            &format!("upstream {endpoint} unavailable and not stored here: {m}"),
+            None,
+        ),
+    }
+}
+
+/// A full commit sha is written in lowercase hex (what the Hub sends).
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).

@@ -17,6 +17,15 @@
 //! `/metrics` needs `Authorization: Bearer <token>`. One access-log event per download
 //! (tracing target `access`) goes to the log.
 //!
+//! **Pull-through mirror** (`modelcas serve --upstream URL`, [`upstream`]): a request for a
+//! repository or revision the store lacks is pulled from the upstream Hub once (through
+//! an [`Upstream`] the binary provides), then served; concurrent requests wait for that
+//! one pull; ref names are resolved upstream with a TTL cache; when the upstream is down,
+//! what is stored still answers (502 for what is not). **Policy** ([`Policy`]): with an
+//! allow list (`--allow 'org/*'`) other repositories get 403 (`X-Error-Code:
+//! RepoNotAllowed`) and are never fetched; a lock (`[serve.locks]`) makes every ref name
+//! of a repository resolve to one commit. Access lines carry `cache=hit|miss`.
+//!
 //! The crate is a thin adapter: [`hub`] routes and maps store answers to HTTP, [`body`]
 //! streams file bytes from the store's read path, [`decode`] turns client bytes into values
 //! and values into header bytes (total functions, fuzzed), and [`server`] holds
@@ -31,6 +40,7 @@ pub mod hub;
 pub mod metrics;
 pub mod metrics_listener;
 pub mod server;
+pub mod upstream;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -40,6 +50,7 @@ use repo::Store;
 
 pub use crate::hub::Hub;
 pub use crate::server::Limits;
+pub use crate::upstream::{Policy, Upstream, UpstreamError, UpstreamOptions};
 
 /// Errors starting the endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +81,10 @@ pub struct ServeOptions {
     pub cache_bytes: usize,
     /// Threads fetching, decompressing and verifying chunks ahead of the downloads.
     pub fetch_threads: usize,
+    /// `--allow` and `[serve.locks]`.
+    pub policy: Policy,
+    /// `--upstream`: a pull-through mirror of that Hub.
+    pub upstream: Option<UpstreamOptions>,
 }
 
 /// A bound endpoint.
@@ -96,7 +111,10 @@ impl Server {
         )?);
         Ok(Server {
             listener,
-            hub: Arc::new(Hub::new(store, cache, opts.tokens.clone())),
+            hub: Arc::new(
+                Hub::new(store, cache, opts.tokens.clone())
+                    .with_policy(opts.policy.clone(), opts.upstream.clone()),
+            ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),
         })

@@ -21,8 +21,28 @@ struct RequestLabels {
     status: u16,
 }
 
+/// The labels of an upstream failure: what was asked, and how it failed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamErrorLabels {
+    op: &'static str,
+    kind: &'static str,
+}
+
+/// The labels of a pull's outcome, and of a lookup's (hit: stored; miss: pulled).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
 /// Every metric the endpoint keeps.
 pub struct Metrics {
+    /// Upstream pulls (mirror) by result.
+    upstream_pulls: Family<ResultLabels, Counter>,
+    /// Bytes received from the upstream by pulls.
+    upstream_bytes: Counter,
+    upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    /// Revisions looked up by file downloads: stored (hit) or pulled first (miss).
+    lookups: Family<ResultLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     bytes_sent: Counter,
     active: Gauge,
@@ -34,6 +54,10 @@ pub struct Metrics {
 /// The endpoint's metrics, registered on first use.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let m = Metrics {
+        upstream_pulls: Family::default(),
+        upstream_bytes: Counter::default(),
+        upstream_errors: Family::default(),
+        lookups: Family::default(),
         requests: Family::default(),
         bytes_sent: Counter::default(),
         active: Gauge::default(),
@@ -61,6 +85,26 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "Requests whose handler panicked (answered 500).",
             m.panics.clone(),
         );
+        r.register(
+            "serve_upstream_pulls",
+            "Revisions pulled from the upstream (serve --upstream), by result.",
+            m.upstream_pulls.clone(),
+        );
+        r.register(
+            "serve_upstream_bytes",
+            "Bytes received from the upstream by pulls.",
+            m.upstream_bytes.clone(),
+        );
+        r.register(
+            "serve_upstream_errors",
+            "Upstream failures by operation (resolve, pull) and kind.",
+            m.upstream_errors.clone(),
+        );
+        r.register(
+            "serve_cache_lookups",
+            "File downloads whose revision was stored (hit) or pulled first (miss).",
+            m.lookups.clone(),
+        );
         r.register_with_unit(
             "serve_download",
             "Duration of file downloads.",
@@ -77,6 +121,34 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels { endpoint, status })
             .inc();
+    }
+
+    /// A pull from the upstream ended (`bytes` received).
+    pub fn upstream_pull(&self, ok: bool, bytes: u64) {
+        let result = if ok { "ok" } else { "error" };
+        self.upstream_pulls
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        self.upstream_bytes.inc_by(bytes);
+    }
+
+    /// An upstream request failed.
+    pub fn upstream_error(&self, op: &'static str, e: &crate::upstream::UpstreamError) {
+        use crate::upstream::UpstreamError as E;
+        let kind = match e {
+            E::RepoNotFound(_) => "repo_not_found",
+            E::RevisionNotFound(_) => "revision_not_found",
+            E::Unavailable(_) => "unavailable",
+        };
+        self.upstream_errors
+            .get_or_create(&UpstreamErrorLabels { op, kind })
+            .inc();
+    }
+
+    /// A download found its revision stored (`hit`) or pulled it first.
+    pub fn lookup(&self, hit: bool) {
+        let result = if hit { "hit" } else { "miss" };
+        self.lookups.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// A request handler panicked.

@@ -57,6 +57,11 @@ pub fn options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
         opts.rewrite_below = r;
     }
     opts.dry_run = args.dry_run;
+    // serve's version locks protect their commits like pins.
+    opts.protected = super::serve::locks(&config.serve.locks)
+        .context("config [serve.locks]")?
+        .into_iter()
+        .collect();
     Ok(opts)
 }
 

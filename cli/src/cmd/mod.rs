@@ -11,6 +11,7 @@ mod read;
 mod serve;
 mod stats;
 mod sync;
+mod upstream;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -91,7 +92,8 @@ impl Ctx {
         Ok(Store::open(self.backend()?)?)
     }
 
-    fn index_dir(&self, store: &Store) -> Result<PathBuf> {
+    /// Where the store's index lives.
+    pub fn index_dir(&self, store: &Store) -> Result<PathBuf> {
         Ok(match &self.index_dir {
             Some(d) => d.clone(),
             None => dirs::cache_dir()
@@ -110,24 +112,28 @@ impl Ctx {
 
     /// Opens the store's index (creating it if needed).
     pub fn index(&self, store: &Store) -> Result<Index> {
-        let dir = self.index_dir(store)?;
-        // One ingest at a time per index: wait for the other one rather than fail.
-        let start = std::time::Instant::now();
-        let mut told = false;
-        loop {
-            match Index::open(&dir, &store.config().store_id) {
-                Err(store::StoreError::IndexBusy(p)) if start.elapsed() < INDEX_WAIT => {
-                    if !told {
-                        tracing::info!(
-                            "index {} is in use by another modelcas process; waiting",
-                            p.display()
-                        );
-                        told = true;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(200));
+        open_index(&self.index_dir(store)?, store)
+    }
+}
+
+/// Opens the index in `dir` (creating it if needed); while another process holds it,
+/// waits for it (up to [`INDEX_WAIT`]) rather than fail.
+pub fn open_index(dir: &std::path::Path, store: &Store) -> Result<Index> {
+    let start = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        match Index::open(dir, &store.config().store_id) {
+            Err(store::StoreError::IndexBusy(p)) if start.elapsed() < INDEX_WAIT => {
+                if !told {
+                    tracing::info!(
+                        "index {} is in use by another modelcas process; waiting",
+                        p.display()
+                    );
+                    told = true;
                 }
-                other => return Ok(other?),
+                std::thread::sleep(std::time::Duration::from_millis(200));
             }
+            other => return Ok(other?),
         }
     }
 }

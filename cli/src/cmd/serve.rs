@@ -1,17 +1,19 @@
 //! `modelcas serve`: the Hub-compatible HTTP endpoint.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use hubserve::Limits;
+use hubserve::{Limits, Policy, UpstreamOptions};
 use store::gc::retention::parse_duration;
+use store::{CommitId, RepoId};
 
 use super::Ctx;
-use crate::args::{ServeArgs, ServeLimitArgs};
+use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs};
 use crate::config::ServeConfig;
 
 /// Tokens from a file: one per line; blank lines and `#` comments ignored.
@@ -82,6 +84,61 @@ pub struct Options {
     pub cache_mib: usize,
     pub fetch_threads: Option<usize>,
     pub limits: Limits,
+    pub policy: Policy,
+    pub upstream: Option<Mirror>,
+}
+
+/// `--upstream` and its settings.
+pub struct Mirror {
+    pub url: String,
+    pub token_file: Option<PathBuf>,
+    pub ttl: Duration,
+    pub jobs: usize,
+}
+
+/// Default of `--upstream-ttl`: a moved branch is seen within a minute.
+const UPSTREAM_TTL: Duration = Duration::from_secs(60);
+
+/// `[serve.locks]`, checked: each entry a repository id and a 40-hex commit sha.
+pub fn locks(file: &BTreeMap<String, String>) -> Result<HashMap<RepoId, CommitId>> {
+    let mut out = HashMap::new();
+    for (repo, sha) in file {
+        let entry = || format!("[serve.locks] {repo:?} = {sha:?}");
+        let id = RepoId::parse(repo).with_context(entry)?;
+        let is_sha = sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+        if !is_sha {
+            bail!("{}: expected a 40-hex commit sha", entry());
+        }
+        out.insert(
+            id,
+            CommitId::parse(&sha.to_ascii_lowercase()).with_context(entry)?,
+        );
+    }
+    Ok(out)
+}
+
+/// The mirror's settings: flags (or environment) over `[serve]`.
+fn mirror(c: &ServeConfig, a: &UpstreamArgs) -> Result<Option<Mirror>> {
+    let Some(url) = a.upstream.clone().or(c.upstream.clone()) else {
+        return Ok(None);
+    };
+    let ttl = match a.upstream_ttl.as_ref().or(c.upstream_ttl.as_ref()) {
+        None => UPSTREAM_TTL,
+        Some(s) => parse_duration(s).context("--upstream-ttl")?,
+    };
+    let jobs = a.upstream_jobs.or(c.upstream_jobs).unwrap_or(4);
+    if jobs == 0 {
+        bail!("--upstream-jobs must be at least 1");
+    }
+    Ok(Some(Mirror {
+        url,
+        token_file: a
+            .upstream_token_file
+            .clone()
+            .or(c.upstream_token_file.clone()),
+        ttl,
+        jobs,
+    }))
 }
 
 impl Options {
@@ -98,6 +155,15 @@ impl Options {
             cache_mib: a.cache_mib.or(c.cache_mib).unwrap_or(256),
             fetch_threads: a.fetch_threads.or(c.fetch_threads),
             limits: limits(c, &a.limits)?,
+            policy: Policy {
+                allow: if a.upstream.allow.is_empty() {
+                    c.allow.clone()
+                } else {
+                    a.upstream.allow.clone()
+                },
+                locks: locks(&c.locks)?,
+            },
+            upstream: mirror(c, &a.upstream)?,
         })
     }
 }
@@ -111,6 +177,23 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     }
     let tokens = o.token_file.as_deref().map(tokens).transpose()?;
     let store = ctx.open()?;
+    let upstream = match &o.upstream {
+        None => None,
+        Some(m) => {
+            let token = super::upstream::token(m.token_file.as_deref())?;
+            let up = super::upstream::HubUpstream::new(
+                &m.url,
+                token,
+                store.clone(),
+                ctx.index_dir(&store)?,
+                m.jobs,
+            )?;
+            Some(UpstreamOptions {
+                upstream: Arc::new(up),
+                ttl: m.ttl,
+            })
+        }
+    };
     let remote = store.backend().location().starts_with("s3://");
     let opts = hubserve::ServeOptions {
         listen: o.listen,
@@ -123,10 +206,16 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         } else {
             4
         }),
+        policy: o.policy,
+        upstream,
     };
     let server = hubserve::Server::bind(store, &opts)?;
+    let mode = match &opts.upstream {
+        Some(u) => format!("a mirror of {}", u.upstream.endpoint()),
+        None => "read-only".to_string(),
+    };
     tracing::info!(
-        "serving {} on http://{} (read-only{}); set HF_ENDPOINT=http://{}",
+        "serving {} on http://{} ({mode}{}); set HF_ENDPOINT=http://{}",
         ctx.backend()?.location(),
         server.local_addr(),
         if opts.tokens.is_some() {

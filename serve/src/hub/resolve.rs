@@ -22,6 +22,9 @@ struct Access {
     client: String,
     method: &'static str,
     start: Instant,
+    /// `hit`: the revision was stored; `miss`: it was pulled from the upstream first (or
+    /// could not be found).
+    cache: &'static str,
 }
 
 impl Access {
@@ -33,6 +36,7 @@ impl Access {
             file = %self.file,
             client = %self.client,
             method = %self.method,
+            cache = %self.cache,
             status,
             bytes,
             duration_ms = self.start.elapsed().as_millis() as u64,
@@ -59,8 +63,10 @@ impl Hub {
             client: req.client.to_string(),
             method: if head { "HEAD" } else { "GET" },
             start,
+            cache: "miss",
         };
-        let r = self.resolve_reply(req.headers, org, name, rev, file, head, &access);
+        let mut access = access;
+        let r = self.resolve_reply(req.headers, org, name, rev, file, head, &mut access);
         self.metrics.request("resolve", r.status.as_u16());
         // A streamed body logs itself when it ends.
         if !matches!(r.body, Body::Stream { .. }) {
@@ -78,12 +84,16 @@ impl Hub {
         rev: &str,
         file: &str,
         head: bool,
-        access: &Access,
+        access: &mut Access,
     ) -> Reply {
         let at = match self.locate(org, name, rev) {
             Ok(x) => x,
             Err(r) => return r,
         };
+        access.cache = if at.pulled { "miss" } else { "hit" };
+        if !head {
+            self.metrics.lookup(!at.pulled);
+        }
         let Ok(i) = at
             .manifest
             .files

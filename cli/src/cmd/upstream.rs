@@ -1,0 +1,131 @@
+//! The upstream of `modelcas serve --upstream URL`: the endpoint's [`Upstream`] trait
+//! implemented with the Hub client (resolving ref names) and `mirror::pull` (bringing a
+//! commit into the store, published only when every file is in and checked).
+//!
+//! The index admits one writer per process (RocksDB's lock), and `ingest`, `pull` or
+//! `sync` in another process may want it: it is opened for each pull and closed after.
+//! Pulls therefore run one at a time, each with `--upstream-jobs` files at once, which is
+//! also the limit of downloads from the upstream across all pulls.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use hubclient::{HubClient, HubOptions, Timeouts};
+use hubserve::{Upstream, UpstreamError};
+use mirror::{PullError, PullOptions};
+use store::ingest::NoProgress;
+use store::{CommitId, RepoId, Store};
+
+/// Requests for metadata are retried once: a request waits on it, and a down upstream
+/// should fall back to the store quickly.
+const META_RETRIES: u32 = 1;
+/// Downloads are retried a few times (with backoff from 0.5 s): a pull is worth more.
+const PULL_RETRIES: u32 = 3;
+
+/// The mirror's upstream Hub.
+pub struct HubUpstream {
+    meta: HubClient,
+    pulls: HubClient,
+    store: Store,
+    index_dir: PathBuf,
+    jobs: usize,
+    /// Held by the pull in progress (see the module doc).
+    one_pull: Mutex<()>,
+}
+
+impl HubUpstream {
+    /// A client of `endpoint` that pulls into `store` through the index in `index_dir`.
+    pub fn new(
+        endpoint: &str,
+        token: Option<String>,
+        store: Store,
+        index_dir: PathBuf,
+        jobs: usize,
+    ) -> Result<HubUpstream> {
+        if jobs == 0 {
+            bail!("--upstream-jobs must be at least 1");
+        }
+        let opts = |retries| HubOptions {
+            endpoint: endpoint.to_string(),
+            token: token.clone(),
+            max_retries: retries,
+            timeouts: Timeouts {
+                connect: Duration::from_secs(5),
+                ..Timeouts::default()
+            },
+            ..HubOptions::default()
+        };
+        let meta = HubClient::new(opts(META_RETRIES)).context("--upstream")?;
+        let pulls = HubClient::new(opts(PULL_RETRIES)).context("--upstream")?;
+        Ok(HubUpstream {
+            meta,
+            pulls,
+            store,
+            index_dir,
+            jobs,
+            one_pull: Mutex::new(()),
+        })
+    }
+}
+
+impl Upstream for HubUpstream {
+    fn endpoint(&self) -> &str {
+        self.meta.endpoint()
+    }
+
+    fn resolve(&self, repo: &RepoId, rev: &str) -> Result<CommitId, UpstreamError> {
+        let sha = self
+            .meta
+            .commit(&repo.to_string(), rev)
+            .map_err(hub_error)?;
+        CommitId::parse(&sha).map_err(|e| UpstreamError::Unavailable(e.to_string()))
+    }
+
+    fn fetch(&self, repo: &RepoId, commit: &CommitId) -> Result<u64, UpstreamError> {
+        let _one = self.one_pull.lock().unwrap_or_else(|p| p.into_inner());
+        let index = super::open_index(&self.index_dir, &self.store)
+            .map_err(|e| UpstreamError::Unavailable(format!("opening the index: {e:#}")))?;
+        let opts = PullOptions {
+            repo: repo.clone(),
+            revision: commit.to_hex(),
+            include: Vec::new(),
+            exclude: Vec::new(),
+            refs: Vec::new(),
+            jobs: self.jobs,
+        };
+        match mirror::pull(&self.store, &index, &self.pulls, &opts, &NoProgress) {
+            Ok(r) => Ok(r.bytes_downloaded),
+            Err(PullError::Hub(e)) => Err(hub_error(e)),
+            Err(e) => Err(UpstreamError::Unavailable(format!("pull failed: {e}"))),
+        }
+    }
+}
+
+/// The endpoint's view of a client error: not found upstream, or unavailable.
+fn hub_error(e: hubclient::Error) -> UpstreamError {
+    match e {
+        hubclient::Error::RepoNotFound { .. } => UpstreamError::RepoNotFound(e.to_string()),
+        hubclient::Error::RevisionNotFound { .. } => UpstreamError::RevisionNotFound(e.to_string()),
+        e => UpstreamError::Unavailable(e.to_string()),
+    }
+}
+
+/// The token for the upstream: the first line of `file` that is neither blank nor a `#`
+/// comment, else `HF_TOKEN`.
+pub fn token(file: Option<&Path>) -> Result<Option<String>> {
+    let Some(path) = file else {
+        return Ok(hubclient::token(None));
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--upstream-token-file {}", path.display()))?;
+    match text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        Some(t) => Ok(Some(t.to_string())),
+        None => bail!("--upstream-token-file {}: no token in it", path.display()),
+    }
+}

@@ -1,0 +1,409 @@
+//! `modelcas serve --upstream URL` (issue 14): a pull-through mirror. The upstream is a
+//! second `modelcas serve` (A) on a store with revisions of the generated series; the
+//! mirror serves an empty store. Outcomes checked: bytes (sha256 of every file), what A
+//! served (its access log and metrics), what the mirror stored, hit or miss.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{ingest_rev, series, Env, Served};
+
+const REPO: &str = "demo-org/demo-llm";
+
+/// A plain HTTP/1.0 GET: (status, head, body).
+fn get(addr: &str, path: &str, headers: &[&str]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&out[..split]).into_owned();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head, out[split + 4..].to_vec())
+}
+
+fn sha256(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(data))
+}
+
+fn expected(r: &str) -> BTreeMap<String, String> {
+    series().files(r).into_iter().collect()
+}
+
+/// Every file of `rev` (a sha or ref) through plain GETs: path → sha256.
+fn get_all(addr: &str, rev: &str, files: &[String]) -> BTreeMap<String, String> {
+    files
+        .iter()
+        .map(|f| {
+            let (status, head, body) = get(addr, &format!("/{REPO}/resolve/{rev}/{f}"), &[]);
+            assert_eq!(status, 200, "{f}: {head}");
+            (f.clone(), sha256(&body))
+        })
+        .collect()
+}
+
+/// `snapshot_download` of `rev` with the real `huggingface_hub` client into a fresh
+/// cache under `work`: path → sha256, and the commit (the snapshot folder's name).
+fn snapshot(addr: &str, work: &std::path::Path, rev: &str) -> (BTreeMap<String, String>, String) {
+    let script = r#"
+import hashlib, json, os, sys
+os.environ["HF_ENDPOINT"] = sys.argv[1]
+os.environ["HF_HUB_CACHE"] = sys.argv[2]
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+from huggingface_hub import snapshot_download
+p = snapshot_download(sys.argv[3], revision=sys.argv[4])
+out = {}
+for d, _, files in os.walk(p):
+    for n in files:
+        f = os.path.join(d, n)
+        out[os.path.relpath(f, p)] = hashlib.sha256(open(f, "rb").read()).hexdigest()
+print(json.dumps({"files": out, "commit": os.path.basename(p)}))
+"#;
+    std::fs::create_dir_all(work).unwrap();
+    let mut child = common::python()
+        .args(["-c", script, &format!("http://{addr}")])
+        .arg(work)
+        .args([REPO, rev])
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .env("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+        .env("HF_HUB_DISABLE_XET", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(180) {
+            let _ = child.kill();
+            panic!("snapshot_download did not finish in 180 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files = v["files"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    (files, v["commit"].as_str().unwrap().to_string())
+}
+
+/// File GETs that A served, by file (its access log).
+fn served_files(a: &Served) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for l in a.log().lines() {
+        if !(l.contains("access repo=") && l.contains("method=GET")) {
+            continue;
+        }
+        let file = l
+            .split(" file=")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap()
+            .to_string();
+        *out.entry(file).or_insert(0) += 1;
+    }
+    out
+}
+
+/// The sum of a metric's samples.
+fn metric(addr: &str, name: &str) -> f64 {
+    let (status, _, body) = get(addr, "/metrics", &[]);
+    assert_eq!(status, 200);
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+/// A (the upstream) with r1 as `main` and r2 under its own name.
+fn upstream(extra: &[&str]) -> (Env, Served) {
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["main"]);
+    ingest_rev(&env, "r2", &["r2"]);
+    let srv = Served::start(&env, extra);
+    (env, srv)
+}
+
+fn mirror(env: &Env, a: &Served, extra: &[&str]) -> Served {
+    let url = format!("http://{}", a.addr);
+    let mut args = vec!["--upstream", url.as_str()];
+    args.extend_from_slice(extra);
+    Served::start(env, &args)
+}
+
+#[test]
+fn snapshot_download_through_the_mirror_pulls_once_then_hits() {
+    let (_a_env, a) = upstream(&[]);
+    let m_env = Env::new();
+    let m = mirror(&m_env, &a, &[]);
+    let c1 = series().commit("r1");
+
+    let (files, commit) = snapshot(&m.addr, &m_env.path("client1"), "main");
+    assert_eq!(files, expected("r1"));
+    assert_eq!(commit, c1);
+    // The mirror's store now has the commit, and its main.
+    let ls = m_env.json(&["ls", REPO, "--json"]);
+    assert!(ls.to_string().contains(&c1), "{ls}");
+    assert_eq!(ls["refs"]["main"], c1.as_str());
+    let once: BTreeMap<String, usize> = expected("r1").into_keys().map(|f| (f, 1)).collect();
+    assert_eq!(served_files(&a), once, "A's downloads:\n{}", a.log());
+    let log = m.log();
+    assert_eq!(log.matches("cache=miss").count(), 1, "{log}");
+    assert!(metric(&m.addr, "modelcas_serve_upstream_bytes_total") > 1e6);
+
+    // Again, into another cache: byte-exact, every download a hit, nothing new from A,
+    // not even a question (within the TTL for `main`; never for a stored sha).
+    let asked = |a: &Served| {
+        metric(
+            &a.addr,
+            "modelcas_serve_requests_total{endpoint=\"revision\"",
+        )
+    };
+    let questions = asked(&a);
+    let (files, _) = snapshot(&m.addr, &m_env.path("client2"), "main");
+    let (status, _, _) = get(&m.addr, &format!("/api/models/{REPO}/revision/{c1}"), &[]);
+    assert_eq!(status, 200);
+    assert_eq!(asked(&a), questions);
+    assert_eq!(files, expected("r1"));
+    assert_eq!(served_files(&a), once);
+    let log = m.log();
+    assert_eq!(log.matches("cache=miss").count(), 1, "{log}");
+    let hits = log
+        .lines()
+        .filter(|l| l.contains("method=GET") && l.contains("cache=hit"))
+        .count();
+    assert!(hits >= 2 * expected("r1").len(), "{log}");
+}
+
+#[test]
+fn eight_clients_at_once_cause_one_upstream_transfer() {
+    let (_a_env, a) = upstream(&[]);
+    let m_env = Env::new();
+    let m = mirror(&m_env, &a, &["--upstream-jobs", "2"]);
+    let c2 = series().commit("r2");
+    let want = expected("r2");
+    let names: Vec<String> = want.keys().cloned().collect();
+    let gate = Arc::new(Barrier::new(8));
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let (gate, addr, names) = (gate.clone(), m.addr.clone(), names.clone());
+            // Half by sha, half by ref name.
+            let rev = if i % 2 == 0 { c2.clone() } else { "r2".into() };
+            std::thread::spawn(move || {
+                gate.wait();
+                get_all(&addr, &rev, &names)
+            })
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), want);
+    }
+    let once: BTreeMap<String, usize> = names.iter().map(|f| (f.clone(), 1)).collect();
+    assert_eq!(served_files(&a), once, "A's downloads:\n{}", a.log());
+    assert_eq!(m.log().matches("pulled from").count(), 1, "{}", m.log());
+    assert_eq!(metric(&m.addr, "modelcas_serve_upstream_pulls_total"), 1.0);
+}
+
+#[test]
+fn repositories_outside_the_allow_list_get_403_and_are_never_fetched() {
+    let (_a_env, a) = upstream(&[]);
+    let m_env = Env::new();
+    let m = mirror(&m_env, &a, &["--allow", "demo-org/*"]);
+    let before = metric(&a.addr, "modelcas_serve_requests_total");
+    for path in [
+        "/api/models/other/x/revision/main",
+        "/other/x/resolve/main/config.json",
+        "/api/models/other/x/tree/main",
+    ] {
+        let (status, head, _) = get(&m.addr, path, &[]);
+        assert_eq!(status, 403, "{path}: {head}");
+        assert!(head.contains("X-Error-Code: RepoNotAllowed"), "{head}");
+        assert!(head.contains("X-Error-Message: "), "{head}");
+    }
+    // A saw nothing (its /metrics reads are not counted as requests of other endpoints).
+    let after = metric(&a.addr, "modelcas_serve_requests_total");
+    assert_eq!(after - before, 1.0, "only the first /metrics read");
+    assert!(!a.log().contains("other/x"));
+    // An allowed repository is pulled.
+    let (status, _, body) = get(&m.addr, &format!("/api/models/{REPO}/revision/main"), &[]);
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains(&series().commit("r1")));
+}
+
+#[test]
+fn a_lock_pins_main_whatever_the_upstream_says() {
+    let a_env = Env::new();
+    ingest_rev(&a_env, "r1", &["r1"]);
+    ingest_rev(&a_env, "r2", &["main"]);
+    let a = Served::start(&a_env, &[]);
+    let m_env = Env::new();
+    let c1 = series().commit("r1");
+    let config = m_env.path("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\nupstream = \"http://{}\"\n[serve.locks]\n\"{REPO}\" = \"{c1}\"\n",
+            a.addr
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let m = Served::start(&m_env, &["--config", cfg]);
+    let (files, commit) = snapshot(&m.addr, &m_env.path("client"), "main");
+    assert_eq!(commit, c1);
+    assert_eq!(files, expected("r1"));
+    let (_, _, body) = get(
+        &m.addr,
+        &format!("/api/models/{REPO}/revision/anything"),
+        &[],
+    );
+    assert!(String::from_utf8_lossy(&body).contains(&c1));
+    // A's main (r2) was never downloaded: every file A served was r1's.
+    let c2 = series().commit("r2");
+    let log = a.log();
+    let gets: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("access repo=") && l.contains("method=GET"))
+        .collect();
+    assert_eq!(gets.len(), expected("r1").len(), "{log}");
+    assert!(
+        gets.iter().all(|l| l.contains(&format!("revision={c1}"))),
+        "{log}"
+    );
+    assert!(!log.contains(&c2), "{log}");
+    drop(m);
+
+    // A bad lock is refused at startup, naming the entry.
+    std::fs::write(&config, "[serve.locks]\n\"demo-org/demo-llm\" = \"main\"\n").unwrap();
+    let err = m_env.fails(&["--config", cfg, "serve", "--listen", "127.0.0.1:0"]);
+    assert!(
+        err.contains("[serve.locks]") && err.contains("demo-org/demo-llm"),
+        "{err}"
+    );
+    std::fs::write(&config, format!("[serve.locks]\n\"no-slash\" = \"{c1}\"\n")).unwrap();
+    let err = m_env.fails(&["--config", cfg, "serve", "--listen", "127.0.0.1:0"]);
+    assert!(err.contains("no-slash"), "{err}");
+}
+
+#[test]
+fn with_the_upstream_down_what_is_stored_is_still_served() {
+    let (a_env, a) = upstream(&[]);
+    let m_env = Env::new();
+    let url = format!("http://{}", a.addr);
+    let m = mirror(&m_env, &a, &["--upstream-ttl", "0s"]);
+    let c1 = series().commit("r1");
+    let want = expected("r1");
+    let names: Vec<String> = want.keys().cloned().collect();
+    assert_eq!(get_all(&m.addr, "main", &names), want);
+    drop(a);
+    drop(a_env);
+
+    // Stored: by ref (every request asks the upstream: TTL 0) and by sha.
+    let t = Instant::now();
+    assert_eq!(get_all(&m.addr, "main", &names), want);
+    assert_eq!(get_all(&m.addr, &c1, &names), want);
+    let (status, _, body) = get(&m.addr, &format!("/api/models/{REPO}/revision/main"), &[]);
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains(&c1));
+    // Missing: a clear error naming the upstream, not a hang.
+    let c2 = series().commit("r2");
+    for rev in [c2.as_str(), "r2"] {
+        let (status, head, _) = get(&m.addr, &format!("/api/models/{REPO}/revision/{rev}"), &[]);
+        assert_eq!(status, 502, "{head}");
+        assert!(
+            head.contains(&format!("X-Error-Message: upstream {url}")),
+            "{head}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    // The failure is logged once per distinct error, not per request.
+    let warnings = m.log().matches("warning: upstream").count();
+    assert!((1..=4).contains(&warnings), "{}", m.log());
+    assert!(metric(&m.addr, "modelcas_serve_upstream_errors_total") >= 2.0);
+}
+
+#[test]
+fn the_upstream_token_stays_on_the_mirror() {
+    let a_tokens = Env::new();
+    let tokens = a_tokens.path("tokens");
+    std::fs::write(&tokens, "upstream-secret\n").unwrap();
+    let (_a_env, a) = upstream(&["--token-file", tokens.to_str().unwrap()]);
+    let want = expected("r1");
+    let names: Vec<String> = want.keys().cloned().collect();
+
+    // Without the token the mirror cannot pull: an error, nothing stored.
+    let m_env = Env::new();
+    let m = mirror(&m_env, &a, &[]);
+    let (status, head, _) = get(&m.addr, &format!("/{REPO}/resolve/main/config.json"), &[]);
+    assert_eq!(status, 502, "{head}");
+    drop(m);
+
+    let token_file = m_env.path("upstream-token");
+    std::fs::write(&token_file, "# for A\nupstream-secret\n").unwrap();
+    let m = mirror(
+        &m_env,
+        &a,
+        &["--upstream-token-file", token_file.to_str().unwrap()],
+    );
+    // Clients send no token.
+    assert_eq!(get_all(&m.addr, "main", &names), want);
+    assert!(!m.log().contains("upstream-secret"));
+    assert_eq!(served_files(&a).len(), names.len());
+}
+
+#[test]
+fn a_moved_branch_is_followed_after_the_ttl() {
+    let (a_env, a) = upstream(&[]);
+    let m_env = Env::new();
+    let m = mirror(&m_env, &a, &["--upstream-ttl", "2s"]);
+    let (c1, c2) = (series().commit("r1"), series().commit("r2"));
+    let main_is = |want: &str| {
+        let (status, _, body) = get(&m.addr, &format!("/api/models/{REPO}/revision/main"), &[]);
+        assert_eq!(status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["sha"], want);
+    };
+    main_is(&c1);
+    let t = Instant::now();
+    a_env.ok(&["ref", REPO, "main", &c2]);
+    // Within the TTL the mirror does not ask again.
+    main_is(&c1);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "too slow to test the TTL"
+    );
+    std::thread::sleep(Duration::from_secs(2) - t.elapsed() + Duration::from_millis(200));
+    main_is(&c2);
+    let names: Vec<String> = expected("r2").into_keys().collect();
+    assert_eq!(get_all(&m.addr, "main", &names), expected("r2"));
+    // The mirror's store follows (its main answers if A goes away).
+    let refs = m_env.json(&["ls", REPO, "--json"])["refs"].clone();
+    assert_eq!(refs["main"], c2.as_str());
+}
