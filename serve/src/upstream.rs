@@ -121,6 +121,17 @@ impl<K: Eq + Hash + Clone, V: Clone> Flights<K, V> {
     }
 }
 
+#[cfg(test)]
+impl<K: Eq + Hash + Clone, V: Clone> Flights<K, V> {
+    /// Callers waiting on the flight of `key` (besides its leader).
+    fn joined(&self, key: &K) -> usize {
+        let map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        // One reference is the map's, one the leader's; each waiter holds one more.
+        map.get(key)
+            .map_or(0, |f| Arc::strong_count(f).saturating_sub(2))
+    }
+}
+
 /// Removes a finished flight from the map.
 struct Landing<'a, K: Eq + Hash, V> {
     flights: &'a Flights<K, V>,
@@ -321,14 +332,20 @@ mod tests {
     fn one_flight_for_concurrent_callers() {
         let flights: Arc<Flights<u32, usize>> = Arc::new(Flights::default());
         let runs = Arc::new(AtomicUsize::new(0));
-        let (gate, started) = (Arc::new(Barrier::new(9)), Arc::new(Barrier::new(2)));
-        // The leader holds its flight open until every other caller has joined the map.
+        let started = Arc::new(Barrier::new(2));
+        // The leader holds its flight open until all 8 other callers wait on it.
         let leader = {
             let (f, runs, started) = (flights.clone(), runs.clone(), started.clone());
             std::thread::spawn(move || {
-                f.run(&7, || {
+                let inner = f.clone();
+                f.run(&7, move || {
                     started.wait();
-                    std::thread::sleep(Duration::from_millis(300));
+                    // Bounded, so a broken single flight fails the asserts below
+                    // instead of hanging.
+                    let give_up = Instant::now() + Duration::from_secs(10);
+                    while inner.joined(&7) < 8 && Instant::now() < give_up {
+                        std::thread::yield_now();
+                    }
                     runs.fetch_add(1, Ordering::SeqCst) + 41
                 })
             })
@@ -336,20 +353,15 @@ mod tests {
         started.wait();
         let waiters: Vec<_> = (0..8)
             .map(|_| {
-                let (f, runs, gate) = (flights.clone(), runs.clone(), gate.clone());
-                std::thread::spawn(move || {
-                    gate.wait();
-                    f.run(&7, || runs.fetch_add(1, Ordering::SeqCst) + 100)
-                })
+                let (f, runs) = (flights.clone(), runs.clone());
+                std::thread::spawn(move || f.run(&7, || runs.fetch_add(1, Ordering::SeqCst) + 100))
             })
             .collect();
-        gate.wait();
         assert_eq!(leader.join().unwrap(), (41, true));
         for w in waiters {
-            let (v, led) = w.join().unwrap();
-            // Joined the leader's flight, or (if it had landed already) ran again.
-            assert!(v == 41 && !led || led, "{v} {led}");
+            assert_eq!(w.join().unwrap(), (41, false));
         }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
         // A later call runs again.
         assert!(flights.run(&7, || 5).1);
     }
