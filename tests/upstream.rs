@@ -4,6 +4,9 @@
 //! served (its access log and metrics), what the mirror stored, hit or miss.
 
 mod common;
+#[allow(dead_code, unused_imports)]
+#[path = "../hubclient/tests/fake/mod.rs"]
+mod fake;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -406,4 +409,45 @@ fn a_moved_branch_is_followed_after_the_ttl() {
     // The mirror's store follows (its main answers if A goes away).
     let refs = m_env.json(&["ls", REPO, "--json"])["refs"].clone();
     assert_eq!(refs["main"], c2.as_str());
+}
+
+#[test]
+fn a_pull_held_up_upstream_does_not_hold_up_another_revision() {
+    // The fake upstream serves the same files as org/model and org/other; downloads of
+    // org/model wait at a gate until the end of the test.
+    let up = fake::Fake::start();
+    let gate = Arc::new(fake::Gate::default());
+    up.state().also_repos = vec!["org/other".into()];
+    up.state().hold = Some(("/org/model/resolve/".into(), gate.clone()));
+    let env = Env::new();
+    let m = Served::start(&env, &["--upstream", &up.url]);
+    let config = up.file("config.json");
+
+    let held = {
+        let addr = m.addr.clone();
+        std::thread::spawn(move || get(&addr, "/org/model/resolve/main/config.json", &[]))
+    };
+    // Wait until the mirror's pull of org/model is stuck at the gate.
+    let t = Instant::now();
+    while !up
+        .seen()
+        .iter()
+        .any(|s| s.target.contains("/org/model/resolve/"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the pull never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Another repository is pulled and served meanwhile.
+    let (status, head, body) = get(&m.addr, "/org/other/resolve/main/config.json", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(body, config.data);
+    assert!(!held.is_finished());
+
+    gate.open();
+    let (status, head, body) = held.join().unwrap();
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(body, config.data);
 }

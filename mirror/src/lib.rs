@@ -5,11 +5,13 @@
 //! already holds are read back from the store instead of downloaded.
 //!
 //! * [`pull`] — `modelcas pull ORG/NAME[@REV]`.
+//! * [`slots`] — a limit on downloads shared by concurrent pulls (serve --upstream).
 //! * [`select`] — `--include`/`--exclude` globs, as `hf download` matches them.
 //! * [`sync`] — `modelcas sync LIST.toml`: a prefetch list, each entry pulled in turn.
 
 pub mod pull;
 pub mod select;
+pub mod slots;
 pub mod sync;
 
 pub use pull::{pull, PullError, PullOptions, PullReport};

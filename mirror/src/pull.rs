@@ -26,6 +26,7 @@ use store::source::{Snapshot, SourceFile};
 use store::{CommitId, RepoId, Store, StoreError};
 
 use crate::select::Selection;
+use crate::slots::{Permit, Slots};
 
 /// What to pull.
 #[derive(Clone, Debug)]
@@ -39,6 +40,8 @@ pub struct PullOptions {
     pub refs: Vec<String>,
     /// Files downloaded at a time.
     pub jobs: usize,
+    /// Download slots shared with other pulls of the process (serve --upstream), if any.
+    pub slots: Option<Arc<Slots>>,
 }
 
 /// What a pull did (`--json`).
@@ -108,7 +111,8 @@ pub fn pull(
         record_use(store, repo, &commit);
         return Ok(report);
     }
-    let opener = HubOpener::new(store, index, client, repo, &commit, &files)?;
+    let mut opener = HubOpener::new(store, index, client, repo, &commit, &files)?;
+    opener.slots = opts.slots.clone();
     let snapshot = Snapshot {
         repo: repo.clone(),
         commit: Some(commit),
@@ -214,6 +218,7 @@ struct HubOpener<'a> {
     source_of: HashMap<String, PathBuf>,
     downloaded: AtomicU64,
     from_store: AtomicU64,
+    slots: Option<Arc<Slots>>,
 }
 
 impl<'a> HubOpener<'a> {
@@ -255,6 +260,7 @@ impl<'a> HubOpener<'a> {
             source_of,
             downloaded: AtomicU64::new(0),
             from_store: AtomicU64::new(0),
+            slots: None,
         })
     }
 
@@ -277,6 +283,7 @@ impl Opener for HubOpener<'_> {
         let unknown = || StoreError::Invalid(format!("pull: no plan for {}", source.display()));
         match self.plans.get(source).ok_or_else(unknown)? {
             Plan::Download(f) => {
+                let permit = self.slots.as_ref().map(|s| s.acquire());
                 let d = self
                     .client
                     .open_file(&self.repo, &self.commit, f, 0)
@@ -286,6 +293,7 @@ impl Opener for HubOpener<'_> {
                     inner: d,
                     verifier: Some(Verifier::for_file(f)),
                     file: f,
+                    _permit: permit,
                 }))
             }
             Plan::Stored(chunks) => {
@@ -302,6 +310,8 @@ struct Checked<'a> {
     inner: hubclient::Download,
     verifier: Option<Verifier>,
     file: &'a RemoteFile,
+    /// The download slot, given back when the file is read (or the reader dropped).
+    _permit: Option<Permit>,
 }
 
 impl Read for Checked<'_> {

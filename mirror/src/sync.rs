@@ -331,6 +331,7 @@ fn sync_entry(
         exclude: e.exclude.clone(),
         refs: e.refs.clone(),
         jobs,
+        slots: None,
     };
     let pulled = stored_refs(store, &e.repo)
         .map_err(|err| error_chain(&err))

@@ -29,6 +29,7 @@ pub fn run(ctx: &Ctx, a: &PullArgs) -> Result<ExitCode> {
         exclude: a.exclude.clone(),
         refs: a.refs.clone(),
         jobs,
+        slots: None,
     };
     let client = HubClient::new(HubOptions::from_env(
         a.endpoint.as_deref(),

@@ -2,21 +2,23 @@
 //! implemented with the Hub client (resolving ref names) and `mirror::pull` (bringing a
 //! commit into the store, published only when every file is in and checked).
 //!
-//! The index admits one writer per process (RocksDB's lock), and `ingest`, `pull` or
-//! `sync` in another process may want it: it is opened for each pull and closed after.
-//! Pulls therefore run one at a time, each with `--upstream-jobs` files at once, which is
-//! also the limit of downloads from the upstream across all pulls.
+//! The index admits one process at a time (RocksDB's lock), and `ingest`, `pull` or `sync`
+//! in another process may want it: it is opened when a pull starts and no other pull has
+//! it open, shared by the pulls running at the same time, and closed when the last ends.
+//! Pulls of different revisions run at once (a large pull does not hold up a small one);
+//! `--upstream-jobs` download slots are shared by all of them.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use hubclient::{HubClient, HubOptions, Timeouts};
 use hubserve::{Upstream, UpstreamError};
+use mirror::slots::Slots;
 use mirror::{PullError, PullOptions};
 use store::ingest::NoProgress;
-use store::{CommitId, RepoId, Store};
+use store::{CommitId, Index, RepoId, Store};
 
 /// Requests for metadata are retried once: a request waits on it, and a down upstream
 /// should fall back to the store quickly.
@@ -31,8 +33,10 @@ pub struct HubUpstream {
     store: Store,
     index_dir: PathBuf,
     jobs: usize,
-    /// Held by the pull in progress (see the module doc).
-    one_pull: Mutex<()>,
+    /// Download slots shared by every pull.
+    slots: Arc<Slots>,
+    /// The index while some pull has it open (see the module doc).
+    index: Mutex<Weak<Index>>,
 }
 
 impl HubUpstream {
@@ -65,8 +69,29 @@ impl HubUpstream {
             store,
             index_dir,
             jobs,
-            one_pull: Mutex::new(()),
+            slots: Slots::new(jobs),
+            index: Mutex::new(Weak::new()),
         })
+    }
+
+    /// The index, opened unless a running pull has it open already.
+    fn index(&self) -> Result<Arc<Index>, UpstreamError> {
+        let mut shared = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = shared.upgrade() {
+            return Ok(i);
+        }
+        let i = super::open_index(&self.index_dir, &self.store)
+            .map_err(|e| UpstreamError::Unavailable(format!("opening the index: {e:#}")))?;
+        let i = Arc::new(i);
+        *shared = Arc::downgrade(&i);
+        Ok(i)
+    }
+
+    /// Lets go of a pull's index; the last one closes it, under the lock, so that a pull
+    /// starting meanwhile opens it only once it is closed.
+    fn release(&self, index: Arc<Index>) {
+        let _shared = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        drop(index);
     }
 }
 
@@ -84,9 +109,7 @@ impl Upstream for HubUpstream {
     }
 
     fn fetch(&self, repo: &RepoId, commit: &CommitId) -> Result<u64, UpstreamError> {
-        let _one = self.one_pull.lock().unwrap_or_else(|p| p.into_inner());
-        let index = super::open_index(&self.index_dir, &self.store)
-            .map_err(|e| UpstreamError::Unavailable(format!("opening the index: {e:#}")))?;
+        let index = self.index()?;
         let opts = PullOptions {
             repo: repo.clone(),
             revision: commit.to_hex(),
@@ -94,8 +117,11 @@ impl Upstream for HubUpstream {
             exclude: Vec::new(),
             refs: Vec::new(),
             jobs: self.jobs,
+            slots: Some(self.slots.clone()),
         };
-        match mirror::pull(&self.store, &index, &self.pulls, &opts, &NoProgress) {
+        let pulled = mirror::pull(&self.store, &index, &self.pulls, &opts, &NoProgress);
+        self.release(index);
+        match pulled {
             Ok(r) => Ok(r.bytes_downloaded),
             Err(PullError::Hub(e)) => Err(hub_error(e)),
             Err(e) => Err(UpstreamError::Unavailable(format!("pull failed: {e}"))),

@@ -147,7 +147,32 @@ pub struct State {
     pub tree_body: Option<Vec<u8>>,
     /// A raw `Link` header sent with every tree page.
     pub tree_link: Option<String>,
+    /// Other repository names served with the same files at the same commit.
+    pub also_repos: Vec<String>,
+    /// Requests whose target contains the string wait at the gate before being answered.
+    pub hold: Option<(String, Arc<Gate>)>,
     pub seen: Vec<Seen>,
+}
+
+/// A gate requests wait at until the test opens it.
+#[derive(Default)]
+pub struct Gate {
+    open: Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    pub fn open(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.opened.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        while !*o {
+            o = self.opened.wait(o).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 pub struct Fake {
@@ -238,9 +263,18 @@ impl Answer {
 
 fn serve(mut conn: TcpStream, state: &Mutex<State>, base: &str) {
     let Some(seen) = read_head(&conn) else { return };
-    let answer = {
+    let hold = {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
         s.seen.push(seen.clone());
+        s.hold
+            .clone()
+            .filter(|(on, _)| seen.target.contains(on.as_str()))
+    };
+    if let Some((_, gate)) = hold {
+        gate.wait();
+    }
+    let answer = {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
         route(&mut s, &seen, base)
     };
     write_answer(&mut conn, answer);
@@ -316,13 +350,13 @@ fn route(s: &mut State, req: &Seen, base: &str) -> Answer {
     }
 }
 
-fn repo_missing(repo: &str) -> Option<Answer> {
-    (repo != REPO)
+fn repo_missing(s: &State, repo: &str) -> Option<Answer> {
+    (repo != REPO && !s.also_repos.iter().any(|r| r == repo))
         .then(|| Answer::error(404, "RepoNotFound", &format!("Repository {repo} not found")))
 }
 
 fn revision(s: &State, repo: &str, rev: &str) -> Answer {
-    if let Some(a) = repo_missing(repo) {
+    if let Some(a) = repo_missing(s, repo) {
         return a;
     }
     if rev != COMMIT && !s.refs.iter().any(|r| r == rev) {
@@ -361,7 +395,7 @@ fn entries(s: &State) -> Vec<serde_json::Value> {
 }
 
 fn tree(s: &State, repo: &str, rev: &str, query: &str, base: &str) -> Answer {
-    if let Some(a) = repo_missing(repo) {
+    if let Some(a) = repo_missing(s, repo) {
         return a;
     }
     if rev != COMMIT {
@@ -403,7 +437,7 @@ fn tree(s: &State, repo: &str, rev: &str, query: &str, base: &str) -> Answer {
 }
 
 fn resolve(s: &mut State, req: &Seen, repo: &str, rev: &str, path: &str) -> Answer {
-    if let Some(a) = repo_missing(repo) {
+    if let Some(a) = repo_missing(s, repo) {
         return a;
     }
     if rev != COMMIT && !s.refs.iter().any(|r| r == rev) {
