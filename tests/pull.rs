@@ -3,7 +3,7 @@
 //! that misbehaves (cut connections, 429, a flipped byte, a token).
 
 mod common;
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 #[path = "../hubclient/tests/fake/mod.rs"]
 mod fake;
 

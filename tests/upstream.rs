@@ -4,7 +4,7 @@
 //! served (its access log and metrics), what the mirror stored, hit or miss.
 
 mod common;
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 #[path = "../hubclient/tests/fake/mod.rs"]
 mod fake;
 
