@@ -235,7 +235,15 @@ impl FileStream {
             st.plan_window = 0;
             return None;
         }
-        st.last_end = if in_file { st.last_end.max(end) } else { end };
+        if in_file {
+            st.last_end = st.last_end.max(end);
+        } else {
+            // A jump in the file: the sequential state starts again here, as it would for
+            // the read itself.
+            st.last_end = end;
+            st.window = 0;
+            st.prefetched_to = 0;
+        }
         let cap = TENSOR_WINDOW.min(self.cache.budget() as u64 / 2).max(1);
         st.plan_window = if st.plan_window == 0 {
             INITIAL_WINDOW.min(cap)
