@@ -32,10 +32,16 @@ struct Mount {
 
 impl Mount {
     fn start(env: &Env, extra: &[&str]) -> Mount {
+        Mount::start_with(env, extra, &[])
+    }
+
+    /// A mount with `vars` in its environment.
+    fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Mount {
         let path = env.path(&format!("mnt-{}", rand::random::<u32>()));
         std::fs::create_dir_all(&path).unwrap();
         let child = env
             .cmd()
+            .envs(vars.iter().copied())
             .arg("mount")
             .arg(&path)
             .args(extra)
@@ -692,6 +698,48 @@ fn metrics_move_while_the_mount_reads() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Loads every tensor of r1 with `safe_open` (name order, as vLLM) through a fresh mount
+/// started with `vars`; returns (chunks prefetched, reads that found no chunk waiting).
+fn safetensors_load_counts(env: &Env, vars: &[(&str, &str)]) -> (f64, f64) {
+    let s = series();
+    let addr = common::local_addr();
+    let m = Mount::start_with(env, &["--metrics-listen", &addr], vars);
+    let out = common::python()
+        .arg(common::repo_root().join("tests/safetensors_check.py"))
+        .arg(m.p(&format!("{REPO}/r1")))
+        .arg(s.plain("r1"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = scrape(&addr);
+    (
+        metric(&page, "modelcas_readahead_chunks_total"),
+        metric(&page, "modelcas_chunk_cache_misses_total"),
+    )
+}
+
+/// Issue 15: the mount reads a safetensors header on open and prefetches the tensors in the
+/// order the loader asks for them, so the loader's reads find their chunks fetched already;
+/// with that turned off (sequential read-ahead only) many more reads wait for a fetch.
+#[test]
+fn safetensors_loads_find_their_chunks_prefetched() {
+    let env = Env::new();
+    ingest_series(&env);
+    let (ahead, misses) = safetensors_load_counts(&env, &[]);
+    let (ahead_off, misses_off) =
+        safetensors_load_counts(&env, &[("MODELCAS_SAFETENSORS_ORDER", "off")]);
+    eprintln!(
+        "prefetched {ahead} chunks, {misses} misses; sequential only: {ahead_off}, {misses_off}"
+    );
+    assert!(ahead > 0.0);
+    assert!(misses * 2.0 < misses_off, "{misses} vs {misses_off}");
 }
 
 #[test]

@@ -15,6 +15,8 @@ use fuser::{
 };
 use read::cache::ChunkCache;
 use read::readahead::FileStream;
+use read::tensor_plan::TensorOrder;
+use repo::manifest::Manifest;
 
 use crate::namespace::{Attr, Kind, Namespace};
 
@@ -33,6 +35,7 @@ pub struct ModelFs {
     next_fh: AtomicU64,
     uid: u32,
     gid: u32,
+    tensor_order: TensorOrder,
 }
 
 impl ModelFs {
@@ -47,7 +50,28 @@ impl ModelFs {
             next_fh: AtomicU64::new(1),
             uid,
             gid,
+            tensor_order: TensorOrder::Name,
         }
+    }
+
+    /// Follows safetensors loaders in `order` (default: name order, as vLLM loads).
+    pub fn with_tensor_order(mut self, order: TensorOrder) -> ModelFs {
+        self.tensor_order = order;
+        self
+    }
+
+    /// A stream over file `i` of `manifest`; for a `.safetensors` file, one that reads its
+    /// header and prefetches along the loader's walk (a header it refuses is logged, and the
+    /// file is read with sequential read-ahead).
+    fn stream(&self, manifest: &Manifest, i: usize) -> repo::Result<FileStream> {
+        let file = &manifest.files[i];
+        let stream = FileStream::new(self.cache.clone(), manifest, file)?;
+        if self.tensor_order != TensorOrder::Off && file.path.ends_with(".safetensors") {
+            if let Err(e) = stream.follow_safetensors(self.tensor_order) {
+                tracing::debug!("{}: sequential read-ahead only: {e}", file.path);
+            }
+        }
+        Ok(stream)
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -142,21 +166,19 @@ impl Filesystem for ModelFs {
             return reply.error(Errno::EROFS);
         }
         match self.ns.file(ino.0) {
-            Ok(Some((tree, i))) => {
-                match FileStream::new(self.cache.clone(), &tree.manifest, &tree.manifest.files[i]) {
-                    Ok(stream) => {
-                        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                        self.handles
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(fh, Arc::new(stream));
-                        repo::metrics::METRICS.mount_open_files.inc();
-                        self.ns.record_use(&tree);
-                        reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
-                    }
-                    Err(e) => reply.error(eio(e)),
+            Ok(Some((tree, i))) => match self.stream(&tree.manifest, i) {
+                Ok(stream) => {
+                    let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                    self.handles
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(fh, Arc::new(stream));
+                    repo::metrics::METRICS.mount_open_files.inc();
+                    self.ns.record_use(&tree);
+                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
                 }
-            }
+                Err(e) => reply.error(eio(e)),
+            },
             Ok(None) => reply.error(Errno::EISDIR),
             Err(e) => reply.error(eio(e)),
         }
@@ -199,10 +221,7 @@ impl Filesystem for ModelFs {
                 // A pack is gone: gc may have repacked this revision. Read its manifest
                 // again and retry once with the new locations.
                 let fresh = match self.ns.reload_file(ino.0) {
-                    Ok(Some((tree, i))) => {
-                        FileStream::new(self.cache.clone(), &tree.manifest, &tree.manifest.files[i])
-                            .ok()
-                    }
+                    Ok(Some((tree, i))) => self.stream(&tree.manifest, i).ok(),
                     _ => None,
                 };
                 let Some(fresh) = fresh else {

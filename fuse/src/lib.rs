@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use read::cache::ChunkCache;
+pub use read::tensor_plan::TensorOrder;
 use repo::{CommitId, RepoId, Store};
 
 use crate::adapter::ModelFs;
@@ -51,6 +52,8 @@ pub struct MountOptions {
     pub cache_bytes: usize,
     /// Threads fetching and decoding chunks.
     pub fetch_threads: usize,
+    /// The order safetensors loaders are followed in (`Off`: sequential read-ahead only).
+    pub tensor_order: TensorOrder,
 }
 
 impl Default for MountOptions {
@@ -61,6 +64,7 @@ impl Default for MountOptions {
             threads: 8,
             cache_bytes: 64 << 20,
             fetch_threads: 4,
+            tensor_order: TensorOrder::Name,
         }
     }
 }
@@ -134,11 +138,14 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
     };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    let session = fuser::spawn_mount(ModelFs::new(ns, cache), path, &config).map_err(|source| {
-        MountError::Mount {
-            path: path.to_path_buf(),
-            source,
-        }
+    let session = fuser::spawn_mount(
+        ModelFs::new(ns, cache).with_tensor_order(opts.tensor_order),
+        path,
+        &config,
+    )
+    .map_err(|source| MountError::Mount {
+        path: path.to_path_buf(),
+        source,
     })?;
     raise_readahead(path);
     Ok(Mounted {

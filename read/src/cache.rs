@@ -148,6 +148,11 @@ impl ChunkCache {
         self.budget
     }
 
+    /// Whether chunk `id` is cached or being fetched.
+    pub fn holds(&self, id: &ChunkId) -> bool {
+        self.lock().map.contains_key(id)
+    }
+
     /// Decoded bytes held now (ready chunks).
     pub fn held_bytes(&self) -> usize {
         self.lock().bytes

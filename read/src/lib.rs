@@ -6,6 +6,8 @@
 //!   (every reader of a process shares it: the mount's files, serve's downloads).
 //! * [`readahead`] — [`readahead::FileStream`]: ranged reads of one file through the cache,
 //!   with read-ahead while the reader is sequential (the mount and serve).
+//! * [`safetensors`] — the header of a `.safetensors` file: its tensors' byte ranges.
+//! * [`tensor_plan`] — the order a loader walks those ranges in, for read-ahead.
 //! * [`file_reader`] — whole files with their sha256 checked: `cat`, `checkout`, `verify`.
 //! * [`reload`] — reading a manifest again after a pack was gone (the mount and serve).
 //! * [`tree`] — a revision's files as a directory tree (the mount's namespace).
@@ -19,6 +21,8 @@ pub mod file_reader;
 pub mod progress;
 pub mod readahead;
 pub mod reload;
+pub mod safetensors;
+pub mod tensor_plan;
 #[cfg(any(test, feature = "test-util"))]
 #[doc(hidden)]
 pub mod test_pack;

@@ -34,6 +34,19 @@ impl Options {
     }
 }
 
+/// `MODELCAS_SAFETENSORS_ORDER` (`name`, the default; `file`; `off`): the order in which
+/// the mount expects loaders to walk a `.safetensors` file's tensors, for read-ahead (an
+/// experiment knob of issue 15, for A/B benchmarks in one binary).
+fn tensor_order() -> Result<modelfs::TensorOrder> {
+    match std::env::var("MODELCAS_SAFETENSORS_ORDER") {
+        Err(_) => Ok(modelfs::TensorOrder::Name),
+        Ok(v) => match modelfs::TensorOrder::parse(&v) {
+            Some(o) => Ok(o),
+            None => bail!("MODELCAS_SAFETENSORS_ORDER={v:?}: expected name, file or off"),
+        },
+    }
+}
+
 pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
     let (cache_mib, threads) = (o.cache_mib, o.threads);
     if cache_mib < 16 {
@@ -61,6 +74,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         } else {
             4
         }),
+        tensor_order: tensor_order()?,
     };
     let mounted = modelfs::mount(store, mountpoint, &opts)?;
     match &single {
