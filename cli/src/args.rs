@@ -292,6 +292,11 @@ pub struct MountArgs {
     /// FUSE worker threads (default 8).
     #[arg(long, env = "MODELCAS_MOUNT_THREADS")]
     pub threads: Option<usize>,
+    /// The order loaders are expected to read a `.safetensors` file's tensors in, for
+    /// read-ahead: `name` (safe_open and vLLM; default), `file`, or `off` (sequential
+    /// read-ahead only).
+    #[arg(long, env = "MODELCAS_SAFETENSORS_ORDER", value_name = "ORDER")]
+    pub safetensors_order: Option<String>,
 }
 
 /// `modelcas gc`'s flags (each falls back to `[gc]` in the config file).

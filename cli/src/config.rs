@@ -76,6 +76,8 @@ pub struct MountConfig {
     pub cache_mib: Option<usize>,
     pub fetch_threads: Option<usize>,
     pub threads: Option<usize>,
+    /// `name`, `file` or `off`: see `--safetensors-order`.
+    pub safetensors_order: Option<String>,
 }
 
 /// `[serve]`.

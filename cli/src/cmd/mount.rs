@@ -18,6 +18,7 @@ pub struct Options {
     pub cache_mib: usize,
     pub fetch_threads: Option<usize>,
     pub threads: usize,
+    pub safetensors_order: Option<String>,
 }
 
 impl Options {
@@ -30,19 +31,20 @@ impl Options {
             cache_mib: a.cache_mib.or(m.cache_mib).unwrap_or(64),
             fetch_threads: a.fetch_threads.or(m.fetch_threads),
             threads: a.threads.or(m.threads).unwrap_or(8),
+            safetensors_order: a.safetensors_order.clone().or(m.safetensors_order.clone()),
         }
     }
 }
 
-/// `MODELCAS_SAFETENSORS_ORDER` (`name`, the default; `file`; `off`): the order in which
-/// the mount expects loaders to walk a `.safetensors` file's tensors, for read-ahead (an
-/// experiment knob of issue 15, for A/B benchmarks in one binary).
-fn tensor_order() -> Result<modelfs::TensorOrder> {
-    match std::env::var("MODELCAS_SAFETENSORS_ORDER") {
-        Err(_) => Ok(modelfs::TensorOrder::Name),
-        Ok(v) => match modelfs::TensorOrder::parse(&v) {
+/// `--safetensors-order` (`MODELCAS_SAFETENSORS_ORDER`, `[mount] safetensors_order`):
+/// `name` (the default), `file` or `off`: the order in which the mount expects loaders to
+/// walk a `.safetensors` file's tensors, for read-ahead.
+fn tensor_order(v: Option<&str>) -> Result<modelfs::TensorOrder> {
+    match v {
+        None => Ok(modelfs::TensorOrder::Name),
+        Some(v) => match modelfs::TensorOrder::parse(v) {
             Some(o) => Ok(o),
-            None => bail!("MODELCAS_SAFETENSORS_ORDER={v:?}: expected name, file or off"),
+            None => bail!("--safetensors-order {v:?}: expected name, file or off"),
         },
     }
 }
@@ -74,7 +76,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         } else {
             4
         }),
-        tensor_order: tensor_order()?,
+        tensor_order: tensor_order(o.safetensors_order.as_deref())?,
     };
     let mounted = modelfs::mount(store, mountpoint, &opts)?;
     match &single {
