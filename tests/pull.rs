@@ -13,20 +13,9 @@ use common::{ingest_rev, series, Env, Served};
 
 const REPO: &str = "demo-org/demo-llm";
 
-/// path → sha256 of a stored revision (`ls --json`).
+/// path → sha256 of a stored revision of the demo repository.
 fn stored_files(env: &Env, rev: &str) -> BTreeMap<String, String> {
-    let v = env.json(&["ls", &format!("{REPO}@{rev}"), "--json"]);
-    v["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap().to_string(),
-                f["sha256"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    env.stored_files(&format!("{REPO}@{rev}"))
 }
 
 fn expected_files(r: &str) -> BTreeMap<String, String> {
@@ -193,18 +182,7 @@ fn a_flipped_byte_refuses_the_revision_and_cuts_and_429_are_survived() {
     let r = pull(&local, &up.url, fake::REPO, &["--jobs", "1"]);
     assert_eq!(r["commit"], fake::COMMIT);
     assert!(r["retries"].as_u64().unwrap() >= 2, "{r}");
-    let v = local.json(&["ls", &format!("{}@main", fake::REPO), "--json"]);
-    let got: BTreeMap<String, String> = v["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap().into(),
-                f["sha256"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
+    let got = local.stored_files(&format!("{}@main", fake::REPO));
     assert_eq!(got, want);
     local.verifies(&format!("{}@{}", fake::REPO, fake::COMMIT));
 }

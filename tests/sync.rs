@@ -11,20 +11,9 @@ use common::{ingest_rev, series, Env, Served};
 
 const REPO: &str = "demo-org/demo-llm";
 
-/// path → sha256 of a stored revision (`ls --json`).
+/// path → sha256 of a stored revision of the demo repository.
 fn stored_files(env: &Env, rev: &str) -> BTreeMap<String, String> {
-    let v = env.json(&["ls", &format!("{REPO}@{rev}"), "--json"]);
-    v["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap().to_string(),
-                f["sha256"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    env.stored_files(&format!("{REPO}@{rev}"))
 }
 
 /// path → sha256 of revision `r` of the series, the files `keep` selects.

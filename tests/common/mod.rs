@@ -381,6 +381,20 @@ impl Env {
             .collect()
     }
 
+    /// path → sha256 of every file of a stored revision `ORG/NAME@REV` (`ls --json`).
+    pub fn stored_files(&self, repo_rev: &str) -> std::collections::BTreeMap<String, String> {
+        let v = self.json(&["ls", repo_rev, "--json"]);
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let s = |k: &str| f[k].as_str().unwrap().to_string();
+                (s("path"), s("sha256"))
+            })
+            .collect()
+    }
+
     /// `modelcas ingest DIR ARGS...`, asserting success; returns stdout.
     pub fn ingest(&self, dir: &Path, args: &[&str]) -> String {
         let mut all: Vec<std::ffi::OsString> = vec!["ingest".into(), dir.into()];
