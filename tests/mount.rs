@@ -6,107 +6,15 @@ mod common;
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::mount::{is_mounted, metric, scrape, Mount};
 use common::{ingest_rev, ingest_series, series, sha256_file, tree_hashes, Env};
 use rand::{Rng, SeedableRng};
 
 const REVS: [&str; 4] = ["r1", "r2", "r3", "r4"];
 const REPO: &str = "demo-org/demo-llm";
-
-fn is_mounted(path: &Path) -> bool {
-    let want = path.canonicalize().unwrap_or(path.to_path_buf());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
-}
-
-/// A `modelcas mount` child process, unmounted and reaped on drop.
-struct Mount {
-    child: Option<Child>,
-    path: PathBuf,
-}
-
-impl Mount {
-    fn start(env: &Env, extra: &[&str]) -> Mount {
-        Mount::start_with(env, extra, &[])
-    }
-
-    /// A mount with `vars` in its environment.
-    fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Mount {
-        let path = env.path(&format!("mnt-{}", rand::random::<u32>()));
-        std::fs::create_dir_all(&path).unwrap();
-        let child = env
-            .cmd()
-            .envs(vars.iter().copied())
-            .arg("mount")
-            .arg(&path)
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut m = Mount {
-            child: Some(child),
-            path,
-        };
-        let t = Instant::now();
-        while !is_mounted(&m.path) {
-            if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
-                let mut err = String::new();
-                std::io::Read::read_to_string(
-                    m.child.as_mut().unwrap().stderr.as_mut().unwrap(),
-                    &mut err,
-                )
-                .unwrap();
-                panic!("mount exited early ({st}): {err}");
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "mount did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.path.join(rel)
-    }
-
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st;
-            }
-            if t.elapsed() > Duration::from_secs(20) {
-                let _ = child.kill();
-                return child.wait().unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.stop();
-        }
-        if is_mounted(&self.path) {
-            let _ = Command::new("fusermount3")
-                .arg("-u")
-                .arg("-z")
-                .arg(&self.path)
-                .status();
-        }
-    }
-}
 
 #[test]
 fn every_revision_reads_back_and_nothing_is_a_symlink() {
@@ -598,30 +506,6 @@ fn a_repacked_revision_keeps_reading_through_the_mount() {
         assert_eq!(sha256_file(&dir.join(&p)), sha, "{p}");
     }
     drop(early);
-}
-
-/// Sum of the samples of a metric in a Prometheus text page.
-fn metric(page: &str, name: &str) -> f64 {
-    page.lines()
-        .filter(|l| {
-            !l.starts_with('#')
-                && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
-        })
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .sum()
-}
-
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(
-        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
-        "{out}"
-    );
-    out
 }
 
 #[test]

@@ -297,6 +297,18 @@ pub struct MountArgs {
     /// read-ahead only).
     #[arg(long, env = "MODELCAS_SAFETENSORS_ORDER", value_name = "ORDER")]
     pub safetensors_order: Option<String>,
+    /// Where the node keeps whole, verified copies of the files read, for later opens
+    /// (default: the user's cache directory, modelcas/files/<store id>).
+    #[arg(long, env = "MODELCAS_FILE_CACHE", value_name = "DIR")]
+    pub file_cache: Option<PathBuf>,
+    /// Size limit of the file cache, least recently used files removed first (e.g. 50G;
+    /// default 20G; 0 turns it off).
+    #[arg(long, env = "MODELCAS_FILE_CACHE_SIZE", value_name = "SIZE")]
+    pub file_cache_size: Option<String>,
+    /// Never hand whole files to the kernel (FUSE passthrough); read them through the
+    /// mount instead.
+    #[arg(long, env = "MODELCAS_NO_PASSTHROUGH")]
+    pub no_passthrough: bool,
 }
 
 /// `modelcas gc`'s flags (each falls back to `[gc]` in the config file).

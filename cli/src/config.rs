@@ -14,6 +14,8 @@
 //! [mount]
 //! allow_other = true
 //! cache_mib = 256
+//! file_cache = "/var/cache/modelcas/files"   # whole files for later opens
+//! file_cache_size = "200G"
 //!
 //! [serve]
 //! listen = "0.0.0.0:8080"
@@ -78,6 +80,12 @@ pub struct MountConfig {
     pub threads: Option<usize>,
     /// `name`, `file` or `off`: see `--safetensors-order`.
     pub safetensors_order: Option<String>,
+    /// See `--file-cache`.
+    pub file_cache: Option<PathBuf>,
+    /// See `--file-cache-size` (`"0"` turns the file cache off).
+    pub file_cache_size: Option<String>,
+    /// `false`: see `--no-passthrough`.
+    pub passthrough: Option<bool>,
 }
 
 /// `[serve]`.

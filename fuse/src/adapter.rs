@@ -1,22 +1,36 @@
 //! The fuser `Filesystem` implementation: turns kernel requests into [`Namespace`] lookups
-//! and [`FileStream`] reads, and store errors into errno replies. No logic of its own.
+//! and [`FileStream`] reads, and store errors into errno replies.
+//!
+//! How a file is opened (one way per inode while any handle of it is open, as the kernel
+//! requires: it refuses a passthrough open of an inode open in the cached mode, and the
+//! reverse):
+//! * **passthrough**: the node's file cache ([`FileCache`]) has the file whole, and the
+//!   kernel accepts it as a backing file: the kernel reads it itself, no request reaches us;
+//! * **whole file**: the same, where passthrough is unavailable (older kernel, no
+//!   `CAP_SYS_ADMIN`, or `--no-passthrough`): reads are `pread`s of that file;
+//! * **stream**: chunks through the decoded-chunk cache with read-ahead; when the last
+//!   handle of such a file is released, the file cache is asked to make it whole in the
+//!   background, for the next open.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
 };
 use read::cache::ChunkCache;
+use read::file_cache::FileCache;
 use read::readahead::FileStream;
 use read::tensor_plan::TensorOrder;
-use repo::manifest::Manifest;
+use repo::manifest::{FileEntry, Manifest};
 
 use crate::namespace::{Attr, Kind, Namespace};
 
@@ -27,15 +41,50 @@ const MUTABLE_TTL: Duration = Duration::from_secs(1);
 /// Largest read the kernel may send (and read-ahead it may do): 16 MiB.
 pub const MAX_READAHEAD: u32 = 16 * 1024 * 1024;
 
+/// How the open handles of one inode read it.
+#[derive(Clone)]
+enum Mode {
+    /// Through the chunk cache.
+    Stream,
+    /// From a whole file of the node's file cache, by `pread`.
+    Whole(Arc<File>),
+    /// By the kernel from that file (`id` registered with it); the file answers any read
+    /// that still reaches us.
+    Passthrough { id: Arc<BackingId>, file: Arc<File> },
+}
+
+/// One open file handle.
+enum Handle {
+    /// Chunks through the cache; on release, the file is asked for in the file cache.
+    Stream {
+        stream: Arc<FileStream>,
+        manifest: Arc<Manifest>,
+        index: usize,
+    },
+    /// A whole file on the node.
+    Whole(Arc<File>),
+}
+
+/// The open handles of an inode and the way they read it.
+struct InodeOpen {
+    count: usize,
+    mode: Mode,
+}
+
 /// The filesystem handed to fuser.
 pub struct ModelFs {
     ns: Namespace,
     cache: Arc<ChunkCache>,
-    handles: Mutex<HashMap<u64, Arc<FileStream>>>,
+    files: Option<Arc<FileCache>>,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    inodes: Mutex<HashMap<u64, InodeOpen>>,
     next_fh: AtomicU64,
     uid: u32,
     gid: u32,
     tensor_order: TensorOrder,
+    /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
+    /// when the kernel refuses a backing file (said once in the log).
+    passthrough: AtomicBool,
 }
 
 impl ModelFs {
@@ -46,12 +95,23 @@ impl ModelFs {
         ModelFs {
             ns,
             cache,
+            files: None,
             handles: Mutex::new(HashMap::new()),
+            inodes: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uid,
             gid,
             tensor_order: TensorOrder::Name,
+            passthrough: AtomicBool::new(false),
         }
+    }
+
+    /// Serves files the node has whole from `files` (handed to the kernel when
+    /// `passthrough` and the kernel allow), and fills it with the files read.
+    pub fn with_file_cache(mut self, files: Arc<FileCache>, passthrough: bool) -> ModelFs {
+        self.files = Some(files);
+        self.passthrough = AtomicBool::new(passthrough);
+        self
     }
 
     /// Follows safetensors loaders in `order` (default: name order, as vLLM loads).
@@ -72,6 +132,83 @@ impl ModelFs {
             }
         }
         Ok(stream)
+    }
+
+    /// How to open an inode that has no open handle: from the node's file cache when it
+    /// has the file whole (handed to the kernel when it takes it), else by streaming.
+    fn choose_mode(&self, f: &FileEntry, reply: &ReplyOpen) -> Mode {
+        let Some(file) = self.files.as_ref().and_then(|c| c.open_file(f)) else {
+            return Mode::Stream;
+        };
+        let file = Arc::new(file);
+        if self.passthrough.load(Ordering::Relaxed) {
+            match reply.open_backing(&*file) {
+                Ok(id) => {
+                    return Mode::Passthrough {
+                        id: Arc::new(id),
+                        file,
+                    }
+                }
+                Err(e) => {
+                    if self.passthrough.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "the kernel refused a passthrough file ({e}; it needs \
+                             CAP_SYS_ADMIN): whole files on the node are read through the mount"
+                        );
+                    }
+                }
+            }
+        }
+        Mode::Whole(file)
+    }
+
+    /// One handle of `ino` fewer; the inode's mode (and its backing file) goes with the last.
+    fn forget_open(&self, ino: u64) {
+        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = inodes.get_mut(&ino) {
+            open.count = open.count.saturating_sub(1);
+            if open.count == 0 {
+                inodes.remove(&ino);
+            }
+        }
+    }
+
+    /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
+    /// the manifest is read again and the read retried once with the new locations.
+    fn read_stream(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        stream: &FileStream,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        match stream.read(offset, size as usize) {
+            Ok(data) => Ok(data),
+            Err(e) if e.is_not_found() => {
+                let Ok(Some((tree, i))) = self.ns.reload_file(ino.0) else {
+                    return Err(eio(e));
+                };
+                let fresh = match self.stream(&tree.manifest, i) {
+                    Ok(s) => Arc::new(s),
+                    Err(_) => return Err(eio(e)),
+                };
+                let data = fresh.read(offset, size as usize).map_err(eio)?;
+                self.handles
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        fh.0,
+                        Arc::new(Handle::Stream {
+                            stream: fresh,
+                            manifest: tree.manifest.clone(),
+                            index: i,
+                        }),
+                    );
+                Ok(data)
+            }
+            Err(e) => Err(eio(e)),
+        }
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -112,6 +249,26 @@ impl ModelFs {
     }
 }
 
+/// Up to `size` bytes at `offset` of a whole file on the node.
+fn read_whole(file: &File, offset: u64, size: usize) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; size];
+    let mut got = 0;
+    while got < size {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
+                tracing::error!("mount: reading a whole file of the node's file cache: {e}");
+                return Err(Errno::EIO);
+            }
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
 fn eio(e: repo::StoreError) -> Errno {
     repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
     tracing::error!("mount: {e}");
@@ -122,6 +279,18 @@ impl Filesystem for ModelFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(MAX_READAHEAD);
         let _ = config.set_max_background(64);
+        if self.passthrough.load(Ordering::Relaxed) {
+            // Depth 2: the file cache may itself be on a stacked filesystem (overlayfs).
+            let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(2).is_ok();
+            if !offered {
+                tracing::info!(
+                    "this kernel has no FUSE passthrough (Linux 6.9+): whole files on the node \
+                     are read through the mount"
+                );
+            }
+            self.passthrough.store(offered, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -165,22 +334,52 @@ impl Filesystem for ModelFs {
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
-        match self.ns.file(ino.0) {
-            Ok(Some((tree, i))) => match self.stream(&tree.manifest, i) {
-                Ok(stream) => {
-                    let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                    self.handles
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(fh, Arc::new(stream));
-                    repo::metrics::METRICS.mount_open_files.inc();
-                    self.ns.record_use(&tree);
-                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
-                }
-                Err(e) => reply.error(eio(e)),
+        let (tree, i) = match self.ns.file(ino.0) {
+            Ok(Some(found)) => found,
+            Ok(None) => return reply.error(Errno::EISDIR),
+            Err(e) => return reply.error(eio(e)),
+        };
+        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let mode = match inodes.get(&ino.0) {
+            Some(open) => open.mode.clone(),
+            None => self.choose_mode(&tree.manifest.files[i], &reply),
+        };
+        let handle = match &mode {
+            Mode::Stream => match self.stream(&tree.manifest, i) {
+                Ok(stream) => Handle::Stream {
+                    stream: Arc::new(stream),
+                    manifest: tree.manifest.clone(),
+                    index: i,
+                },
+                Err(e) => return reply.error(eio(e)),
             },
-            Ok(None) => reply.error(Errno::EISDIR),
-            Err(e) => reply.error(eio(e)),
+            Mode::Whole(file) | Mode::Passthrough { file, .. } => Handle::Whole(file.clone()),
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, Arc::new(handle));
+        inodes
+            .entry(ino.0)
+            .or_insert(InodeOpen {
+                count: 0,
+                mode: mode.clone(),
+            })
+            .count += 1;
+        drop(inodes);
+        repo::metrics::METRICS.mount_open_files.inc();
+        self.ns.record_use(&tree);
+        match &mode {
+            Mode::Passthrough { id, .. } => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1);
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
+            }
+            Mode::Whole(_) => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1);
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            Mode::Stream => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
         }
     }
 
@@ -195,73 +394,58 @@ impl Filesystem for ModelFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let stream = self
+        let handle = self
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&fh.0)
             .cloned();
-        let Some(stream) = stream else {
-            return reply.error(Errno::EBADF);
-        };
         let started = std::time::Instant::now();
-        let m = &*repo::metrics::METRICS;
-        let ok = |data: &[u8]| {
-            repo::metrics::add(&m.mount_reads, 1);
-            repo::metrics::add(&m.mount_read_bytes, data.len() as u64);
-            m.mount_read_seconds
-                .observe(started.elapsed().as_secs_f64());
+        let result = match handle.as_deref() {
+            None => return reply.error(Errno::EBADF),
+            Some(Handle::Whole(file)) => read_whole(file, offset, size as usize),
+            Some(Handle::Stream { stream, .. }) => self.read_stream(ino, fh, stream, offset, size),
         };
-        match stream.read(offset, size as usize) {
+        match result {
             Ok(data) => {
-                ok(&data);
+                let m = &*repo::metrics::METRICS;
+                repo::metrics::add(&m.mount_reads, 1);
+                repo::metrics::add(&m.mount_read_bytes, data.len() as u64);
+                m.mount_read_seconds
+                    .observe(started.elapsed().as_secs_f64());
                 reply.data(&data)
             }
-            Err(e) if e.is_not_found() => {
-                // A pack is gone: gc may have repacked this revision. Read its manifest
-                // again and retry once with the new locations.
-                let fresh = match self.ns.reload_file(ino.0) {
-                    Ok(Some((tree, i))) => self.stream(&tree.manifest, i).ok(),
-                    _ => None,
-                };
-                let Some(fresh) = fresh else {
-                    return reply.error(eio(e));
-                };
-                let fresh = Arc::new(fresh);
-                self.handles
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(fh.0, fresh.clone());
-                match fresh.read(offset, size as usize) {
-                    Ok(data) => {
-                        ok(&data);
-                        reply.data(&data)
-                    }
-                    Err(e) => reply.error(eio(e)),
-                }
-            }
-            Err(e) => reply.error(eio(e)),
+            Err(e) => reply.error(e),
         }
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if self
+        let handle = self
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0)
-            .is_some()
-        {
+            .remove(&fh.0);
+        if let Some(handle) = handle {
             repo::metrics::METRICS.mount_open_files.dec();
+            self.forget_open(ino.0);
+            if let (
+                Handle::Stream {
+                    manifest, index, ..
+                },
+                Some(files),
+            ) = (&*handle, &self.files)
+            {
+                files.request(self.ns.store(), manifest.clone(), *index);
+            }
         }
         reply.ok();
     }

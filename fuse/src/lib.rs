@@ -1,8 +1,9 @@
 //! The FUSE adapter of modelcas: presents the store's revisions as plain read-only
 //! directories. It is thin on purpose: [`namespace`] maps inodes to repos, refs, commits and
 //! paths (no kernel types, testable alone), [`adapter`] answers kernel requests with it,
-//! and the read logic (offset → chunk, read-ahead, the decoded-chunk cache) lives in the
-//! store crate (`store::readahead`, `store::cache`).
+//! and the read logic (offset → chunk, read-ahead, the decoded-chunk cache, the node's
+//! whole-file cache) lives in the read crate (`read::readahead`, `read::cache`,
+//! `read::file_cache`).
 
 pub mod adapter;
 pub mod namespace;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use read::cache::ChunkCache;
+pub use read::file_cache::FileCache;
 pub use read::tensor_plan::TensorOrder;
 use repo::{CommitId, RepoId, Store};
 
@@ -54,6 +56,10 @@ pub struct MountOptions {
     pub fetch_threads: usize,
     /// The order safetensors loaders are followed in (`Off`: sequential read-ahead only).
     pub tensor_order: TensorOrder,
+    /// Whole, verified files on the node: served from there, and filled with files read.
+    pub file_cache: Option<Arc<FileCache>>,
+    /// Hand whole files to the kernel (FUSE passthrough) where it allows.
+    pub passthrough: bool,
 }
 
 impl Default for MountOptions {
@@ -65,6 +71,8 @@ impl Default for MountOptions {
             cache_bytes: 64 << 20,
             fetch_threads: 4,
             tensor_order: TensorOrder::Name,
+            file_cache: None,
+            passthrough: true,
         }
     }
 }
@@ -138,12 +146,11 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
     };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    let session = fuser::spawn_mount(
-        ModelFs::new(ns, cache).with_tensor_order(opts.tensor_order),
-        path,
-        &config,
-    )
-    .map_err(|source| MountError::Mount {
+    let mut fs = ModelFs::new(ns, cache).with_tensor_order(opts.tensor_order);
+    if let Some(files) = &opts.file_cache {
+        fs = fs.with_file_cache(files.clone(), opts.passthrough);
+    }
+    let session = fuser::spawn_mount(fs, path, &config).map_err(|source| MountError::Mount {
         path: path.to_path_buf(),
         source,
     })?;

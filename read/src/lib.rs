@@ -9,6 +9,8 @@
 //! * [`safetensors`] — the header of a `.safetensors` file: its tensors' byte ranges.
 //! * [`tensor_plan`] — the order a loader walks those ranges in, for read-ahead.
 //! * [`file_reader`] — whole files with their sha256 checked: `cat`, `checkout`, `verify`.
+//! * [`file_cache`] — whole, verified files on the node's disk, filled in the background,
+//!   for the mount to hand to the kernel (FUSE passthrough).
 //! * [`reload`] — reading a manifest again after a pack was gone (the mount and serve).
 //! * [`tree`] — a revision's files as a directory tree (the mount's namespace).
 //! * [`progress`] — progress reports of long operations.
@@ -17,6 +19,7 @@
 
 pub mod cache;
 pub mod chunk_map;
+pub mod file_cache;
 pub mod file_reader;
 pub mod progress;
 pub mod readahead;

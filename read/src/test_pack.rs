@@ -68,3 +68,39 @@ pub fn one_pack(chunks: &[Vec<u8>]) -> OnePack {
         sources,
     }
 }
+
+/// A store in memory holding one file of `data` (cut into 16 KiB chunks, one pack), and the
+/// manifest of a revision with that file (`f`, with its sha256).
+pub fn one_file_store(data: &[u8]) -> (Store, repo::manifest::Manifest) {
+    use repo::manifest::{ChunkRef, FileEntry, Manifest};
+    use repo::names::{CommitId, RepoId};
+    use sha2::Digest;
+    let chunks: Vec<Vec<u8>> = data.chunks(16 << 10).map(|c| c.to_vec()).collect();
+    let p = one_pack(&chunks);
+    let file = FileEntry {
+        path: "f".into(),
+        size: data.len() as u64,
+        sha256: sha2::Sha256::digest(data).into(),
+        executable: false,
+        chunks: p
+            .entries
+            .iter()
+            .map(|e| ChunkRef {
+                id: e.id,
+                pack: 0,
+                offset: e.offset,
+                frame_len: e.frame_len,
+                raw_len: e.raw_len,
+            })
+            .collect(),
+    };
+    let m = Manifest {
+        repo: RepoId::parse("a/b").unwrap(),
+        commit: CommitId([1; 20]),
+        ingested_at: 0,
+        source: "test".into(),
+        packs: vec![p.pack],
+        files: vec![file],
+    };
+    (p.store, m)
+}

@@ -8,7 +8,8 @@
 //! * [`pack`], [`forward`] — reading pack footers, frames and forwarding records.
 //! * [`handle`] — [`Store`]: open or create, the feature list, repositories, refs, pins
 //!   and commits, resolving revisions, reading one verified chunk (through the node cache,
-//!   [`disk_cache`]).
+//!   [`disk_cache`]); [`lru_dir`] — the size-limited directory of entries behind the node's
+//!   caches.
 //! * [`lock`] — locks and leases, judged by the object store's clock; [`clock`] — this
 //!   process's clock; [`features`] — the store's feature list.
 //! * [`usage`] — last-use records of revisions (for `gc --unused-for`).
@@ -25,6 +26,7 @@ pub mod features;
 pub mod forward;
 pub mod handle;
 pub mod lock;
+pub mod lru_dir;
 pub mod manifest;
 mod metered;
 pub mod metrics;

@@ -58,6 +58,18 @@ pub struct Metrics {
     pub disk_cache_hits: Counter,
     /// Node-local cache misses.
     pub disk_cache_misses: Counter,
+    /// Opens through the mount handed to the kernel (FUSE passthrough of a whole file).
+    pub mount_passthrough_opens: Counter,
+    /// Opens through the mount served from a whole file on the node without passthrough.
+    pub mount_whole_file_opens: Counter,
+    /// Files written whole into the node's file cache.
+    pub file_cache_fills: Counter,
+    /// Bytes written into the node's file cache.
+    pub file_cache_fill_bytes: Counter,
+    /// Fills of the node's file cache that failed.
+    pub file_cache_fill_errors: Counter,
+    /// Bytes in the node's file cache.
+    pub file_cache_bytes: Gauge,
     /// Object-store requests by kind.
     pub backend_requests: Family<OpLabel, Counter>,
     /// Object-store requests that failed (after the client's own retries).
@@ -100,6 +112,12 @@ impl Metrics {
             cache_bytes: Gauge::default(),
             disk_cache_hits: Counter::default(),
             disk_cache_misses: Counter::default(),
+            mount_passthrough_opens: Counter::default(),
+            mount_whole_file_opens: Counter::default(),
+            file_cache_fills: Counter::default(),
+            file_cache_fill_bytes: Counter::default(),
+            file_cache_fill_errors: Counter::default(),
+            file_cache_bytes: Gauge::default(),
             backend_requests: Family::default(),
             backend_errors: Family::default(),
             backend_seconds: Histogram::new(BUCKETS),
@@ -191,6 +209,36 @@ impl Metrics {
             "disk_cache_misses",
             "Node-local chunk cache misses.",
             m.disk_cache_misses.clone(),
+        );
+        r.register(
+            "mount_passthrough_opens",
+            "Opens through the mount handed to the kernel (passthrough of a whole file on the node).",
+            m.mount_passthrough_opens.clone(),
+        );
+        r.register(
+            "mount_whole_file_opens",
+            "Opens through the mount served from a whole file on the node, without passthrough.",
+            m.mount_whole_file_opens.clone(),
+        );
+        r.register(
+            "file_cache_fills",
+            "Files written whole and verified into the node's file cache.",
+            m.file_cache_fills.clone(),
+        );
+        r.register(
+            "file_cache_fill_bytes",
+            "Bytes written into the node's file cache.",
+            m.file_cache_fill_bytes.clone(),
+        );
+        r.register(
+            "file_cache_fill_errors",
+            "Fills of the node's file cache that failed.",
+            m.file_cache_fill_errors.clone(),
+        );
+        r.register(
+            "file_cache_bytes",
+            "Bytes in the node's file cache.",
+            m.file_cache_bytes.clone(),
         );
     }
 

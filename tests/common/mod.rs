@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod mount;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -126,15 +128,27 @@ pub fn generate(out: &Path, size_mib: u32) {
     );
 }
 
+/// The 16 MiB series every test reads, generated once per machine and version of the
+/// generator: `$TMPDIR/modelcas-test-series-16-<BLAKE3 of gen_revisions.py>`, made in a
+/// scratch directory and renamed into place, so test binaries running at once share one copy
+/// and none is left behind per run.
 pub fn series() -> &'static Series {
     static S: OnceLock<Series> = OnceLock::new();
     S.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("modelcas-series-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        generate(&dir, 16);
+        let script = std::fs::read(repo_root().join("bench/gen_revisions.py")).unwrap();
+        let key = blake3::hash(&script).to_hex();
+        let dir = std::env::temp_dir().join(format!("modelcas-test-series-16-{}", &key[..16]));
+        if !dir.join("expected.json").exists() {
+            let scratch = tempfile::Builder::new()
+                .prefix("modelcas-series-")
+                .tempdir()
+                .unwrap();
+            generate(scratch.path(), 16);
+            // Another test binary may have won the race: then its copy is as good as ours.
+            if std::fs::rename(scratch.path(), &dir).is_ok() {
+                let _ = scratch.keep();
+            }
+        }
         let expected =
             serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
         Series { dir, expected }
@@ -264,6 +278,7 @@ impl Env {
         let mut c = Command::new(bin());
         c.env("MODELCAS_STORE", &self.location)
             .env("MODELCAS_INDEX", self.tmp.path().join("index"))
+            .env("MODELCAS_FILE_CACHE", self.tmp.path().join("file-cache"))
             .arg("-q");
         if let Some(s) = &self.s3 {
             let (id, secret) = if self.read_only {

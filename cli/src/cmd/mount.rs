@@ -1,12 +1,13 @@
 //! `modelcas mount` (foreground until SIGINT/SIGTERM or an external unmount) and
 //! `modelcas umount`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
-use modelfs::MountOptions;
+use anyhow::{bail, Context, Result};
+use modelfs::{FileCache, MountOptions};
 
 use super::{resolve, Ctx};
 use crate::args::MountArgs;
@@ -19,6 +20,9 @@ pub struct Options {
     pub fetch_threads: Option<usize>,
     pub threads: usize,
     pub safetensors_order: Option<String>,
+    pub file_cache: Option<PathBuf>,
+    pub file_cache_size: Option<String>,
+    pub passthrough: bool,
 }
 
 impl Options {
@@ -32,6 +36,9 @@ impl Options {
             fetch_threads: a.fetch_threads.or(m.fetch_threads),
             threads: a.threads.or(m.threads).unwrap_or(8),
             safetensors_order: a.safetensors_order.clone().or(m.safetensors_order.clone()),
+            file_cache: a.file_cache.clone().or(m.file_cache.clone()),
+            file_cache_size: a.file_cache_size.clone().or(m.file_cache_size.clone()),
+            passthrough: !a.no_passthrough && m.passthrough.unwrap_or(true),
         }
     }
 }
@@ -47,6 +54,28 @@ fn tensor_order(v: Option<&str>) -> Result<modelfs::TensorOrder> {
             None => bail!("--safetensors-order {v:?}: expected name, file or off"),
         },
     }
+}
+
+/// The node's whole-file cache (`--file-cache`, `--file-cache-size`; default 20G under
+/// the user's cache directory), or none when its size is 0. Files are named by their
+/// sha256, so every store and mount of the node can share one.
+fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
+    let size = match &o.file_cache_size {
+        Some(s) => super::parse_size(s).with_context(|| format!("--file-cache-size {s:?}"))?,
+        None => 20 << 30,
+    };
+    if size == 0 {
+        return Ok(None);
+    }
+    let dir = match &o.file_cache {
+        Some(d) => d.clone(),
+        None => dirs::cache_dir()
+            .context("no cache directory for the file cache; pass --file-cache")?
+            .join("modelcas/files"),
+    };
+    let cache =
+        FileCache::open(&dir, size).with_context(|| format!("--file-cache {}", dir.display()))?;
+    Ok(Some(cache))
 }
 
 pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
@@ -77,6 +106,8 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
             4
         }),
         tensor_order: tensor_order(o.safetensors_order.as_deref())?,
+        file_cache: file_cache(o)?,
+        passthrough: o.passthrough,
     };
     let mounted = modelfs::mount(store, mountpoint, &opts)?;
     match &single {

@@ -1,0 +1,327 @@
+//! The node's whole-file cache: files of revisions kept whole on local disk once their
+//! sha256 has been checked, so that later opens, in this process or after a restart, read
+//! them at the disk's speed (the mount hands them to the kernel with FUSE passthrough)
+//! instead of fetching and decoding chunks again.
+//!
+//! * Entries live in an [`LruDir`] named by the file's sha256 (`<dir>/<2 hex>/<64 hex>`)
+//!   and hold the file's bytes exactly. Being named by content, an entry never goes stale:
+//!   removing a revision from the store, or another revision of the same path, cannot
+//!   change what an entry holds.
+//! * An entry is made by [`FileCache::fill`]: the file is streamed from the store by the
+//!   whole-file reader (every chunk decoded, the file's sha256 compared at the end) into a
+//!   temporary file, which is synced to disk and then renamed into place. An entry
+//!   therefore exists only whole and verified, also after a crash. When an entry is used
+//!   ([`FileCache::open_file`]) only its length is checked: the node's disk is trusted as its
+//!   page cache is, and the directory is made private to the mount's user (mode 0700).
+//! * Fills run in the background ([`FileCache::request`]): one thread at the lowest CPU
+//!   priority, one file at a time, requests deduplicated and at most [`MAX_PENDING`]
+//!   waiting, so that a load still running is not slowed by copies of the files it already
+//!   read. A file larger than half the cache is never filled.
+
+use std::collections::{HashSet, VecDeque};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+
+use repo::lru_dir::LruDir;
+use repo::manifest::{FileEntry, Manifest};
+use repo::metrics::{self, METRICS};
+use repo::{Result, Store, StoreError};
+
+use crate::file_reader::FileReader;
+use crate::progress::NoProgress;
+
+/// Fill requests waiting at most; more are dropped (a later open asks again).
+pub const MAX_PENDING: usize = 4096;
+
+/// One file to make whole on the node.
+struct Job {
+    store: Store,
+    manifest: Arc<Manifest>,
+    index: usize,
+}
+
+#[derive(Default)]
+struct Pending {
+    queue: VecDeque<Job>,
+    /// sha256 of the files queued or being filled.
+    queued: HashSet<[u8; 32]>,
+    /// Whether the fill thread was started.
+    started: bool,
+    /// Fills finished (done, failed or skipped), for [`FileCache::wait_idle`].
+    finished: u64,
+}
+
+/// Whole, verified files of revisions on the node's disk.
+pub struct FileCache {
+    dir: LruDir,
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl std::fmt::Debug for FileCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileCache")
+            .field("dir", &self.dir.dir())
+            .field("bytes", &self.dir.bytes())
+            .field("max_bytes", &self.dir.max_bytes())
+            .finish()
+    }
+}
+
+impl FileCache {
+    /// Opens (creating, mode 0700) the cache directory, limited to `max_bytes`.
+    pub fn open(dir: &Path, max_bytes: u64) -> Result<Arc<FileCache>> {
+        let lru = LruDir::open(dir, max_bytes)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| StoreError::io(dir, e))?;
+        metrics::set(&METRICS.file_cache_bytes, lru.bytes());
+        Ok(Arc::new(FileCache {
+            dir: lru,
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+        }))
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.dir()
+    }
+
+    /// The whole file of `f`, opened for reading, if the cache has it (touched as used).
+    /// An entry of the wrong length is removed.
+    pub fn open_file(&self, f: &FileEntry) -> Option<fs::File> {
+        let hex = f.sha256_hex();
+        let path = self.dir.path(&hex);
+        let file = fs::File::open(&path).ok()?;
+        if file.metadata().ok()?.len() != f.size {
+            tracing::warn!(
+                "file cache: {} has the wrong length; removed",
+                path.display()
+            );
+            self.dir.remove(&hex);
+            return None;
+        }
+        self.dir.touch(&path);
+        Some(file)
+    }
+
+    /// Whether `f` could be kept: not empty and at most half the cache.
+    pub fn fits(&self, f: &FileEntry) -> bool {
+        f.size > 0 && f.size <= self.dir.max_bytes() / 2
+    }
+
+    /// Makes `f` (of `manifest`) whole in the cache now, unless it is there already or does
+    /// not fit. Returns whether an entry was written.
+    pub fn fill(&self, store: &Store, manifest: &Manifest, f: &FileEntry) -> Result<bool> {
+        let hex = f.sha256_hex();
+        if !self.fits(f) || self.dir.path(&hex).exists() {
+            return Ok(false);
+        }
+        let tmp = self.dir.temp(&hex)?;
+        let written = (|| -> Result<()> {
+            let file = fs::File::create_new(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+            FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut w, &NoProgress)?;
+            w.flush().map_err(|e| StoreError::io(&tmp, e))?;
+            let file = w
+                .into_inner()
+                .map_err(|e| StoreError::io(&tmp, e.into_error()))?;
+            file.sync_all().map_err(|e| StoreError::io(&tmp, e))
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let ok = self.dir.commit(&tmp, &hex, f.size);
+        metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
+        if ok {
+            metrics::add(&METRICS.file_cache_fills, 1);
+            metrics::add(&METRICS.file_cache_fill_bytes, f.size);
+        }
+        Ok(ok)
+    }
+
+    /// Asks for file `index` of `manifest` to be made whole in the background (nothing if
+    /// it is there, queued, does not fit, or too many requests wait).
+    pub fn request(self: &Arc<Self>, store: &Store, manifest: Arc<Manifest>, index: usize) {
+        let Some(f) = manifest.files.get(index) else {
+            return;
+        };
+        if !self.fits(f) || self.dir.path(&f.sha256_hex()).exists() {
+            return;
+        }
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if p.queue.len() >= MAX_PENDING || !p.queued.insert(f.sha256) {
+            return;
+        }
+        p.queue.push_back(Job {
+            store: store.clone(),
+            manifest,
+            index,
+        });
+        if !p.started {
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("modelcas-file-fill".into())
+                .spawn(move || me.fill_loop());
+            match spawned {
+                Ok(_) => p.started = true,
+                Err(e) => tracing::warn!("file cache: cannot start the fill thread: {e}"),
+            }
+        }
+        self.wake.notify_all();
+    }
+
+    /// Waits until no fill is queued or running (tests and benchmarks).
+    pub fn wait_idle(&self) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        while !p.queued.is_empty() {
+            p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Fills finished since the cache was opened (done, failed or skipped).
+    pub fn fills_finished(&self) -> u64 {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finished
+    }
+
+    /// The fill thread: lowest priority, and a pool of one thread of its own for the
+    /// whole-file reader (started from here, so it inherits the priority).
+    fn fill_loop(self: Arc<Self>) {
+        lower_priority();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "modelcas-file-fill-io".into())
+            .build();
+        let pool = match pool {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("file cache: no fill pool: {e}");
+                return;
+            }
+        };
+        loop {
+            let job = {
+                let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if let Some(j) = p.queue.pop_front() {
+                        break j;
+                    }
+                    p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let f = &job.manifest.files[job.index];
+            if let Err(e) = pool.install(|| self.fill(&job.store, &job.manifest, f)) {
+                metrics::add(&METRICS.file_cache_fill_errors, 1);
+                tracing::warn!("file cache: {}: {e}", f.path);
+            }
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.queued.remove(&f.sha256);
+            p.finished += 1;
+            self.wake.notify_all();
+        }
+    }
+}
+
+/// Puts the calling thread at the lowest CPU priority (nice 19; best effort).
+fn lower_priority() {
+    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours; on
+    // Linux, PRIO_PROCESS with a thread id changes that thread only.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_pack::one_file_store;
+
+    #[test]
+    fn a_fill_writes_the_verified_file_and_open_returns_it() {
+        let (store, manifest) = one_file_store(&[7u8; 100_000]);
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(&t.path().join("files"), 1 << 30).unwrap();
+        let f = &manifest.files[0];
+        assert!(cache.open_file(f).is_none());
+        assert!(cache.fill(&store, &manifest, f).unwrap());
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut cache.open_file(f).unwrap(), &mut got).unwrap();
+        assert_eq!(got, vec![7u8; 100_000]);
+        assert!(!cache.fill(&store, &manifest, f).unwrap(), "filled once");
+        let mode = fs::metadata(cache.dir()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_file_whose_sha256_does_not_match_leaves_no_entry() {
+        let (store, mut manifest) = one_file_store(&[7u8; 100_000]);
+        manifest.files[0].sha256[0] ^= 1;
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
+        let f = &manifest.files[0];
+        assert!(cache.fill(&store, &manifest, f).is_err());
+        assert!(cache.open_file(f).is_none());
+        let leftovers: Vec<_> = walk(t.path());
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn an_entry_of_the_wrong_length_is_not_used() {
+        let (store, manifest) = one_file_store(&[7u8; 100_000]);
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
+        let f = &manifest.files[0];
+        cache.fill(&store, &manifest, f).unwrap();
+        let p = t.path().join(&f.sha256_hex()[..2]).join(f.sha256_hex());
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(10)
+            .unwrap();
+        assert!(cache.open_file(f).is_none());
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn background_requests_fill_once_and_skip_what_does_not_fit() {
+        let (store, manifest) = one_file_store(&[3u8; 50_000]);
+        let manifest = Arc::new(manifest);
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
+        for _ in 0..3 {
+            cache.request(&store, manifest.clone(), 0);
+        }
+        cache.wait_idle();
+        assert!(cache.open_file(&manifest.files[0]).is_some());
+        assert_eq!(cache.fills_finished(), 1, "three requests, one fill");
+        let small = FileCache::open(&t.path().join("small"), 60_000).unwrap();
+        small.request(&store, manifest.clone(), 0);
+        small.wait_idle();
+        assert!(
+            small.open_file(&manifest.files[0]).is_none(),
+            "over half the cache"
+        );
+        assert_eq!(small.fills_finished(), 0);
+    }
+
+    fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                out.extend(walk(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,235 @@
+//! A directory of cache entries named by a 32-byte hash, with a size limit: the storage of
+//! the node's caches (frames of chunks, [`crate::disk_cache`]; whole files,
+//! `read::file_cache`).
+//!
+//! * One file per entry: `<dir>/<first 2 hex digits>/<64 hex digits>`.
+//! * An entry is written to a temporary file beside its place ([`LruDir::temp`]) and
+//!   renamed into place ([`LruDir::commit`]), so no reader sees a partial entry, also
+//!   across processes sharing the directory. Temporary files are named `.tmp-<pid>-<n>`;
+//!   those an hour old (left by a process that died) are removed when the directory is
+//!   opened.
+//! * Least recently used first: a use touches the entry's modification time
+//!   ([`LruDir::touch`]); when the bytes committed by this process push the directory past
+//!   its limit, the oldest entries are removed until it is under 90% of it. Removing an
+//!   entry that is open elsewhere is safe: its readers keep the inode.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::{Result, StoreError};
+
+/// Temporary files older than this are a dead writer's leftovers.
+const STALE_TEMP: Duration = Duration::from_secs(3600);
+
+/// A directory of entries with a size limit.
+pub struct LruDir {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// Bytes believed to be in the directory (recounted at each eviction).
+    bytes: AtomicU64,
+    evicting: Mutex<()>,
+    counter: AtomicU64,
+}
+
+/// One entry found by a scan: its path, size and last use.
+struct Entry {
+    path: PathBuf,
+    len: u64,
+    used: SystemTime,
+}
+
+impl LruDir {
+    /// Opens (creating) the directory, counts its entries and removes stale temporary files.
+    pub fn open(dir: &Path, max_bytes: u64) -> Result<LruDir> {
+        fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        let d = LruDir {
+            dir: dir.to_path_buf(),
+            max_bytes,
+            bytes: AtomicU64::new(0),
+            evicting: Mutex::new(()),
+            counter: AtomicU64::new(0),
+        };
+        let total: u64 = d.scan(true).iter().map(|e| e.len).sum();
+        d.bytes.store(total, Ordering::Relaxed);
+        Ok(d)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the entry named `hex` (64 hex digits) lives.
+    pub fn path(&self, hex: &str) -> PathBuf {
+        self.dir.join(&hex[..2]).join(hex)
+    }
+
+    /// Marks `path` as just used.
+    pub fn touch(&self, path: &Path) {
+        if let Ok(f) = fs::File::options().write(true).open(path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+    }
+
+    /// A fresh temporary path beside the place of entry `hex`, for [`LruDir::commit`].
+    pub fn temp(&self, hex: &str) -> Result<PathBuf> {
+        let parent = self.dir.join(&hex[..2]);
+        fs::create_dir_all(&parent).map_err(|e| StoreError::io(&parent, e))?;
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        Ok(parent.join(format!(".tmp-{}-{n}", std::process::id())))
+    }
+
+    /// Renames the finished temporary file `tmp` (of `len` bytes) into the place of entry
+    /// `hex`, then evicts if the directory is over its limit. On failure the temporary file
+    /// is removed and `false` returned: a cache that cannot be written is a cache that misses.
+    pub fn commit(&self, tmp: &Path, hex: &str, len: u64) -> bool {
+        if fs::rename(tmp, self.path(hex)).is_err() {
+            let _ = fs::remove_file(tmp);
+            return false;
+        }
+        let total = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
+        if total > self.max_bytes {
+            self.evict();
+        }
+        true
+    }
+
+    /// Removes entry `hex` (after it failed a check).
+    pub fn remove(&self, hex: &str) {
+        let p = self.path(hex);
+        if let Ok(m) = fs::metadata(&p) {
+            if fs::remove_file(&p).is_ok() {
+                let have = self.bytes.load(Ordering::Relaxed);
+                self.bytes.fetch_sub(m.len().min(have), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Bytes in the directory (as last counted).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The limit.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Every entry; with `clean`, temporary files older than [`STALE_TEMP`] are removed.
+    fn scan(&self, clean: bool) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let Ok(dirs) = fs::read_dir(&self.dir) else {
+            return out;
+        };
+        let now = SystemTime::now();
+        for d in dirs.flatten() {
+            let Ok(files) = fs::read_dir(d.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let Ok(m) = f.metadata() else { continue };
+                let used = m.modified().unwrap_or(UNIX_EPOCH);
+                if f.file_name().to_string_lossy().starts_with(".tmp-") {
+                    let old = now.duration_since(used).unwrap_or_default() > STALE_TEMP;
+                    if clean && old {
+                        let _ = fs::remove_file(f.path());
+                    }
+                    continue;
+                }
+                out.push(Entry {
+                    path: f.path(),
+                    len: m.len(),
+                    used,
+                });
+            }
+        }
+        out
+    }
+
+    /// Removes the least recently used entries until the directory is under 90% of its
+    /// limit (one eviction at a time per process).
+    fn evict(&self) {
+        let Ok(_guard) = self.evicting.try_lock() else {
+            return;
+        };
+        let mut entries = self.scan(false);
+        let mut total: u64 = entries.iter().map(|e| e.len).sum();
+        entries.sort_by_key(|e| e.used);
+        let target = self.max_bytes / 10 * 9;
+        for e in entries {
+            if total <= target {
+                break;
+            }
+            if fs::remove_file(&e.path).is_ok() {
+                total -= e.len;
+            }
+        }
+        self.bytes.store(total, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(n: u8) -> String {
+        hex_of(&[n; 32])
+    }
+
+    fn hex_of(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn put(d: &LruDir, h: &str, data: &[u8]) -> bool {
+        let tmp = d.temp(h).unwrap();
+        fs::write(&tmp, data).unwrap();
+        d.commit(&tmp, h, data.len() as u64)
+    }
+
+    #[test]
+    fn evicts_least_recently_used_to_ninety_percent() {
+        let t = tempfile::tempdir().unwrap();
+        let d = LruDir::open(t.path(), 1000).unwrap();
+        for n in 0..4u8 {
+            assert!(put(&d, &hex(n), &[n; 300]));
+            let f = fs::File::options()
+                .write(true)
+                .open(d.path(&hex(n)))
+                .unwrap();
+            f.set_modified(UNIX_EPOCH + Duration::from_secs(1000 + n as u64))
+                .unwrap();
+        }
+        // The fourth commit made 1200 bytes > 1000: evicted down to <= 900, oldest first.
+        let left: Vec<u8> = (0..4u8).filter(|n| d.path(&hex(*n)).exists()).collect();
+        assert!(d.bytes() <= 900, "{} bytes left", d.bytes());
+        assert!(
+            !left.contains(&0),
+            "the oldest entry must go first: {left:?}"
+        );
+        assert_eq!(d.bytes(), left.len() as u64 * 300);
+    }
+
+    #[test]
+    fn stale_temporaries_are_removed_on_open_and_fresh_ones_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let sub = t.path().join("ab");
+        fs::create_dir_all(&sub).unwrap();
+        let old = sub.join(".tmp-1-0");
+        let fresh = sub.join(".tmp-1-1");
+        fs::write(&old, b"x").unwrap();
+        fs::write(&fresh, b"y").unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(SystemTime::now() - Duration::from_secs(7200))
+            .unwrap();
+        let d = LruDir::open(t.path(), 1 << 20).unwrap();
+        assert!(!old.exists());
+        assert!(fresh.exists());
+        assert_eq!(d.bytes(), 0, "temporaries are not entries");
+    }
+}

@@ -1,0 +1,250 @@
+//! The node's whole-file cache behind the mount, on a real kernel mount: a file read once
+//! is written whole and verified, and later opens (after a restart too) are handed to the
+//! kernel (FUSE passthrough, no read reaches the mount) or, without passthrough, read from
+//! that file; the per-inode rule of the kernel (one mode while any handle is open) holds; a
+//! damaged entry is never served.
+
+mod common;
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::mount::{metric, scrape, Mount};
+use common::{ingest_rev, series, sha256_file, Env};
+use rand::{Rng, SeedableRng};
+
+const REPO: &str = "demo-org/demo-llm";
+
+/// Waits (polling the metrics, up to a minute) until `n` fills of the file cache are done.
+fn wait_fills(addr: &str, n: f64) -> String {
+    let t = Instant::now();
+    loop {
+        let page = scrape(addr);
+        if metric(&page, "modelcas_file_cache_fills_total") >= n {
+            return page;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "fills did not finish: {}",
+            metric(&page, "modelcas_file_cache_fills_total")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the mount has no file open: the kernel sends RELEASE after `close` returns.
+fn wait_closed(addr: &str) {
+    let t = Instant::now();
+    while metric(&scrape(addr), "modelcas_mount_open_files") > 0.0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "files stay open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads every file of r1 through the mount and checks its sha256; returns how many
+/// files are not empty (the ones the file cache keeps).
+fn read_r1(m: &Mount) -> usize {
+    let files = series().files("r1");
+    for (path, sha) in &files {
+        let got = sha256_file(&m.p(&format!("{REPO}/r1/{path}")));
+        assert_eq!(&got, sha, "{path}");
+    }
+    files
+        .iter()
+        .filter(|(p, _)| {
+            std::fs::metadata(series().plain("r1").join(p))
+                .unwrap()
+                .len()
+                > 0
+        })
+        .count()
+}
+
+/// Random preads and an mmap of the largest shard of r1 match the plain copy.
+fn random_reads_match(m: &Mount) {
+    let plain = series().plain("r1");
+    let shard = "model-00001-of-00004.safetensors";
+    let want = std::fs::read(plain.join(shard)).unwrap();
+    let f = File::open(m.p(&format!("{REPO}/r1/{shard}"))).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+    for _ in 0..200 {
+        let off = rng.gen_range(0..want.len());
+        let len = rng.gen_range(1..70_000).min(want.len() - off);
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, off as u64).unwrap();
+        assert_eq!(buf, &want[off..off + len], "pread at {off}+{len}");
+    }
+    // SAFETY: a read-only private mapping of a file we keep open, unmapped below.
+    let map = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            want.len(),
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let got = std::slice::from_raw_parts(p as *const u8, want.len()).to_vec();
+        libc::munmap(p, want.len());
+        got
+    };
+    assert!(map == want, "mmap differs");
+}
+
+fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            if !f.file_name().to_string_lossy().starts_with('.') {
+                out.push(f.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn files_read_once_are_handed_to_the_kernel_after_a_restart() {
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["r1"]);
+    let addr = common::local_addr();
+    let mut m = Mount::start(&env, &["--metrics-listen", &addr]);
+    let n = read_r1(&m);
+    wait_fills(&addr, n as f64);
+    m.stop();
+    // Every entry is a whole, verified file named by its sha256.
+    let cached = entries(&env.path("file-cache"));
+    assert_eq!(cached.len(), n);
+    for e in &cached {
+        assert_eq!(&sha256_file(e), e.file_name().unwrap().to_str().unwrap());
+    }
+
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr]);
+    read_r1(&m);
+    random_reads_match(&m);
+    let page = scrape(&addr);
+    assert_eq!(
+        metric(&page, "modelcas_mount_passthrough_opens_total"),
+        n as f64 + 1.0
+    );
+    assert_eq!(
+        metric(&page, "modelcas_mount_reads_total"),
+        0.0,
+        "passthrough: the kernel reads the files itself"
+    );
+}
+
+#[test]
+fn without_passthrough_whole_files_are_read_through_the_mount() {
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["r1"]);
+    let addr = common::local_addr();
+    let mut m = Mount::start(&env, &["--metrics-listen", &addr, "--no-passthrough"]);
+    let n = read_r1(&m);
+    wait_fills(&addr, n as f64);
+    m.stop();
+
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr, "--no-passthrough"]);
+    read_r1(&m);
+    random_reads_match(&m);
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 0.0);
+    assert_eq!(
+        metric(&page, "modelcas_mount_whole_file_opens_total"),
+        n as f64 + 1.0
+    );
+    assert!(metric(&page, "modelcas_mount_reads_total") > 0.0);
+    assert_eq!(
+        metric(&page, "modelcas_chunk_cache_misses_total"),
+        0.0,
+        "no chunk was fetched"
+    );
+}
+
+#[test]
+fn an_inode_open_through_the_cache_is_not_switched_to_passthrough_until_closed() {
+    // The kernel refuses (EIO) a passthrough open of an inode that has a handle open in the
+    // cached mode: the mount must keep one mode per inode while any handle is open.
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["r1"]);
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr]);
+    let rel = format!("{REPO}/r1/model-00002-of-00004.safetensors");
+    let want = series().files("r1");
+    let want = &want
+        .iter()
+        .find(|(p, _)| p == "model-00002-of-00004.safetensors")
+        .unwrap()
+        .1;
+    let held = File::open(m.p(&rel)).unwrap();
+    assert_eq!(&sha256_file(&m.p(&rel)), want); // a second handle, closed: fill requested
+    wait_fills(&addr, 1.0);
+    assert_eq!(
+        &sha256_file(&m.p(&rel)),
+        want,
+        "opened while `held` is open"
+    );
+    let mut b = [0u8; 8];
+    held.read_exact_at(&mut b, 0).unwrap();
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 0.0);
+    drop(held);
+    wait_closed(&addr);
+    assert_eq!(&sha256_file(&m.p(&rel)), want, "after every handle closed");
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 1.0);
+}
+
+#[test]
+fn a_damaged_entry_is_not_served_and_is_made_again() {
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["r1"]);
+    let addr = common::local_addr();
+    let mut m = Mount::start(&env, &["--metrics-listen", &addr]);
+    let n = read_r1(&m);
+    wait_fills(&addr, n as f64);
+    m.stop();
+    // Truncate one entry: its length no longer matches the manifest.
+    let victim = entries(&env.path("file-cache"))
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&victim)
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr]);
+    read_r1(&m);
+    let page = wait_fills(&addr, 1.0);
+    assert_eq!(
+        metric(&page, "modelcas_mount_passthrough_opens_total"),
+        n as f64 - 1.0
+    );
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    assert_eq!(sha256_file(&victim), name, "made again, whole");
+}
+
+#[test]
+fn a_file_cache_of_size_zero_is_off() {
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["r1"]);
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr, "--file-cache-size", "0"]);
+    read_r1(&m);
+    read_r1(&m);
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_file_cache_fills_total"), 0.0);
+    assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 0.0);
+    assert!(!env.path("file-cache").exists());
+    let err = env.fails(&["mount", "/tmp", "--file-cache-size", "lots"]);
+    assert!(err.contains("--file-cache-size"), "{err}");
+}
