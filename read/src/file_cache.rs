@@ -33,6 +33,9 @@ use repo::{Result, Store, StoreError};
 use crate::file_reader::FileReader;
 use crate::progress::NoProgress;
 
+/// The content of `<dir>/FORMAT`, which marks a directory as a file cache of this layout.
+pub const FORMAT_MARK: &[u8] = b"MCASFILES 1\n";
+
 /// Fill requests waiting at most; more are dropped (a later open asks again).
 pub const MAX_PENDING: usize = 4096;
 
@@ -72,11 +75,29 @@ impl std::fmt::Debug for FileCache {
 }
 
 impl FileCache {
-    /// Opens (creating, mode 0700) the cache directory, limited to `max_bytes`.
+    /// Opens (creating, mode 0700) the cache directory, limited to `max_bytes`. A directory
+    /// marked with another layout (`FORMAT`) is refused, naming what it holds.
     pub fn open(dir: &Path, max_bytes: u64) -> Result<Arc<FileCache>> {
-        let lru = LruDir::open(dir, max_bytes)?;
+        fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| StoreError::io(dir, e))?;
+        let mark = dir.join("FORMAT");
+        match fs::read(&mark) {
+            Ok(m) if m == FORMAT_MARK => {}
+            Ok(m) => {
+                return Err(StoreError::BadSource {
+                    path: dir.to_path_buf(),
+                    reason: format!(
+                        "not a file cache of this version (FORMAT holds {:?}, expected {:?}); \
+                         point --file-cache elsewhere or empty the directory",
+                        String::from_utf8_lossy(&m[..m.len().min(32)]),
+                        String::from_utf8_lossy(FORMAT_MARK),
+                    ),
+                })
+            }
+            Err(_) => fs::write(&mark, FORMAT_MARK).map_err(|e| StoreError::io(&mark, e))?,
+        }
+        let lru = LruDir::open(dir, max_bytes)?;
         metrics::set(&METRICS.file_cache_bytes, lru.bytes());
         Ok(Arc::new(FileCache {
             dir: lru,
@@ -258,6 +279,15 @@ mod tests {
         assert!(!cache.fill(&store, &manifest, f).unwrap(), "filled once");
         let mode = fs::metadata(cache.dir()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(fs::read(cache.dir().join("FORMAT")).unwrap(), FORMAT_MARK);
+    }
+
+    #[test]
+    fn a_directory_of_another_layout_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        fs::write(t.path().join("FORMAT"), b"MCASFILES 2\n").unwrap();
+        let err = FileCache::open(t.path(), 1 << 30).unwrap_err().to_string();
+        assert!(err.contains("MCASFILES 2"), "{err}");
     }
 
     #[test]

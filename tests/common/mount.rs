@@ -30,15 +30,17 @@ impl Mount {
     pub fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Mount {
         let path = env.path(&format!("mnt-{}", rand::random::<u32>()));
         std::fs::create_dir_all(&path).unwrap();
-        let child = env
-            .cmd()
-            .envs(vars.iter().copied())
+        let mut cmd = env.cmd();
+        cmd.envs(vars.iter().copied())
             .arg("mount")
             .arg(&path)
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .args(extra);
+        Mount::spawn(cmd, path)
+    }
+
+    /// Runs `cmd` (a mount of `path`) and waits until the kernel shows the mount.
+    pub fn spawn(mut cmd: Command, path: PathBuf) -> Mount {
+        let child = cmd.stderr(Stdio::piped()).spawn().unwrap();
         let mut m = Mount {
             child: Some(child),
             path,
@@ -61,6 +63,15 @@ impl Mount {
             std::thread::sleep(Duration::from_millis(20));
         }
         m
+    }
+
+    /// Stops the mount and returns what it wrote to stderr.
+    pub fn stop_stderr(&mut self) -> String {
+        let mut stderr = self.child.as_mut().unwrap().stderr.take().unwrap();
+        self.stop();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+        err
     }
 
     pub fn p(&self, rel: &str) -> PathBuf {

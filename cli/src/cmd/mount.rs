@@ -58,7 +58,9 @@ fn tensor_order(v: Option<&str>) -> Result<modelfs::TensorOrder> {
 
 /// The node's whole-file cache (`--file-cache`, `--file-cache-size`; default 20G under
 /// the user's cache directory), or none when its size is 0. Files are named by their
-/// sha256, so every store and mount of the node can share one.
+/// sha256, so every store and mount of the node can share one. A directory given
+/// explicitly must open; the default one is skipped with a warning when it cannot (a
+/// read-only home in a container).
 fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
     let size = match &o.file_cache_size {
         Some(s) => super::parse_size(s).with_context(|| format!("--file-cache-size {s:?}"))?,
@@ -67,15 +69,22 @@ fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
     if size == 0 {
         return Ok(None);
     }
-    let dir = match &o.file_cache {
-        Some(d) => d.clone(),
-        None => dirs::cache_dir()
-            .context("no cache directory for the file cache; pass --file-cache")?
-            .join("modelcas/files"),
+    if let Some(dir) = &o.file_cache {
+        let cache = FileCache::open(dir, size)
+            .with_context(|| format!("--file-cache {}", dir.display()))?;
+        return Ok(Some(cache));
+    }
+    let Some(dir) = dirs::cache_dir().map(|d| d.join("modelcas/files")) else {
+        tracing::warn!("no cache directory for the file cache (pass --file-cache): off");
+        return Ok(None);
     };
-    let cache =
-        FileCache::open(&dir, size).with_context(|| format!("--file-cache {}", dir.display()))?;
-    Ok(Some(cache))
+    match FileCache::open(&dir, size) {
+        Ok(cache) => Ok(Some(cache)),
+        Err(e) => {
+            tracing::warn!("file cache off (pass --file-cache DIR to choose where): {e}");
+            Ok(None)
+        }
+    }
 }
 
 pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
