@@ -6,7 +6,8 @@
 #                              caller sets its own EXIT trap that does so); sources
 #                              scripts/env.sh, so $MODELCAS_PYTHON is the venv's Python;
 #                              with BENCH_FAILPOINTS=1 the binary has the test hooks
-#                              (crash steps, pause points) that release binaries lack
+#                              (crash steps, pause points) that release binaries lack;
+#                              with BENCH_BIN=PATH that binary is used and nothing is built
 
 need_debs() {
   local missing=() p
@@ -23,8 +24,12 @@ bench_setup() {
   . scripts/env.sh
   local features=()
   [ "${BENCH_FAILPOINTS:-}" = 1 ] && features=(--features modelcas-store/failpoints)
-  cargo build --release -q --workspace --bins "${features[@]}"
-  bin="$(realpath "$CARGO_TARGET_DIR/release/modelcas")"
+  if [ -n "${BENCH_BIN:-}" ]; then
+    bin="$(realpath "$BENCH_BIN")"
+  else
+    cargo build --release -q --workspace --bins "${features[@]}"
+    bin="$(realpath "$CARGO_TARGET_DIR/release/modelcas")"
+  fi
   series="${BENCH_SERIES_DIR:-$HOME/.cache/modelcas/bench-series-$size}"
   [ -f "$series/expected.json" ] || "$MODELCAS_PYTHON" bench/gen_revisions.py "$series" --size-mib "$size" >/dev/null
   work="$(mktemp -d -p "${BENCH_TMP:-/var/tmp}")"
