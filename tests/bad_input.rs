@@ -402,6 +402,23 @@ fn corrupted_and_truncated_packs_are_refused() {
         problems[0]["error"].as_str().unwrap().contains("truncated"),
         "{v}"
     );
+    // checkout reads adjacent frames with one ranged read: one that runs past the cut
+    // still fails, naming the cut; what it leaves visible is only whole, verified files
+    // (no partial file, no staging directory)
+    let target = env.path("co-truncated");
+    let err = env.fails(&[
+        "checkout".as_ref(),
+        "demo-org/demo-llm@r1".as_ref(),
+        target.as_os_str(),
+    ]);
+    assert!(err.contains("truncated"), "{err}");
+    let expected = s.files("r1");
+    for (p, h) in tree_hashes(&target) {
+        assert!(
+            expected.iter().any(|(ep, eh)| *ep == p && *eh == h),
+            "checkout left a file that is not one of the revision's: {p}"
+        );
+    }
 }
 
 trait JsonFail {

@@ -51,6 +51,8 @@ thread_local! {
     static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
     static PLANE_COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
     static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+    /// Decompressed planes of the bg2 frame being decoded, reused from frame to frame.
+    static PLANES: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 fn zstd_compress_plane(data: &[u8]) -> Option<Vec<u8>> {
@@ -98,6 +100,24 @@ fn zstd_decompress_into(
             .map_err(|e| e.to_string())?;
         if n != len {
             return Err(format!("decompressed to {n} bytes, expected {len}"));
+        }
+        Ok(())
+    })
+}
+
+/// Decompresses `src` into all of `dst`; a frame of another length is an error.
+fn zstd_decompress_to_slice(src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        let d = d.as_mut().ok_or("no zstd decompressor")?;
+        let n = d
+            .decompress_to_buffer(src, &mut *dst)
+            .map_err(|e| e.to_string())?;
+        if n != dst.len() {
+            return Err(format!("decompressed to {n} bytes, expected {}", dst.len()));
         }
         Ok(())
     })
@@ -213,16 +233,24 @@ fn gather_even(x: u64) -> u64 {
 }
 
 /// Interleaves the planes back (inverse of [`split_planes`]).
+#[cfg(test)]
 fn merge_planes(p0: &[u8], p1: &[u8], raw_len: usize) -> Vec<u8> {
     let mut out = vec![0u8; raw_len];
+    merge_into(p0, p1, &mut out);
+    out
+}
+
+/// Interleaves the planes into `out` (`p0` holds `out.len().div_ceil(2)` bytes, `p1`
+/// `out.len() / 2`). The compiler vectorizes this loop (about 20 GB/s here; word-wise
+/// shifts as in [`split_planes`] measured 3x slower).
+fn merge_into(p0: &[u8], p1: &[u8], out: &mut [u8]) {
     for ((pair, a), b) in out.chunks_exact_mut(2).zip(p0.iter()).zip(p1.iter()) {
         pair[0] = *a;
         pair[1] = *b;
     }
-    if raw_len % 2 == 1 {
-        out[raw_len - 1] = p0[p0.len() - 1];
+    if out.len() % 2 == 1 {
+        out[out.len() - 1] = p0[p0.len() - 1];
     }
-    out
 }
 
 fn push_header(
@@ -250,9 +278,17 @@ fn le32(b: &[u8]) -> usize {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
 }
 
-/// Decodes one frame into its chunk bytes. The error is a short reason; the caller adds
-/// which pack and chunk it was.
-pub fn decode(frame: &[u8]) -> std::result::Result<Vec<u8>, String> {
+/// A frame's header, checked against the frame's length.
+struct Parsed<'a> {
+    codec: u8,
+    flags: u8,
+    raw_len: usize,
+    aux: usize,
+    body: &'a [u8],
+}
+
+/// Reads and checks a frame's header. The error is a short reason.
+fn parse(frame: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     if frame.len() < HEADER_LEN {
         return Err(format!(
             "frame of {} bytes is shorter than its header",
@@ -291,40 +327,89 @@ pub fn decode(frame: &[u8]) -> std::result::Result<Vec<u8>, String> {
              {reserved:#06x}, aux {aux}): damaged, or written by a newer modelcas"
         ));
     }
-    match codec {
-        CODEC_RAW => {
-            if body_len != raw_len {
-                return Err("raw frame length mismatch".into());
-            }
-            Ok(body.to_vec())
-        }
+    if codec == CODEC_RAW && body_len != raw_len {
+        return Err("raw frame length mismatch".into());
+    }
+    if codec == CODEC_BG2 && aux > body.len() {
+        return Err("bg2 plane length beyond the frame".into());
+    }
+    if codec > CODEC_BG2 {
+        return Err(format!("unknown codec {codec}"));
+    }
+    Ok(Parsed {
+        codec,
+        flags,
+        raw_len,
+        aux,
+        body,
+    })
+}
+
+/// Decodes one frame into its chunk bytes. The error is a short reason; the caller adds
+/// which pack and chunk it was.
+pub fn decode(frame: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let p = parse(frame)?;
+    match p.codec {
+        CODEC_RAW => Ok(p.body.to_vec()),
         CODEC_ZSTD => {
             let mut out = Vec::new();
-            zstd_decompress_into(body, &mut out, raw_len)?;
+            zstd_decompress_into(p.body, &mut out, p.raw_len)?;
             Ok(out)
         }
-        CODEC_BG2 => {
-            if aux > body.len() {
-                return Err("bg2 plane length beyond the frame".into());
-            }
-            let (n0, n1) = (raw_len.div_ceil(2), raw_len / 2);
-            let plane = |sec: &[u8], z: bool, n: usize| -> std::result::Result<Vec<u8>, String> {
-                if z {
-                    let mut v = Vec::new();
-                    zstd_decompress_into(sec, &mut v, n)?;
-                    Ok(v)
-                } else if sec.len() == n {
-                    Ok(sec.to_vec())
-                } else {
-                    Err("bg2 raw plane length mismatch".into())
-                }
-            };
-            let p0 = plane(&body[..aux], flags & 1 != 0, n0)?;
-            let p1 = plane(&body[aux..], flags & 2 != 0, n1)?;
-            Ok(merge_planes(&p0, &p1, raw_len))
+        _ => {
+            let mut out = vec![0u8; p.raw_len];
+            decode_bg2(&p, &mut (Vec::new(), Vec::new()), &mut out)?;
+            Ok(out)
         }
-        other => Err(format!("unknown codec {other}")),
     }
+}
+
+/// Decodes one frame straight into `out`, which must be exactly the chunk's length (a
+/// frame of another length is an error): no buffer of its own, for readers that decode
+/// many chunks into one window (checkout). Same checks as [`decode`].
+pub fn decode_into(frame: &[u8], out: &mut [u8]) -> std::result::Result<(), String> {
+    let p = parse(frame)?;
+    if p.raw_len != out.len() {
+        return Err(format!(
+            "frame holds a chunk of {} bytes, expected {}",
+            p.raw_len,
+            out.len()
+        ));
+    }
+    match p.codec {
+        CODEC_RAW => {
+            out.copy_from_slice(p.body);
+            Ok(())
+        }
+        CODEC_ZSTD => zstd_decompress_to_slice(p.body, out),
+        _ => PLANES.with(|planes| decode_bg2(&p, &mut planes.borrow_mut(), out)),
+    }
+}
+
+/// The planes of a bg2 frame, merged into `out` (of the chunk's length). A zstd plane is
+/// decompressed into `planes`; a raw plane is read where it lies.
+fn decode_bg2(
+    p: &Parsed<'_>,
+    planes: &mut (Vec<u8>, Vec<u8>),
+    out: &mut [u8],
+) -> std::result::Result<(), String> {
+    let (n0, n1) = (p.raw_len.div_ceil(2), p.raw_len / 2);
+    let (sec0, sec1) = p.body.split_at(p.aux);
+    let (z0, z1) = (p.flags & 1 != 0, p.flags & 2 != 0);
+    if (!z0 && sec0.len() != n0) || (!z1 && sec1.len() != n1) {
+        return Err("bg2 raw plane length mismatch".into());
+    }
+    let (b0, b1) = planes;
+    if z0 {
+        zstd_decompress_into(sec0, b0, n0)?;
+    }
+    if z1 {
+        zstd_decompress_into(sec1, b1, n1)?;
+    }
+    let p0: &[u8] = if z0 { b0 } else { sec0 };
+    let p1: &[u8] = if z1 { b1 } else { sec1 };
+    merge_into(p0, p1, out);
+    Ok(())
 }
 
 /// The raw length recorded in a frame header.
@@ -358,7 +443,30 @@ mod tests {
         let n = encode(data, &mut out);
         assert_eq!(n, out.len());
         assert_eq!(decode(&out).unwrap(), data);
+        assert_eq!(decoded_into(&out, data.len()).unwrap(), data);
         (out[0], n)
+    }
+
+    /// `decode_into` a buffer of `len` bytes that held other bytes before.
+    fn decoded_into(frame: &[u8], len: usize) -> std::result::Result<Vec<u8>, String> {
+        let mut buf = vec![0xa5u8; len];
+        decode_into(frame, &mut buf).map(|()| buf)
+    }
+
+    #[test]
+    fn decode_into_refuses_another_length_and_damage() {
+        for data in [bf16_like(10_001, 5), b"abc".repeat(500), vec![9u8; 100]] {
+            let mut f = Vec::new();
+            encode(&data, &mut f);
+            for len in [0, data.len() - 1, data.len() + 1] {
+                let err = decoded_into(&f, len).unwrap_err();
+                assert!(err.contains("expected"), "{err}");
+            }
+            assert!(decoded_into(&f[..f.len() - 1], data.len()).is_err());
+            let mut bad = f.clone();
+            bad[2] = 1;
+            assert!(decoded_into(&bad, data.len()).is_err());
+        }
     }
 
     #[test]
@@ -436,6 +544,7 @@ mod tests {
             let data = if bf { bf16_like(data.len(), seed) } else { data };
             let mut out = Vec::new();
             encode(&data, &mut out);
+            prop_assert_eq!(decoded_into(&out, data.len()).unwrap(), data.clone());
             prop_assert_eq!(decode(&out).unwrap(), data);
         }
     }

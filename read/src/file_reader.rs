@@ -7,21 +7,34 @@
 
 use std::fs;
 use std::io::Write;
+use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::chunk_map::ChunkMap;
 use crate::progress::Progress;
+use chunker::ChunkId;
+use repo::frame;
 use repo::manifest::{FileEntry, Manifest};
 use repo::Store;
 use repo::{Result, StoreError};
 
-/// Decoded bytes held at once per file stream: chunks are decoded in parallel in windows
-/// of about this size, then written in order.
-const WINDOW_BYTES: u64 = 32 * 1024 * 1024;
+/// Decoded bytes per window of a file stream: the chunks of a window are decoded in
+/// parallel, then the window is written while the next one is decoded and hashed one
+/// window behind (so up to three windows are held per file).
+const WINDOW_BYTES: u64 = 4 * 1024 * 1024;
+/// Bytes per `write` call: writes of a whole window at once were often slower here (the
+/// kernel's copy into the page cache doubled in some runs), 1 MiB pieces were not.
+const WRITE_BYTES: usize = 1024 * 1024;
+/// Frames read with one ranged read when they lie next to each other in a pack.
+const RUN_BYTES: u64 = 2 * 1024 * 1024;
+/// Files a checkout writes at once (at least; see [`for_each_file`]).
+const FILES_AT_ONCE: usize = 4;
 
 /// Random access to one file of a revision.
 pub struct FileReader<'a> {
@@ -136,32 +149,18 @@ impl<'a> FileReader<'a> {
         progress: &dyn Progress,
         check: bool,
     ) -> Result<()> {
-        let mut sha = Sha256::new();
-        let mut i = 0;
         let n = self.chunk_count();
-        while i < n {
-            let mut end = i;
-            let mut bytes = 0u64;
-            while end < n
-                && (end == i || bytes + self.file.chunks[end].raw_len as u64 <= WINDOW_BYTES)
-            {
-                bytes += self.file.chunks[end].raw_len as u64;
-                end += 1;
-            }
-            let decoded: Vec<Result<Vec<u8>>> = (i..end)
-                .into_par_iter()
-                .map(|j| self.read_chunk(j))
-                .collect();
-            for d in decoded {
-                let d = d?;
-                sha.update(&d);
-                out.write_all(&d)
-                    .map_err(|e| StoreError::io(PathBuf::from(&self.file.path), e))?;
-                progress.advance(d.len() as u64);
-            }
-            i = end;
-        }
-        let got: [u8; 32] = sha.finalize().into();
+        let got = if n == 0 || self.window_end(0) == n {
+            // One window: nothing to overlap, and no thread to start per small file.
+            let mut buf = vec![0; self.file.size as usize];
+            self.decode_window(0..n, &mut buf, check)?;
+            out.write_all(&buf)
+                .map_err(|e| StoreError::io(PathBuf::from(&self.file.path), e))?;
+            progress.advance(buf.len() as u64);
+            Sha256::digest(&buf).into()
+        } else {
+            self.copy_windows(out, progress, check)?
+        };
         if got != self.file.sha256 {
             let mismatch = StoreError::Sha256Mismatch {
                 path: self.file.path.clone(),
@@ -176,6 +175,163 @@ impl<'a> FileReader<'a> {
         }
         Ok(())
     }
+
+    /// Streams the file window by window into `out`; returns its sha256. The sha256 runs
+    /// on a thread of its own, one window behind the decoding, so that hashing a window
+    /// overlaps writing it and decoding the next.
+    fn copy_windows(
+        &self,
+        out: &mut dyn Write,
+        progress: &dyn Progress,
+        check: bool,
+    ) -> Result<[u8; 32]> {
+        let n = self.chunk_count();
+        std::thread::scope(|s| -> Result<[u8; 32]> {
+            let (to_hash, hash_rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(1);
+            let (done_tx, done) = std::sync::mpsc::channel::<Arc<Vec<u8>>>();
+            let hasher = s.spawn(move || {
+                let mut sha = Sha256::new();
+                for w in hash_rx {
+                    sha.update(&w[..]);
+                    // The buffer goes back for reuse (ignored once the sender is gone).
+                    let _ = done_tx.send(w);
+                }
+                <[u8; 32]>::from(sha.finalize())
+            });
+            let mut i = 0;
+            while i < n {
+                let end = self.window_end(i);
+                let len = (self.map.starts[end] - self.map.starts[i]) as usize;
+                let mut buf = reuse(&done).unwrap_or_default();
+                buf.resize(len, 0);
+                self.decode_window(i..end, &mut buf, check)?;
+                let buf = Arc::new(buf);
+                if to_hash.send(buf.clone()).is_err() {
+                    break; // the hasher is gone: its join below says why
+                }
+                buf.chunks(WRITE_BYTES)
+                    .try_for_each(|p| out.write_all(p))
+                    .map_err(|e| StoreError::io(PathBuf::from(&self.file.path), e))?;
+                progress.advance(len as u64);
+                i = end;
+            }
+            drop(to_hash);
+            hasher.join().map_err(|_| {
+                StoreError::Invalid(format!("{}: the sha256 thread panicked", self.file.path))
+            })
+        })
+    }
+
+    /// The end of the window that starts at chunk `i`: at most [`WINDOW_BYTES`] of decoded
+    /// bytes, and at least one chunk.
+    fn window_end(&self, i: usize) -> usize {
+        let mut end = i + 1;
+        while end < self.chunk_count()
+            && self.map.starts[end + 1] - self.map.starts[i] <= WINDOW_BYTES
+        {
+            end += 1;
+        }
+        end
+    }
+
+    /// Decodes chunks `range` into `out` (exactly their bytes), in parallel: runs of frames
+    /// that lie next to each other in one pack are read with one ranged read each.
+    fn decode_window(&self, range: Range<usize>, out: &mut [u8], check: bool) -> Result<()> {
+        let mut tasks: Vec<(Range<usize>, &mut [u8])> = Vec::new();
+        let mut rest = out;
+        let mut i = range.start;
+        while i < range.end {
+            let end = self.run_end(i, range.end);
+            let len = (self.map.starts[end] - self.map.starts[i]) as usize;
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            tasks.push((i..end, head));
+            rest = tail;
+            i = end;
+        }
+        tasks
+            .into_par_iter()
+            .try_for_each(|(run, out)| self.decode_run(run, out, check))
+    }
+
+    /// The end of the run of frames from chunk `i`: adjacent in one pack, at most
+    /// [`RUN_BYTES`] of frames, before `limit`. A store with a node-local chunk cache reads
+    /// chunk by chunk (through the cache).
+    fn run_end(&self, i: usize, limit: usize) -> usize {
+        if self.store.disk_cache().is_some() {
+            return i + 1;
+        }
+        let first = &self.map.sources[i];
+        let mut end = i + 1;
+        let mut next = first.offset + first.frame_len as u64;
+        while end < limit {
+            let c = &self.map.sources[end];
+            if c.key != first.key
+                || c.offset != next
+                || next + c.frame_len as u64 - first.offset > RUN_BYTES
+            {
+                break;
+            }
+            next += c.frame_len as u64;
+            end += 1;
+        }
+        end
+    }
+
+    /// Decodes the chunks of one run into `out`. The run's frames are read at once and
+    /// decoded in place; anything unexpected (a pack moved by gc, a short read, a frame
+    /// that does not decode or, with `check`, match its id) is left to the chunk-by-chunk
+    /// path, which follows forwarding records and names the bad chunk.
+    fn decode_run(&self, run: Range<usize>, out: &mut [u8], check: bool) -> Result<()> {
+        let first = &self.map.sources[run.start];
+        let base = self.map.starts[run.start];
+        let frames = if run.len() > 1 || self.store.disk_cache().is_none() {
+            let last = &self.map.sources[run.end - 1];
+            let len = last.offset + last.frame_len as u64 - first.offset;
+            self.store
+                .backend()
+                .get_range(&first.key, first.offset, len)
+                .ok()
+        } else {
+            None
+        };
+        for i in run {
+            let c = &self.map.sources[i];
+            let at = (self.map.starts[i] - base) as usize;
+            let dst = &mut out[at..at + c.raw_len as usize];
+            let fast = frames.as_deref().and_then(|f| {
+                let from = (c.offset - first.offset) as usize;
+                let frame = f.get(from..from + c.frame_len as usize)?;
+                frame::decode_into(frame, dst).ok()?;
+                (!check || ChunkId::of(dst) == c.id).then_some(())
+            });
+            if fast.is_none() {
+                self.read_chunk_into(i, dst, check)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Chunk `i` read through [`Store::read_chunk`], copied into `dst` (its length).
+    fn read_chunk_into(&self, i: usize, dst: &mut [u8], check: bool) -> Result<()> {
+        let data = self.read_chunk_with(i, check)?;
+        if data.len() != dst.len() {
+            let c = &self.map.sources[i];
+            let e = StoreError::CorruptChunk {
+                chunk: c.id.to_hex(),
+                pack: c.key.to_string(),
+                offset: c.offset,
+                reason: format!("decoded to {} bytes, expected {}", data.len(), dst.len()),
+            };
+            return Err(StoreError::in_file(&self.file.path, e));
+        }
+        dst.copy_from_slice(&data);
+        Ok(())
+    }
+}
+
+/// A buffer the sha256 thread is done with, if one came back.
+fn reuse(done: &std::sync::mpsc::Receiver<Arc<Vec<u8>>>) -> Option<Vec<u8>> {
+    done.try_iter().find_map(|b| Arc::try_unwrap(b).ok())
 }
 
 /// Checks that a manifest path is a safe relative path.
@@ -246,19 +402,16 @@ pub fn checkout(
     // Largest files first so that the long ones start early.
     let mut order: Vec<(usize, &FileEntry)> = manifest.files.iter().enumerate().collect();
     order.sort_by(|a, b| b.1.size.cmp(&a.1.size));
-    let results: Vec<Result<()>> = order
-        .par_iter()
-        .map(|(i, f)| {
-            write_one(
-                store,
-                manifest,
-                f,
-                dir,
-                &staging.join(i.to_string()),
-                progress,
-            )
-        })
-        .collect();
+    let results = for_each_file(&order, |i, f| {
+        write_one(
+            store,
+            manifest,
+            f,
+            dir,
+            &staging.join(i.to_string()),
+            progress,
+        )
+    });
     progress.finish();
     let done = results.into_iter().collect::<Result<Vec<()>>>();
     let cleaned = match done {
@@ -271,6 +424,52 @@ pub fn checkout(
         files: manifest.files.len(),
         bytes: manifest.total_size(),
     })
+}
+
+/// Runs `write` on every file of `order`, several files at once (at least
+/// [`FILES_AT_ONCE`], more when the thread pool is larger, as for remote stores), each on
+/// a thread of its own: the files' sha256 threads then advance side by side and the big
+/// files end together, instead of the last one hashing alone while the other cores idle.
+/// The chunks of each file are still decoded on the thread pool. After a failure no more
+/// files are started.
+fn for_each_file<F>(order: &[(usize, &FileEntry)], write: F) -> Vec<Result<()>>
+where
+    F: Fn(usize, &FileEntry) -> Result<()> + Sync,
+{
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let workers = FILES_AT_ONCE
+        .max(rayon::current_num_threads())
+        .min(order.len());
+    let per_worker: Vec<Vec<Result<()>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut results = Vec::new();
+                    while !failed.load(Ordering::Relaxed) {
+                        let Some((i, f)) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                            break;
+                        };
+                        let r = write(*i, f);
+                        failed.fetch_or(r.is_err(), Ordering::Relaxed);
+                        results.push(r);
+                    }
+                    results
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![Err(StoreError::Invalid(
+                        "a checkout thread panicked".into(),
+                    ))]
+                })
+            })
+            .collect()
+    });
+    per_worker.into_iter().flatten().collect()
 }
 
 /// Creates `<dir>/.modelcas-checkout-<16 hex random>`: exclusively (`mkdir` fails if it
@@ -327,11 +526,9 @@ fn write_one(
             .create_new(true)
             .open(partial)
             .map_err(|e| StoreError::io(partial, e))?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut w, progress)?;
-        let file = w
-            .into_inner()
-            .map_err(|e| StoreError::io(partial, e.into_error()))?;
+        // Windows of many MiB go to the file in single writes: no buffer in between.
+        let mut file = file;
+        FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut file, progress)?;
         let mode = if f.executable { 0o755 } else { 0o644 };
         file.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(|e| StoreError::io(partial, e))?;
@@ -395,5 +592,96 @@ pub fn verify(store: &Store, manifest: &Manifest, progress: &dyn Progress) -> Ve
         bytes: manifest.total_size(),
         chunks: manifest.files.iter().map(|f| f.chunks.len() as u64).sum(),
         problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+    use crate::test_pack::{noise, one_pack};
+    use chunker::ChunkId;
+    use repo::manifest::ChunkRef;
+    use repo::names::{CommitId, RepoId};
+
+    /// A revision of one file made of `chunks` (in one pack), with the chunk ids and the
+    /// file's sha256 as given.
+    fn manifest(p: &crate::test_pack::OnePack, ids: &[ChunkId], sha256: [u8; 32]) -> Manifest {
+        let chunks = p
+            .entries
+            .iter()
+            .zip(ids)
+            .map(|(e, id)| ChunkRef {
+                id: id.0,
+                pack: 0,
+                offset: e.offset,
+                frame_len: e.frame_len,
+                raw_len: e.raw_len,
+            })
+            .collect::<Vec<_>>();
+        let size = chunks.iter().map(|c| c.raw_len as u64).sum();
+        Manifest {
+            repo: RepoId::parse("o/r").unwrap(),
+            commit: CommitId::parse(&"ab".repeat(20)).unwrap(),
+            ingested_at: 0,
+            source: "plain".into(),
+            packs: vec![p.pack],
+            files: vec![FileEntry {
+                path: "f".into(),
+                size,
+                sha256,
+                executable: false,
+                chunks,
+            }],
+        }
+    }
+
+    fn copy(m: &Manifest, store: &Store, check: bool) -> Result<Vec<u8>> {
+        let r = FileReader::new(store, m, &m.files[0])?;
+        let mut out = Vec::new();
+        if check {
+            r.copy_to(&mut out, &NoProgress)?;
+        } else {
+            r.copy_to_unchecked_chunks(&mut out, &NoProgress)?;
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn whole_file_reads_check_what_they_promise() {
+        let chunks: Vec<Vec<u8>> = (0..6u64)
+            .map(|i| noise(1_000_000 + i as usize, i))
+            .collect();
+        let p = one_pack(&chunks);
+        let all = chunks.concat();
+        let sha: [u8; 32] = Sha256::digest(&all).into();
+        let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
+        let m = manifest(&p, &ids, sha);
+        assert!(all.len() as u64 > WINDOW_BYTES, "want several windows");
+        assert_eq!(copy(&m, &p.store, true).unwrap(), all);
+        assert_eq!(copy(&m, &p.store, false).unwrap(), all);
+        // A file of one window (read without a sha256 thread).
+        let one = manifest(&p, &ids[..1], Sha256::digest(&chunks[0]).into());
+        assert_eq!(copy(&one, &p.store, true).unwrap(), chunks[0]);
+        // A chunk id that does not match its bytes: the checked read refuses it; the
+        // unchecked one relies on the file's sha256 alone, which matches.
+        let mut wrong = ids.clone();
+        wrong[4] = ChunkId::of(b"something else");
+        let m = manifest(&p, &wrong, sha);
+        let err = copy(&m, &p.store, true).unwrap_err().to_string();
+        assert!(
+            err.contains("corrupt chunk") && err.contains("chunk 4 of 6"),
+            "{err}"
+        );
+        assert_eq!(copy(&m, &p.store, false).unwrap(), all);
+        // A wrong sha256: both refuse; the unchecked read names the bad chunk if there is one.
+        let m = manifest(&p, &ids, [7; 32]);
+        for check in [true, false] {
+            let err = copy(&m, &p.store, check).unwrap_err().to_string();
+            assert!(err.contains("sha256 mismatch"), "{err}");
+        }
+        let m = manifest(&p, &wrong, [7; 32]);
+        let err = copy(&m, &p.store, false).unwrap_err().to_string();
+        assert!(err.contains("chunk 4 of 6"), "{err}");
     }
 }
