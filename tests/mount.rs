@@ -616,9 +616,11 @@ fn safetensors_load_counts(env: &Env, vars: &[(&str, &str)]) -> (f64, f64) {
 fn safetensors_loads_find_their_chunks_prefetched() {
     let env = Env::new();
     ingest_series(&env);
-    let (ahead, misses) = safetensors_load_counts(&env, &[]);
+    // The file cache off: the second load must read chunks too, not whole files.
+    let no_files = ("MODELCAS_FILE_CACHE_SIZE", "0");
+    let (ahead, misses) = safetensors_load_counts(&env, &[no_files]);
     let (ahead_off, misses_off) =
-        safetensors_load_counts(&env, &[("MODELCAS_SAFETENSORS_ORDER", "off")]);
+        safetensors_load_counts(&env, &[no_files, ("MODELCAS_SAFETENSORS_ORDER", "off")]);
     eprintln!(
         "prefetched {ahead} chunks, {misses} misses; sequential only: {ahead_off}, {misses_off}"
     );
