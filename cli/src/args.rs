@@ -315,7 +315,8 @@ pub struct MountArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct GcArgs {
     /// Keep the N most recently ingested revisions of each repository (besides those
-    /// refs point at and pinned ones).
+    /// refs point at and pinned ones; revisions ingested in the same second as the N-th
+    /// are kept too).
     #[arg(long, env = "MODELCAS_GC_KEEP_LAST", value_name = "N")]
     pub keep_last: Option<usize>,
     /// Keep revisions ingested within this long (e.g. 30d, 12h, 1d12h).

@@ -98,6 +98,13 @@ pub fn decide(
             .cmp(&a.ingested_at)
             .then(a.commit.0.cmp(&b.commit.0))
     });
+    // `keep_last` keeps the n newest, and every revision ingested in the same second as the
+    // n-th: ingest times are whole seconds, so those cannot be told apart by age.
+    let last_kept_at = policy
+        .keep_last
+        .filter(|n| *n > 0)
+        .and_then(|n| by_age.get(n.min(by_age.len()).saturating_sub(1)))
+        .map(|c| c.ingested_at);
     let mut kept = Vec::new();
     let mut expired = Vec::new();
     for (rank, c) in by_age.into_iter().enumerate() {
@@ -107,7 +114,9 @@ pub fn decide(
             Some(Keep::Pin)
         } else if policy.is_empty() {
             Some(Keep::NoPolicy)
-        } else if policy.keep_last.is_some_and(|n| rank < n) {
+        } else if policy.keep_last.is_some_and(|n| rank < n)
+            || last_kept_at.is_some_and(|t| c.ingested_at >= t)
+        {
             Some(Keep::Last)
         } else if policy
             .keep_within
@@ -151,6 +160,22 @@ mod tests {
             ingested_at: at,
             idle_secs: None,
         }
+    }
+
+    #[test]
+    fn keep_last_never_expires_a_revision_ingested_in_the_same_second_as_a_kept_one() {
+        // Ingest times are whole seconds: revisions made within one second cannot be
+        // ordered, so none of them may be expired in favour of another.
+        let policy = Policy {
+            keep_last: Some(1),
+            ..Policy::default()
+        };
+        let commits = [c(1, 100), c(9, 200), c(5, 200), c(7, 200)];
+        let (kept, expired) = decide(&policy, &commits, &HashSet::new(), &HashSet::new(), 300);
+        let mut kept: Vec<u8> = kept.iter().map(|(k, _)| k.0[0]).collect();
+        kept.sort();
+        assert_eq!(kept, vec![5, 7, 9]);
+        assert_eq!(expired, vec![c(1, 0).commit]);
     }
 
     #[test]
