@@ -62,6 +62,20 @@ fn read_r1(m: &Mount) -> usize {
         .count()
 }
 
+/// Ingests r1, reads it through a mount with `extra` flags, waits until every file is whole
+/// in the file cache and stops the mount; returns how many files the cache holds.
+fn fill_r1(env: &Env, extra: &[&str]) -> usize {
+    ingest_rev(env, "r1", &["r1"]);
+    let addr = common::local_addr();
+    let mut flags = vec!["--metrics-listen", addr.as_str()];
+    flags.extend_from_slice(extra);
+    let mut m = Mount::start(env, &flags);
+    let n = read_r1(&m);
+    wait_fills(&addr, n as f64);
+    m.stop();
+    n
+}
+
 /// Random preads and an mmap of the largest shard of r1 match the plain copy.
 fn random_reads_match(m: &Mount) {
     let plain = series().plain("r1");
@@ -109,12 +123,7 @@ fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn files_read_once_are_handed_to_the_kernel_after_a_restart() {
     let env = Env::new();
-    ingest_rev(&env, "r1", &["r1"]);
-    let addr = common::local_addr();
-    let mut m = Mount::start(&env, &["--metrics-listen", &addr]);
-    let n = read_r1(&m);
-    wait_fills(&addr, n as f64);
-    m.stop();
+    let n = fill_r1(&env, &[]);
     // Every entry is a whole, verified file named by its sha256.
     let cached = entries(&env.path("file-cache"));
     assert_eq!(cached.len(), n);
@@ -141,12 +150,7 @@ fn files_read_once_are_handed_to_the_kernel_after_a_restart() {
 #[test]
 fn without_passthrough_whole_files_are_read_through_the_mount() {
     let env = Env::new();
-    ingest_rev(&env, "r1", &["r1"]);
-    let addr = common::local_addr();
-    let mut m = Mount::start(&env, &["--metrics-listen", &addr, "--no-passthrough"]);
-    let n = read_r1(&m);
-    wait_fills(&addr, n as f64);
-    m.stop();
+    let n = fill_r1(&env, &["--no-passthrough"]);
 
     let addr = common::local_addr();
     let m = Mount::start(&env, &["--metrics-listen", &addr, "--no-passthrough"]);
@@ -203,12 +207,7 @@ fn an_inode_open_through_the_cache_is_not_switched_to_passthrough_until_closed()
 #[test]
 fn a_damaged_entry_is_not_served_and_is_made_again() {
     let env = Env::new();
-    ingest_rev(&env, "r1", &["r1"]);
-    let addr = common::local_addr();
-    let mut m = Mount::start(&env, &["--metrics-listen", &addr]);
-    let n = read_r1(&m);
-    wait_fills(&addr, n as f64);
-    m.stop();
+    let n = fill_r1(&env, &[]);
     // Truncate one entry: its length no longer matches the manifest.
     let victim = entries(&env.path("file-cache"))
         .into_iter()
