@@ -11,9 +11,16 @@
 //! sequential read on disk) and decoded in parallel. When the decoded bytes pass the
 //! budget, the least recently used ready chunks are dropped; chunks being loaded are never
 //! dropped.
+//!
+//! The workers are plain threads that sleep on a channel when there is no work
+//! ([`Workers`]). A work-stealing pool (rayon) spins with `sched_yield` for a while after
+//! every job, which on a 2-core node took the CPU from the FUSE threads and the reader
+//! (about 30 yields per small file read through the mount; docs/BENCHMARKS.md).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
+
+use crossbeam_channel::{unbounded, Sender};
 
 use chunker::ChunkId;
 
@@ -80,6 +87,16 @@ struct Failure {
 
 type Outcome = std::result::Result<Arc<Vec<u8>>, Failure>;
 
+/// One frame of a fetched group, to decode: its bytes are `bytes[at..at + frame_len]`
+/// (the group's ranged read, or the frame from the node-local cache when `cached`).
+struct Decode {
+    src: ChunkSource,
+    slot: Arc<Slot>,
+    bytes: Arc<Vec<u8>>,
+    at: usize,
+    cached: bool,
+}
+
 /// One fetch in flight: its waiters sleep here until the outcome is set.
 #[derive(Default)]
 struct Slot {
@@ -123,18 +140,51 @@ pub struct ChunkCache {
     store: Store,
     inner: Mutex<Inner>,
     budget: usize,
-    pool: rayon::ThreadPool,
+    pool: Workers,
+}
+
+/// A job for the fetch workers.
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Fetch threads that block on a channel while idle. They end when the cache is dropped
+/// (the last sender goes); a job holds what it needs, so none outlives its work.
+struct Workers {
+    jobs: Sender<Job>,
+}
+
+impl Workers {
+    fn start(n: usize) -> Result<Workers> {
+        let (jobs, rx) = unbounded::<Job>();
+        for i in 0..n.max(1) {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("modelcas-fetch-{i}"))
+                .spawn(move || {
+                    for job in rx {
+                        // A job that panicked must not take the worker with it.
+                        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                            tracing::error!("a fetch job panicked");
+                        }
+                    }
+                })
+                .map_err(|e| StoreError::Invalid(format!("cannot start fetch threads: {e}")))?;
+        }
+        Ok(Workers { jobs })
+    }
+
+    fn spawn(&self, job: impl FnOnce() + Send + 'static) {
+        // The receivers live as long as the threads, which live until this sender goes.
+        if let Err(e) = self.jobs.send(Box::new(job)) {
+            (e.into_inner())();
+        }
+    }
 }
 
 impl ChunkCache {
     /// A cache holding at most about `budget` bytes of decoded chunks, fetching with
     /// `workers` threads.
     pub fn new(store: Store, budget: usize, workers: usize) -> Result<ChunkCache> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(workers.max(1))
-            .thread_name(|i| format!("modelcas-fetch-{i}"))
-            .build()
-            .map_err(|e| StoreError::Invalid(format!("cannot start fetch threads: {e}")))?;
+        let pool = Workers::start(workers)?;
         Ok(ChunkCache {
             store,
             inner: Mutex::new(Inner::default()),
@@ -254,61 +304,82 @@ impl ChunkCache {
         accepted
     }
 
-    /// Fetches a group of nearby frames with one read and decodes them in parallel; frames
-    /// the node-local cache holds (and that pass their check) are not fetched.
+    /// Fetches a group of nearby frames with one read and decodes them in parallel (one job
+    /// per frame on the workers, the first one here); frames the node-local cache holds are
+    /// not fetched.
     fn fetch_group(self: &Arc<Self>, group: Vec<(ChunkSource, Arc<Slot>)>) {
-        use rayon::prelude::*;
-        // Frames the node-local cache holds are checked (in parallel) and used; a frame that
-        // fails its check is dropped from that cache and fetched like the others.
-        let missing: Vec<(ChunkSource, Arc<Slot>)> = match self.store.disk_cache() {
-            Some(disk) => group
-                .into_par_iter()
-                .filter_map(|(src, slot)| {
-                    match disk
-                        .get(&src.id)
-                        .map(|f| pack::decode_checked(&f, &src.id, &src.key, src.offset))
-                    {
-                        Some(Ok(data)) => {
-                            self.finish(&src, &slot, Ok(data));
-                            None
-                        }
-                        Some(Err(_)) => {
-                            disk.remove(&src.id);
-                            Some((src, slot))
-                        }
-                        None => Some((src, slot)),
-                    }
-                })
-                .collect(),
-            None => group,
-        };
-        if missing.is_empty() {
-            return;
-        }
-        let (start, end) = span(&missing);
-        let key = missing[0].0.key.clone();
-        match self.store.backend().get_range(&key, start, end - start) {
-            Ok(bytes) => missing.par_iter().for_each(|(src, slot)| {
-                let at = (src.offset - start) as usize;
-                let frame = &bytes[at..at + src.frame_len as usize];
-                let result = pack::decode_checked(frame, &src.id, &src.key, src.offset);
-                if let (Ok(_), Some(disk)) = (&result, self.store.disk_cache()) {
-                    disk.put(&src.id, frame);
-                }
-                self.finish(src, slot, result);
-            }),
-            Err(e) => {
-                let reason = e.to_string();
-                for (src, slot) in &missing {
-                    let err = if e.is_not_found() {
-                        StoreError::NotFound(src.key.to_string())
-                    } else {
-                        StoreError::Invalid(reason.clone())
-                    };
-                    self.finish(src, slot, Err(err));
-                }
+        let mut missing = Vec::with_capacity(group.len());
+        let mut decode: Vec<Decode> = Vec::with_capacity(group.len());
+        for (src, slot) in group {
+            match self.store.disk_cache().and_then(|d| d.get(&src.id)) {
+                Some(frame) => decode.push(Decode {
+                    src,
+                    slot,
+                    bytes: Arc::new(frame),
+                    at: 0,
+                    cached: true,
+                }),
+                None => missing.push((src, slot)),
             }
         }
+        if !missing.is_empty() {
+            let (start, end) = span(&missing);
+            let key = missing[0].0.key.clone();
+            match self.store.backend().get_range(&key, start, end - start) {
+                Ok(bytes) => {
+                    let bytes = Arc::new(bytes);
+                    decode.extend(missing.into_iter().map(|(src, slot)| Decode {
+                        at: (src.offset - start) as usize,
+                        src,
+                        slot,
+                        bytes: bytes.clone(),
+                        cached: false,
+                    }));
+                }
+                Err(e) => self.fail_all(&missing, &e),
+            }
+        }
+        let mut decode = decode.into_iter();
+        let first = decode.next();
+        for d in decode {
+            let me = self.clone();
+            self.pool.spawn(move || me.decode_frame(d));
+        }
+        if let Some(d) = first {
+            self.decode_frame(d);
+        }
+    }
+
+    /// Every chunk of a group whose ranged read failed gets the failure.
+    fn fail_all(&self, group: &[(ChunkSource, Arc<Slot>)], e: &repo::backend::ObjectError) {
+        let reason = e.to_string();
+        for (src, slot) in group {
+            let err = if e.is_not_found() {
+                StoreError::NotFound(src.key.to_string())
+            } else {
+                StoreError::Invalid(reason.clone())
+            };
+            self.finish(src, slot, Err(err));
+        }
+    }
+
+    /// Decodes and checks one frame of a group. A frame from the node-local cache that fails
+    /// its check is dropped from that cache and read from its pack instead.
+    fn decode_frame(&self, d: Decode) {
+        let frame = &d.bytes[d.at..d.at + d.src.frame_len as usize];
+        let src = &d.src;
+        let mut result = pack::decode_checked(frame, &src.id, &src.key, src.offset);
+        match (&result, self.store.disk_cache(), d.cached) {
+            (Ok(_), Some(disk), false) => disk.put(&src.id, frame),
+            (Err(_), Some(disk), true) => {
+                disk.remove(&src.id);
+                result = self
+                    .store
+                    .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
+            }
+            _ => {}
+        }
+        self.finish(src, &d.slot, result);
     }
 
     /// Records the outcome of a fetch and wakes its waiters.
