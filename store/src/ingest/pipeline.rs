@@ -268,26 +268,72 @@ fn locate(
     Ok(located)
 }
 
+/// Files up to this size are hashed in the lane's own thread: a thread started per file
+/// cost more than the hashing itself for small files (20,000 files of 1-16 KiB: 20,099
+/// `clone3` and 67% of the ingest's time in the kernel; docs/BENCHMARKS.md).
+const INLINE_SHA_MAX: u64 = 8 << 20;
+
+/// A file's SHA-256, computed in the caller's thread for a small file and in a thread of
+/// its own, fed in order, for a large one (so that one large file keeps two cores busy,
+/// chunking in the lane and hashing there, instead of one).
+enum FileSha {
+    Inline(Sha256),
+    Thread {
+        feed: Sender<Arc<Vec<u8>>>,
+        hasher: std::thread::JoinHandle<[u8; 32]>,
+    },
+}
+
+impl FileSha {
+    fn start(size: u64) -> FileSha {
+        if size <= INLINE_SHA_MAX {
+            return FileSha::Inline(Sha256::new());
+        }
+        let (feed, rx) = bounded::<Arc<Vec<u8>>>(4);
+        let hasher = std::thread::spawn(move || {
+            let mut sha = Sha256::new();
+            for data in rx {
+                sha.update(&data[..]);
+            }
+            <[u8; 32]>::from(sha.finalize())
+        });
+        FileSha::Thread { feed, hasher }
+    }
+
+    fn update(&mut self, data: &Arc<Vec<u8>>) {
+        match self {
+            FileSha::Inline(sha) => sha.update(&data[..]),
+            FileSha::Thread { feed, .. } => {
+                // A send fails only if the hasher is gone; `finish` reports that.
+                let _ = feed.send(data.clone());
+            }
+        }
+    }
+
+    fn finish(self) -> Result<[u8; 32]> {
+        match self {
+            FileSha::Inline(sha) => Ok(sha.finalize().into()),
+            FileSha::Thread { feed, hasher } => {
+                drop(feed);
+                hasher
+                    .join()
+                    .map_err(|_| StoreError::Invalid("sha256 thread panicked".into()))
+            }
+        }
+    }
+}
+
 fn read_file(
     shared: &Shared<'_>,
     lane: usize,
-    (path, expected, _size): &Source,
+    (path, expected, source_size): &Source,
     params: ChunkParams,
     jobs: &Sender<Job>,
     progress: &dyn Progress,
 ) -> Result<FileResult> {
     let file = shared.opener.open(path)?;
     let (reply_tx, reply_rx) = unbounded();
-    // SHA-256 runs in its own thread, fed in order, so that one large file keeps two
-    // cores busy (chunking here, hashing there) instead of one.
-    let (sha_tx, sha_rx) = bounded::<Arc<Vec<u8>>>(4);
-    let hasher = std::thread::spawn(move || {
-        let mut sha = Sha256::new();
-        for data in sha_rx {
-            sha.update(&data[..]);
-        }
-        <[u8; 32]>::from(sha.finalize())
-    });
+    let mut sha = FileSha::start(*source_size);
     let mut size = 0u64;
     let mut seq = 0u64;
     let mut failed = None;
@@ -305,7 +351,7 @@ fn read_file(
         };
         size += data.len() as u64;
         progress.advance(data.len() as u64);
-        let _ = sha_tx.send(data.clone());
+        sha.update(&data);
         if jobs
             .send(Job {
                 lane,
@@ -320,10 +366,7 @@ fn read_file(
         }
         seq += 1;
     }
-    drop(sha_tx);
-    let sha256 = hasher
-        .join()
-        .map_err(|_| StoreError::Invalid("sha256 thread panicked".into()))?;
+    let sha256 = sha.finish()?;
     if let Some(e) = failed {
         return Err(e);
     }
@@ -458,6 +501,21 @@ fn seal(shared: &Shared<'_>, seq: usize, builder: PackBuilder) -> Result<()> {
 mod tests {
     use super::*;
     use crate::ingest::tests::loc;
+
+    #[test]
+    fn file_sha_inline_and_in_a_thread_agree_with_sha256() {
+        for size in [0u64, 1, INLINE_SHA_MAX, INLINE_SHA_MAX + 1] {
+            let mut sha = FileSha::start(size);
+            assert_eq!(matches!(sha, FileSha::Inline(_)), size <= INLINE_SHA_MAX);
+            let parts: Vec<Arc<Vec<u8>>> = (0..5u8).map(|i| Arc::new(vec![i; 1000])).collect();
+            let mut want = Sha256::new();
+            for p in &parts {
+                sha.update(p);
+                want.update(&p[..]);
+            }
+            assert_eq!(sha.finish().unwrap(), <[u8; 32]>::from(want.finalize()));
+        }
+    }
 
     #[test]
     fn locate_places_new_chunks_in_their_sealed_packs() {
