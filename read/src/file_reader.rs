@@ -398,6 +398,10 @@ pub fn checkout(
         safe_relative(&f.path)?;
     }
     let staging = staging_dir(dir, manifest)?;
+    if let Err(e) = make_parents(manifest, dir) {
+        let _ = fs::remove_dir(&staging);
+        return Err(e);
+    }
     progress.start("checkout", manifest.total_size());
     // Largest files first so that the long ones start early.
     let mut order: Vec<(usize, &FileEntry)> = manifest.files.iter().enumerate().collect();
@@ -472,6 +476,25 @@ where
     per_worker.into_iter().flatten().collect()
 }
 
+/// Creates every directory the revision's files live in, each once, before any file is
+/// written (a `mkdir` per file, failing with `EEXIST` for all but the first file of a
+/// directory, was a fifth of a checkout of many small files; docs/BENCHMARKS.md).
+fn make_parents(manifest: &Manifest, dir: &Path) -> Result<()> {
+    let mut parents = std::collections::BTreeSet::new();
+    for f in &manifest.files {
+        if let Some(parent) = safe_relative(&f.path)?.parent() {
+            if !parent.as_os_str().is_empty() {
+                parents.insert(parent.to_path_buf());
+            }
+        }
+    }
+    for p in parents {
+        let p = dir.join(p);
+        fs::create_dir_all(&p).map_err(|e| StoreError::io(&p, e))?;
+    }
+    Ok(())
+}
+
 /// Creates `<dir>/.modelcas-checkout-<16 hex random>`: exclusively (`mkdir` fails if it
 /// exists, so two checkouts never share one) and under a name that is not the first
 /// component of any path in the revision (so nothing of the revision lives under it).
@@ -517,9 +540,6 @@ fn write_one(
     progress: &dyn Progress,
 ) -> Result<()> {
     let dest = dir.join(safe_relative(&f.path)?);
-    if let Some(parent) = dest.parent() {
-        fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
-    }
     let result = (|| -> Result<()> {
         let file = fs::File::options()
             .write(true)
