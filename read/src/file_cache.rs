@@ -16,7 +16,10 @@
 //! * Fills run in the background ([`FileCache::request`]): one thread at the lowest CPU
 //!   priority, one file at a time, requests deduplicated and at most [`MAX_PENDING`]
 //!   waiting, so that a load still running is not slowed by copies of the files it already
-//!   read. A file larger than half the cache is never filled.
+//!   read. A file larger than half the cache is never filled, nor one smaller than
+//!   [`MIN_FILE_BYTES`]: a small file costs one read through the mount, less than its fill
+//!   (a write and a sync; a walk of 20,000 files of 1-16 KiB spent half the mount's CPU
+//!   filling them, docs/BENCHMARKS.md), and opening it does not look for an entry.
 
 use std::collections::{HashSet, VecDeque};
 use std::fs;
@@ -35,6 +38,10 @@ use crate::progress::NoProgress;
 
 /// The content of `<dir>/FORMAT`, which marks a directory as a file cache of this layout.
 pub const FORMAT_MARK: &[u8] = b"MCASFILES 1\n";
+
+/// Files smaller than this are never kept whole (see the module's doc): configs,
+/// tokenizer configs and indexes are read through the mount; weights are kept.
+pub const MIN_FILE_BYTES: u64 = 1 << 20;
 
 /// Fill requests waiting at most; more are dropped (a later open asks again).
 pub const MAX_PENDING: usize = 4096;
@@ -114,6 +121,9 @@ impl FileCache {
     /// The whole file of `f`, opened for reading, if the cache has it (touched as used).
     /// An entry of the wrong length is removed.
     pub fn open_file(&self, f: &FileEntry) -> Option<fs::File> {
+        if !self.fits(f) {
+            return None;
+        }
         let hex = f.sha256_hex();
         let path = self.dir.path(&hex);
         let file = fs::File::open(&path).ok()?;
@@ -129,9 +139,9 @@ impl FileCache {
         Some(file)
     }
 
-    /// Whether `f` could be kept: not empty and at most half the cache.
+    /// Whether `f` could be kept: at least [`MIN_FILE_BYTES`] and at most half the cache.
     pub fn fits(&self, f: &FileEntry) -> bool {
-        f.size > 0 && f.size <= self.dir.max_bytes() / 2
+        f.size >= MIN_FILE_BYTES && f.size <= self.dir.max_bytes() / 2
     }
 
     /// Makes `f` (of `manifest`) whole in the cache now, unless it is there already or does
@@ -265,9 +275,12 @@ mod tests {
     use super::*;
     use crate::test_pack::one_file_store;
 
+    /// A file the cache keeps: just over the minimum.
+    const SIZE: usize = MIN_FILE_BYTES as usize + 4096;
+
     #[test]
     fn a_fill_writes_the_verified_file_and_open_returns_it() {
-        let (store, manifest) = one_file_store(&[7u8; 100_000]);
+        let (store, manifest) = one_file_store(&vec![7u8; SIZE]);
         let t = tempfile::tempdir().unwrap();
         let cache = FileCache::open(&t.path().join("files"), 1 << 30).unwrap();
         let f = &manifest.files[0];
@@ -275,7 +288,7 @@ mod tests {
         assert!(cache.fill(&store, &manifest, f).unwrap());
         let mut got = Vec::new();
         std::io::Read::read_to_end(&mut cache.open_file(f).unwrap(), &mut got).unwrap();
-        assert_eq!(got, vec![7u8; 100_000]);
+        assert_eq!(got, vec![7u8; SIZE]);
         assert!(!cache.fill(&store, &manifest, f).unwrap(), "filled once");
         let mode = fs::metadata(cache.dir()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
@@ -292,7 +305,7 @@ mod tests {
 
     #[test]
     fn a_file_whose_sha256_does_not_match_leaves_no_entry() {
-        let (store, mut manifest) = one_file_store(&[7u8; 100_000]);
+        let (store, mut manifest) = one_file_store(&vec![7u8; SIZE]);
         manifest.files[0].sha256[0] ^= 1;
         let t = tempfile::tempdir().unwrap();
         let cache = FileCache::open(t.path(), 1 << 30).unwrap();
@@ -308,7 +321,7 @@ mod tests {
 
     #[test]
     fn an_entry_of_the_wrong_length_is_not_used() {
-        let (store, manifest) = one_file_store(&[7u8; 100_000]);
+        let (store, manifest) = one_file_store(&vec![7u8; SIZE]);
         let t = tempfile::tempdir().unwrap();
         let cache = FileCache::open(t.path(), 1 << 30).unwrap();
         let f = &manifest.files[0];
@@ -326,7 +339,7 @@ mod tests {
 
     #[test]
     fn background_requests_fill_once_and_skip_what_does_not_fit() {
-        let (store, manifest) = one_file_store(&[3u8; 50_000]);
+        let (store, manifest) = one_file_store(&vec![3u8; SIZE]);
         let manifest = Arc::new(manifest);
         let t = tempfile::tempdir().unwrap();
         let cache = FileCache::open(t.path(), 1 << 30).unwrap();
@@ -336,7 +349,7 @@ mod tests {
         cache.wait_idle();
         assert!(cache.open_file(&manifest.files[0]).is_some());
         assert_eq!(cache.fills_finished(), 1, "three requests, one fill");
-        let small = FileCache::open(&t.path().join("small"), 60_000).unwrap();
+        let small = FileCache::open(&t.path().join("small"), 2 * SIZE as u64 - 1).unwrap();
         small.request(&store, manifest.clone(), 0);
         small.wait_idle();
         assert!(
@@ -344,6 +357,25 @@ mod tests {
             "over half the cache"
         );
         assert_eq!(small.fills_finished(), 0);
+    }
+
+    #[test]
+    fn a_file_below_the_minimum_is_never_kept() {
+        let (store, manifest) = one_file_store(&vec![5u8; MIN_FILE_BYTES as usize - 1]);
+        let manifest = Arc::new(manifest);
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
+        let f = &manifest.files[0];
+        assert!(!cache.fits(f));
+        assert!(!cache.fill(&store, &manifest, f).unwrap());
+        cache.request(&store, manifest.clone(), 0);
+        cache.wait_idle();
+        assert_eq!(cache.fills_finished(), 0);
+        // An entry put there by hand (an older modelcas kept small files) is not looked up.
+        let p = t.path().join(&f.sha256_hex()[..2]).join(f.sha256_hex());
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, vec![5u8; MIN_FILE_BYTES as usize - 1]).unwrap();
+        assert!(cache.open_file(f).is_none());
     }
 
     fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

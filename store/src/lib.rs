@@ -33,7 +33,7 @@ pub mod stats;
 
 pub use ::index;
 pub use ::read::file_reader as read;
-pub use ::read::{cache, chunk_map, progress, readahead, tree};
+pub use ::read::{cache, chunk_map, file_cache, progress, readahead, tree};
 pub use ::repo::handle as repo;
 pub use ::repo::{
     backend, clock, codec, disk_cache, failpoint, features, forward, frame, layout, lock, manifest,
