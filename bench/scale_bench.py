@@ -25,7 +25,7 @@ BENCH_HUB_REPOS, BENCH_SMALL_FILES and BENCH_REVS change the counts (for trying 
 Needs root (drop_caches, mounts), /dev/fuse, borg and /usr/bin/time. Prints markdown tables;
 raw figures go to WORK_DIR/scale_<part>.json.
 """
-import hashlib, json, os, shutil, statistics, subprocess, sys, time
+import hashlib, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
@@ -83,8 +83,12 @@ class Mount:
     def __init__(self, store, path):
         self.path = path
         os.makedirs(path, exist_ok=True)
+        # A first start on a node: an empty file cache of its own (one left by an earlier
+        # round would make later rounds passthrough reads).
+        self.files = tempfile.mkdtemp(prefix="files-", dir=os.path.dirname(path))
+        e = dict(env(store), MODELCAS_FILE_CACHE=self.files)
         self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen([BIN, "mount", path], env=env(store), stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([BIN, "mount", path], env=e, stderr=subprocess.DEVNULL)
         while not mounted(path):
             if self.proc.poll() is not None or time.perf_counter() - self.t0 > 60:
                 raise SystemExit("mount did not come up")
@@ -101,6 +105,7 @@ class Mount:
         rss = self.rss_peak_mib()
         self.proc.terminate()
         self.proc.wait(timeout=60)
+        shutil.rmtree(self.files, ignore_errors=True)
         return rss
 
 
