@@ -37,10 +37,20 @@ fn main() -> ExitCode {
 /// checkout about a fifth faster here (docs/BENCHMARKS.md). Larger buffers (packs being
 /// built, fuser's 16 MiB request buffers) still get their own mappings, so they do not eat
 /// the heap that chunk buffers reuse. Memory stays bounded by the pipelines' own limits.
+///
+/// glibc gives threads up to 8 arenas per core, each keeping its own freed buffers: the
+/// mount (8 FUSE threads, the fetch workers) grew by the bytes it had read (157 → 227 MiB
+/// over 16 reads of a 512 MiB revision; docs/BENCHMARKS.md). One arena per core, at least
+/// two, keeps that flat without making threads queue for one heap.
 fn tune_malloc() {
+    let arenas = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 64) as libc::c_int;
     // SAFETY: mallopt only changes allocator tunables; called before any thread starts.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
     }
 }
