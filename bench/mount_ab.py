@@ -16,28 +16,19 @@ The walk also runs with B and the node file cache off (B0): what filling the fil
 with every small file read costs the first start.
 Both builds read one store (made by B; the store format is the same). Needs root.
 """
-import os, random, re, shutil, statistics, subprocess, sys, tempfile, time
+import os, random, shutil, statistics, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fs_common import dd_read as dd, drop_caches, mounted  # noqa: E402
 
 BIN_A, BIN_B, SERIES, WORK = sys.argv[1:5]
 ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 5
 REPO, SMALL = "demo-org/demo-llm", "bench/small-files"
 N_FILES = 20_000
-MB = 1e6
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def env(extra=None):
     return dict(os.environ, MODELCAS_STORE=f"{WORK}/store", MODELCAS_INDEX=f"{WORK}/index", **(extra or {}))
-
-
-def mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(l.split(" ")[4] == os.path.realpath(path) for l in f)
 
 
 def cpu_s(pid):
@@ -63,13 +54,6 @@ class Mount:
         self.proc.terminate()
         self.proc.wait(timeout=30)
         shutil.rmtree(self.files, ignore_errors=True)
-
-
-def dd(path):
-    out = subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=1M"], check=True,
-                         stderr=subprocess.PIPE, text=True).stderr
-    m = re.search(r"^(\d+) bytes .* copied, ([\d.,]+) s", out, re.M)
-    return int(m[1]) / float(m[2].replace(",", ".")) / MB
 
 
 def walk(root):
