@@ -2,10 +2,11 @@
 //! fills it.
 //!
 //! Readers that serve many small requests (the FUSE mount) ask for chunks here instead of
-//! reading packs themselves. A chunk missing from the cache is fetched, decoded and checked
-//! against its BLAKE3 id by a worker thread, never by the caller's thread, so a slow fetch
-//! holds one worker, and several requests for the same chunk wait for the one fetch (each
-//! waiter sleeps on that chunk's own slot, so a finished fetch wakes only its waiters).
+//! reading packs themselves. A chunk a reader asks for and the cache lacks is fetched,
+//! decoded and checked against its BLAKE3 id by that reader's own thread (it would wait for
+//! it anyway; handing it to a worker and back cost two thread switches per small file), and
+//! several requests for the same chunk wait for the one fetch (each waiter sleeps on that
+//! chunk's own slot, so a finished fetch wakes only its waiters).
 //! Prefetches are requests nobody waits for; a run of prefetched chunks whose frames are
 //! adjacent in one pack is fetched with one ranged read (one request on S3, one large
 //! sequential read on disk) and decoded in parallel. When the decoded bytes pass the
@@ -233,7 +234,10 @@ impl ChunkCache {
                 }
                 None => {
                     repo::metrics::add(&repo::metrics::METRICS.cache_misses, 1);
-                    self.start_fetch(&mut inner, src)
+                    let slot = self.claim(&mut inner, src);
+                    drop(inner);
+                    self.fetch_one(src, &slot);
+                    slot
                 }
             }
         };
@@ -422,17 +426,27 @@ impl ChunkCache {
         slot.set(outcome);
     }
 
-    fn start_fetch(self: &Arc<Self>, inner: &mut Inner, src: &ChunkSource) -> Arc<Slot> {
+    /// Marks the chunk as loading; its fetch is the caller's to start.
+    fn claim(&self, inner: &mut Inner, src: &ChunkSource) -> Arc<Slot> {
         let slot = Arc::new(Slot::default());
         inner.map.insert(src.id, Entry::Loading(slot.clone()));
         inner.loading_bytes += src.raw_len as usize;
+        slot
+    }
+
+    /// Fetches one claimed chunk (pack, forwarding records, node cache) and sets its slot.
+    fn fetch_one(&self, src: &ChunkSource, slot: &Slot) {
+        let result = self
+            .store
+            .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
+        self.finish(src, slot, result);
+    }
+
+    /// Claims the chunk and fetches it on a worker (a prefetch nobody waits for yet).
+    fn start_fetch(self: &Arc<Self>, inner: &mut Inner, src: &ChunkSource) -> Arc<Slot> {
+        let slot = self.claim(inner, src);
         let (me, src, s) = (self.clone(), src.clone(), slot.clone());
-        self.pool.spawn(move || {
-            let result = me
-                .store
-                .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
-            me.finish(&src, &s, result);
-        });
+        self.pool.spawn(move || me.fetch_one(&src, &s));
         slot
     }
 
