@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::mount::{metric, scrape, Mount};
 use common::{ingest_rev, series, sha256_file, Env};
-use store::file_cache::MIN_FILE_BYTES;
 use rand::{Rng, SeedableRng};
+use store::file_cache::MIN_FILE_BYTES;
 
 const REPO: &str = "demo-org/demo-llm";
 
@@ -67,7 +67,10 @@ fn read_r1(m: &Mount) -> usize {
         assert_eq!(&got, sha, "{path}");
     }
     let (kept, small) = r1_sizes();
-    assert!(!kept.is_empty() && !small.is_empty(), "r1 has weights and small files");
+    assert!(
+        !kept.is_empty() && !small.is_empty(),
+        "r1 has weights and small files"
+    );
     kept.len()
 }
 
