@@ -88,8 +88,8 @@ struct Failure {
 
 type Outcome = std::result::Result<Arc<Vec<u8>>, Failure>;
 
-/// One frame of a fetched group, to decode: its bytes are `bytes[at..at + frame_len]`
-/// (the group's ranged read, or the frame from the node-local cache when `cached`).
+/// One frame of a fetched group, to decode: its bytes are `bytes[at..at + frame_len]` of
+/// the group's ranged read, or all of `bytes` (the node-local cache's entry) when `cached`.
 struct Decode {
     src: ChunkSource,
     slot: Arc<Slot>,
@@ -370,9 +370,25 @@ impl ChunkCache {
     /// Decodes and checks one frame of a group. A frame from the node-local cache that fails
     /// its check is dropped from that cache and read from its pack instead.
     fn decode_frame(&self, d: Decode) {
-        let frame = &d.bytes[d.at..d.at + d.src.frame_len as usize];
         let src = &d.src;
-        let mut result = pack::decode_checked(frame, &src.id, &src.key, src.offset);
+        // A cached frame is the whole entry, whatever its length (a damaged entry may be
+        // shorter or longer than the frame: the checks below refuse it); a frame of a
+        // ranged read lies at its offset in the range.
+        let frame = if d.cached {
+            Some(&d.bytes[..])
+        } else {
+            d.bytes.get(d.at..d.at + src.frame_len as usize)
+        };
+        let mut result = match frame {
+            Some(f) => pack::decode_checked(f, &src.id, &src.key, src.offset),
+            None => Err(StoreError::CorruptChunk {
+                chunk: src.id.to_hex(),
+                pack: src.key.to_string(),
+                offset: src.offset,
+                reason: "the ranged read ended before the frame".into(),
+            }),
+        };
+        let frame = frame.unwrap_or(&[]);
         match (&result, self.store.disk_cache(), d.cached) {
             (Ok(_), Some(disk), false) => disk.put(&src.id, frame),
             (Err(_), Some(disk), true) => {
@@ -485,6 +501,75 @@ mod tests {
         // Served from memory: the pack can go and the bytes are still there.
         p.backend.delete(&p.key).unwrap();
         assert_eq!(&**cache.get(&p.sources[3]).unwrap(), &c[3]);
+    }
+
+    /// The node-cache entry of `id` under `dir` (named by the chunk id's hex).
+    fn entry(dir: &std::path::Path, id: &ChunkId) -> std::path::PathBuf {
+        let hex = id.to_hex();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else if e.file_name().to_string_lossy() == hex {
+                    return e.path();
+                }
+            }
+        }
+        panic!("no node-cache entry for {hex}");
+    }
+
+    /// Regression (the reliability run's node-cache-truncate and node-cache-other): a
+    /// prefetched run whose node-cache entries are damaged (shorter than the frame, or
+    /// another chunk's frame) reads right and replaces the entries. The group fetch sliced a
+    /// cached entry by the frame's length, which panicked on a short entry and left the
+    /// chunk loading forever.
+    #[test]
+    fn damaged_node_cache_entries_of_a_prefetched_run_are_read_from_the_pack() {
+        let c = chunks(4, 30_000);
+        let p = one_pack(&c);
+        let t = tempfile::tempdir().unwrap();
+        let disk = || repo::disk_cache::DiskCache::open(t.path(), 1 << 30).unwrap();
+        let store = p.store.clone().with_disk_cache(disk());
+        let first = Arc::new(ChunkCache::new(store.clone(), 1 << 20, 2).unwrap());
+        for src in &p.sources {
+            first.get(src).unwrap();
+        }
+        let short = entry(t.path(), &p.sources[1].id);
+        let len = std::fs::metadata(&short).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&short)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        let other = std::fs::read(entry(t.path(), &p.sources[3].id)).unwrap();
+        std::fs::write(entry(t.path(), &p.sources[2].id), other).unwrap();
+
+        let cache = Arc::new(ChunkCache::new(store, 1 << 20, 2).unwrap());
+        assert_eq!(cache.prefetch_run(&p.sources), 4);
+        // Read on a thread of its own, so that a chunk left loading fails the test rather
+        // than hanging it.
+        let (done, got) = std::sync::mpsc::channel();
+        let sources = p.sources.clone();
+        std::thread::spawn(move || {
+            let read: Vec<_> = sources
+                .iter()
+                .map(|s| cache.get(s).map(|d| d.to_vec()))
+                .collect();
+            let _ = done.send(read);
+        });
+        let read = got
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a chunk stayed loading");
+        for (r, want) in read.into_iter().zip(&c) {
+            assert_eq!(&r.unwrap(), want);
+        }
+        assert_eq!(
+            std::fs::metadata(&short).unwrap().len(),
+            len,
+            "entry made again"
+        );
     }
 
     #[test]
