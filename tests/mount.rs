@@ -655,3 +655,66 @@ fn opening_a_file_records_the_revisions_last_use() {
         format::codec::decode(format::codec::Kind::Used, &bytes).unwrap();
     assert_eq!((u.commit.to_hex(), u.by.as_str()), (c1, "mount"));
 }
+
+/// The requests of kind `op` the mount answered, from its metrics page.
+fn requests(page: &str, op: &str) -> f64 {
+    metric(
+        page,
+        &format!("modelcas_mount_requests_total{{op=\"{op}\"}}"),
+    )
+}
+
+/// A walk of many small files (list each directory, then read each file whole) costs the
+/// mount no LOOKUP and no FLUSH per file: listings carry attributes (READDIRPLUS), and the
+/// first FLUSH is answered ENOSYS so the kernel sends no more. On the code before, the walk
+/// cost a LOOKUP and a FLUSH for every file.
+#[test]
+fn a_walk_of_small_files_asks_no_lookup_or_flush_per_file() {
+    let env = Env::new();
+    let src = env.path("small");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..300 {
+        let rel = format!("d{}/f{i:03}.bin", i % 3);
+        let bytes: Vec<u8> = (0..rng.gen_range(1024..16384))
+            .map(|_| rng.gen::<u8>())
+            .collect();
+        std::fs::create_dir_all(src.join(&rel).parent().unwrap()).unwrap();
+        std::fs::write(src.join(&rel), &bytes).unwrap();
+        want.insert(rel, bytes);
+    }
+    env.ok(&[
+        "ingest",
+        src.to_str().unwrap(),
+        "--repo",
+        "org/small",
+        "--ref",
+        "main",
+    ]);
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr]);
+    let root = m.p("org/small/main");
+    let mut got = std::collections::BTreeMap::new();
+    for d in std::fs::read_dir(&root).unwrap() {
+        let d = d.unwrap();
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        for n in names {
+            let rel = format!(
+                "{}/{}",
+                d.file_name().to_str().unwrap(),
+                n.to_str().unwrap()
+            );
+            got.insert(rel, std::fs::read(d.path().join(&n)).unwrap());
+        }
+    }
+    assert_eq!(got, want);
+    let page = scrape(&addr);
+    assert!(requests(&page, "open") >= 300.0, "{page}");
+    assert!(requests(&page, "read") >= 300.0, "{page}");
+    // The path down to the revision and its three directories may be looked up.
+    assert!(requests(&page, "lookup") <= 10.0, "{page}");
+    assert!(requests(&page, "flush") <= 1.0, "{page}");
+}

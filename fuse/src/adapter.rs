@@ -24,7 +24,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
 };
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
@@ -32,7 +32,7 @@ use read::readahead::FileStream;
 use read::tensor_plan::TensorOrder;
 use repo::manifest::{FileEntry, Manifest};
 
-use crate::namespace::{Attr, Kind, Namespace};
+use crate::namespace::{Attr, Kind, Namespace, Node};
 
 /// Timeout for entries and attributes that never change (inside a commit).
 const IMMUTABLE_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -247,6 +247,30 @@ impl ModelFs {
             MUTABLE_TTL
         }
     }
+
+    /// The entries of directory `ino`, "." and ".." first, as both listings give them.
+    fn entries(&self, ino: u64) -> Result<Vec<(String, u64, Kind)>, Errno> {
+        let entries = match self.ns.list(ino) {
+            Ok(Some(e)) => e,
+            Ok(None) => return Err(Errno::ENOTDIR),
+            Err(e) => return Err(eio(e)),
+        };
+        let mut all = vec![(".".into(), ino, Kind::Dir), ("..".into(), ino, Kind::Dir)];
+        all.extend(entries);
+        Ok(all)
+    }
+
+    /// Attributes that say only what an inode is, for entries listed with a zero timeout.
+    fn stand_in(&self, ino: u64, kind: Kind) -> Attr {
+        Attr {
+            ino,
+            kind,
+            size: 0,
+            executable: true,
+            mtime: 0,
+            immutable: false,
+        }
+    }
 }
 
 /// Up to `size` bytes at `offset` of a whole file on the node.
@@ -295,6 +319,7 @@ impl Filesystem for ModelFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        repo::metrics::mount_request("lookup");
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
@@ -323,6 +348,7 @@ impl Filesystem for ModelFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        repo::metrics::mount_request("getattr");
         match self.ns.attr(ino.0) {
             Ok(Some(a)) => reply.attr(&Self::ttl(&a), &self.file_attr(&a)),
             Ok(None) => reply.error(Errno::ENOENT),
@@ -331,6 +357,7 @@ impl Filesystem for ModelFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        repo::metrics::mount_request("open");
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
@@ -394,6 +421,7 @@ impl Filesystem for ModelFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        repo::metrics::mount_request("read");
         let handle = self
             .handles
             .lock()
@@ -429,6 +457,7 @@ impl Filesystem for ModelFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        repo::metrics::mount_request("release");
         let handle = self
             .handles
             .lock()
@@ -458,10 +487,12 @@ impl Filesystem for ModelFs {
         _lo: LockOwner,
         reply: ReplyEmpty,
     ) {
+        repo::metrics::mount_request("flush");
         reply.ok();
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        repo::metrics::mount_request("opendir");
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             return reply.error(Errno::EROFS);
         }
@@ -481,27 +512,16 @@ impl Filesystem for ModelFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.ns.list(ino.0) {
-            Ok(Some(e)) => e,
-            Ok(None) => return reply.error(Errno::ENOTDIR),
-            Err(e) => return reply.error(eio(e)),
+        repo::metrics::mount_request("readdir");
+        let all = match self.entries(ino.0) {
+            Ok(all) => all,
+            Err(e) => return reply.error(e),
         };
-        let mut all: Vec<(String, u64, FileType)> = vec![
-            (".".into(), ino.0, FileType::Directory),
-            ("..".into(), ino.0, FileType::Directory),
-        ];
-        all.extend(entries.into_iter().map(|(n, i, k)| {
-            (
-                n,
-                i,
-                if k == Kind::Dir {
-                    FileType::Directory
-                } else {
-                    FileType::RegularFile
-                },
-            )
-        }));
         for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+            let kind = match kind {
+                Kind::Dir => FileType::Directory,
+                Kind::File => FileType::RegularFile,
+            };
             if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
                 break;
             }
@@ -509,11 +529,63 @@ impl Filesystem for ModelFs {
         reply.ok();
     }
 
+    /// A listing with each entry's attributes, so that the kernel asks no LOOKUP for the
+    /// names it lists (a walk of many small files is one request fewer per file).
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        repo::metrics::mount_request("readdirplus");
+        let all = match self.entries(ino.0) {
+            Ok(all) => all,
+            Err(e) => return reply.error(e),
+        };
+        // The revisions of a repository: their attributes need each one's manifest, so
+        // they are listed with stand-ins that expire at once (the kernel asks LOOKUP and
+        // GETATTR as it would without READDIRPLUS).
+        let views = matches!(self.ns.node(ino.0), Some(Node::Repo(_)));
+        let entry_ttl = if self.ns.children_may_change(ino.0) {
+            MUTABLE_TTL
+        } else {
+            IMMUTABLE_TTL
+        };
+        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+            // The kernel links no dentry for "." and ".."; their attributes are not used.
+            let (attr, ttl) = if views || name == "." || name == ".." {
+                (self.stand_in(child, kind), Duration::ZERO)
+            } else {
+                match self.ns.attr(child) {
+                    Ok(Some(a)) => (a, entry_ttl.min(Self::ttl(&a))),
+                    Ok(None) => continue,
+                    Err(e) => return reply.error(eio(e)),
+                }
+            };
+            let attr = self.file_attr(&attr);
+            if reply.add(
+                INodeNo(child),
+                (i + 1) as u64,
+                name,
+                &ttl,
+                &attr,
+                Generation(0),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {
+        repo::metrics::mount_request("statfs");
         reply.statfs(0, 0, 0, 0, 0, 1024 * 1024, 255, 1024 * 1024);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        repo::metrics::mount_request("access");
         if mask.bits() & libc::W_OK != 0 {
             reply.error(Errno::EROFS)
         } else {
@@ -529,10 +601,12 @@ impl Filesystem for ModelFs {
         _size: u32,
         reply: fuser::ReplyXattr,
     ) {
+        repo::metrics::mount_request("getxattr");
         reply.error(Errno::ENODATA);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        repo::metrics::mount_request("listxattr");
         if size == 0 {
             reply.size(0)
         } else {

@@ -44,6 +44,8 @@ pub struct Metrics {
     pub mount_read_seconds: Histogram,
     /// Files open through the mount.
     pub mount_open_files: Gauge,
+    /// Requests the kernel sent the mount, by operation (`lookup`, `open`, `read`, ...).
+    pub mount_requests: Family<OpLabel, Counter>,
     /// Chunk lookups served from decoded chunks in memory.
     pub cache_hits: Counter,
     /// Chunk lookups that found the chunk being fetched (by read-ahead or another reader).
@@ -105,6 +107,7 @@ impl Metrics {
             mount_read_errors: Counter::default(),
             mount_read_seconds: Histogram::new(BUCKETS),
             mount_open_files: Gauge::default(),
+            mount_requests: Family::default(),
             cache_hits: Counter::default(),
             cache_inflight_hits: Counter::default(),
             cache_misses: Counter::default(),
@@ -163,6 +166,11 @@ impl Metrics {
             "mount_open_files",
             "Files open through the mount.",
             m.mount_open_files.clone(),
+        );
+        r.register(
+            "mount_requests",
+            "Requests the kernel sent the mount, by operation.",
+            m.mount_requests.clone(),
         );
         r.register_with_unit(
             "mount_read",
@@ -347,6 +355,11 @@ pub fn register(f: impl FnOnce(&mut Registry)) {
 /// Adds `n` to a counter.
 pub fn add(c: &Counter, n: u64) {
     c.inc_by(n);
+}
+
+/// Counts one request of the kernel to the mount.
+pub fn mount_request(op: &'static str) {
+    METRICS.mount_requests.get_or_create(&OpLabel { op }).inc();
 }
 
 /// Sets a gauge.
