@@ -303,6 +303,9 @@ impl Filesystem for ModelFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(MAX_READAHEAD);
         let _ = config.set_max_background(64);
+        // Listings carry attributes, always (not READDIRPLUS_AUTO, which sends plain
+        // READDIRs after the first page and so a LOOKUP per name on them).
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         if self.passthrough.load(Ordering::Relaxed) {
             // Depth 2: the file cache may itself be on a stacked filesystem (overlayfs).
             let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
@@ -487,8 +490,10 @@ impl Filesystem for ModelFs {
         _lo: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // Nothing to flush on a read-only mount: ENOSYS tells the kernel to send no FLUSH
+        // again on this mount (one request fewer per close).
         repo::metrics::mount_request("flush");
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
