@@ -19,6 +19,7 @@ mod counting;
 mod error;
 mod local;
 mod memory;
+mod open_files;
 #[cfg(feature = "s3")]
 mod s3;
 

@@ -14,7 +14,9 @@ use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use super::open_files::OpenFiles;
 use super::{check_key, ObjectMeta, ObjectStore, Temporary};
 use crate::{ObjectError, Result};
 
@@ -27,6 +29,8 @@ pub struct LocalStore {
     counter: AtomicU64,
     /// Files written by `put_deferred` and not yet synced.
     unsynced: std::sync::Mutex<Vec<PathBuf>>,
+    /// Packs kept open for ranged reads (a pack key never names two contents).
+    open_packs: OpenFiles,
 }
 
 impl LocalStore {
@@ -36,6 +40,7 @@ impl LocalStore {
             root: root.into(),
             counter: AtomicU64::new(0),
             unsynced: std::sync::Mutex::new(Vec::new()),
+            open_packs: OpenFiles::default(),
         }
     }
 
@@ -133,6 +138,34 @@ fn create_dirs_durably(dir: &Path) -> Result<()> {
     sync_dir(dir.parent().unwrap_or(dir))
 }
 
+/// Up to `len` bytes at `offset` of `file` (fewer only at its end), by `pread`, so that
+/// readers of one open file do not share a file offset; the buffer is not zeroed first.
+fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut out: Vec<u8> = Vec::with_capacity(len);
+    while out.len() < len {
+        let done = out.len();
+        let at = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        let spare = &mut out.spare_capacity_mut()[..len - done];
+        // SAFETY: pread writes at most `spare.len()` bytes into memory that `out` owns.
+        let n =
+            unsafe { libc::pread(file.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
+        match n {
+            0 => break,
+            n if n < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            // SAFETY: the first `n` bytes of the spare capacity were just written.
+            n => unsafe { out.set_len(done + n as usize) },
+        }
+    }
+    Ok(out)
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     #[cfg(test)]
     tests::SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
@@ -182,16 +215,14 @@ impl ObjectStore for LocalStore {
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        use std::io::{Seek, SeekFrom};
         let path = self.path(key)?;
-        let mut f = File::open(&path).map_err(|e| map_open_err(key, &path, e))?;
-        f.seek(SeekFrom::Start(offset))
-            .map_err(|e| ObjectError::io(&path, e))?;
-        // read_to_end fills spare capacity without zeroing it first.
-        let mut out = Vec::with_capacity(len as usize);
-        f.take(len)
-            .read_to_end(&mut out)
-            .map_err(|e| ObjectError::io(&path, e))?;
+        let file = if format::layout::parse_pack_key(key).is_some() {
+            self.open_packs.get(key, &path)
+        } else {
+            File::open(&path).map(Arc::new)
+        }
+        .map_err(|e| map_open_err(key, &path, e))?;
+        let out = pread(&file, offset, len as usize).map_err(|e| ObjectError::io(&path, e))?;
         if (out.len() as u64) < len {
             return Err(ObjectError::CorruptObject {
                 key: key.to_string(),
