@@ -4,14 +4,15 @@
 //!
 //! Cheap by construction: a process writes a revision's record at most once per day (the
 //! first read of the day; later reads find it in memory and write nothing), readers that
-//! must not wait (the mount, serve) write it from a background thread, and a failed write
+//! must not wait (the mount, serve) hand it to one background thread that writes it a
+//! moment later (after the first reads, which it would slow down), and a failed write
 //! is a warning, never a failed read. What counts is the object's modification time by
 //! the object store's clock (as for leases): gc compares it with the store's own clock,
 //! never with a host's.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
-use std::time::SystemTime;
+use std::sync::{mpsc, LazyLock, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::codec::{self, Kind};
 use crate::handle::Store;
@@ -80,24 +81,64 @@ pub fn record(store: &Store, repo: &RepoId, commit: &CommitId, by: &str) -> Resu
     }
 }
 
-/// [`record`] from a background thread, for readers that must not wait on the bucket: a
-/// failure is logged as a warning.
+/// How long a reader's record waits before it is written: the first reads of a revision
+/// (a pod starting) do not share the disk, or the store's directories, with it.
+pub const BACKGROUND_DELAY: Duration = Duration::from_secs(1);
+
+/// A record to write from the background, and when.
+struct Pending {
+    store: Store,
+    repo: RepoId,
+    commit: CommitId,
+    by: &'static str,
+    due: Instant,
+}
+
+/// [`record`] from a background thread, [`BACKGROUND_DELAY`] later, for readers that must
+/// not wait on the bucket (the mount, serve): a failure is logged as a warning.
 pub fn record_in_background(store: &Store, repo: &RepoId, commit: &CommitId, by: &'static str) {
     if !claim(store, repo, commit) {
         return;
     }
-    let (store, repo, commit) = (store.clone(), repo.clone(), *commit);
-    let spawned = std::thread::Builder::new()
-        .name("last-use".into())
-        .spawn(move || {
-            if let Err(e) = write(&store, &repo, &commit, by) {
-                unclaim(&store, &repo, &commit);
-                tracing::warn!(%repo, commit = %commit.to_hex(), "cannot record last use: {e}");
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("cannot record last use: no thread: {e}");
+    let job = Pending {
+        store: store.clone(),
+        repo: repo.clone(),
+        commit: *commit,
+        by,
+        due: Instant::now() + BACKGROUND_DELAY,
+    };
+    let sent = background()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|tx| tx.send(job).is_ok());
+    if sent != Some(true) {
+        unclaim(store, repo, commit);
+        tracing::warn!("cannot record last use: no background thread");
     }
+}
+
+/// The queue of the one thread that writes background records, started on first use.
+fn background() -> &'static Mutex<Option<mpsc::Sender<Pending>>> {
+    static TX: OnceLock<Mutex<Option<mpsc::Sender<Pending>>>> = OnceLock::new();
+    TX.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Pending>();
+        let spawned = std::thread::Builder::new()
+            .name("last-use".into())
+            .spawn(move || {
+                for job in rx {
+                    std::thread::sleep(job.due.saturating_duration_since(Instant::now()));
+                    if let Err(e) = write(&job.store, &job.repo, &job.commit, job.by) {
+                        unclaim(&job.store, &job.repo, &job.commit);
+                        tracing::warn!(
+                            repo = %job.repo, commit = %job.commit.to_hex(),
+                            "cannot record last use: {e}"
+                        );
+                    }
+                }
+            });
+        Mutex::new(spawned.ok().map(|_| tx))
+    })
 }
 
 /// When each commit of `repo` was last read, by the store's clock (one LIST). Commits
