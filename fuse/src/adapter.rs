@@ -248,6 +248,21 @@ impl ModelFs {
         }
     }
 
+    /// Answers an open in `mode`.
+    fn reply_open(&self, fh: u64, mode: &Mode, reply: ReplyOpen) {
+        match mode {
+            Mode::Passthrough { id, .. } => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1);
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
+            }
+            Mode::Whole(_) => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1);
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            Mode::Stream => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+        }
+    }
+
     /// The entries of directory `ino`, "." and ".." first, as both listings give them.
     fn entries(&self, ino: u64) -> Result<Vec<(String, u64, Kind)>, Errno> {
         let entries = match self.ns.list(ino) {
@@ -399,18 +414,10 @@ impl Filesystem for ModelFs {
             .count += 1;
         drop(inodes);
         repo::metrics::METRICS.mount_open_files.inc();
+        self.reply_open(fh, &mode, reply);
+        // After the reply: the first open of a revision records its use (a moment later,
+        // from a background thread).
         self.ns.record_use(&tree);
-        match &mode {
-            Mode::Passthrough { id, .. } => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1);
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
-            }
-            Mode::Whole(_) => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1);
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
-            }
-            Mode::Stream => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
-        }
     }
 
     fn read(
