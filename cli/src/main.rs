@@ -8,6 +8,7 @@ mod logging;
 mod metrics;
 mod output;
 mod progress;
+mod resident;
 
 use std::process::ExitCode;
 
