@@ -283,3 +283,45 @@ fn checkout_of_files_named_like_its_temporaries_is_byte_exact() {
         assert_eq!(tree_hashes(&out), tree_hashes(&src), "checkout {round}");
     }
 }
+
+/// Checkout gives files the modes the manifest says (0755 for executables, 0644 for the
+/// others) whatever the umask: with 022 they are created so, with 077 set after writing.
+#[test]
+fn checkout_modes_do_not_depend_on_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("bin")).unwrap();
+    std::fs::write(src.join("config.json"), b"{}").unwrap();
+    std::fs::write(src.join("bin/run.sh"), b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        src.join("bin/run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    env.ok(&[
+        "ingest",
+        src.to_str().unwrap(),
+        "--repo",
+        "org/modes",
+        "--ref",
+        "main",
+    ]);
+    for mask in [0o022, 0o077] {
+        let out = env.path(&format!("out-{mask:o}"));
+        let mut cmd = env.cmd();
+        cmd.args(["checkout", "org/modes@main", out.to_str().unwrap()]);
+        // SAFETY: umask is async-signal-safe and touches nothing of the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(mask);
+                Ok(())
+            });
+        }
+        assert!(cmd.status().unwrap().success());
+        let mode = |p: &str| std::fs::metadata(out.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("config.json"), 0o644, "umask {mask:o}");
+        assert_eq!(mode("bin/run.sh"), 0o755, "umask {mask:o}");
+    }
+}

@@ -8,7 +8,7 @@
 use std::fs;
 use std::io::Write;
 use std::ops::Range;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -541,23 +541,43 @@ fn write_one(
 ) -> Result<()> {
     let dest = dir.join(safe_relative(&f.path)?);
     let result = (|| -> Result<()> {
+        let mode = if f.executable { 0o755 } else { 0o644 };
+        // Created with its mode; set again only where the umask takes bits of it away.
         let file = fs::File::options()
             .write(true)
             .create_new(true)
+            .mode(mode)
             .open(partial)
             .map_err(|e| StoreError::io(partial, e))?;
         // Windows of many MiB go to the file in single writes: no buffer in between.
         let mut file = file;
         FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut file, progress)?;
-        let mode = if f.executable { 0o755 } else { 0o644 };
-        file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| StoreError::io(partial, e))?;
+        if mode & umask() != 0 {
+            file.set_permissions(fs::Permissions::from_mode(mode))
+                .map_err(|e| StoreError::io(partial, e))?;
+        }
         fs::rename(partial, &dest).map_err(|e| StoreError::io(&dest, e))
     })();
     if result.is_err() {
         let _ = fs::remove_file(partial);
     }
     result
+}
+
+/// The process's umask, read once from `/proc/self/status` (changing it to read it would
+/// race with other threads creating files); all bits when it cannot be read, so that
+/// every file's mode is then set explicitly.
+fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("Umask:"))?;
+                u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+            })
+            .unwrap_or(0o777)
+    })
 }
 
 /// One problem found by [`verify`].
