@@ -476,7 +476,13 @@ impl Namespace {
     /// most once a day, from a background thread: see `repo::usage`).
     pub fn record_use(&self, tree: &Tree) {
         let m = &tree.manifest;
-        repo::usage::record_in_background(&self.store, &m.repo, &m.commit, "mount");
+        repo::usage::record_in_background(
+            &self.store,
+            &m.repo,
+            &m.commit,
+            "mount",
+            repo::usage::MOUNT_DELAY,
+        );
     }
 
     /// The file behind a File inode: its tree and index in the manifest.

@@ -4,14 +4,16 @@
 //!
 //! Cheap by construction: a process writes a revision's record at most once per day (the
 //! first read of the day; later reads find it in memory and write nothing), readers that
-//! must not wait (the mount, serve) hand it to one background thread that writes it a
-//! moment later (after the first reads, which it would slow down), and a failed write
+//! must not wait (the mount, serve) hand it to one background thread (the mount's a moment
+//! later, after the first reads, which it would slow down; flushed before the mount
+//! exits), and a failed write
 //! is a warning, never a failed read. What counts is the object's modification time by
 //! the object store's clock (as for leases): gc compares it with the store's own clock,
 //! never with a host's.
 
 use std::collections::HashMap;
-use std::sync::{mpsc, LazyLock, Mutex, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Condvar, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::codec::{self, Kind};
@@ -81,9 +83,9 @@ pub fn record(store: &Store, repo: &RepoId, commit: &CommitId, by: &str) -> Resu
     }
 }
 
-/// How long a reader's record waits before it is written: the first reads of a revision
-/// (a pod starting) do not share the disk, or the store's directories, with it.
-pub const BACKGROUND_DELAY: Duration = Duration::from_secs(1);
+/// How long the mount's records wait before they are written: the first reads of a
+/// revision (a pod starting) do not share the disk, or the store's directories, with them.
+pub const MOUNT_DELAY: Duration = Duration::from_secs(1);
 
 /// A record to write from the background, and when.
 struct Pending {
@@ -94,51 +96,109 @@ struct Pending {
     due: Instant,
 }
 
-/// [`record`] from a background thread, [`BACKGROUND_DELAY`] later, for readers that must
-/// not wait on the bucket (the mount, serve): a failure is logged as a warning.
-pub fn record_in_background(store: &Store, repo: &RepoId, commit: &CommitId, by: &'static str) {
+/// The background writer's queue: records in the order they are due (each caller uses one
+/// delay), how many are being written, and whether [`flush_background`] is waiting.
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Pending>,
+    writing: usize,
+    flush: bool,
+}
+
+static QUEUE: LazyLock<(Mutex<Queue>, Condvar)> = LazyLock::new(Default::default);
+
+fn queue() -> std::sync::MutexGuard<'static, Queue> {
+    QUEUE.0.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`record`] from the one background thread, `delay` later, for readers that must not
+/// wait on the bucket (the mount, serve): a failure is logged as a warning. A process that
+/// exits calls [`flush_background`] first.
+pub fn record_in_background(
+    store: &Store,
+    repo: &RepoId,
+    commit: &CommitId,
+    by: &'static str,
+    delay: Duration,
+) {
     if !claim(store, repo, commit) {
         return;
     }
-    let job = Pending {
+    if !writer_started() {
+        unclaim(store, repo, commit);
+        tracing::warn!("cannot record last use: no background thread");
+        return;
+    }
+    queue().jobs.push_back(Pending {
         store: store.clone(),
         repo: repo.clone(),
         commit: *commit,
         by,
-        due: Instant::now() + BACKGROUND_DELAY,
-    };
-    let sent = background()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map(|tx| tx.send(job).is_ok());
-    if sent != Some(true) {
-        unclaim(store, repo, commit);
-        tracing::warn!("cannot record last use: no background thread");
-    }
+        due: Instant::now() + delay,
+    });
+    QUEUE.1.notify_all();
 }
 
-/// The queue of the one thread that writes background records, started on first use.
-fn background() -> &'static Mutex<Option<mpsc::Sender<Pending>>> {
-    static TX: OnceLock<Mutex<Option<mpsc::Sender<Pending>>>> = OnceLock::new();
-    TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Pending>();
-        let spawned = std::thread::Builder::new()
+/// Writes the records still waiting now, and returns once every one is written (or has
+/// failed, with its warning).
+pub fn flush_background() {
+    let mut q = queue();
+    q.flush = true;
+    QUEUE.1.notify_all();
+    while !q.jobs.is_empty() || q.writing > 0 {
+        q = QUEUE.1.wait(q).unwrap_or_else(|p| p.into_inner());
+    }
+    q.flush = false;
+}
+
+/// Starts the background writer on first use; false when no thread could start.
+fn writer_started() -> bool {
+    static STARTED: OnceLock<bool> = OnceLock::new();
+    *STARTED.get_or_init(|| {
+        std::thread::Builder::new()
             .name("last-use".into())
-            .spawn(move || {
-                for job in rx {
-                    std::thread::sleep(job.due.saturating_duration_since(Instant::now()));
-                    if let Err(e) = write(&job.store, &job.repo, &job.commit, job.by) {
-                        unclaim(&job.store, &job.repo, &job.commit);
-                        tracing::warn!(
-                            repo = %job.repo, commit = %job.commit.to_hex(),
-                            "cannot record last use: {e}"
-                        );
-                    }
+            .spawn(|| loop {
+                let job = next_due();
+                if let Err(e) = write(&job.store, &job.repo, &job.commit, job.by) {
+                    unclaim(&job.store, &job.repo, &job.commit);
+                    tracing::warn!(
+                        repo = %job.repo, commit = %job.commit.to_hex(),
+                        "cannot record last use: {e}"
+                    );
                 }
-            });
-        Mutex::new(spawned.ok().map(|_| tx))
+                queue().writing -= 1;
+                QUEUE.1.notify_all();
+            })
+            .is_ok()
     })
+}
+
+/// Waits for the first record to be due (or a flush), takes it and counts it as being
+/// written.
+fn next_due() -> Pending {
+    let mut q = queue();
+    loop {
+        let wait = q
+            .jobs
+            .front()
+            .map(|j| j.due.saturating_duration_since(Instant::now()));
+        match wait {
+            Some(d) if d.is_zero() || q.flush => {
+                if let Some(job) = q.jobs.pop_front() {
+                    q.writing += 1;
+                    return job;
+                }
+            }
+            Some(d) => {
+                q = QUEUE
+                    .1
+                    .wait_timeout(q, d)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+            None => q = QUEUE.1.wait(q).unwrap_or_else(|p| p.into_inner()),
+        }
+    }
 }
 
 /// When each commit of `repo` was last read, by the store's clock (one LIST). Commits

@@ -357,7 +357,13 @@ impl Hub {
     /// The bytes of file `i` for a download; the revision's last use is recorded (at most
     /// once a day, in the background: `repo::usage`).
     fn source(&self, at: &Located, i: usize) -> FileSource {
-        repo::usage::record_in_background(&self.store, &at.repo, &at.commit, "serve");
+        repo::usage::record_in_background(
+            &self.store,
+            &at.repo,
+            &at.commit,
+            "serve",
+            std::time::Duration::ZERO,
+        );
         let cache = self.manifests.clone();
         let key = (at.repo.clone(), at.commit);
         FileSource::new(
