@@ -1,12 +1,24 @@
-//! Keeps the mount's own code in memory. After the kernel drops the page cache (memory
-//! pressure on a busy node, or `drop_caches`), the first read through the mount faulted the
-//! read path's code back in from the binary, a few major page faults of a millisecond or
-//! more each, before any byte of the model was read. The mount therefore locks the
-//! read-only mappings of its executable (code and constants, about 30 MB) with `mlock`.
-//! Without the privilege (`CAP_IPC_LOCK`, or an `RLIMIT_MEMLOCK` that large) it says so
-//! once and runs as before.
+//! Keeps the code of the long-running readers (the mount, serve) in memory. After the
+//! kernel drops the page cache (memory pressure on a busy node, or `drop_caches`), the first
+//! read through the mount faulted the read path's code back in from the binary, a few major
+//! page faults of a millisecond or more each, before any byte of the model was read. So
+//! they lock the read-only mappings of their executable (code and constants, about 30 MB)
+//! with `mlock`. Without the privilege (`CAP_IPC_LOCK`, or an `RLIMIT_MEMLOCK` that large)
+//! they say so once and run as before.
 
 use std::fs;
+
+/// [`lock_code`], logged: a debug line when it worked, one info line saying what is lost
+/// when it did not.
+pub fn keep_code_resident() {
+    match lock_code() {
+        Ok(bytes) => tracing::debug!("locked {} MiB of code in memory", bytes >> 20),
+        Err(e) => tracing::info!(
+            "cannot lock this process's code in memory ({e}): after the page cache is \
+             dropped, the first reads fault it back in"
+        ),
+    }
+}
 
 /// Locks the read-only mappings of this executable into memory; returns the bytes locked,
 /// or why not.

@@ -119,13 +119,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         passthrough: o.passthrough,
     };
     let mounted = modelfs::mount(store, mountpoint, &opts)?;
-    match crate::resident::lock_code() {
-        Ok(bytes) => tracing::debug!("locked {} MiB of code in memory", bytes >> 20),
-        Err(e) => tracing::info!(
-            "cannot lock the mount's code in memory ({e}): after the page cache is dropped, \
-             the first reads fault it back in"
-        ),
-    }
+    crate::resident::keep_code_resident();
     match &single {
         Some((r, c)) => tracing::info!(
             "mounted {r}@{c} at {} (Ctrl-C or `modelcas umount` to stop)",

@@ -210,6 +210,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         upstream,
     };
     let server = hubserve::Server::bind(store, &opts)?;
+    crate::resident::keep_code_resident();
     let mode = match &opts.upstream {
         Some(u) => format!("a mirror of {}", u.upstream.endpoint()),
         None => "read-only".to_string(),
