@@ -1,37 +1,23 @@
 //! The fuser `Filesystem` implementation: turns kernel requests into [`Namespace`] lookups
-//! and [`FileStream`] reads, and store errors into errno replies.
-//!
-//! How a file is opened (one way per inode while any handle of it is open, as the kernel
-//! requires: it refuses a passthrough open of an inode open in the cached mode, and the
-//! reverse):
-//! * **passthrough**: the node's file cache ([`FileCache`]) has the file whole, and the
-//!   kernel accepts it as a backing file: the kernel reads it itself, no request reaches us;
-//! * **whole file**: the same, where passthrough is unavailable (older kernel, no
-//!   `CAP_SYS_ADMIN`, or `--no-passthrough`): reads are `pread`s of that file;
-//! * **stream**: chunks through the decoded-chunk cache with read-ahead; when the last
-//!   handle of such a file is released, the file cache is asked to make it whole in the
-//!   background, for the next open.
+//! and reads of open files (`crate::handles`), and store errors into errno replies.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
 };
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
-use read::readahead::FileStream;
 use read::tensor_plan::TensorOrder;
-use repo::manifest::{FileEntry, Manifest};
 
+use crate::handles::{read_whole, Handle, InodeOpen, Mode};
 use crate::namespace::{Attr, Kind, Namespace, Node};
 
 /// Timeout for entries and attributes that never change (inside a commit).
@@ -41,50 +27,20 @@ const MUTABLE_TTL: Duration = Duration::from_secs(1);
 /// Largest read the kernel may send (and read-ahead it may do): 16 MiB.
 pub const MAX_READAHEAD: u32 = 16 * 1024 * 1024;
 
-/// How the open handles of one inode read it.
-#[derive(Clone)]
-enum Mode {
-    /// Through the chunk cache.
-    Stream,
-    /// From a whole file of the node's file cache, by `pread`.
-    Whole(Arc<File>),
-    /// By the kernel from that file (`id` registered with it); the file answers any read
-    /// that still reaches us.
-    Passthrough { id: Arc<BackingId>, file: Arc<File> },
-}
-
-/// One open file handle.
-enum Handle {
-    /// Chunks through the cache; on release, the file is asked for in the file cache.
-    Stream {
-        stream: Arc<FileStream>,
-        manifest: Arc<Manifest>,
-        index: usize,
-    },
-    /// A whole file on the node.
-    Whole(Arc<File>),
-}
-
-/// The open handles of an inode and the way they read it.
-struct InodeOpen {
-    count: usize,
-    mode: Mode,
-}
-
 /// The filesystem handed to fuser.
 pub struct ModelFs {
-    ns: Namespace,
-    cache: Arc<ChunkCache>,
-    files: Option<Arc<FileCache>>,
-    handles: Mutex<HashMap<u64, Arc<Handle>>>,
-    inodes: Mutex<HashMap<u64, InodeOpen>>,
-    next_fh: AtomicU64,
-    uid: u32,
-    gid: u32,
-    tensor_order: TensorOrder,
+    pub(crate) ns: Namespace,
+    pub(crate) cache: Arc<ChunkCache>,
+    pub(crate) files: Option<Arc<FileCache>>,
+    pub(crate) handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    pub(crate) inodes: Mutex<HashMap<u64, InodeOpen>>,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) tensor_order: TensorOrder,
     /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
     /// when the kernel refuses a backing file (said once in the log).
-    passthrough: AtomicBool,
+    pub(crate) passthrough: AtomicBool,
 }
 
 impl ModelFs {
@@ -118,97 +74,6 @@ impl ModelFs {
     pub fn with_tensor_order(mut self, order: TensorOrder) -> ModelFs {
         self.tensor_order = order;
         self
-    }
-
-    /// A stream over file `i` of `manifest`; for a `.safetensors` file, one that reads its
-    /// header and prefetches along the loader's walk (a header it refuses is logged, and the
-    /// file is read with sequential read-ahead).
-    fn stream(&self, manifest: &Manifest, i: usize) -> repo::Result<FileStream> {
-        let file = &manifest.files[i];
-        let stream = FileStream::new(self.cache.clone(), manifest, file)?;
-        if self.tensor_order != TensorOrder::Off && file.path.ends_with(".safetensors") {
-            if let Err(e) = stream.follow_safetensors(self.tensor_order) {
-                tracing::debug!("{}: sequential read-ahead only: {e}", file.path);
-            }
-        }
-        Ok(stream)
-    }
-
-    /// How to open an inode that has no open handle: from the node's file cache when it
-    /// has the file whole (handed to the kernel when it takes it), else by streaming.
-    fn choose_mode(&self, f: &FileEntry, reply: &ReplyOpen) -> Mode {
-        let Some(file) = self.files.as_ref().and_then(|c| c.open_file(f)) else {
-            return Mode::Stream;
-        };
-        let file = Arc::new(file);
-        if self.passthrough.load(Ordering::Relaxed) {
-            match reply.open_backing(&*file) {
-                Ok(id) => {
-                    return Mode::Passthrough {
-                        id: Arc::new(id),
-                        file,
-                    }
-                }
-                Err(e) => {
-                    if self.passthrough.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(
-                            "the kernel refused a passthrough file ({e}; it needs \
-                             CAP_SYS_ADMIN): whole files on the node are read through the mount"
-                        );
-                    }
-                }
-            }
-        }
-        Mode::Whole(file)
-    }
-
-    /// One handle of `ino` fewer; the inode's mode (and its backing file) goes with the last.
-    fn forget_open(&self, ino: u64) {
-        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(open) = inodes.get_mut(&ino) {
-            open.count = open.count.saturating_sub(1);
-            if open.count == 0 {
-                inodes.remove(&ino);
-            }
-        }
-    }
-
-    /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
-    /// the manifest is read again and the read retried once with the new locations.
-    fn read_stream(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        stream: &FileStream,
-        offset: u64,
-        size: u32,
-    ) -> Result<Vec<u8>, Errno> {
-        match stream.read(offset, size as usize) {
-            Ok(data) => Ok(data),
-            Err(e) if e.is_not_found() => {
-                let Ok(Some((tree, i))) = self.ns.reload_file(ino.0) else {
-                    return Err(eio(e));
-                };
-                let fresh = match self.stream(&tree.manifest, i) {
-                    Ok(s) => Arc::new(s),
-                    Err(_) => return Err(eio(e)),
-                };
-                let data = fresh.read(offset, size as usize).map_err(eio)?;
-                self.handles
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(
-                        fh.0,
-                        Arc::new(Handle::Stream {
-                            stream: fresh,
-                            manifest: tree.manifest.clone(),
-                            index: i,
-                        }),
-                    );
-                Ok(data)
-            }
-            Err(e) => Err(eio(e)),
-        }
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -248,21 +113,6 @@ impl ModelFs {
         }
     }
 
-    /// Answers an open in `mode`.
-    fn reply_open(&self, fh: u64, mode: &Mode, reply: ReplyOpen) {
-        match mode {
-            Mode::Passthrough { id, .. } => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1);
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
-            }
-            Mode::Whole(_) => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1);
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
-            }
-            Mode::Stream => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
-        }
-    }
-
     /// The entries of directory `ino`, "." and ".." first, as both listings give them.
     fn entries(&self, ino: u64) -> Result<Vec<(String, u64, Kind)>, Errno> {
         let entries = match self.ns.list(ino) {
@@ -288,27 +138,7 @@ impl ModelFs {
     }
 }
 
-/// Up to `size` bytes at `offset` of a whole file on the node.
-fn read_whole(file: &File, offset: u64, size: usize) -> Result<Vec<u8>, Errno> {
-    let mut buf = vec![0u8; size];
-    let mut got = 0;
-    while got < size {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
-                tracing::error!("mount: reading a whole file of the node's file cache: {e}");
-                return Err(Errno::EIO);
-            }
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
-}
-
-fn eio(e: repo::StoreError) -> Errno {
+pub(crate) fn eio(e: repo::StoreError) -> Errno {
     repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
     tracing::error!("mount: {e}");
     Errno::EIO

@@ -6,6 +6,7 @@
 //! `read::file_cache`).
 
 pub mod adapter;
+mod handles;
 pub mod namespace;
 
 use std::os::unix::fs::MetadataExt;

@@ -1,0 +1,180 @@
+//! How open files are served. Each inode is opened one way while any handle of it is open,
+//! as the kernel requires (it refuses a passthrough open of an inode open in the cached mode,
+//! and the reverse):
+//! * **passthrough**: the node's file cache (`read::file_cache::FileCache`) has the file whole, and the
+//!   kernel accepts it as a backing file: the kernel reads it itself, no request reaches us;
+//! * **whole file**: the same, where passthrough is unavailable (older kernel, no
+//!   `CAP_SYS_ADMIN`, or `--no-passthrough`): reads are `pread`s of that file;
+//! * **stream**: chunks through the decoded-chunk cache with read-ahead; when the last
+//!   handle of such a file is released, the file cache is asked to make it whole in the
+//!   background, for the next open.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fuser::{BackingId, Errno, FileHandle, FopenFlags, INodeNo, ReplyOpen};
+use read::readahead::FileStream;
+use read::tensor_plan::TensorOrder;
+use repo::manifest::{FileEntry, Manifest};
+
+use crate::adapter::{eio, ModelFs};
+
+/// How the open handles of one inode read it.
+#[derive(Clone)]
+pub(crate) enum Mode {
+    /// Through the chunk cache.
+    Stream,
+    /// From a whole file of the node's file cache, by `pread`.
+    Whole(Arc<File>),
+    /// By the kernel from that file (`id` registered with it); the file answers any read
+    /// that still reaches us.
+    Passthrough { id: Arc<BackingId>, file: Arc<File> },
+}
+
+/// One open file handle.
+pub(crate) enum Handle {
+    /// Chunks through the cache; on release, the file is asked for in the file cache.
+    Stream {
+        stream: Arc<FileStream>,
+        manifest: Arc<Manifest>,
+        index: usize,
+    },
+    /// A whole file on the node.
+    Whole(Arc<File>),
+}
+
+/// The open handles of an inode and the way they read it.
+pub(crate) struct InodeOpen {
+    pub(crate) count: usize,
+    pub(crate) mode: Mode,
+}
+
+impl ModelFs {
+    /// A stream over file `i` of `manifest`; for a `.safetensors` file, one that reads its
+    /// header and prefetches along the loader's walk (a header it refuses is logged, and the
+    /// file is read with sequential read-ahead).
+    pub(crate) fn stream(&self, manifest: &Manifest, i: usize) -> repo::Result<FileStream> {
+        let file = &manifest.files[i];
+        let stream = FileStream::new(self.cache.clone(), manifest, file)?;
+        if self.tensor_order != TensorOrder::Off && file.path.ends_with(".safetensors") {
+            if let Err(e) = stream.follow_safetensors(self.tensor_order) {
+                tracing::debug!("{}: sequential read-ahead only: {e}", file.path);
+            }
+        }
+        Ok(stream)
+    }
+
+    /// How to open an inode that has no open handle: from the node's file cache when it
+    /// has the file whole (handed to the kernel when it takes it), else by streaming.
+    pub(crate) fn choose_mode(&self, f: &FileEntry, reply: &ReplyOpen) -> Mode {
+        let Some(file) = self.files.as_ref().and_then(|c| c.open_file(f)) else {
+            return Mode::Stream;
+        };
+        let file = Arc::new(file);
+        if self.passthrough.load(Ordering::Relaxed) {
+            match reply.open_backing(&*file) {
+                Ok(id) => {
+                    return Mode::Passthrough {
+                        id: Arc::new(id),
+                        file,
+                    }
+                }
+                Err(e) => {
+                    if self.passthrough.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "the kernel refused a passthrough file ({e}; it needs \
+                             CAP_SYS_ADMIN): whole files on the node are read through the mount"
+                        );
+                    }
+                }
+            }
+        }
+        Mode::Whole(file)
+    }
+
+    /// One handle of `ino` fewer; the inode's mode (and its backing file) goes with the last.
+    pub(crate) fn forget_open(&self, ino: u64) {
+        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = inodes.get_mut(&ino) {
+            open.count = open.count.saturating_sub(1);
+            if open.count == 0 {
+                inodes.remove(&ino);
+            }
+        }
+    }
+
+    /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
+    /// the manifest is read again and the read retried once with the new locations.
+    pub(crate) fn read_stream(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        stream: &FileStream,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        match stream.read(offset, size as usize) {
+            Ok(data) => Ok(data),
+            Err(e) if e.is_not_found() => {
+                let Ok(Some((tree, i))) = self.ns.reload_file(ino.0) else {
+                    return Err(eio(e));
+                };
+                let fresh = match self.stream(&tree.manifest, i) {
+                    Ok(s) => Arc::new(s),
+                    Err(_) => return Err(eio(e)),
+                };
+                let data = fresh.read(offset, size as usize).map_err(eio)?;
+                self.handles
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        fh.0,
+                        Arc::new(Handle::Stream {
+                            stream: fresh,
+                            manifest: tree.manifest.clone(),
+                            index: i,
+                        }),
+                    );
+                Ok(data)
+            }
+            Err(e) => Err(eio(e)),
+        }
+    }
+
+    /// Answers an open in `mode`.
+    pub(crate) fn reply_open(&self, fh: u64, mode: &Mode, reply: ReplyOpen) {
+        match mode {
+            Mode::Passthrough { id, .. } => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1);
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
+            }
+            Mode::Whole(_) => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1);
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            Mode::Stream => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+        }
+    }
+}
+
+/// Up to `size` bytes at `offset` of a whole file on the node.
+pub(crate) fn read_whole(file: &File, offset: u64, size: usize) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; size];
+    let mut got = 0;
+    while got < size {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
+                tracing::error!("mount: reading a whole file of the node's file cache: {e}");
+                return Err(Errno::EIO);
+            }
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
