@@ -18,6 +18,7 @@
 //! Chunks come from [`repo::Store::read_chunk`] (pack, forwarding records, node cache).
 
 pub mod cache;
+pub mod checkout;
 pub mod chunk_map;
 pub mod file_cache;
 pub mod file_reader;
