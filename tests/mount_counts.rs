@@ -253,3 +253,37 @@ fn a_walk_of_small_files_asks_no_lookup_or_flush_per_file() {
     assert!(requests(&page, "lookup") <= 10.0, "{page}");
     assert!(requests(&page, "flush") <= 1.0, "{page}");
 }
+
+/// Issue 15 (first byte of a small file): when the mount first resolves a revision it
+/// fetches the small files a loader reads first (`read::warm`), so a loader that lists the
+/// revision and then opens its configs finds every one of them in memory or on its way:
+/// no read waits on a fetch it started itself. On the code before, each of those files was
+/// fetched by its first read (a cache miss each).
+#[test]
+fn the_small_files_of_a_listed_revision_are_fetched_before_they_are_read() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr]);
+    let names: Vec<String> = std::fs::read_dir(m.p(&format!("{REPO}/r4")))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let configs: Vec<(String, String)> = s
+        .files("r4")
+        .into_iter()
+        .filter(|(p, _)| p.ends_with(".json") && names.contains(p))
+        .collect();
+    assert!(configs.len() >= 3, "{configs:?}");
+    for (path, sha) in &configs {
+        assert_eq!(sha256_file(&m.p(&format!("{REPO}/r4/{path}"))), *sha, "{path}");
+    }
+    let page = scrape(&addr);
+    assert_eq!(
+        metric(&page, "modelcas_chunk_cache_misses_total"),
+        0.0,
+        "{page}"
+    );
+    assert!(metric(&page, "modelcas_readahead_chunks_total") >= configs.len() as f64);
+}

@@ -131,6 +131,11 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
         }
         None => Namespace::full(store),
     };
+    // The small files a loader reads first are fetched when a revision is first resolved.
+    let warm = cache.clone();
+    let ns = ns.on_new_tree(Box::new(move |tree| {
+        read::warm::warm_small_files(&warm, &tree.manifest);
+    }));
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::RO,
@@ -151,6 +156,7 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
     if let Some(files) = &opts.file_cache {
         fs = fs.with_file_cache(files.clone(), opts.passthrough);
     }
+    repo::usage::start_background_writer();
     let session = fuser::spawn_mount(fs, path, &config).map_err(|source| MountError::Mount {
         path: path.to_path_buf(),
         source,

@@ -110,7 +110,11 @@ pub struct Namespace {
     repos: Mutex<Option<Timed<Vec<RepoId>>>>,
     refs: Mutex<HashMap<RepoId, Timed<Vec<(String, CommitId)>>>>,
     mounted_at: u64,
+    on_new_tree: Option<NewTreeHook>,
 }
+
+/// Called with each revision's tree when it is first built (a revision first resolved).
+pub type NewTreeHook = Box<dyn Fn(&Tree) + Send + Sync>;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -144,7 +148,15 @@ impl Namespace {
             repos: Mutex::new(None),
             refs: Mutex::new(HashMap::new()),
             mounted_at: repo::manifest::now_secs(),
+            on_new_tree: None,
         }
+    }
+
+    /// Calls `hook` with each revision's tree when it is first built: the adapter warms
+    /// the files a loader reads first (`read::warm`). The hook must not block.
+    pub fn on_new_tree(mut self, hook: NewTreeHook) -> Namespace {
+        self.on_new_tree = Some(hook);
+        self
     }
 
     /// The store.
@@ -227,10 +239,15 @@ impl Namespace {
         }
         let m = self.store.manifest(repo, commit)?;
         let tree = Arc::new(Tree::new(Arc::new(m)));
-        self.trees
+        let first = self
+            .trees
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, tree.clone());
+            .insert(key, tree.clone())
+            .is_none();
+        if let (true, Some(hook)) = (first, &self.on_new_tree) {
+            hook(&tree);
+        }
         Ok(tree)
     }
 

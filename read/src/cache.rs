@@ -266,6 +266,7 @@ impl ChunkCache {
         if inner.loading_bytes + src.raw_len as usize > self.budget / 2 {
             return false;
         }
+        repo::metrics::add(&repo::metrics::METRICS.readahead_chunks, 1);
         self.start_fetch(&mut inner, src);
         true
     }

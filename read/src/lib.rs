@@ -13,6 +13,7 @@
 //!   for the mount to hand to the kernel (FUSE passthrough).
 //! * [`reload`] — reading a manifest again after a pack was gone (the mount and serve).
 //! * [`tree`] — a revision's files as a directory tree (the mount's namespace).
+//! * [`warm`] — the small files a loader reads first, fetched when a revision is resolved.
 //! * [`progress`] — progress reports of long operations.
 //!
 //! Chunks come from [`repo::Store::read_chunk`] (pack, forwarding records, node cache).
@@ -31,3 +32,4 @@ pub mod tensor_plan;
 #[doc(hidden)]
 pub mod test_pack;
 pub mod tree;
+pub mod warm;

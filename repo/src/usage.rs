@@ -151,6 +151,15 @@ pub fn flush_background() {
     q.flush = false;
 }
 
+/// Starts the background writer now rather than on the first record: a reader that
+/// records uses (the mount, serve) calls it at start, so that the first open of a revision
+/// does not also start a thread while its first read is being served.
+pub fn start_background_writer() {
+    if !writer_started() {
+        tracing::warn!("cannot record last use: no background thread");
+    }
+}
+
 /// Starts the background writer on first use; false when no thread could start.
 fn writer_started() -> bool {
     static STARTED: OnceLock<bool> = OnceLock::new();

@@ -130,6 +130,7 @@ impl Server {
 
     /// Serves until the process ends.
     pub fn run(self) -> Result<(), ServeError> {
+        repo::usage::start_background_writer();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(self.threads)

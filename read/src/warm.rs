@@ -1,0 +1,154 @@
+//! What a loader reads first: the small files of a revision.
+//!
+//! Every model server starts a load the same way: `config.json`, then
+//! `generation_config.json`, `tokenizer_config.json`, `special_tokens_map.json`, the
+//! `model.safetensors.index.json`, a `README.md` now and then (`shared/notes/read-path.md`).
+//! With the default chunking each is one chunk (a file below the minimum chunk is never
+//! cut), and on a cold node
+//! each costs a pack open and a disk read before its first byte. So when a reader first
+//! resolves a revision (the mount builds its directory tree), [`warm_small_files`] hands
+//! the chunks of its smallest files to the cache as prefetches: by the time the loader
+//! opens them they are decoded and verified in memory, or on their way.
+//!
+//! Bounds: files of at most [`SMALL_FILE`] bytes, smallest first, at most [`MAX_FILES`] of
+//! them and [`MAX_BYTES`] in all, and never more than the cache's own prefetch budget
+//! (half its size); a revision of 20,000 small files warms its 64 smallest and no more.
+
+use std::sync::Arc;
+
+use crate::cache::ChunkCache;
+use crate::chunk_map::ChunkMap;
+use repo::manifest::Manifest;
+
+/// Largest file warmed: 128 KiB, the default minimum chunk, so each is one chunk.
+pub const SMALL_FILE: u64 = 128 * 1024;
+/// Most files warmed per revision.
+pub const MAX_FILES: usize = 64;
+/// Most bytes warmed per revision: 2 MiB, well under the default cache's prefetch budget.
+pub const MAX_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Starts fetching the chunks of the smallest files of `manifest` into `cache`, in the
+/// background (the cache's workers); returns how many of their chunks are cached or on
+/// their way.
+pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
+    let mut small: Vec<usize> = (0..manifest.files.len())
+        .filter(|&i| {
+            let f = &manifest.files[i];
+            f.size > 0 && f.size <= SMALL_FILE
+        })
+        .collect();
+    small.sort_by_key(|&i| (manifest.files[i].size, i));
+    let mut bytes = 0u64;
+    let mut handed = 0;
+    for &i in small.iter().take(MAX_FILES) {
+        let f = &manifest.files[i];
+        if bytes + f.size > MAX_BYTES {
+            break;
+        }
+        bytes += f.size;
+        // A file whose chunks do not add up is left to its reader, which says so.
+        let Ok(map) = ChunkMap::new(manifest, f) else {
+            continue;
+        };
+        for src in &map.sources {
+            if !cache.prefetch(src) {
+                return handed; // the prefetch budget is taken: readers come first
+            }
+            handed += 1;
+        }
+    }
+    handed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_pack::{noise, one_pack};
+    use repo::manifest::{ChunkRef, FileEntry};
+    use repo::names::{CommitId, RepoId};
+
+    /// A revision whose file `i` is the chunks `groups[i]` of one pack holding `chunks`.
+    fn revision(groups: &[&[usize]], chunks: &[Vec<u8>]) -> (Arc<ChunkCache>, Manifest) {
+        let p = one_pack(chunks);
+        let files = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| FileEntry {
+                path: format!("f{i}"),
+                size: g.iter().map(|&c| chunks[c].len() as u64).sum(),
+                sha256: [0; 32],
+                executable: false,
+                chunks: g
+                    .iter()
+                    .map(|&c| {
+                        let e = &p.entries[c];
+                        ChunkRef {
+                            id: e.id,
+                            pack: 0,
+                            offset: e.offset,
+                            frame_len: e.frame_len,
+                            raw_len: e.raw_len,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        let m = Manifest {
+            repo: RepoId::parse("a/b").unwrap(),
+            commit: CommitId([1; 20]),
+            ingested_at: 0,
+            source: "test".into(),
+            packs: vec![p.pack],
+            files,
+        };
+        let cache = Arc::new(ChunkCache::new(p.store.clone(), 64 << 20, 2).unwrap());
+        (cache, m)
+    }
+
+    #[test]
+    fn the_small_files_of_a_revision_are_fetched_and_the_large_ones_are_not() {
+        // Chunks 0-2: three small files; 3-5: one file of 3 x 60,000 bytes (over 128 KiB).
+        let sizes = [300, 5_000, 70_000, 60_000, 60_000, 60_000];
+        let chunks: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| noise(n, i as u64))
+            .collect();
+        let (cache, m) = revision(&[&[2], &[3, 4, 5], &[0], &[1]], &chunks);
+        assert_eq!(warm_small_files(&cache, &m), 3);
+        for (i, c) in chunks.iter().enumerate() {
+            let held = cache.holds(&chunker::ChunkId::of(c));
+            assert_eq!(held, i < 3, "chunk {i}");
+        }
+        // Warming again hands nothing new over, and the bytes read right.
+        assert_eq!(warm_small_files(&cache, &m), 3);
+        let map = ChunkMap::new(&m, &m.files[2]).unwrap();
+        assert_eq!(&**cache.get(&map.sources[0]).unwrap(), &chunks[0]);
+    }
+
+    #[test]
+    fn a_revision_of_many_small_files_warms_only_its_smallest() {
+        let chunks: Vec<Vec<u8>> = (0..MAX_FILES + 40)
+            .map(|i| noise(1_000 + i, i as u64))
+            .collect();
+        // Listed largest first: the smallest are chosen, whatever the order.
+        let groups: Vec<Vec<usize>> = (0..chunks.len()).rev().map(|i| vec![i]).collect();
+        let refs: Vec<&[usize]> = groups.iter().map(|g| g.as_slice()).collect();
+        let (cache, m) = revision(&refs, &chunks);
+        assert_eq!(warm_small_files(&cache, &m), MAX_FILES);
+        for (i, c) in chunks.iter().enumerate() {
+            assert_eq!(cache.holds(&chunker::ChunkId::of(c)), i < MAX_FILES, "{i}");
+        }
+    }
+
+    #[test]
+    fn warming_stops_at_its_byte_cap() {
+        // Twenty files of 120,000 bytes: 2 MiB holds 17 of them.
+        let chunks: Vec<Vec<u8>> = (0..20).map(|i| noise(120_000, i)).collect();
+        let groups: Vec<Vec<usize>> = (0..20).map(|i| vec![i]).collect();
+        let refs: Vec<&[usize]> = groups.iter().map(|g| g.as_slice()).collect();
+        let (cache, m) = revision(&refs, &chunks);
+        let n = warm_small_files(&cache, &m);
+        assert_eq!(n as u64, MAX_BYTES / 120_000);
+    }
+}
