@@ -98,7 +98,8 @@ pub enum Command {
         /// Point this ref (branch or tag) at the ingested commit; repeatable.
         #[arg(long = "ref", value_name = "NAME")]
         refs: Vec<String>,
-        /// Threads for reading and for compressing (each); default: the number of CPUs.
+        /// Threads for reading and for compressing (each); default: the number of CPUs
+        /// compressing, and as many reading but at least 4 (reads wait on the disk).
         #[arg(long)]
         threads: Option<usize>,
         /// Print the report as JSON.

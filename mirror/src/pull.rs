@@ -121,8 +121,10 @@ pub fn pull(
         origin: "hub",
         dir: PathBuf::from(client.endpoint()),
     };
+    // One reader per download at once (`--jobs`), as many workers.
     let iopts = IngestOptions {
         threads: opts.jobs.max(1),
+        readers: opts.jobs.max(1),
         keep_partial: true,
     };
     let before = client.stats();

@@ -91,6 +91,13 @@ impl ObjectStore for CountingStore {
     fn sync_deferred(&self) -> Result<()> {
         self.inner.sync_deferred()
     }
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        for (_, data) in objects {
+            add(&self.c.put, 1);
+            add(&self.c.bytes_written, data.len() as u64);
+        }
+        self.inner.put_many(objects)
+    }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         add(&self.c.get, 1);
         let b = self.inner.get(key)?;

@@ -95,6 +95,18 @@ pub trait ObjectStore: Send + Sync {
     fn sync_deferred(&self) -> Result<()> {
         Ok(())
     }
+    /// Stores several small objects (manifests, refs), each as [`ObjectStore::put`] would:
+    /// every one is atomic, and durable once this returns `Ok`. Keys must be distinct; the
+    /// order in which the objects become visible is not specified. On an error some may
+    /// have been stored and others not, as with puts one after the other. A store may do
+    /// the work together: the local store syncs them all before renaming any into place
+    /// (one journal commit instead of two per object), S3 sends the PUTs concurrently.
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        for (key, data) in objects {
+            self.put(key, data)?;
+        }
+        Ok(())
+    }
     /// The whole object. [`crate::ObjectError::NotFound`] when absent.
     fn get(&self, key: &str) -> Result<Vec<u8>>;
     /// `len` bytes from `offset`. Fewer bytes than asked is an error

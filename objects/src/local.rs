@@ -118,6 +118,59 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    /// [`ObjectStore::put_many`]: writes every object to `tmp/` (recorded in `written`,
+    /// emptied as they are renamed), syncs them, renames them and syncs their directories.
+    fn put_many_into(
+        &self,
+        objects: &[(String, Vec<u8>)],
+        written: &mut Vec<(PathBuf, PathBuf)>,
+    ) -> Result<()> {
+        let tmp_dir = self.root.join(TMP_DIR);
+        fs::create_dir_all(&tmp_dir).map_err(|e| ObjectError::io(&tmp_dir, e))?;
+        let mut files = Vec::with_capacity(objects.len());
+        for (key, data) in objects {
+            let dest = self.path(key)?;
+            let tmp = self.tmp_path();
+            let mut f = File::create(&tmp).map_err(|e| ObjectError::io(&tmp, e))?;
+            written.push((tmp.clone(), dest));
+            f.write_all(data).map_err(|e| ObjectError::io(&tmp, e))?;
+            files.push(f);
+        }
+        let whole_fs = objects.len() >= SYNCFS_BATCH;
+        if whole_fs {
+            syncfs(&tmp_dir)?;
+        } else {
+            for (f, (tmp, _)) in files.iter().zip(written.iter()) {
+                f.sync_data().map_err(|e| ObjectError::io(tmp, e))?;
+            }
+        }
+        drop(files);
+        // Directories to sync: those the objects go into, and the parent of every
+        // directory made for them (synced once each at the end, not once per directory).
+        let mut dirs = std::collections::BTreeSet::new();
+        let mut renamed = 0;
+        let outcome = written.iter().try_for_each(|(tmp, dest)| {
+            let parent = dest.parent().unwrap_or(&self.root);
+            create_dirs(parent, &mut dirs)?;
+            fs::rename(tmp, dest).map_err(|e| ObjectError::io(dest, e))?;
+            renamed += 1;
+            dirs.insert(parent.to_path_buf());
+            Ok(())
+        });
+        written.drain(..renamed);
+        outcome?;
+        if whole_fs {
+            // tmp/ and every destination are on one filesystem (rename would have failed).
+            return syncfs(&tmp_dir);
+        }
+        for d in dirs {
+            sync_dir(&d)?;
+        }
+        Ok(())
+    }
+}
+
 /// Creates `dir` and any missing ancestors, fsyncing the parent of each directory it
 /// creates: a new `packs/xx/` or `repos/<org>/<name>/manifests/` must survive a power cut
 /// as surely as the object renamed into it (whose own directory the caller syncs).
@@ -136,6 +189,25 @@ fn create_dirs_durably(dir: &Path) -> Result<()> {
         Err(e) => return Err(ObjectError::io(dir, e)),
     }
     sync_dir(dir.parent().unwrap_or(dir))
+}
+
+/// Creates `dir` and any missing ancestors without syncing; the parent of each directory
+/// it creates goes into `to_sync`, for the caller to sync before it reports success.
+fn create_dirs(dir: &Path, to_sync: &mut std::collections::BTreeSet<PathBuf>) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs(parent, to_sync)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        // Made by another writer meanwhile: it syncs it, or is about to; we sync it too.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(ObjectError::io(dir, e)),
+    }
+    to_sync.insert(dir.parent().unwrap_or(dir).to_path_buf());
+    Ok(())
 }
 
 /// Up to `len` bytes at `offset` of `file` (fewer only at its end), by `pread`, so that
@@ -164,6 +236,25 @@ fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
         }
     }
     Ok(out)
+}
+
+/// Batches of [`ObjectStore::put_many`] at least this large are made durable with
+/// `syncfs` (every dirty page and inode of the store's filesystem, then one device flush)
+/// rather than one `fsync` per file and directory, each of which flushes the device: 200
+/// manifests cost 0.17 s of syncs that way on a virtio disk. Smaller batches sync file by
+/// file, so a lone `modelcas ref` never waits for other programs' dirty pages.
+pub const SYNCFS_BATCH: usize = 8;
+
+/// `syncfs(2)` of the filesystem holding `dir`: when it returns, every write to that
+/// filesystem made before the call is durable (Linux reports writeback errors since 5.8).
+fn syncfs(dir: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = File::open(dir).map_err(|e| ObjectError::io(dir, e))?;
+    // SAFETY: a valid open file descriptor; syncfs touches no memory of ours.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(ObjectError::io(dir, std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
@@ -203,6 +294,21 @@ impl ObjectStore for LocalStore {
             sync_dir(&d)?;
         }
         Ok(())
+    }
+
+    /// Every object is written to a temporary file, all of them are made durable, and only
+    /// then is each renamed into place, the directories made durable after: each object is
+    /// absent or complete whatever happens, as with [`ObjectStore::put`]. A batch of
+    /// [`SYNCFS_BATCH`] objects or more is made durable with two `syncfs` calls (one
+    /// device flush each) instead of two `fsync`s per object.
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        let mut written: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(objects.len());
+        let result = self.put_many_into(objects, &mut written);
+        // Whatever was not renamed into place (an error) goes.
+        for (tmp, _) in &written {
+            let _ = fs::remove_file(tmp);
+        }
+        result
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>> {
@@ -416,5 +522,88 @@ mod tests {
             }
         }
         assert_eq!(store.get("repos/ab/cd/object").unwrap(), b"x");
+    }
+
+    fn tmp_files(root: &Path) -> usize {
+        fs::read_dir(root.join(TMP_DIR)).map_or(0, |d| d.count())
+    }
+
+    /// A small batch syncs file by file: every directory it made has its parent synced,
+    /// and every object's directory is synced, as `put` does for one object.
+    #[test]
+    fn put_many_of_a_few_objects_syncs_every_directory_it_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        let store = LocalStore::new(&root);
+        SYNCED.with(|s| s.borrow_mut().clear());
+        let objects = vec![
+            ("repos/a/b/manifests/1".to_string(), b"one".to_vec()),
+            ("repos/a/c/refs/main".to_string(), b"two".to_vec()),
+        ];
+        store.put_many(&objects).unwrap();
+        let synced = SYNCED.with(|s| s.borrow().clone());
+        for dir in ["", "repos", "repos/a", "repos/a/b", "repos/a/c", "repos/a/b/manifests", "repos/a/c/refs"] {
+            let dir = if dir.is_empty() { root.clone() } else { root.join(dir) };
+            assert!(synced.contains(&dir), "{} not synced: {synced:?}", dir.display());
+        }
+        for (k, v) in &objects {
+            assert_eq!(&store.get(k).unwrap(), v);
+        }
+        assert_eq!(tmp_files(&root), 0);
+    }
+
+    /// A large batch (syncfs) stores every object whole and leaves nothing in `tmp/`.
+    #[test]
+    fn put_many_of_a_large_batch_stores_every_object() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        let store = LocalStore::new(&root);
+        let objects: Vec<(String, Vec<u8>)> = (0..SYNCFS_BATCH * 5)
+            .map(|i| (format!("repos/o{}/n{i}/manifests/m", i % 3), vec![i as u8; 100 + i]))
+            .collect();
+        store.put_many(&objects).unwrap();
+        for (k, v) in &objects {
+            assert_eq!(&store.get(k).unwrap(), v);
+        }
+        assert_eq!(store.list("repos/").unwrap().len(), objects.len());
+        assert_eq!(tmp_files(&root), 0);
+        // Objects already there are replaced.
+        let again: Vec<(String, Vec<u8>)> =
+            objects.iter().map(|(k, _)| (k.clone(), b"new".to_vec())).collect();
+        store.put_many(&again).unwrap();
+        assert_eq!(store.get(&objects[7].0).unwrap(), b"new");
+    }
+
+    /// A batch that fails part-way leaves every object it made visible complete, the
+    /// others absent, and no temporary file behind.
+    #[test]
+    fn put_many_that_fails_leaves_whole_objects_and_no_temporaries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        let store = LocalStore::new(&root);
+        // The third destination is a directory: its rename fails.
+        fs::create_dir_all(root.join("repos/x/blocked/inside")).unwrap();
+        for n in [3, SYNCFS_BATCH + 2] {
+            let mut objects: Vec<(String, Vec<u8>)> = (0..n)
+                .map(|i| (format!("repos/x/ok{n}-{i}"), vec![7u8; 1000]))
+                .collect();
+            objects[2].0 = "repos/x/blocked".into();
+            assert!(store.put_many(&objects).is_err());
+            assert_eq!(tmp_files(&root), 0, "batch of {n}");
+            for (k, v) in objects.iter().filter(|(k, _)| !k.ends_with("blocked")) {
+                match store.get(k) {
+                    Ok(got) => assert_eq!(&got, v, "{k}"),
+                    Err(e) => assert!(matches!(e, ObjectError::NotFound(_)), "{k}: {e}"),
+                }
+            }
+        }
+        // A key refused before anything is written: nothing at all.
+        let bad = vec![
+            ("repos/y/1".to_string(), b"a".to_vec()),
+            ("../escape".to_string(), b"b".to_vec()),
+        ];
+        assert!(store.put_many(&bad).is_err());
+        assert!(matches!(store.get("repos/y/1"), Err(ObjectError::NotFound(_))));
+        assert_eq!(tmp_files(&root), 0);
     }
 }

@@ -31,6 +31,18 @@ use crate::{ObjectError, Result};
 
 /// Objects larger than this are uploaded in parts.
 pub const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
+/// Concurrent PUTs of [`ObjectStore::put_many`] (small objects: manifests, refs).
+pub const PUTS_AT_ONCE: usize = 16;
+
+/// The outcome of one spawned PUT of `put_many`; a task that panicked is an error too.
+fn join_put(
+    done: Option<std::result::Result<Result<()>, tokio::task::JoinError>>,
+) -> Option<Result<()>> {
+    Some(match done? {
+        Ok(r) => r,
+        Err(e) => Err(backend_err("put", "(batch)", e.to_string())),
+    })
+}
 /// Part size of multipart uploads (S3 needs at least 5 MiB).
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Attempts per request, retries included.
@@ -396,6 +408,50 @@ impl ObjectStore for S3Store {
                 .await
                 .map(|_| ())
                 .map_err(|e| backend_err("put", key, describe(&e)))
+        })
+    }
+
+    /// The PUTs go out concurrently, at most [`PUTS_AT_ONCE`] at a time; objects over
+    /// [`MULTIPART_THRESHOLD`] go one after the other as [`ObjectStore::put`] sends them.
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        let (small, large): (Vec<_>, Vec<_>) = objects
+            .iter()
+            .partition(|(_, data)| data.len() <= MULTIPART_THRESHOLD);
+        for (key, data) in large {
+            self.put(key, data)?;
+        }
+        let mut jobs = Vec::with_capacity(small.len());
+        for (key, data) in small {
+            jobs.push((key.clone(), self.full_key(key)?, data.clone()));
+        }
+        self.rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            let mut first_error = None;
+            for (key, full, data) in jobs {
+                if set.len() >= PUTS_AT_ONCE {
+                    if let Some(Err(e)) = join_put(set.join_next().await) {
+                        first_error.get_or_insert(e);
+                    }
+                }
+                let put = self
+                    .client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(full)
+                    .body(ByteStream::from(data));
+                set.spawn(async move {
+                    put.send()
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| backend_err("put", &key, describe(&e)))
+                });
+            }
+            while let Some(done) = set.join_next().await {
+                if let Some(Err(e)) = join_put(Some(done)) {
+                    first_error.get_or_insert(e);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
         })
     }
 

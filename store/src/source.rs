@@ -96,8 +96,10 @@ pub fn discover(path: &Path, opts: &DiscoverOptions) -> Result<Discovered> {
         cache_repo(path, opts.repo.clone(), &mut out)?;
     } else if let Some(repos) = cache_repos_in(path)? {
         reject_plain_options(path, opts, false)?;
-        for r in repos {
-            cache_repo(&r, None, &mut out)?;
+        for found in cache_repos(&repos) {
+            let found = found?;
+            out.snapshots.extend(found.snapshots);
+            out.warnings.extend(found.warnings);
         }
     } else {
         plain(path, opts, &mut out)?;
@@ -155,6 +157,39 @@ fn repo_from_cache_dir(dir: &Path) -> Result<RepoId> {
             format!("repo {rest:?} has no organisation; ingest it with --repo ORG/NAME"),
         )),
     }
+}
+
+/// Threads listing the repositories of a hub cache at once: on a cold node each waits on
+/// the disk for directory blocks and inodes, and several outstanding reads finish sooner.
+const DISCOVER_THREADS: usize = 8;
+
+/// What each repository of a hub cache holds, in the order of `repos`, listed by up to
+/// [`DISCOVER_THREADS`] threads (no more once one has failed).
+fn cache_repos(repos: &[PathBuf]) -> Vec<Result<Discovered>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let found: Vec<std::sync::Mutex<Option<Result<Discovered>>>> =
+        repos.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..DISCOVER_THREADS.min(repos.len()) {
+            s.spawn(|| {
+                use std::sync::atomic::Ordering::SeqCst;
+                while !failed.load(SeqCst) {
+                    let i = next.fetch_add(1, SeqCst);
+                    let Some(dir) = repos.get(i) else { break };
+                    let mut out = Discovered::default();
+                    let r = cache_repo(dir, None, &mut out).map(|()| out);
+                    failed.fetch_or(r.is_err(), SeqCst);
+                    *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                }
+            });
+        }
+    });
+    // Repositories after a failure may be unlisted: the failure comes first in order.
+    found
+        .into_iter()
+        .map_while(|f| f.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect()
 }
 
 fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<()> {
@@ -324,7 +359,13 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, cache: bool) -> R
             collect(root, &p, out, cache)?;
             continue;
         }
-        let meta = match fs::metadata(&p) {
+        // A regular file's lstat says all; a link is followed to what it names.
+        let followed = if lmeta.file_type().is_symlink() {
+            fs::metadata(&p)
+        } else {
+            Ok(lmeta.clone())
+        };
+        let meta = match followed {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let target = fs::read_link(&p)

@@ -43,6 +43,7 @@ pub fn run(
     let mut iopts = IngestOptions::default();
     if let Some(t) = threads {
         iopts.threads = t;
+        iopts.readers = t;
     }
     let started = std::time::Instant::now();
     let report = store::ingest::ingest(&store, &index, &found.snapshots, iopts, &bar)?;

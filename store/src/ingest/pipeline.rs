@@ -94,10 +94,10 @@ pub(super) fn run_pipeline(
     progress: &dyn Progress,
     report: &mut IngestReport,
 ) -> Result<(Vec<FileResult>, HashMap<ChunkId, ChunkLoc>)> {
-    let threads = opts.threads.max(1);
+    let (workers, readers) = (opts.threads.max(1), opts.readers.max(1));
     let params = store.config().chunk_params();
-    let shared = Shared::new(store, index, opener, threads);
-    let results = run_threads(&shared, sources, threads, params, progress);
+    let shared = Shared::new(store, index, opener, readers);
+    let results = run_threads(&shared, sources, (readers, workers), params, progress);
     let failed = shared
         .error
         .lock()
@@ -144,17 +144,17 @@ pub(super) fn run_pipeline(
 }
 
 impl<'a> Shared<'a> {
-    /// The state of a pipeline with `threads` lanes, nothing claimed or sealed yet.
-    fn new(store: &'a Store, index: &'a Index, opener: &'a dyn Opener, threads: usize) -> Self {
+    /// The state of a pipeline with `lanes` lanes, nothing claimed or sealed yet.
+    fn new(store: &'a Store, index: &'a Index, opener: &'a dyn Opener, lanes: usize) -> Self {
         Shared {
             store,
             index,
             opener,
             claims: Mutex::new(HashMap::new()),
-            open_packs: (0..threads)
+            open_packs: (0..lanes)
                 .map(|i| Mutex::new((i, PackBuilder::new())))
                 .collect(),
-            next_pack_seq: std::sync::atomic::AtomicUsize::new(threads),
+            next_pack_seq: std::sync::atomic::AtomicUsize::new(lanes),
             sealed: Mutex::new(Vec::new()),
             pack_target: store.config().pack_target as usize,
             abort: AtomicBool::new(false),
@@ -168,8 +168,6 @@ impl<'a> Shared<'a> {
     }
 }
 
-/// Runs `threads` workers and `threads` readers (one lane each) until every source is
-/// read or the pipeline aborts; returns what each source chunked into (None if unread).
 /// Seals the last pack of every lane.
 fn seal_open_packs(shared: &Shared<'_>) -> Result<()> {
     for lane in &shared.open_packs {
@@ -184,10 +182,12 @@ fn seal_open_packs(shared: &Shared<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Runs `workers` workers and `readers` readers (one lane each) until every source is
+/// read or the pipeline aborts; returns what each source chunked into (None if unread).
 fn run_threads(
     shared: &Shared<'_>,
     sources: &[Source],
-    threads: usize,
+    (readers, workers): (usize, usize),
     params: ChunkParams,
     progress: &dyn Progress,
 ) -> Vec<Option<FileResult>> {
@@ -197,18 +197,18 @@ fn run_threads(
     let mut order: Vec<usize> = (0..sources.len()).collect();
     order.sort_by(|&a, &b| sources[b].2.cmp(&sources[a].2));
     let order = &order;
-    let (job_tx, job_rx) = bounded::<Job>(threads * 2);
+    let (job_tx, job_rx) = bounded::<Job>(workers * 2);
     std::thread::scope(|s| {
-        for _ in 0..threads {
+        for _ in 0..workers {
             let rx = job_rx.clone();
             s.spawn(move || worker(shared, rx));
         }
         drop(job_rx);
-        let mut readers = Vec::new();
-        for lane in 0..threads {
+        let mut reading = Vec::new();
+        for lane in 0..readers {
             let tx = job_tx.clone();
             let (results, next_file) = (&results, &next_file);
-            readers.push(s.spawn(move || loop {
+            reading.push(s.spawn(move || loop {
                 let k = next_file.fetch_add(1, Ordering::SeqCst) as usize;
                 if k >= sources.len() || shared.abort.load(Ordering::SeqCst) {
                     break;
