@@ -277,7 +277,11 @@ fn the_small_files_of_a_listed_revision_are_fetched_before_they_are_read() {
         .collect();
     assert!(configs.len() >= 3, "{configs:?}");
     for (path, sha) in &configs {
-        assert_eq!(sha256_file(&m.p(&format!("{REPO}/r4/{path}"))), *sha, "{path}");
+        assert_eq!(
+            sha256_file(&m.p(&format!("{REPO}/r4/{path}"))),
+            *sha,
+            "{path}"
+        );
     }
     let page = scrape(&addr);
     assert_eq!(

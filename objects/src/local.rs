@@ -542,9 +542,25 @@ mod tests {
         ];
         store.put_many(&objects).unwrap();
         let synced = SYNCED.with(|s| s.borrow().clone());
-        for dir in ["", "repos", "repos/a", "repos/a/b", "repos/a/c", "repos/a/b/manifests", "repos/a/c/refs"] {
-            let dir = if dir.is_empty() { root.clone() } else { root.join(dir) };
-            assert!(synced.contains(&dir), "{} not synced: {synced:?}", dir.display());
+        for dir in [
+            "",
+            "repos",
+            "repos/a",
+            "repos/a/b",
+            "repos/a/c",
+            "repos/a/b/manifests",
+            "repos/a/c/refs",
+        ] {
+            let dir = if dir.is_empty() {
+                root.clone()
+            } else {
+                root.join(dir)
+            };
+            assert!(
+                synced.contains(&dir),
+                "{} not synced: {synced:?}",
+                dir.display()
+            );
         }
         for (k, v) in &objects {
             assert_eq!(&store.get(k).unwrap(), v);
@@ -559,7 +575,12 @@ mod tests {
         let root = tmp.path().join("store");
         let store = LocalStore::new(&root);
         let objects: Vec<(String, Vec<u8>)> = (0..SYNCFS_BATCH * 5)
-            .map(|i| (format!("repos/o{}/n{i}/manifests/m", i % 3), vec![i as u8; 100 + i]))
+            .map(|i| {
+                (
+                    format!("repos/o{}/n{i}/manifests/m", i % 3),
+                    vec![i as u8; 100 + i],
+                )
+            })
             .collect();
         store.put_many(&objects).unwrap();
         for (k, v) in &objects {
@@ -568,8 +589,10 @@ mod tests {
         assert_eq!(store.list("repos/").unwrap().len(), objects.len());
         assert_eq!(tmp_files(&root), 0);
         // Objects already there are replaced.
-        let again: Vec<(String, Vec<u8>)> =
-            objects.iter().map(|(k, _)| (k.clone(), b"new".to_vec())).collect();
+        let again: Vec<(String, Vec<u8>)> = objects
+            .iter()
+            .map(|(k, _)| (k.clone(), b"new".to_vec()))
+            .collect();
         store.put_many(&again).unwrap();
         assert_eq!(store.get(&objects[7].0).unwrap(), b"new");
     }
@@ -603,7 +626,10 @@ mod tests {
             ("../escape".to_string(), b"b".to_vec()),
         ];
         assert!(store.put_many(&bad).is_err());
-        assert!(matches!(store.get("repos/y/1"), Err(ObjectError::NotFound(_))));
+        assert!(matches!(
+            store.get("repos/y/1"),
+            Err(ObjectError::NotFound(_))
+        ));
         assert_eq!(tmp_files(&root), 0);
     }
 }

@@ -332,7 +332,9 @@ impl Store {
             .enumerate()
             .map(|(i, k)| (k.as_str(), i))
             .collect();
-        let writes: Vec<usize> = (0..refs.len()).filter(|&i| last[keys[i].as_str()] == i).collect();
+        let writes: Vec<usize> = (0..refs.len())
+            .filter(|&i| last[keys[i].as_str()] == i)
+            .collect();
         let mut before = Vec::with_capacity(writes.len());
         for &i in &writes {
             before.push(match self.backend.get(&keys[i]) {
@@ -704,8 +706,14 @@ mod tests {
             (repo.clone(), "main".to_string(), c),
         ];
         let outcomes = store.set_refs(&batch).unwrap();
-        assert!(matches!(outcomes[0], Err(StoreError::RemovedMeanwhile { .. })));
-        assert!(matches!(outcomes[1], Err(StoreError::RemovedMeanwhile { .. })));
+        assert!(matches!(
+            outcomes[0],
+            Err(StoreError::RemovedMeanwhile { .. })
+        ));
+        assert!(matches!(
+            outcomes[1],
+            Err(StoreError::RemovedMeanwhile { .. })
+        ));
         assert!(outcomes[2].is_ok());
         let refs = store.refs(&repo).unwrap();
         assert_eq!(refs.get("stable"), Some(&a), "put back as it was");
