@@ -99,7 +99,8 @@ pub enum Command {
         #[arg(long = "ref", value_name = "NAME")]
         refs: Vec<String>,
         /// Threads for reading and for compressing (each); default: the number of CPUs
-        /// compressing, and as many reading but at least 4 (reads wait on the disk).
+        /// compressing, and as many reading but at least 4 (reads wait on the disk) and at
+        /// most 8 (each reader fills a pack of its own in memory).
         #[arg(long)]
         threads: Option<usize>,
         /// Print the report as JSON.

@@ -33,16 +33,6 @@ use crate::{ObjectError, Result};
 pub const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
 /// Concurrent PUTs of [`ObjectStore::put_many`] (small objects: manifests, refs).
 pub const PUTS_AT_ONCE: usize = 16;
-
-/// The outcome of one spawned PUT of `put_many`; a task that panicked is an error too.
-fn join_put(
-    done: Option<std::result::Result<Result<()>, tokio::task::JoinError>>,
-) -> Option<Result<()>> {
-    Some(match done? {
-        Ok(r) => r,
-        Err(e) => Err(backend_err("put", "(batch)", e.to_string())),
-    })
-}
 /// Part size of multipart uploads (S3 needs at least 5 MiB).
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Attempts per request, retries included.
@@ -132,6 +122,16 @@ impl aws_sdk_s3::config::Intercept for DateCapture {
 
 fn system_time(t: Option<&DateTime>) -> Option<SystemTime> {
     t.and_then(|t| SystemTime::try_from(*t).ok())
+}
+
+/// The outcome of one spawned PUT of `put_many`; a task that panicked is an error too.
+fn join_put(
+    done: Option<std::result::Result<Result<()>, tokio::task::JoinError>>,
+) -> Option<Result<()>> {
+    Some(match done? {
+        Ok(r) => r,
+        Err(e) => Err(backend_err("put", "(batch)", e.to_string())),
+    })
 }
 
 fn backend_err(op: &'static str, key: &str, reason: impl Into<String>) -> ObjectError {

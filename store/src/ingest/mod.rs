@@ -62,8 +62,8 @@ pub struct IngestOptions {
     /// of CPUs.
     pub threads: usize,
     /// Reader threads (one file each, FastCDC and SHA-256 as the bytes pass; each with a
-    /// pack of its own, so that a file's frames lie together); default: the number of
-    /// CPUs, at least [`MIN_READERS`].
+    /// pack of its own being filled in memory, so that a file's frames lie together);
+    /// default: the number of CPUs, at least [`MIN_READERS`] and at most [`MAX_READERS`].
     pub readers: usize,
     /// On failure, still write the packs holding the chunks read so far (no manifest names
     /// them; a rerun deduplicates against them and, through the index's file records,
@@ -77,6 +77,10 @@ pub struct IngestOptions {
 /// idle a third of the time on a hub cache of 660 small blobs (4 readers: its pipeline
 /// 0.85-1.03 s to 0.71-0.75 s).
 pub const MIN_READERS: usize = 4;
+/// Most reader threads by default: each fills a pack of its own in memory (32 MiB by
+/// default), so readers bound an ingest's memory; 8 read at several GB/s, more than a
+/// disk or a network gives.
+pub const MAX_READERS: usize = 8;
 
 impl Default for IngestOptions {
     fn default() -> Self {
@@ -85,7 +89,7 @@ impl Default for IngestOptions {
             .unwrap_or(2);
         IngestOptions {
             threads: cpus,
-            readers: cpus.max(MIN_READERS),
+            readers: cpus.clamp(MIN_READERS, MAX_READERS),
             keep_partial: false,
         }
     }

@@ -337,7 +337,7 @@ fn read_file(
     let mut size = 0u64;
     let mut seq = 0u64;
     let mut failed = None;
-    for chunk in StreamChunker::new(file, params) {
+    for chunk in StreamChunker::with_size_hint(file, params, *source_size) {
         if shared.abort.load(Ordering::SeqCst) {
             failed = Some(StoreError::Invalid("ingest aborted".into()));
             break;
