@@ -31,9 +31,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import gen_revisions as G  # noqa: E402
 
-BIN, WORK, PART = sys.argv[1], sys.argv[2], sys.argv[3]
-BIG = int(sys.argv[4]) if len(sys.argv) > 4 else 8192
-ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+# Run as a script, the arguments; imported (bench/ingest_ab.py uses the data generators and
+# `timed`), the importer sets WORK.
+ARGS = sys.argv[1:] if __name__ == "__main__" else ["", "", ""]
+BIN, WORK, PART = ARGS[0], ARGS[1], ARGS[2]
+BIG = int(ARGS[3]) if len(ARGS) > 3 else 8192
+ROUNDS = int(ARGS[4]) if len(ARGS) > 4 else 3
 GEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen_revisions.py")
 GIB = 2**30
 # smaller counts for trying the script out; the figures in docs/BENCHMARKS.md use the defaults

@@ -390,17 +390,19 @@ impl ChunkCache {
             }),
         };
         let frame = frame.unwrap_or(&[]);
-        match (&result, self.store.disk_cache(), d.cached) {
-            (Ok(_), Some(disk), false) => disk.put(&src.id, frame),
-            (Err(_), Some(disk), true) => {
-                disk.remove(&src.id);
-                result = self
-                    .store
-                    .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
-            }
-            _ => {}
+        let disk = self.store.disk_cache();
+        if let (Err(_), Some(disk), true) = (&result, disk, d.cached) {
+            disk.remove(&src.id);
+            result = self
+                .store
+                .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
         }
+        let keep = result.is_ok() && !d.cached;
+        // Readers first; the node-local copy after (a file written, not waited for).
         self.finish(src, &d.slot, result);
+        if let (true, Some(disk)) = (keep, disk) {
+            disk.put(&src.id, frame);
+        }
     }
 
     /// Records the outcome of a fetch and wakes its waiters.
