@@ -36,6 +36,32 @@ pub fn noise(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+impl OnePack {
+    /// The manifest's reference to chunk `i` of the pack (pack 0 of the manifest).
+    pub fn chunk_ref(&self, i: usize) -> repo::manifest::ChunkRef {
+        let e = &self.entries[i];
+        repo::manifest::ChunkRef {
+            id: e.id,
+            pack: 0,
+            offset: e.offset,
+            frame_len: e.frame_len,
+            raw_len: e.raw_len,
+        }
+    }
+
+    /// A manifest of `files` whose only pack is this one.
+    pub fn manifest(&self, files: Vec<repo::manifest::FileEntry>) -> repo::manifest::Manifest {
+        repo::manifest::Manifest {
+            repo: repo::names::RepoId::parse("a/b").unwrap(),
+            commit: repo::names::CommitId([1; 20]),
+            ingested_at: 0,
+            source: "test".into(),
+            packs: vec![self.pack],
+            files,
+        }
+    }
+}
+
 /// Builds the store and puts the pack.
 pub fn one_pack(chunks: &[Vec<u8>]) -> OnePack {
     let backend = Arc::new(MemoryStore::new());

@@ -64,8 +64,7 @@ pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
 mod tests {
     use super::*;
     use crate::test_pack::{noise, one_pack};
-    use repo::manifest::{ChunkRef, FileEntry};
-    use repo::names::{CommitId, RepoId};
+    use repo::manifest::FileEntry;
 
     /// A revision whose file `i` is the chunks `groups[i]` of one pack holding `chunks`.
     fn revision(groups: &[&[usize]], chunks: &[Vec<u8>]) -> (Arc<ChunkCache>, Manifest) {
@@ -78,31 +77,11 @@ mod tests {
                 size: g.iter().map(|&c| chunks[c].len() as u64).sum(),
                 sha256: [0; 32],
                 executable: false,
-                chunks: g
-                    .iter()
-                    .map(|&c| {
-                        let e = &p.entries[c];
-                        ChunkRef {
-                            id: e.id,
-                            pack: 0,
-                            offset: e.offset,
-                            frame_len: e.frame_len,
-                            raw_len: e.raw_len,
-                        }
-                    })
-                    .collect(),
+                chunks: g.iter().map(|&c| p.chunk_ref(c)).collect(),
             })
             .collect();
-        let m = Manifest {
-            repo: RepoId::parse("a/b").unwrap(),
-            commit: CommitId([1; 20]),
-            ingested_at: 0,
-            source: "test".into(),
-            packs: vec![p.pack],
-            files,
-        };
         let cache = Arc::new(ChunkCache::new(p.store.clone(), 64 << 20, 2).unwrap());
-        (cache, m)
+        (cache, p.manifest(files))
     }
 
     #[test]
