@@ -10,12 +10,16 @@ r1..r4 row (its sources are read into the page cache first, as bench/ingest_benc
   hub      ingest of a hub cache of 50 repositories (4 revisions each, 1-4 MiB; the data of
            bench/scale_bench.py's `files` part) against `borg create --compression zstd,3`
   small    ingest of 20,000 files of 1-16 KiB in 100 directories, against `borg create`
-  checkout checkout of those 20,000 files against `borg extract`
+  checkout checkout of those 20,000 files against `borg extract`, into the same directory
+           each time (removed before: ext4 then allocates inodes among those just freed,
+           which it scans slowly; most of either tool's time goes there)
+  checkout on a fresh fs  the same into a newly made ext4 filesystem each time (a loop
+           device: no history of deletions), the cost of the writes themselves
   r1..r4   ingest of r1, then r2, r3 and r4 of the series (one ingest each), against one
            `borg create` each
-Needs root (drop_caches), borg and /usr/bin/time.
+Needs root (drop_caches, loop mounts), mkfs.ext4, borg and /usr/bin/time.
 """
-import json, os, shutil, statistics, subprocess, sys, time
+import json, os, shutil, statistics, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scale_bench as S  # noqa: E402
@@ -59,6 +63,21 @@ def row_checkout(tool, st, co):
     return S.timed([tool, "-q", "checkout", f"bench/small-files@{REV}", co], st)[0]
 
 
+def row_checkout_fresh_fs(tool, st, d):
+    """row_checkout into a new ext4 filesystem (a 2 GiB loop device), unmounted after."""
+    img, mnt = f"{d}/fs.img", f"{d}/fs"
+    with open(img, "wb") as f:
+        f.truncate(2 << 30)
+    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, stdout=subprocess.DEVNULL)
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
+    try:
+        return row_checkout(tool, st, f"{mnt}/co")
+    finally:
+        subprocess.run(["umount", mnt], check=True)
+        os.remove(img)
+
+
 def row_series(tool, st, commits):
     fresh(st)
     revs = ["r1", "r2", "r3", "r4"]
@@ -85,23 +104,27 @@ def main():
                    env=S.env(src), check=True, stdout=subprocess.DEVNULL)
     borg_init(src)
     subprocess.run(["borg", "create", "--compression", "zstd,3", "::small", "."], env=S.env(src), cwd=small, check=True)
-    rows = {r: {t: [] for t in ("borg", "A", "B")} for r in ("hub", "small", "checkout", "r1..r4")}
+    rows = {r: {t: [] for t in ("borg", "A", "B")}
+            for r in ("hub", "small", "checkout", "checkout on a fresh fs", "r1..r4")}
     tools = (("borg", "borg"), ("A", BIN_A), ("B", BIN_B))
     for _ in range(ROUNDS):
         for tag, tool in tools:
             rows["hub"][tag].append(row_ingest(tool, f"{d}/st", hub, []))
             rows["small"][tag].append(row_ingest(tool, f"{d}/st", small, ["--repo", "bench/small-files", "--revision", REV]))
             rows["checkout"][tag].append(row_checkout(tool, src, f"{d}/co"))
+            rows["checkout on a fresh fs"][tag].append(row_checkout_fresh_fs(tool, src, d))
             rows["r1..r4"][tag].append(row_series(tool, f"{d}/st", commits))
     shutil.rmtree(d)
     print(f"A = {BIN_A}\nB = {BIN_B}\n{ROUNDS} rounds, medians (s); load average now {open('/proc/loadavg').read().split()[:3]}")
     print("| step | borg | A | B | borg / A | borg / B | A / B |\n|---|---|---|---|---|---|---|")
     for r, v in rows.items():
         m = {t: statistics.median(x) for t, x in v.items()}
-        base = "`borg extract`" if r == "checkout" else "`borg create`"
+        base = "`borg extract`" if r.startswith("checkout") else "`borg create`"
         print(f"| {r} vs {base} | {m['borg']:.2f} | {m['A']:.2f} | {m['B']:.2f} | {m['borg'] / m['A']:.2f}x | "
               f"{m['borg'] / m['B']:.2f}x | {m['A'] / m['B']:.2f}x |")
-    json.dump(rows, open(f"{WORK}/ingest_ab.json", "w"), indent=1)
+    print("\nevery round (s):")
+    for r, v in rows.items():
+        print(f"  {r}: " + "; ".join(f"{t} " + " ".join(f"{x:.2f}" for x in xs) for t, xs in v.items()))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 # checkout of small files, r1..r4 of the series), side by side with borg in one run
 # (bench/ingest_ab.py says what each row is): which change to ingest or checkout did what.
 #   bench/ingest_ab.sh BIN_A BIN_B [ROUNDS]    (default 3 rounds; the 512 MiB series)
-# Needs root (drop_caches).
+# Needs root (drop_caches, loop mounts) and mkfs.ext4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a="$(realpath "$1")"; b="$(realpath "$2")"

@@ -7,6 +7,7 @@
 # that version is not on PATH (about 11 minutes on a 2-core machine; the binary lands in
 # ~/.cargo/bin where later runs find it). The cluster, bucket and keys are set up through
 # Garage's admin API (`garage json-api`), whose JSON answers are read field by field.
+# GARAGE_COMPRESSION=none|LEVEL sets Garage's block compression (default: its own, 1).
 set -euo pipefail
 GARAGE_VERSION=2.5.0
 cmd="${1:?start|stop}"; dir="${2:?DIR}"
@@ -43,6 +44,10 @@ if ! garage --version 2>/dev/null | grep -qE "[:v ]${GARAGE_VERSION//./\\.}([^0-
     --features bundled-libs,sqlite
 fi
 mkdir -p "$dir/meta" "$dir/data"
+# Garage's own zstd of its data blocks: its default (1) unless GARAGE_COMPRESSION says
+# otherwise (a level, or none).
+compression="${GARAGE_COMPRESSION:-1}"
+[ "$compression" = none ] && compression='"none"'
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 s3_port=$(free_port); rpc_port=$(free_port); admin_port=$(free_port)
 cat > "$dir/garage.toml" <<TOML
@@ -50,6 +55,7 @@ metadata_dir = "$dir/meta"
 data_dir = "$dir/data"
 db_engine = "sqlite"
 replication_factor = 1
+compression_level = $compression
 rpc_bind_addr = "127.0.0.1:$rpc_port"
 rpc_public_addr = "127.0.0.1:$rpc_port"
 rpc_secret = "$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
