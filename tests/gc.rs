@@ -383,6 +383,39 @@ fn gc_interleaved_with_ingest_loses_nothing() {
         fsck_clean(&env, true);
     }
 
+    // A gc that expires the new, still detached revision after the ingest put its manifest
+    // back and before it sets its refs: the ingest puts it back again and sets them. (The
+    // ingest failed with "no such commit" when its refs became one batch checked after
+    // every manifest had been put back.)
+    let (env, pause) = env_with_pause();
+    ingest_rev(&env, "r1", &["main"]);
+    let point = "ingest-refs-after-restore";
+    let ingest = paused(
+        &env,
+        &[
+            "ingest",
+            s.plain("r2").to_str().unwrap(),
+            "--repo",
+            REPO,
+            "--revision",
+            &s.commit("r2"),
+            "--ref",
+            "r2",
+        ],
+        point,
+        &pause,
+    );
+    let g = gc(&env, &["--keep-last", "0"]);
+    assert!(
+        !listed_commits(&env).contains(&s.commit("r2")),
+        "gc did not expire the detached revision: {g:#}"
+    );
+    release(ingest, point, &pause);
+    assert!(listed_commits(&env).contains(&s.commit("r2")));
+    verifies(&env, "r2");
+    verifies(&env, "main");
+    fsck_clean(&env, true);
+
     // A gc paused after listing while a whole ingest runs: the new revision's packs look
     // unreferenced to that gc; the next run rescues them.
     let (env, pause) = env_with_pause();

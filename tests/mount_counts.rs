@@ -254,7 +254,7 @@ fn a_walk_of_small_files_asks_no_lookup_or_flush_per_file() {
     assert!(requests(&page, "flush") <= 1.0, "{page}");
 }
 
-/// Issue 15 (first byte of a small file): when the mount first resolves a revision it
+/// Issue 15 (first byte of a small file): when the mount first enters a revision it
 /// fetches the small files a loader reads first (`read::warm`), so a loader that lists the
 /// revision and then opens its configs finds every one of them in memory or on its way:
 /// no read waits on a fetch it started itself. On the code before, each of those files was

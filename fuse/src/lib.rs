@@ -131,9 +131,9 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
         }
         None => Namespace::full(store),
     };
-    // The small files a loader reads first are fetched when a revision is first resolved.
+    // The small files a loader reads first are fetched when a revision is first entered.
     let warm = cache.clone();
-    let ns = ns.on_new_tree(Box::new(move |tree| {
+    let ns = ns.on_first_entry(Box::new(move |tree| {
         read::warm::warm_small_files(&warm, &tree.manifest);
     }));
     let mut config = Config::default();

@@ -110,11 +110,15 @@ pub struct Namespace {
     repos: Mutex<Option<Timed<Vec<RepoId>>>>,
     refs: Mutex<HashMap<RepoId, Timed<Vec<(String, CommitId)>>>>,
     mounted_at: u64,
-    on_new_tree: Option<NewTreeHook>,
+    on_first_entry: Option<EntryHook>,
+    /// Revisions a name has been looked up in or listed, for `on_first_entry`.
+    entered: Mutex<std::collections::HashSet<(RepoId, CommitId)>>,
 }
 
-/// Called with each revision's tree when it is first built (a revision first resolved).
-pub type NewTreeHook = Box<dyn Fn(&Tree) + Send + Sync>;
+/// Called with a revision's tree the first time a name inside it is looked up or one of
+/// its directories listed (not when only its attributes are asked for: `ls -l` of a
+/// repository asks for every revision's).
+pub type EntryHook = Box<dyn Fn(&Tree) + Send + Sync>;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -148,15 +152,33 @@ impl Namespace {
             repos: Mutex::new(None),
             refs: Mutex::new(HashMap::new()),
             mounted_at: repo::manifest::now_secs(),
-            on_new_tree: None,
+            on_first_entry: None,
+            entered: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
-    /// Calls `hook` with each revision's tree when it is first built: the adapter warms
-    /// the files a loader reads first (`read::warm`). The hook must not block.
-    pub fn on_new_tree(mut self, hook: NewTreeHook) -> Namespace {
-        self.on_new_tree = Some(hook);
+    /// Calls `hook` with a revision's tree the first time something inside it is looked
+    /// up or listed: the adapter warms the files a loader reads first (`read::warm`). The
+    /// hook must not block.
+    pub fn on_first_entry(mut self, hook: EntryHook) -> Namespace {
+        self.on_first_entry = Some(hook);
         self
+    }
+
+    /// The tree of a revision being entered (a lookup or listing inside it).
+    fn enter(&self, repo: &RepoId, commit: &CommitId) -> Result<Arc<Tree>> {
+        let tree = self.tree(repo, commit)?;
+        if let Some(hook) = &self.on_first_entry {
+            let first = self
+                .entered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((repo.clone(), *commit));
+            if first {
+                hook(&tree);
+            }
+        }
+        Ok(tree)
     }
 
     /// The store.
@@ -239,15 +261,10 @@ impl Namespace {
         }
         let m = self.store.manifest(repo, commit)?;
         let tree = Arc::new(Tree::new(Arc::new(m)));
-        let first = self
-            .trees
+        self.trees
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, tree.clone())
-            .is_none();
-        if let (true, Some(hook)) = (first, &self.on_new_tree) {
-            hook(&tree);
-        }
+            .insert(key, tree.clone());
         Ok(tree)
     }
 
@@ -313,7 +330,7 @@ impl Namespace {
                 let Some((view, repo, commit, dir)) = self.dir_of(parent, &node)? else {
                     return Ok(None);
                 };
-                let tree = self.tree(&repo, &commit)?;
+                let tree = self.enter(&repo, &commit)?;
                 let path = Tree::join(&dir, name);
                 Ok(tree.lookup(&dir, name).map(|child| match child {
                     Child::Dir => self.ino(Node::Dir {
@@ -375,7 +392,7 @@ impl Namespace {
                 let Some((view, repo, commit, dir)) = self.dir_of(ino, &node)? else {
                     return Ok(Some(Vec::new()));
                 };
-                let tree = self.tree(&repo, &commit)?;
+                let tree = self.enter(&repo, &commit)?;
                 let Some(entries) = tree.list(&dir) else {
                     return Ok(None);
                 };

@@ -120,54 +120,62 @@ impl LocalStore {
 
 impl LocalStore {
     /// [`ObjectStore::put_many`]: writes every object to `tmp/` (recorded in `written`,
-    /// emptied as they are renamed), syncs them, renames them and syncs their directories.
+    /// emptied as they are renamed), makes them and every directory made for them durable,
+    /// renames them, and makes the renames durable.
     fn put_many_into(
         &self,
         objects: &[(String, Vec<u8>)],
         written: &mut Vec<(PathBuf, PathBuf)>,
     ) -> Result<()> {
+        // Every key checked before anything is written.
+        let dests = objects
+            .iter()
+            .map(|(key, _)| self.path(key))
+            .collect::<Result<Vec<_>>>()?;
         let tmp_dir = self.root.join(TMP_DIR);
         fs::create_dir_all(&tmp_dir).map_err(|e| ObjectError::io(&tmp_dir, e))?;
-        let mut files = Vec::with_capacity(objects.len());
-        for (key, data) in objects {
-            let dest = self.path(key)?;
+        // Opened before the first byte is written (see `WholeFs`).
+        let whole_fs = if objects.len() >= SYNCFS_BATCH {
+            WholeFs::open(&tmp_dir)?
+        } else {
+            None
+        };
+        // Each file closed once written (synced first without `syncfs`): a batch of
+        // thousands must not hold thousands of descriptors.
+        for ((_, data), dest) in objects.iter().zip(dests) {
             let tmp = self.tmp_path();
             let mut f = File::create(&tmp).map_err(|e| ObjectError::io(&tmp, e))?;
             written.push((tmp.clone(), dest));
             f.write_all(data).map_err(|e| ObjectError::io(&tmp, e))?;
-            files.push(f);
-        }
-        let whole_fs = objects.len() >= SYNCFS_BATCH;
-        if whole_fs {
-            syncfs(&tmp_dir)?;
-        } else {
-            for (f, (tmp, _)) in files.iter().zip(written.iter()) {
-                f.sync_data().map_err(|e| ObjectError::io(tmp, e))?;
+            if whole_fs.is_none() {
+                f.sync_data().map_err(|e| ObjectError::io(&tmp, e))?;
             }
         }
-        drop(files);
-        // Directories to sync: those the objects go into, and the parent of every
-        // directory made for them (synced once each at the end, not once per directory).
+        // Every directory the objects go into is made (and durable, below) before any
+        // object is renamed into it.
+        let mut made = std::collections::BTreeSet::new();
+        for (_, dest) in written.iter() {
+            create_dirs(dest.parent().unwrap_or(&self.root), &mut made)?;
+        }
+        match &whole_fs {
+            Some(fs) => fs.sync()?,
+            None => made.iter().try_for_each(|d| sync_dir(d))?,
+        }
         let mut dirs = std::collections::BTreeSet::new();
         let mut renamed = 0;
         let outcome = written.iter().try_for_each(|(tmp, dest)| {
-            let parent = dest.parent().unwrap_or(&self.root);
-            create_dirs(parent, &mut dirs)?;
             fs::rename(tmp, dest).map_err(|e| ObjectError::io(dest, e))?;
             renamed += 1;
-            dirs.insert(parent.to_path_buf());
+            dirs.insert(dest.parent().unwrap_or(&self.root).to_path_buf());
             Ok(())
         });
         written.drain(..renamed);
         outcome?;
-        if whole_fs {
+        match &whole_fs {
             // tmp/ and every destination are on one filesystem (rename would have failed).
-            return syncfs(&tmp_dir);
+            Some(fs) => fs.sync(),
+            None => dirs.iter().try_for_each(|d| sync_dir(d)),
         }
-        for d in dirs {
-            sync_dir(&d)?;
-        }
-        Ok(())
     }
 }
 
@@ -239,22 +247,79 @@ fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
 }
 
 /// Batches of [`ObjectStore::put_many`] at least this large are made durable with
-/// `syncfs` (every dirty page and inode of the store's filesystem, then one device flush)
-/// rather than one `fsync` per file and directory, each of which flushes the device: 200
-/// manifests cost 0.17 s of syncs that way on a virtio disk. Smaller batches sync file by
-/// file, so a lone `modelcas ref` never waits for other programs' dirty pages.
+/// `syncfs` where it can be trusted ([`WholeFs`]: every dirty page and inode of the store's
+/// filesystem, then one device flush) rather than one `fsync` per file and directory, each
+/// of which flushes the device: 200 manifests cost 0.17 s of syncs that way on a virtio
+/// disk. Smaller batches sync file by file, so a lone `modelcas ref` never waits for other
+/// programs' dirty pages.
 pub const SYNCFS_BATCH: usize = 8;
 
-/// `syncfs(2)` of the filesystem holding `dir`: when it returns, every write to that
-/// filesystem made before the call is durable (Linux reports writeback errors since 5.8).
-fn syncfs(dir: &Path) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    let d = File::open(dir).map_err(|e| ObjectError::io(dir, e))?;
-    // SAFETY: a valid open file descriptor; syncfs touches no memory of ours.
-    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-        return Err(ObjectError::io(dir, std::io::Error::last_os_error()));
+/// `syncfs(2)` of the filesystem holding a directory, where it can be trusted as the
+/// durability of a batch: Linux 5.8 or later (before, `syncfs` returned 0 whatever
+/// writeback did) and a local journaling filesystem (ext4, XFS, btrfs; on FUSE or network
+/// filesystems a `syncfs` need not reach the server as an `fsync` does). The directory is
+/// opened before the batch writes anything: a writeback error after that moment is then
+/// reported to this handle even if another process's `syncfs` saw it first.
+struct WholeFs {
+    dir: File,
+    path: PathBuf,
+}
+
+impl WholeFs {
+    /// `None` where `syncfs` cannot be trusted: the caller syncs file by file.
+    fn open(dir: &Path) -> Result<Option<WholeFs>> {
+        use std::os::fd::AsRawFd;
+        let f = File::open(dir).map_err(|e| ObjectError::io(dir, e))?;
+        if !kernel_reports_syncfs_errors() {
+            return Ok(None);
+        }
+        // SAFETY: statfs is plain old data, filled by the kernel for a valid descriptor.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
+            return Ok(None);
+        }
+        const EXT4: i64 = 0xEF53;
+        const XFS: i64 = 0x5846_5342;
+        const BTRFS: i64 = 0x9123_683E;
+        #[allow(clippy::unnecessary_cast)]
+        let local = matches!(st.f_type as i64, EXT4 | XFS | BTRFS);
+        Ok(local.then(|| WholeFs {
+            dir: f,
+            path: dir.to_path_buf(),
+        }))
     }
-    Ok(())
+
+    /// When it returns `Ok`, every write to the filesystem made before the call is durable.
+    fn sync(&self) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open descriptor; syncfs touches no memory of ours.
+        if unsafe { libc::syncfs(self.dir.as_raw_fd()) } != 0 {
+            return Err(ObjectError::io(&self.path, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
+/// Whether this kernel is Linux 5.8 or later, whose `syncfs` reports writeback errors.
+fn kernel_reports_syncfs_errors() -> bool {
+    static NEW_ENOUGH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NEW_ENOUGH.get_or_init(|| {
+        // SAFETY: utsname is plain old data, filled by the kernel.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return false;
+        }
+        let release: String = u
+            .release
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8 as char)
+            .collect();
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        (major, minor) >= (5, 8)
+    })
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

@@ -426,6 +426,10 @@ impl ObjectStore for S3Store {
     /// The PUTs go out concurrently, at most [`PUTS_AT_ONCE`] at a time; objects over
     /// [`MULTIPART_THRESHOLD`] go one after the other as [`ObjectStore::put`] sends them.
     fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
+        // Every key checked before anything is sent.
+        for (key, _) in objects {
+            self.full_key(key)?;
+        }
         let (small, large): (Vec<_>, Vec<_>) = objects
             .iter()
             .partition(|(_, data)| data.len() <= MULTIPART_THRESHOLD);

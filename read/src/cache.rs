@@ -255,22 +255,6 @@ impl ChunkCache {
         })
     }
 
-    /// Starts fetching the chunk unless it is cached, loading, or the budget is taken by
-    /// chunks still loading (prefetch never pushes memory past the budget). Returns
-    /// whether the chunk is cached or on its way.
-    pub fn prefetch(self: &Arc<Self>, src: &ChunkSource) -> bool {
-        let mut inner = self.lock();
-        if inner.map.contains_key(&src.id) {
-            return true;
-        }
-        if inner.loading_bytes + src.raw_len as usize > self.budget / 2 {
-            return false;
-        }
-        repo::metrics::add(&repo::metrics::METRICS.readahead_chunks, 1);
-        self.start_fetch(&mut inner, src);
-        true
-    }
-
     /// Prefetches `run` (chunks in file order), fetching frames that are adjacent in a pack
     /// with one ranged read of at most [`MAX_COALESCED`] bytes. Stops where the budget for
     /// loads in flight is used up; returns how many chunks of `run` are cached or on their
@@ -459,14 +443,6 @@ impl ChunkCache {
             .store
             .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
         self.finish(src, slot, result);
-    }
-
-    /// Claims the chunk and fetches it on a worker (a prefetch nobody waits for yet).
-    fn start_fetch(self: &Arc<Self>, inner: &mut Inner, src: &ChunkSource) -> Arc<Slot> {
-        let slot = self.claim(inner, src);
-        let (me, src, s) = (self.clone(), src.clone(), slot.clone());
-        self.pool.spawn(move || me.fetch_one(&src, &s));
-        slot
     }
 
     fn evict(&self, inner: &mut Inner) {

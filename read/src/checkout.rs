@@ -192,28 +192,34 @@ fn write_one(
 ) -> Result<()> {
     let dest = dir.join(safe_relative(&f.path)?);
     let partial = &dest.with_file_name(partial);
-    let result = (|| -> Result<()> {
-        let mode = if f.executable { 0o755 } else { 0o644 };
-        // Created with its mode; set again only where the umask takes bits of it away.
-        let file = fs::File::options()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(partial)
-            .map_err(|e| StoreError::io(partial, e))?;
-        // Windows of many MiB go to the file in single writes: no buffer in between.
-        let mut file = file;
-        FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut file, progress)?;
-        if mode & umask() != 0 {
-            file.set_permissions(fs::Permissions::from_mode(mode))
-                .map_err(|e| StoreError::io(partial, e))?;
+    // Removes the partial file on every way out but the rename, a panic included.
+    struct Partial<'a>(&'a Path, bool);
+    impl Drop for Partial<'_> {
+        fn drop(&mut self) {
+            if self.1 {
+                let _ = fs::remove_file(self.0);
+            }
         }
-        fs::rename(partial, &dest).map_err(|e| StoreError::io(&dest, e))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(partial);
     }
-    result
+    let mut guard = Partial(partial, false);
+    let mode = if f.executable { 0o755 } else { 0o644 };
+    // Created with its mode; set again only where the umask takes bits of it away.
+    let mut file = fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(partial)
+        .map_err(|e| StoreError::io(partial, e))?;
+    guard.1 = true;
+    // Windows of many MiB go to the file in single writes: no buffer in between.
+    FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut file, progress)?;
+    if mode & umask() != 0 {
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(|e| StoreError::io(partial, e))?;
+    }
+    fs::rename(partial, &dest).map_err(|e| StoreError::io(&dest, e))?;
+    guard.1 = false;
+    Ok(())
 }
 
 /// The process's umask, read once from `/proc/self/status` (changing it to read it would

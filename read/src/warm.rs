@@ -4,11 +4,11 @@
 //! `generation_config.json`, `tokenizer_config.json`, `special_tokens_map.json`, the
 //! `model.safetensors.index.json`, a `README.md` now and then (`shared/notes/read-path.md`).
 //! With the default chunking each is one chunk (a file below the minimum chunk is never
-//! cut), and on a cold node
-//! each costs a pack open and a disk read before its first byte. So when a reader first
-//! resolves a revision (the mount builds its directory tree), [`warm_small_files`] hands
-//! the chunks of its smallest files to the cache as prefetches: by the time the loader
-//! opens them they are decoded and verified in memory, or on their way.
+//! cut), and on a cold node each costs a pack open and a disk read before its first byte.
+//! So when a reader first
+//! enters a revision (looks a name up in it or lists it), [`warm_small_files`] hands the
+//! chunks of its smallest files to the cache as prefetches: by the time the loader opens
+//! them they are decoded and verified in memory, or on their way.
 //!
 //! Bounds: files of at most [`SMALL_FILE`] bytes, smallest first, at most [`MAX_FILES`] of
 //! them and [`MAX_BYTES`] in all, and never more than the cache's own prefetch budget
@@ -28,8 +28,8 @@ pub const MAX_FILES: usize = 64;
 pub const MAX_BYTES: u64 = 2 * 1024 * 1024;
 
 /// Starts fetching the chunks of the smallest files of `manifest` into `cache`, in the
-/// background (the cache's workers); returns how many of their chunks are cached or on
-/// their way.
+/// background (the cache's workers; frames next to each other in a pack with one ranged
+/// read); returns how many of their chunks are cached or on their way.
 pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
     let mut small: Vec<usize> = (0..manifest.files.len())
         .filter(|&i| {
@@ -39,7 +39,7 @@ pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
         .collect();
     small.sort_by_key(|&i| (manifest.files[i].size, i));
     let mut bytes = 0u64;
-    let mut handed = 0;
+    let mut sources = Vec::new();
     for &i in small.iter().take(MAX_FILES) {
         let f = &manifest.files[i];
         if bytes + f.size > MAX_BYTES {
@@ -47,17 +47,14 @@ pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
         }
         bytes += f.size;
         // A file whose chunks do not add up is left to its reader, which says so.
-        let Ok(map) = ChunkMap::new(manifest, f) else {
-            continue;
-        };
-        for src in &map.sources {
-            if !cache.prefetch(src) {
-                return handed; // the prefetch budget is taken: readers come first
-            }
-            handed += 1;
+        if let Ok(map) = ChunkMap::new(manifest, f) {
+            sources.extend(map.sources);
         }
     }
-    handed
+    // In pack order, so that neighbours share a read; the cache stops where its prefetch
+    // budget (half its size) is taken, readers first.
+    sources.sort_by(|a, b| (&a.key, a.offset).cmp(&(&b.key, b.offset)));
+    cache.prefetch_run(&sources)
 }
 
 #[cfg(test)]

@@ -307,8 +307,9 @@ impl Store {
     /// the refs are written together ([`ObjectStore::put_many`]: one batch of syncs on the
     /// local store, concurrent PUTs on S3), and every commit is checked again. Returns one
     /// outcome per entry, in order: `Ok`, or [`StoreError::RemovedMeanwhile`] for a ref
-    /// whose commit went meanwhile (that ref is put back as it was). Of several entries
-    /// naming one ref the last is written, as calls one after the other would leave it. A
+    /// whose commit went meanwhile (that ref is put back as it was, and every entry naming
+    /// it fails). Of several entries naming one ref the last is written, as calls one after
+    /// the other would leave it. A
     /// refused name or a commit missing at the first check fails the whole call before any
     /// ref is written.
     pub fn set_refs(&self, refs: &[(RepoId, String, CommitId)]) -> Result<Vec<Result<()>>> {
@@ -367,11 +368,17 @@ impl Store {
                 Some(b) => self.backend.put(&keys[i], &b)?,
                 None => self.backend.delete(&keys[i])?,
             }
-            outcomes[i] = Err(StoreError::RemovedMeanwhile {
-                repo: repo.to_string(),
-                commit: commit.to_hex(),
-                what: "the ref was set",
-            });
+            // The ref is as it was before the call: no entry naming it stands, the earlier
+            // ones of the same name included.
+            for (j, key) in keys.iter().enumerate() {
+                if *key == keys[i] {
+                    outcomes[j] = Err(StoreError::RemovedMeanwhile {
+                        repo: repo.to_string(),
+                        commit: refs[j].2.to_hex(),
+                        what: "the ref was set",
+                    });
+                }
+            }
         }
         drop(lease);
         Ok(outcomes)
@@ -719,5 +726,15 @@ mod tests {
         assert_eq!(refs.get("stable"), Some(&a), "put back as it was");
         assert_eq!(refs.get("new"), None, "deleted again");
         assert_eq!(refs.get("main"), Some(&c));
+        // Two entries for one name, the last one's commit removed: the ref is put back,
+        // and neither entry reports success.
+        *backend.remove.lock().unwrap() = Some(layout::manifest_key(&repo, &c));
+        let batch = [
+            (repo.clone(), "stable".to_string(), a),
+            (repo.clone(), "stable".to_string(), c),
+        ];
+        let outcomes = store.set_refs(&batch).unwrap();
+        assert!(outcomes.iter().all(|o| o.is_err()), "{outcomes:?}");
+        assert_eq!(store.refs(&repo).unwrap().get("stable"), Some(&a));
     }
 }

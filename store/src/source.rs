@@ -170,19 +170,27 @@ fn cache_repos(repos: &[PathBuf]) -> Vec<Result<Discovered>> {
     let failed = std::sync::atomic::AtomicBool::new(false);
     let found: Vec<std::sync::Mutex<Option<Result<Discovered>>>> =
         repos.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let work = || {
+        use std::sync::atomic::Ordering::SeqCst;
+        while !failed.load(SeqCst) {
+            let i = next.fetch_add(1, SeqCst);
+            let Some(dir) = repos.get(i) else { break };
+            let mut out = Discovered::default();
+            let r = cache_repo(dir, None, &mut out).map(|()| out);
+            failed.fetch_or(r.is_err(), SeqCst);
+            *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        }
+    };
     std::thread::scope(|s| {
+        let mut started = 0;
         for _ in 0..DISCOVER_THREADS.min(repos.len()) {
-            s.spawn(|| {
-                use std::sync::atomic::Ordering::SeqCst;
-                while !failed.load(SeqCst) {
-                    let i = next.fetch_add(1, SeqCst);
-                    let Some(dir) = repos.get(i) else { break };
-                    let mut out = Discovered::default();
-                    let r = cache_repo(dir, None, &mut out).map(|()| out);
-                    failed.fetch_or(r.is_err(), SeqCst);
-                    *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-                }
-            });
+            if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
+                break; // no more threads to be had: those started do the rest
+            }
+            started += 1;
+        }
+        if started == 0 {
+            work();
         }
     });
     // Repositories after a failure may be unlisted: the failure comes first in order.

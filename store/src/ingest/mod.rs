@@ -348,6 +348,16 @@ fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest) -> Result<bool> {
     Ok(existing.is_none())
 }
 
+/// Whether the manifest of any of `pending` is missing from the store now.
+fn any_missing(store: &Store, pending: &[(&Manifest, &str)]) -> Result<bool> {
+    for (m, _) in pending {
+        if !store.has_commit(&m.repo, &m.commit)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Sets the refs of every snapshot to its manifest, all under one write lease
 /// ([`Store::set_refs`]), putting a manifest back if a gc expired it meanwhile.
 fn set_refs(store: &Store, lease: &Held, snapshots: &[(&Snapshot, &Manifest)]) -> Result<()> {
@@ -380,7 +390,17 @@ fn set_refs(store: &Store, lease: &Held, snapshots: &[(&Snapshot, &Manifest)]) -
             .iter()
             .map(|(m, r)| (m.repo.clone(), r.to_string(), m.commit))
             .collect();
-        let outcomes = store.set_refs(&batch)?;
+        failpoint::pause("ingest-refs-after-restore");
+        let outcomes = match store.set_refs(&batch) {
+            Ok(outcomes) => outcomes,
+            // A commit gone between our restore and set_refs' first check (a gc expired
+            // it): put it back and try again.
+            Err(_) if tries < 3 && any_missing(store, &pending)? => {
+                tries += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let mut again = Vec::new();
         for (entry, outcome) in pending.into_iter().zip(outcomes) {
             match outcome {
