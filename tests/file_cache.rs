@@ -83,7 +83,13 @@ fn fill_r1(env: &Env, extra: &[&str]) -> usize {
     flags.extend_from_slice(extra);
     let mut m = Mount::start(env, &flags);
     let n = read_r1(&m);
-    wait_fills(&addr, n as f64);
+    let page = wait_fills(&addr, n as f64);
+    // A file closed while the mount was still reading (the next files, or its own last
+    // reads a moment before) was filled only after the reads had stopped.
+    assert!(
+        metric(&page, "modelcas_file_cache_fills_deferred_total") >= 1.0,
+        "no fill waited for the reads to stop"
+    );
     m.stop();
     n
 }

@@ -115,6 +115,9 @@ impl ModelFs {
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, Errno> {
+        if let Some(files) = &self.files {
+            files.note_read(); // the node file cache's fills wait for these to stop
+        }
         match stream.read(offset, size as usize) {
             Ok(data) => Ok(data),
             Err(e) if e.is_not_found() => {

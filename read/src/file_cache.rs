@@ -16,7 +16,11 @@
 //! * Fills run in the background ([`FileCache::request`]): one thread at the lowest CPU
 //!   priority, one file at a time, requests deduplicated and at most [`MAX_PENDING`]
 //!   waiting, so that a load still running is not slowed by copies of the files it already
-//!   read. A file larger than half the cache is never filled, nor one smaller than
+//!   read. A fill also waits until the mount has decoded no read for [`QUIET`] (the mount
+//!   calls [`FileCache::note_read`]), at most [`MAX_DEFER`] after it was asked for: on 2
+//!   cores the lowest priority was not enough, a fill running beside a load took the CPU
+//!   the load left while it waited on the store (a cold read of r4 from S3 1.59-1.77 s
+//!   without fills, 1.95-2.22 s with them; docs/BENCHMARKS.md). A file larger than half the cache is never filled, nor one smaller than
 //!   [`MIN_FILE_BYTES`]: a small file costs one read through the mount, less than its fill
 //!   (a write and a sync; a walk of 20,000 files of 1-16 KiB spent half the mount's CPU
 //!   filling them, docs/BENCHMARKS.md), and opening it does not look for an entry.
@@ -26,7 +30,9 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use repo::lru_dir::LruDir;
 use repo::manifest::{FileEntry, Manifest};
@@ -46,11 +52,19 @@ pub const MIN_FILE_BYTES: u64 = 1 << 20;
 /// Fill requests waiting at most; more are dropped (a later open asks again).
 pub const MAX_PENDING: usize = 4096;
 
+/// A fill starts only after the mount has decoded no read for this long...
+pub const QUIET: Duration = Duration::from_secs(1);
+
+/// ...or once it has waited this long since it was asked for, whatever the reads: a node
+/// that never stops reading still gets its files kept.
+pub const MAX_DEFER: Duration = Duration::from_secs(30);
+
 /// One file to make whole on the node.
 struct Job {
     store: Store,
     manifest: Arc<Manifest>,
     index: usize,
+    asked: Instant,
 }
 
 #[derive(Default)]
@@ -62,6 +76,8 @@ struct Pending {
     started: bool,
     /// Fills finished (done, failed or skipped), for [`FileCache::wait_idle`].
     finished: u64,
+    /// Fills that waited for the reads to stop.
+    deferred: u64,
 }
 
 /// Whole, verified files of revisions on the node's disk.
@@ -69,6 +85,14 @@ pub struct FileCache {
     dir: LruDir,
     pending: Mutex<Pending>,
     wake: Condvar,
+    /// When the cache was opened: the origin of `last_read_ms`.
+    born: Instant,
+    /// Milliseconds after `born` of the mount's last decoded read, plus one (0: none yet).
+    last_read_ms: AtomicU64,
+    /// [`QUIET`] and [`MAX_DEFER`] in milliseconds, unless changed with
+    /// [`FileCache::set_deferral`].
+    quiet_ms: AtomicU64,
+    max_defer_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for FileCache {
@@ -110,6 +134,10 @@ impl FileCache {
             dir: lru,
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
+            born: Instant::now(),
+            last_read_ms: AtomicU64::new(0),
+            quiet_ms: AtomicU64::new(QUIET.as_millis() as u64),
+            max_defer_ms: AtomicU64::new(MAX_DEFER.as_millis() as u64),
         }))
     }
 
@@ -192,6 +220,7 @@ impl FileCache {
             store: store.clone(),
             manifest,
             index,
+            asked: Instant::now(),
         });
         if !p.started {
             let me = self.clone();
@@ -204,6 +233,75 @@ impl FileCache {
             }
         }
         self.wake.notify_all();
+    }
+
+    /// Records that the mount is serving a read it decodes from the store: fills wait until
+    /// such reads have stopped for [`QUIET`]. Cheap (one clock read and one store).
+    pub fn note_read(&self) {
+        let ms = self.born.elapsed().as_millis() as u64 + 1;
+        self.last_read_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Sets how long reads must have stopped before a fill starts and how long a fill
+    /// waits at most ([`QUIET`] and [`MAX_DEFER`] by default; tests change them), and wakes
+    /// a fill waiting on the old values.
+    pub fn set_deferral(&self, quiet: Duration, max_defer: Duration) {
+        self.quiet_ms
+            .store(quiet.as_millis() as u64, Ordering::Relaxed);
+        self.max_defer_ms
+            .store(max_defer.as_millis() as u64, Ordering::Relaxed);
+        let _p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake.notify_all();
+    }
+
+    /// Fills that had to wait for the mount's reads to stop.
+    pub fn fills_deferred(&self) -> u64 {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .deferred
+    }
+
+    /// How much longer a fill asked for at `asked` waits: zero once the reads have been
+    /// quiet for the quiet period or the fill has waited its longest.
+    fn still_to_wait(&self, asked: Instant) -> Duration {
+        let last = self.last_read_ms.load(Ordering::Relaxed);
+        if last == 0 {
+            return Duration::ZERO;
+        }
+        let quiet = Duration::from_millis(self.quiet_ms.load(Ordering::Relaxed));
+        let since_read = self
+            .born
+            .elapsed()
+            .saturating_sub(Duration::from_millis(last - 1));
+        let for_quiet = quiet.saturating_sub(since_read);
+        let max_defer = Duration::from_millis(self.max_defer_ms.load(Ordering::Relaxed));
+        let for_cap = max_defer.saturating_sub(asked.elapsed());
+        for_quiet.min(for_cap)
+    }
+
+    /// Waits (on `wake`, so [`FileCache::set_deferral`] cuts it short) until the fill asked
+    /// for at `asked` may start.
+    fn wait_for_quiet(&self, asked: Instant) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counted = false;
+        loop {
+            let wait = self.still_to_wait(asked);
+            if wait.is_zero() {
+                return;
+            }
+            if !counted {
+                counted = true;
+                p.deferred += 1;
+                metrics::add(&METRICS.file_cache_fills_deferred, 1);
+                self.wake.notify_all();
+            }
+            p = self
+                .wake
+                .wait_timeout(p, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// Waits until no fill is queued or running (tests and benchmarks).
@@ -247,6 +345,7 @@ impl FileCache {
                     p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
                 }
             };
+            self.wait_for_quiet(job.asked);
             let f = &job.manifest.files[job.index];
             if let Err(e) = pool.install(|| self.fill(&job.store, &job.manifest, f)) {
                 metrics::add(&METRICS.file_cache_fill_errors, 1);
@@ -349,6 +448,7 @@ mod tests {
         cache.wait_idle();
         assert!(cache.open_file(&manifest.files[0]).is_some());
         assert_eq!(cache.fills_finished(), 1, "three requests, one fill");
+        assert_eq!(cache.fills_deferred(), 0, "no read to wait for");
         let small = FileCache::open(&t.path().join("small"), 2 * SIZE as u64 - 1).unwrap();
         small.request(&store, manifest.clone(), 0);
         small.wait_idle();
@@ -376,6 +476,57 @@ mod tests {
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(&p, vec![5u8; MIN_FILE_BYTES as usize - 1]).unwrap();
         assert!(cache.open_file(f).is_none());
+    }
+
+    /// Waits until the fill thread has either deferred a fill or finished one.
+    fn deferred_or_finished(cache: &FileCache) -> (u64, u64) {
+        let mut p = cache.pending.lock().unwrap();
+        while p.deferred == 0 && p.finished == 0 {
+            p = cache.wake.wait(p).unwrap();
+        }
+        (p.deferred, p.finished)
+    }
+
+    #[test]
+    fn a_fill_waits_until_the_mount_has_stopped_reading() {
+        let (store, manifest) = one_file_store(&vec![9u8; SIZE]);
+        let manifest = Arc::new(manifest);
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
+        cache.set_deferral(Duration::from_secs(3600), Duration::from_secs(3600));
+        cache.note_read();
+        cache.request(&store, manifest.clone(), 0);
+        assert_eq!(
+            deferred_or_finished(&cache),
+            (1, 0),
+            "the fill ran during reads"
+        );
+        assert!(cache.open_file(&manifest.files[0]).is_none());
+        // The reads have stopped long enough (the quiet period now zero): the fill runs.
+        cache.set_deferral(Duration::ZERO, Duration::from_secs(3600));
+        cache.wait_idle();
+        assert_eq!(cache.fills_finished(), 1);
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut cache.open_file(&manifest.files[0]).unwrap(), &mut got)
+            .unwrap();
+        assert_eq!(got, vec![9u8; SIZE]);
+    }
+
+    #[test]
+    fn a_fill_waits_no_longer_than_its_cap() {
+        let (store, manifest) = one_file_store(&vec![4u8; SIZE]);
+        let manifest = Arc::new(manifest);
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
+        let cap = Duration::from_millis(300);
+        cache.set_deferral(Duration::from_secs(3600), cap);
+        cache.note_read();
+        let asked = Instant::now();
+        cache.request(&store, manifest.clone(), 0);
+        cache.wait_idle();
+        assert!(asked.elapsed() >= cap, "started before its cap");
+        assert_eq!((cache.fills_deferred(), cache.fills_finished()), (1, 1));
+        assert!(cache.open_file(&manifest.files[0]).is_some());
     }
 
     fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub file_cache_fill_bytes: Counter,
     /// Fills of the node's file cache that failed.
     pub file_cache_fill_errors: Counter,
+    /// Fills of the node's file cache that waited for the mount's reads to stop.
+    pub file_cache_fills_deferred: Counter,
     /// Bytes in the node's file cache.
     pub file_cache_bytes: Gauge,
     /// Object-store requests by kind.
@@ -120,6 +122,7 @@ impl Metrics {
             file_cache_fills: Counter::default(),
             file_cache_fill_bytes: Counter::default(),
             file_cache_fill_errors: Counter::default(),
+            file_cache_fills_deferred: Counter::default(),
             file_cache_bytes: Gauge::default(),
             backend_requests: Family::default(),
             backend_errors: Family::default(),
@@ -242,6 +245,11 @@ impl Metrics {
             "file_cache_fill_errors",
             "Fills of the node's file cache that failed.",
             m.file_cache_fill_errors.clone(),
+        );
+        r.register(
+            "file_cache_fills_deferred",
+            "Fills of the node's file cache that waited for the mount's reads to stop.",
+            m.file_cache_fills_deferred.clone(),
         );
         r.register(
             "file_cache_bytes",
