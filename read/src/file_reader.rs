@@ -252,10 +252,14 @@ impl<'a> FileReader<'a> {
     }
 
     /// The end of the run of frames from chunk `i`: adjacent in one pack, at most
-    /// [`RUN_BYTES`] of frames, before `limit`. A store with a node-local chunk cache reads
-    /// chunk by chunk (through the cache).
+    /// [`RUN_BYTES`] of frames, before `limit`. With a node-local chunk cache (a remote
+    /// store), a chunk the cache holds is a run of its own (read from there) and a run of
+    /// missing ones stops before the next chunk it holds: one ranged GET per run instead of
+    /// one per chunk.
     fn run_end(&self, i: usize, limit: usize) -> usize {
-        if self.store.disk_cache().is_some() {
+        let cache = self.store.disk_cache();
+        let cached = |j: usize| cache.is_some_and(|c| c.contains(&self.map.sources[j].id));
+        if cached(i) {
             return i + 1;
         }
         let first = &self.map.sources[i];
@@ -266,6 +270,7 @@ impl<'a> FileReader<'a> {
             if c.key != first.key
                 || c.offset != next
                 || next + c.frame_len as u64 - first.offset > RUN_BYTES
+                || cached(end)
             {
                 break;
             }
@@ -276,13 +281,15 @@ impl<'a> FileReader<'a> {
     }
 
     /// Decodes the chunks of one run into `out`. The run's frames are read at once and
-    /// decoded in place; anything unexpected (a pack moved by gc, a short read, a frame
+    /// decoded in place (with a node-local chunk cache each frame is checked and kept
+    /// there, as a frame fetched alone is); anything unexpected (a pack moved by gc, a short read, a frame
     /// that does not decode or, with `check`, match its id) is left to the chunk-by-chunk
     /// path, which follows forwarding records and names the bad chunk.
     fn decode_run(&self, run: Range<usize>, out: &mut [u8], check: bool) -> Result<()> {
         let first = &self.map.sources[run.start];
         let base = self.map.starts[run.start];
-        let frames = if run.len() > 1 || self.store.disk_cache().is_none() {
+        let cache = self.store.disk_cache();
+        let frames = if run.len() > 1 || cache.is_none() {
             let last = &self.map.sources[run.end - 1];
             let len = last.offset + last.frame_len as u64 - first.offset;
             self.store
@@ -300,7 +307,10 @@ impl<'a> FileReader<'a> {
                 let from = (c.offset - first.offset) as usize;
                 let frame = f.get(from..from + c.frame_len as usize)?;
                 frame::decode_into(frame, dst).ok()?;
-                (!check || ChunkId::of(dst) == c.id).then_some(())
+                match cache {
+                    Some(cache) => (ChunkId::of(dst) == c.id).then(|| cache.put(&c.id, frame)),
+                    None => (!check || ChunkId::of(dst) == c.id).then_some(()),
+                }
             });
             if fast.is_none() {
                 self.read_chunk_into(i, dst, check)?;
@@ -491,5 +501,49 @@ mod tests {
         let m = manifest(&p, &wrong, [7; 32]);
         let err = copy(&m, &p.store, false).unwrap_err().to_string();
         assert!(err.contains("chunk 4 of 6"), "{err}");
+    }
+
+    #[test]
+    fn with_a_node_cache_adjacent_missing_frames_are_fetched_together_and_kept() {
+        use repo::backend::{CountingStore, ObjectStore};
+        use repo::disk_cache::DiskCache;
+        let chunks: Vec<Vec<u8>> = (0..12u64).map(|i| noise(100_000, i)).collect();
+        let p = one_pack(&chunks);
+        let all = chunks.concat();
+        let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
+        let m = manifest(&p, &ids, Sha256::digest(&all).into());
+        let t = tempfile::tempdir().unwrap();
+        let counting = Arc::new(CountingStore::new(p.backend.clone() as Arc<dyn ObjectStore>));
+        let store = p
+            .store
+            .with_backend(counting.clone())
+            .with_disk_cache(DiskCache::open(t.path(), 1 << 30).unwrap());
+        let cache = store.disk_cache().unwrap().clone();
+        // Chunk 5 is on the node already: the others come in two ranged reads around it.
+        let f5 = p.backend.get_range(
+            &p.key,
+            p.entries[5].offset as u64,
+            p.entries[5].frame_len as u64,
+        );
+        cache.put(&ids[5], &f5.unwrap());
+        for check in [true, false] {
+            let before = counting.requests().get_range;
+            assert_eq!(copy(&m, &store, check).unwrap(), all);
+            let gets = counting.requests().get_range - before;
+            assert_eq!(gets, if check { 2 } else { 0 }, "check {check}");
+        }
+        assert!(ids.iter().all(|id| cache.contains(id)), "every frame kept");
+        // A frame that does not match its id is not kept, and the read fails naming it.
+        let t2 = tempfile::tempdir().unwrap();
+        let store = p
+            .store
+            .with_backend(counting.clone())
+            .with_disk_cache(DiskCache::open(t2.path(), 1 << 30).unwrap());
+        let mut wrong = ids.clone();
+        wrong[3] = ChunkId::of(b"something else");
+        let bad = manifest(&p, &wrong, Sha256::digest(&all).into());
+        let err = copy(&bad, &store, true).unwrap_err().to_string();
+        assert!(err.contains("chunk 3 of 12"), "{err}");
+        assert!(!store.disk_cache().unwrap().contains(&wrong[3]));
     }
 }

@@ -38,6 +38,12 @@ impl DiskCache {
         Some(data)
     }
 
+    /// Whether an entry of `id` is there (neither checked nor touched: a reader that finds
+    /// it reads it with [`DiskCache::get`]).
+    pub fn contains(&self, id: &ChunkId) -> bool {
+        self.dir.path(&id.to_hex()).exists()
+    }
+
     /// Removes the entry of `id` (after it failed its check).
     pub fn remove(&self, id: &ChunkId) {
         self.dir.remove(&id.to_hex());
