@@ -105,8 +105,8 @@ impl ModelFs {
         }
     }
 
-    /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
-    /// the manifest is read again and the read retried once with the new locations.
+    /// A read through the chunk cache ([`ModelFs::read_stream_noted`]), noted for the
+    /// node file cache.
     pub(crate) fn read_stream(
         &self,
         ino: INodeNo,
@@ -115,9 +115,29 @@ impl ModelFs {
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, Errno> {
-        if let Some(files) = &self.files {
-            files.note_read(); // the node file cache's fills wait for these to stop
-        }
+        // The node file cache's fills wait until these reads stop: noted when one starts
+        // and again when it ends (a cold read can outlast the quiet period).
+        let note = || {
+            if let Some(files) = &self.files {
+                files.note_read();
+            }
+        };
+        note();
+        let result = self.read_stream_noted(ino, fh, stream, offset, size);
+        note();
+        result
+    }
+
+    /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
+    /// the manifest is read again and the read retried once with the new locations.
+    fn read_stream_noted(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        stream: &FileStream,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
         match stream.read(offset, size as usize) {
             Ok(data) => Ok(data),
             Err(e) if e.is_not_found() => {

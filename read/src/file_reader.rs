@@ -299,6 +299,11 @@ impl<'a> FileReader<'a> {
         } else {
             None
         };
+        if let (Some(_), Some(_)) = (cache, &frames) {
+            // Fetched from the store, not the node cache: misses, as a frame fetched alone is.
+            let m = &repo::metrics::METRICS;
+            repo::metrics::add(&m.disk_cache_misses, run.len() as u64);
+        }
         for i in run {
             let c = &self.map.sources[i];
             let at = (self.map.starts[i] - base) as usize;
