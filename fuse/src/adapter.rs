@@ -272,7 +272,9 @@ impl Filesystem for ModelFs {
         let result = match handle.as_deref() {
             None => return reply.error(Errno::EBADF),
             Some(Handle::Whole(file)) => read_whole(file, offset, size as usize),
-            Some(Handle::Stream { stream, .. }) => self.read_stream(ino, fh, stream, offset, size),
+            Some(Handle::Stream { stream, .. }) => {
+                self.noting_read(|| self.read_stream(ino, fh, stream, offset, size))
+            }
         };
         match result {
             Ok(data) => {

@@ -105,32 +105,24 @@ impl ModelFs {
         }
     }
 
-    /// A read through the chunk cache ([`ModelFs::read_stream_noted`]), noted for the
-    /// node file cache.
-    pub(crate) fn read_stream(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        stream: &FileStream,
-        offset: u64,
-        size: u32,
-    ) -> Result<Vec<u8>, Errno> {
-        // The node file cache's fills wait until these reads stop: noted when one starts
-        // and again when it ends (a cold read can outlast the quiet period).
+    /// Runs `read` (a read the mount decodes from the store), noting it for the node file
+    /// cache when it starts and when it ends: the cache's fills wait until such reads stop,
+    /// and a cold read can outlast their quiet period.
+    pub(crate) fn noting_read<T>(&self, read: impl FnOnce() -> T) -> T {
         let note = || {
             if let Some(files) = &self.files {
                 files.note_read();
             }
         };
         note();
-        let result = self.read_stream_noted(ino, fh, stream, offset, size);
+        let result = read();
         note();
         result
     }
 
     /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
     /// the manifest is read again and the read retried once with the new locations.
-    fn read_stream_noted(
+    pub(crate) fn read_stream(
         &self,
         ino: INodeNo,
         fh: FileHandle,
