@@ -1,31 +1,18 @@
-//! gc, rm, pin and fsck end to end: exact reclaiming, gc interleaved with ingests at
-//! chosen points, gc killed at random points, and bad input. Runs on the local store and,
-//! in `.ci/run`, on Garage.
+//! gc, rm, pin and fsck end to end: exact reclaiming, retention policies and pins, gc
+//! killed at random points, reading through forwarding records, and bad input. The
+//! interleavings with ingest, pin and ref at chosen pause points are in tests/gc_races.rs.
+//! Runs on the local store and, in `.ci/run`, on Garage.
 
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
+use common::gc::{cats_exactly, gc, listed_files, paused, release, rev, verifies, REPO};
 use common::{fsck_clean, ingest_rev, ingest_series, series, Env};
 use store::pack::read_footer;
 use store::{CommitId, RepoId, Store};
-
-const REPO: &str = "demo-org/demo-llm";
-
-fn rev(r: &str) -> String {
-    format!("{REPO}@{r}")
-}
-
-/// gc with a short grace period, as JSON.
-fn gc(env: &Env, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["gc", "--json", "--grace", "0s"];
-    args.extend_from_slice(extra);
-    env.json(&args)
-}
 
 /// Chunk id → frame length of every chunk a revision references.
 fn chunks_of(env: &Env, commit: &str) -> HashMap<[u8; 32], u32> {
@@ -57,18 +44,6 @@ fn stored_chunks(env: &Env) -> BTreeMap<[u8; 32], (usize, u32)> {
 
 fn pack_bytes(env: &Env) -> u64 {
     env.packs().iter().map(|p| p.1).sum()
-}
-
-/// A new store and a directory for pause points.
-fn env_with_pause() -> (Env, std::path::PathBuf) {
-    let env = Env::new();
-    let pause = env.path("pause");
-    std::fs::create_dir_all(&pause).unwrap();
-    (env, pause)
-}
-
-fn verifies(env: &Env, r: &str) {
-    env.verifies(&rev(r));
 }
 
 #[test]
@@ -284,178 +259,6 @@ fn bad_input_is_refused_and_deletes_nothing() {
     let _ = s;
 }
 
-/// Starts modelcas with `args`, pausing at `point`; returns once it is there.
-fn paused(env: &Env, args: &[&str], point: &str, dir: &Path) -> Child {
-    let _ = std::fs::remove_file(dir.join(format!("{point}.go")));
-    let _ = std::fs::remove_file(dir.join(format!("{point}.reached")));
-    let mut child = env
-        .cmd()
-        .args(args)
-        .env("MODELCAS_PAUSE_AT", point)
-        .env("MODELCAS_PAUSE_DIR", dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !dir.join(format!("{point}.reached")).exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("{args:?} exited ({st}) before {point}: {err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "{point} never reached"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
-/// Lets a paused process go on and asserts it succeeds.
-fn release(child: Child, point: &str, dir: &Path) {
-    std::fs::write(dir.join(format!("{point}.go")), b"").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "paused process failed after {point}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-#[test]
-fn gc_interleaved_with_ingest_loses_nothing() {
-    let s = series();
-    // Ingest of r3 (the re-shard of r2: its chunks are r2's) paused at each point while
-    // gc condemns r2's packs and tries to delete them.
-    for point in [
-        "ingest-after-lease",
-        "ingest-after-sync",
-        "ingest-before-manifests",
-        "ingest-before-refs",
-    ] {
-        let (env, pause) = env_with_pause();
-        ingest_rev(&env, "r1", &["main"]);
-        ingest_rev(&env, "r2", &[]);
-        env.ok(&["rm", &rev(&s.commit("r2"))]);
-        let ingest = paused(
-            &env,
-            &[
-                "ingest",
-                s.plain("r3").to_str().unwrap(),
-                "--repo",
-                REPO,
-                "--revision",
-                &s.commit("r3"),
-                "--ref",
-                "r3",
-            ],
-            point,
-            &pause,
-        );
-        let g1 = gc(&env, &["--keep-last", "0"]);
-        assert!(
-            g1["packs_condemned"].as_u64().unwrap() > 0,
-            "{point}: {g1:#}"
-        );
-        let g2 = gc(&env, &["--keep-last", "0"]);
-        assert_eq!(
-            g2["packs_deleted"], 0,
-            "{point}: deleted under a live ingest lease: {g2:#}"
-        );
-        assert!(
-            g2["packs_waiting_on_ingest"].as_u64().unwrap() > 0,
-            "{point}: {g2:#}"
-        );
-        release(ingest, point, &pause);
-        for _ in 0..3 {
-            gc(&env, &["--keep-last", "0"]);
-        }
-        verifies(&env, "r3");
-        verifies(&env, "main");
-        fsck_clean(&env, true);
-    }
-
-    // A gc that expires the new, still detached revision after the ingest put its manifest
-    // back and before it sets its refs: the ingest puts it back again and sets them. (The
-    // ingest failed with "no such commit" when its refs became one batch checked after
-    // every manifest had been put back.)
-    let (env, pause) = env_with_pause();
-    ingest_rev(&env, "r1", &["main"]);
-    let point = "ingest-refs-after-restore";
-    let ingest = paused(
-        &env,
-        &[
-            "ingest",
-            s.plain("r2").to_str().unwrap(),
-            "--repo",
-            REPO,
-            "--revision",
-            &s.commit("r2"),
-            "--ref",
-            "r2",
-        ],
-        point,
-        &pause,
-    );
-    let g = gc(&env, &["--keep-last", "0"]);
-    assert!(
-        !listed_commits(&env).contains(&s.commit("r2")),
-        "gc did not expire the detached revision: {g:#}"
-    );
-    release(ingest, point, &pause);
-    assert!(listed_commits(&env).contains(&s.commit("r2")));
-    verifies(&env, "r2");
-    verifies(&env, "main");
-    fsck_clean(&env, true);
-
-    // A gc paused after listing while a whole ingest runs: the new revision's packs look
-    // unreferenced to that gc; the next run rescues them.
-    let (env, pause) = env_with_pause();
-    ingest_rev(&env, "r1", &["main"]);
-    let g = paused(
-        &env,
-        &["gc", "--keep-last", "0", "--grace", "0s"],
-        "gc-after-listing",
-        &pause,
-    );
-    ingest_rev(&env, "r2", &["r2"]);
-    release(g, "gc-after-listing", &pause);
-    let next = gc(&env, &["--keep-last", "0"]);
-    assert!(next["packs_rescued"].as_u64().unwrap() > 0, "{next:#}");
-    gc(&env, &["--keep-last", "0"]);
-    verifies(&env, "r2");
-    verifies(&env, "main");
-    fsck_clean(&env, true);
-
-    // An ingest that starts after the mark must not dedup against condemned packs: its
-    // index knew them, the sync makes it forget them.
-    let env = Env::new();
-    ingest_rev(&env, "r2", &[]);
-    ingest_rev(&env, "r1", &["main"]);
-    env.ok(&["rm", &rev(&s.commit("r2"))]);
-    gc(&env, &["--keep-last", "0"]);
-    let again = env.ingest_json(
-        &s.plain("r3"),
-        &["--repo", REPO, "--revision", &s.commit("r3"), "--ref", "r3"],
-    );
-    assert!(
-        again["sync"]["condemned"].as_u64().unwrap() > 0,
-        "{again:#}"
-    );
-    let g = gc(&env, &["--keep-last", "0"]);
-    assert!(g["packs_deleted"].as_u64().unwrap() > 0, "{g:#}");
-    verifies(&env, "r3");
-    fsck_clean(&env, true);
-}
-
 #[test]
 fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
     let s = series();
@@ -542,93 +345,6 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
     verifies(&env, "r4");
 }
 
-/// Path → sha256 of the files a manifest lists.
-fn listed_files(env: &Env, commit: &str) -> Vec<(String, String)> {
-    let store = Store::open(env.backend()).unwrap();
-    let m = store
-        .manifest(
-            &RepoId::parse(REPO).unwrap(),
-            &CommitId::parse(commit).unwrap(),
-        )
-        .unwrap();
-    let mut v: Vec<_> = m
-        .files
-        .iter()
-        .map(|f| (f.path.clone(), f.sha256_hex()))
-        .collect();
-    v.sort();
-    v
-}
-
-/// Every file of `commit` read back with `cat` hashes to `want`.
-fn cats_exactly(env: &Env, commit: &str, want: &[(String, String)]) {
-    for (path, sha) in want {
-        let out = env
-            .cmd()
-            .args(["cat", &rev(commit), path])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "cat {path}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&out.stdout));
-        assert_eq!(&got, sha, "cat {path}");
-    }
-}
-
-/// Issue 11, point 2: gc lists commit X, and while it copies packs X is removed and
-/// ingested again with other files (how a partial snapshot is replaced). gc must not put
-/// back the manifest it listed, and no later gc may delete what the new X needs.
-#[test]
-fn regression_gc_rewrite_never_resurrects_a_removed_commit() {
-    let s = series();
-    let (env, pause) = env_with_pause();
-    ingest_series(&env);
-    for r in ["r1", "r2", "r3"] {
-        env.ok(&["rm", &rev(r)]);
-    }
-    // X is r4's commit; its chunks share packs with r1..r3, which expire: rewrites.
-    let x = s.commit("r4");
-    let g = paused(
-        &env,
-        &[
-            "gc",
-            "--keep-last",
-            "0",
-            "--grace",
-            "0s",
-            "--rewrite-below",
-            "1",
-        ],
-        "gc-after-listing",
-        &pause,
-    );
-    env.ok(&["rm", "--force", &rev(&x)]);
-    env.ingest(
-        &s.plain("r1"),
-        &["--repo", REPO, "--revision", &x, "--ref", "r4"],
-    );
-    release(g, "gc-after-listing", &pause);
-    let want = s.files("r1");
-    assert_eq!(
-        listed_files(&env, &x),
-        want,
-        "gc put back the manifest of X it had listed"
-    );
-    verifies(&env, &x);
-    cats_exactly(&env, &x, &want);
-    // The next runs (no grace) delete nothing the new X needs.
-    for _ in 0..2 {
-        gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
-        assert_eq!(listed_files(&env, &x), want);
-        verifies(&env, &x);
-    }
-    cats_exactly(&env, &x, &want);
-    fsck_clean(&env, true);
-}
-
 /// A kept revision whose packs were rewritten and then deleted reads back byte-exact
 /// through the forwarding records: its manifest still names the old packs.
 #[test]
@@ -684,113 +400,4 @@ fn a_revision_reads_through_forwarding_records_after_its_packs_are_deleted() {
     );
     assert!(env.packs().is_empty(), "packs left behind");
     fsck_clean(&env, false);
-}
-
-/// Lets a paused process go on and returns its output, whatever its exit status.
-fn resume(child: Child, point: &str, dir: &Path) -> std::process::Output {
-    std::fs::write(dir.join(format!("{point}.go")), b"").unwrap();
-    child.wait_with_output().unwrap()
-}
-
-/// The commits `ls` shows for the test repository.
-fn listed_commits(env: &Env) -> Vec<String> {
-    let listed = env.json(&["ls", REPO, "--json"]);
-    listed["commits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["commit"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
-/// Issue 11, point 3: a pin or a ref set while gc is paused between listing and deleting
-/// expired revisions is honoured.
-#[test]
-fn regression_pin_and_ref_during_gc_are_honoured() {
-    let s = series();
-    for how in ["pin", "ref"] {
-        let (env, pause) = env_with_pause();
-        ingest_rev(&env, "r1", &[]);
-        ingest_rev(&env, "r4", &["main"]);
-        let c = s.commit("r1");
-        let g = paused(
-            &env,
-            &["gc", "--keep-last", "0", "--grace", "0s"],
-            "gc-after-listing",
-            &pause,
-        );
-        match how {
-            "pin" => env.ok(&["pin", &rev(&c)]),
-            _ => env.ok(&["ref", REPO, "keep", &c]),
-        };
-        release(g, "gc-after-listing", &pause);
-        assert!(
-            listed_commits(&env).contains(&c),
-            "{how}: the commit expired though the {how} succeeded"
-        );
-        verifies(&env, &c);
-        fsck_clean(&env, true);
-        // And later runs keep it and its data.
-        for _ in 0..2 {
-            gc(&env, &["--keep-last", "0"]);
-        }
-        verifies(&env, &c);
-        fsck_clean(&env, true);
-    }
-}
-
-/// Issue 11, point 3: a pin of a commit gc has already deleted fails, and so does one that
-/// checked the commit just before gc deleted it; neither leaves a pin behind.
-#[test]
-fn regression_pin_of_an_expiring_commit_fails_and_leaves_nothing() {
-    let s = series();
-    let (env, pause) = env_with_pause();
-    ingest_rev(&env, "r1", &[]);
-    ingest_rev(&env, "r4", &["main"]);
-    let c = s.commit("r1");
-    let pins = format!("repos/{REPO}/pins/");
-
-    // The pin checks the commit, then gc deletes the manifest and waits for the pin.
-    let pin = paused(&env, &["pin", &rev(&c)], "pin-after-check", &pause);
-    let g = paused(
-        &env,
-        &["gc", "--keep-last", "0", "--grace", "0s"],
-        "gc-after-expire",
-        &pause,
-    );
-    std::fs::write(pause.join("gc-after-expire.go"), b"").unwrap();
-    let out = resume(pin, "pin-after-check", &pause);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the pin reported success: {err}");
-    assert!(err.contains("was removed"), "{err}");
-    let out = g.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        env.backend().list(&pins).unwrap().is_empty(),
-        "a pin is left"
-    );
-    assert!(!listed_commits(&env).contains(&c));
-
-    // A pin after gc deleted the manifest: refused at once.
-    ingest_rev(&env, "r1", &[]);
-    let g = paused(
-        &env,
-        &["gc", "--keep-last", "0", "--grace", "0s"],
-        "gc-after-expire",
-        &pause,
-    );
-    let err = env.fails(&["pin", &rev(&c)]);
-    assert!(err.contains("unknown revision"), "{err}");
-    release(g, "gc-after-expire", &pause);
-    assert!(
-        env.backend().list(&pins).unwrap().is_empty(),
-        "a pin is left"
-    );
-    assert!(!listed_commits(&env).contains(&c));
-    fsck_clean(&env, true);
-    verifies(&env, "main");
 }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod gc;
 pub mod mount;
 
 use std::path::{Path, PathBuf};
