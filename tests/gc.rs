@@ -9,21 +9,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 
-use common::gc::{cats_exactly, gc, listed_files, paused, release, rev, verifies, REPO};
+use common::gc::{
+    cats_exactly, gc, listed_files, manifest_of, paused, release, rev, verifies, GC_REWRITING_ALL,
+    REPO,
+};
 use common::{fsck_clean, ingest_rev, ingest_series, series, Env};
 use store::pack::read_footer;
 use store::{CommitId, RepoId, Store};
 
 /// Chunk id → frame length of every chunk a revision references.
 fn chunks_of(env: &Env, commit: &str) -> HashMap<[u8; 32], u32> {
-    let store = Store::open(env.backend()).unwrap();
-    let m = store
-        .manifest(
-            &RepoId::parse(REPO).unwrap(),
-            &CommitId::parse(commit).unwrap(),
-        )
-        .unwrap();
-    m.files
+    manifest_of(env, commit)
+        .files
         .iter()
         .flat_map(|f| f.chunks.iter().map(|c| (c.id, c.frame_len)))
         .collect()
@@ -266,15 +263,7 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
     ingest_series(&env);
     let pause = env.path("pause");
     std::fs::create_dir_all(&pause).unwrap();
-    let gc_args = [
-        "gc",
-        "--keep-last",
-        "0",
-        "--grace",
-        "0s",
-        "--rewrite-below",
-        "1",
-    ];
+    let gc_args = GC_REWRITING_ALL;
     // Fresh garbage each round: a revision ingested under a temporary ref, then dropped.
     let garbage = |i: usize| {
         let r = ["r1", "r2", "r3"][i % 3];

@@ -8,7 +8,7 @@ mod common;
 
 use common::gc::{
     cats_exactly, env_with_pause, gc, listed_commits, listed_files, paused, paused_ingest, release,
-    resume, rev, verifies, REPO,
+    resume, rev, verifies, GC_REWRITING_ALL, REPO,
 };
 use common::{fsck_clean, ingest_rev, ingest_series, series, Env};
 
@@ -123,20 +123,7 @@ fn regression_gc_rewrite_never_resurrects_a_removed_commit() {
     }
     // X is r4's commit; its chunks share packs with r1..r3, which expire: rewrites.
     let x = s.commit("r4");
-    let g = paused(
-        &env,
-        &[
-            "gc",
-            "--keep-last",
-            "0",
-            "--grace",
-            "0s",
-            "--rewrite-below",
-            "1",
-        ],
-        "gc-after-listing",
-        &pause,
-    );
+    let g = paused(&env, &GC_REWRITING_ALL, "gc-after-listing", &pause);
     env.ok(&["rm", "--force", &rev(&x)]);
     env.ingest(
         &s.plain("r1"),

@@ -11,6 +11,18 @@ use super::Env;
 /// The repository the series is ingested as.
 pub const REPO: &str = "demo-org/demo-llm";
 
+/// A gc that expires every revision without a ref or pin at once and rewrites every pack
+/// holding anything it drops.
+pub const GC_REWRITING_ALL: [&str; 7] = [
+    "gc",
+    "--keep-last",
+    "0",
+    "--grace",
+    "0s",
+    "--rewrite-below",
+    "1",
+];
+
 /// `REPO@r`.
 pub fn rev(r: &str) -> String {
     format!("{REPO}@{r}")
@@ -72,15 +84,20 @@ pub fn release(child: Child, point: &str, dir: &Path) {
     );
 }
 
-/// Path → sha256 of the files a manifest lists.
-pub fn listed_files(env: &Env, commit: &str) -> Vec<(String, String)> {
-    let store = Store::open(env.backend()).unwrap();
-    let m = store
+/// The manifest of `commit` of the test repository, read from the store.
+pub fn manifest_of(env: &Env, commit: &str) -> store::manifest::Manifest {
+    Store::open(env.backend())
+        .unwrap()
         .manifest(
             &RepoId::parse(REPO).unwrap(),
             &CommitId::parse(commit).unwrap(),
         )
-        .unwrap();
+        .unwrap()
+}
+
+/// Path → sha256 of the files a manifest lists.
+pub fn listed_files(env: &Env, commit: &str) -> Vec<(String, String)> {
+    let m = manifest_of(env, commit);
     let mut v: Vec<_> = m
         .files
         .iter()
