@@ -78,22 +78,23 @@ impl EncodeScratch {
 /// the plane does not shrink.
 fn zstd_compress_plane(data: &[u8], dst: &mut Vec<u8>) -> bool {
     use zstd::zstd_safe::CParameter;
-    PLANE_COMPRESSOR.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.is_none() {
-            let mut z = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?;
-            z.set_parameter(CParameter::HashLog(PLANE_HASH_LOG)).ok()?;
-            z.set_parameter(CParameter::MinMatch(PLANE_MIN_MATCH))
-                .ok()?;
-            z.set_parameter(CParameter::WindowLog(PLANE_WINDOW_LOG))
-                .ok()?;
-            *c = Some(z);
-        }
-        dst.clear();
-        dst.reserve(zstd::zstd_safe::compress_bound(data.len()));
-        c.as_mut()?.compress_to_buffer(data, dst).ok()
-    })
-    .is_some_and(|n| n < data.len())
+    PLANE_COMPRESSOR
+        .with(|c| {
+            let mut c = c.borrow_mut();
+            if c.is_none() {
+                let mut z = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?;
+                z.set_parameter(CParameter::HashLog(PLANE_HASH_LOG)).ok()?;
+                z.set_parameter(CParameter::MinMatch(PLANE_MIN_MATCH))
+                    .ok()?;
+                z.set_parameter(CParameter::WindowLog(PLANE_WINDOW_LOG))
+                    .ok()?;
+                *c = Some(z);
+            }
+            dst.clear();
+            dst.reserve(zstd::zstd_safe::compress_bound(data.len()));
+            c.as_mut()?.compress_to_buffer(data, dst).ok()
+        })
+        .is_some_and(|n| n < data.len())
 }
 
 fn zstd_compress(data: &[u8]) -> Option<Vec<u8>> {
@@ -608,7 +609,9 @@ mod tests {
         // Lengths around the 16-byte words and the 64-byte AVX2 blocks, and planes that
         // held other bytes before (the encoder reuses them).
         let (mut r0, mut r1) = (vec![0xa5u8; 5000], vec![0x5au8; 3]);
-        for n in [0usize, 1, 2, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 1000, 1001, 4097] {
+        for n in [
+            0usize, 1, 2, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 1000, 1001, 4097,
+        ] {
             let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3 + i / 256) as u8).collect();
             let even: Vec<u8> = data.iter().step_by(2).copied().collect();
             let odd: Vec<u8> = data.iter().skip(1).step_by(2).copied().collect();

@@ -378,6 +378,21 @@ impl Index {
         Ok(Some(out))
     }
 
+    /// Records that the file `stamp` describes (its device, inode, size and times) had
+    /// content `sha256` when it was read, under `stamps/<dev>/<ino>` in the `manifests`
+    /// family: a later ingest that finds the file with the very same stamp takes its chunks
+    /// from [`Index::file_chunks`] instead of reading it again.
+    pub fn remember_stamp(&self, stamp: &FileStamp, sha256: &[u8; 32]) -> Result<()> {
+        self.cache_object(&stamp_key(stamp), "", &stamp.record(sha256))
+    }
+
+    /// The content recorded for a file with exactly this `stamp`, if any.
+    pub fn stamped_sha256(&self, stamp: &FileStamp) -> Result<Option<[u8; 32]>> {
+        Ok(self
+            .cached_object(&stamp_key(stamp), "")?
+            .and_then(|v| stamp.recorded_sha256(&v)))
+    }
+
     /// Caches an object's bytes under its listing tag.
     pub fn cache_object(&self, key: &str, tag: &str, bytes: &[u8]) -> Result<()> {
         let tag = tag.as_bytes();
@@ -411,6 +426,77 @@ impl Index {
         }
         Ok(Some(v[2 + len..].to_vec()))
     }
+}
+
+/// What tells a file on this machine has not changed since it was read, without reading
+/// it: the device and inode it lives on, its size, and its modification and status-change
+/// times to the nanosecond. Any write to a file moves its ctime, which no user can set, so
+/// a file with the same stamp as a recorded one has the recorded content, provided the
+/// record was taken when the file had been still for a while ([`FileStamp::settled`]: on
+/// file systems whose clock ticks coarsely, a write in the same tick as the read leaves
+/// the times as they were).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_size`.
+    pub size: u64,
+    /// `st_mtime` in nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// `st_ctime` in nanoseconds since the epoch.
+    pub ctime_ns: i64,
+}
+
+/// Bytes of a `stamps/` record: size, mtime, ctime, sha256.
+const STAMP_RECORD_LEN: usize = 8 + 8 + 8 + 32;
+
+impl FileStamp {
+    /// The stamp of a file from its metadata.
+    pub fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether the file had been still for `quiet` at `now`: its mtime and ctime are both at
+    /// least that far in the past. Only such a stamp may be recorded.
+    pub fn settled(&self, now: std::time::SystemTime, quiet: std::time::Duration) -> bool {
+        let Ok(now) = now.duration_since(std::time::UNIX_EPOCH) else {
+            return false;
+        };
+        let limit = i64::try_from(now.saturating_sub(quiet).as_nanos()).unwrap_or(i64::MAX);
+        self.mtime_ns <= limit && self.ctime_ns <= limit
+    }
+
+    fn record(&self, sha256: &[u8; 32]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(STAMP_RECORD_LEN);
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v.extend_from_slice(&self.mtime_ns.to_le_bytes());
+        v.extend_from_slice(&self.ctime_ns.to_le_bytes());
+        v.extend_from_slice(sha256);
+        v
+    }
+
+    /// The sha256 of record `v` if it was recorded for this very stamp.
+    fn recorded_sha256(&self, v: &[u8]) -> Option<[u8; 32]> {
+        if v.len() != STAMP_RECORD_LEN || v[..24] != self.record(&[0; 32])[..24] {
+            return None;
+        }
+        v[24..].try_into().ok()
+    }
+}
+
+/// Key of a file's stamp record in the `manifests` family (never an object key).
+fn stamp_key(stamp: &FileStamp) -> String {
+    format!("stamps/{:016x}/{:016x}", stamp.dev, stamp.ino)
 }
 
 /// Key of a file's chunk list in the `manifests` family (never an object key).
@@ -474,5 +560,113 @@ mod tests {
         let r = index.sync(p.backend.as_ref(), &none, &|_| {}).unwrap();
         assert_eq!((r.packs, r.forgotten), (0, 1));
         assert!(index.chunk(&id).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_stamp_record_answers_only_for_the_very_same_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = Index::open(dir.path(), &[7; 16]).unwrap();
+        let st = FileStamp {
+            dev: 2049,
+            ino: 77,
+            size: 1 << 30,
+            mtime_ns: 1_700_000_000_123_456_789,
+            ctime_ns: 1_700_000_001_000_000_001,
+        };
+        assert_eq!(index.stamped_sha256(&st).unwrap(), None);
+        index.remember_stamp(&st, &[9; 32]).unwrap();
+        assert_eq!(index.stamped_sha256(&st).unwrap(), Some([9; 32]));
+        for other in [
+            FileStamp {
+                size: st.size - 1,
+                ..st
+            },
+            FileStamp {
+                mtime_ns: st.mtime_ns + 1,
+                ..st
+            },
+            FileStamp {
+                ctime_ns: st.ctime_ns + 1,
+                ..st
+            },
+        ] {
+            assert_eq!(index.stamped_sha256(&other).unwrap(), None, "{other:?}");
+        }
+        // Another inode or device is another key; a record for it is its own.
+        assert_eq!(
+            index.stamped_sha256(&FileStamp { ino: 78, ..st }).unwrap(),
+            None
+        );
+        assert_eq!(
+            index.stamped_sha256(&FileStamp { dev: 1, ..st }).unwrap(),
+            None
+        );
+        // A newer read of the same inode replaces the record.
+        let later = FileStamp {
+            ctime_ns: st.ctime_ns + 5,
+            ..st
+        };
+        index.remember_stamp(&later, &[3; 32]).unwrap();
+        assert_eq!(index.stamped_sha256(&later).unwrap(), Some([3; 32]));
+        assert_eq!(index.stamped_sha256(&st).unwrap(), None);
+    }
+
+    #[test]
+    fn a_stamp_is_settled_once_both_times_are_old_enough() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let at = |ns: i64| UNIX_EPOCH + Duration::from_nanos(ns as u64);
+        let st = FileStamp {
+            dev: 1,
+            ino: 1,
+            size: 1,
+            mtime_ns: 10_000_000_000,
+            ctime_ns: 20_000_000_000,
+        };
+        let two = Duration::from_secs(2);
+        assert!(!st.settled(at(21_999_999_999), two), "ctime 1.99 s ago");
+        assert!(st.settled(at(22_000_000_000), two));
+        let future = FileStamp {
+            mtime_ns: 30_000_000_000,
+            ..st
+        };
+        assert!(
+            !future.settled(at(23_000_000_000), two),
+            "mtime in the future"
+        );
+        assert!(st.settled(at(20_000_000_000), Duration::ZERO));
+        assert!(!st.settled(UNIX_EPOCH, Duration::ZERO));
+    }
+
+    #[test]
+    fn the_stamp_of_a_real_file_moves_with_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"abc").unwrap();
+        let a = FileStamp::of(&std::fs::metadata(&p).unwrap());
+        assert_eq!(a, FileStamp::of(&std::fs::metadata(&p).unwrap()));
+        assert_eq!(a.size, 3);
+        // Wait for the file system's clock to move (it may tick coarsely), then write the
+        // same number of bytes and put the mtime back: the ctime still tells.
+        let probe = dir.path().join("probe");
+        loop {
+            std::fs::write(&probe, b"x").unwrap();
+            if FileStamp::of(&std::fs::metadata(&probe).unwrap()).ctime_ns > a.ctime_ns {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        std::io::Write::write_all(&mut &f, b"xyz").unwrap();
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(a.mtime_ns as u64);
+        f.set_modified(old).unwrap();
+        drop(f);
+        let b = FileStamp::of(&std::fs::metadata(&p).unwrap());
+        assert!(mtime >= old);
+        assert_eq!(
+            (b.dev, b.ino, b.size, b.mtime_ns),
+            (a.dev, a.ino, a.size, a.mtime_ns)
+        );
+        assert_ne!(b, a, "ctime moved");
     }
 }

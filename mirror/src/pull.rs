@@ -126,6 +126,7 @@ pub fn pull(
         threads: opts.jobs.max(1),
         readers: opts.jobs.max(1),
         keep_partial: true,
+        ..Default::default()
     };
     let before = client.stats();
     let ingested = ingest_from(store, index, &[snapshot], iopts, &opener, progress)?;

@@ -43,6 +43,21 @@ pub fn step() {
     fail::fail_point!(MUTATION);
 }
 
+/// How long ingest waits for a file to stand still before it records the file's stamp
+/// (`store::ingest::SETTLE`), as a test sets it with `MODELCAS_TEST_SETTLE_MS` (files a
+/// test has just written are never two seconds old). None without the `failpoints`
+/// feature, whatever the environment says.
+pub fn settle_override() -> Option<std::time::Duration> {
+    if !ENABLED {
+        return None;
+    }
+    let ms: u64 = std::env::var("MODELCAS_TEST_SETTLE_MS")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(std::time::Duration::from_millis(ms))
+}
+
 /// Configures the fail points from `MODELCAS_PAUSE_AT`, `MODELCAS_CRASH_AT_STEP` and
 /// `MODELCAS_STEP_COUNT`. Without the `failpoints` feature it does nothing.
 pub fn setup() {

@@ -13,14 +13,24 @@ use super::Ctx;
 use crate::output::bytes;
 use crate::progress::Bar;
 
+/// How to ingest and report: `--threads`, `--reread`, `--json`.
+pub struct Flags {
+    pub threads: Option<usize>,
+    pub reread: bool,
+    pub json: bool,
+}
+
 pub fn run(
     ctx: &Ctx,
     path: &Path,
     repo: Option<String>,
     revision: Option<String>,
     refs: Vec<String>,
-    threads: Option<usize>,
-    json: bool,
+    Flags {
+        threads,
+        reread,
+        json,
+    }: Flags,
 ) -> Result<ExitCode> {
     let opts = DiscoverOptions {
         repo: repo.as_deref().map(RepoId::parse).transpose()?,
@@ -40,7 +50,13 @@ pub fn run(
     }
     let store = Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
     let index = ctx.index(&store)?;
-    let mut iopts = IngestOptions::default();
+    let mut iopts = IngestOptions {
+        reread,
+        ..Default::default()
+    };
+    if let Some(settle) = store::failpoint::settle_override() {
+        iopts.settle = settle;
+    }
     if let Some(t) = threads {
         iopts.threads = t;
         iopts.readers = t;
@@ -69,6 +85,7 @@ fn record(report: &IngestReport, started: std::time::Instant) {
     tracing::info!(
         snapshots = report.snapshots.len(),
         bytes_read = report.bytes_read,
+        bytes_unchanged = report.bytes_unchanged,
         new_chunk_bytes = report.new_chunk_bytes,
         pack_bytes_written = report.pack_bytes_written,
         duration_ms = started.elapsed().as_millis() as u64,
@@ -88,6 +105,7 @@ fn report_json(report: &IngestReport) -> serde_json::Value {
         .collect();
     json!({
         "snapshots": snaps, "files_read": report.files_read, "bytes_read": report.bytes_read,
+        "files_unchanged": report.files_unchanged, "bytes_unchanged": report.bytes_unchanged,
         "chunks": report.chunks, "new_chunks": report.new_chunks, "new_chunk_bytes": report.new_chunk_bytes,
         "packs_written": report.packs_written, "pack_bytes_written": report.pack_bytes_written,
         "sync": {"packs": report.sync.packs, "learned": report.sync.learned,
@@ -116,17 +134,25 @@ fn print_report(report: &IngestReport) {
             bytes(s.bytes)
         );
     }
+    let files = if report.files_unchanged == 0 {
+        format!("{} files", report.files_read)
+    } else {
+        format!(
+            "{} files ({} of them, {}, unchanged since an earlier read: taken from the index unread)",
+            report.files_read,
+            report.files_unchanged,
+            bytes(report.bytes_unchanged)
+        )
+    };
     if report.pack_bytes_written == 0 {
         println!(
-            "read {} in {} files: nothing new, 0 pack bytes written",
+            "read {} in {files}: nothing new, 0 pack bytes written",
             bytes(report.bytes_read),
-            report.files_read
         );
     } else {
         println!(
-            "read {} in {} files: {} of {} chunks new ({}), wrote {} in {} packs",
+            "read {} in {files}: {} of {} chunks new ({}), wrote {} in {} packs",
             bytes(report.bytes_read),
-            report.files_read,
             report.new_chunks,
             report.chunks,
             bytes(report.new_chunk_bytes),

@@ -257,8 +257,16 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             revision,
             refs,
             threads,
+            reread,
             json,
-        } => ingest::run(ctx, &path, repo, revision, refs, threads, json),
+        } => {
+            let flags = ingest::Flags {
+                threads,
+                reread,
+                json,
+            };
+            ingest::run(ctx, &path, repo, revision, refs, flags)
+        }
         Command::Ls { target, json } => ls::run(ctx, target.as_deref(), json),
         Command::Checkout { revision, dir } => read::checkout(ctx, &revision, &dir),
         Command::Cat { revision, path } => read::cat(ctx, &revision, &path),

@@ -29,7 +29,7 @@ use chunker::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::failpoint;
-use crate::index::{ChunkLoc, Index, SyncReport};
+use crate::index::{ChunkLoc, FileStamp, Index, SyncReport};
 use crate::layout;
 use crate::lock::{self, Held};
 use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest};
@@ -70,7 +70,18 @@ pub struct IngestOptions {
     /// reads completed files back instead of fetching them again). `pull` sets it: its
     /// sources are downloads. Off for files on disk, so a refused ingest writes nothing.
     pub keep_partial: bool,
+    /// Read every file, even one the index recorded as unchanged since it was last read
+    /// (same device, inode, size, mtime and ctime; see [`crate::index::FileStamp`]).
+    pub reread: bool,
+    /// How long a file must have been still (its mtime and ctime that far in the past when
+    /// it is read) for its stamp to be recorded: [`SETTLE`].
+    pub settle: std::time::Duration,
 }
+
+/// How long a file must have gone unwritten before ingest records its stamp: longer than
+/// any file system's coarse clock tick, so that a write in the tick the file was read in
+/// cannot leave the stamp as it was.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Fewest reader threads by default: a reader waiting on the disk (a cold file, a small
 /// file's metadata) leaves the workers without chunks, and on 2 cores two readers left them
@@ -91,6 +102,8 @@ impl Default for IngestOptions {
             threads: cpus,
             readers: cpus.clamp(MIN_READERS, MAX_READERS),
             keep_partial: false,
+            reread: false,
+            settle: SETTLE,
         }
     }
 }
@@ -121,6 +134,11 @@ pub struct IngestReport {
     pub files_read: usize,
     /// Bytes read from them.
     pub bytes_read: u64,
+    /// Of those, files not read again: the index recorded them as unchanged since an
+    /// earlier read, and every chunk of theirs is still stored.
+    pub files_unchanged: usize,
+    /// Bytes of those files.
+    pub bytes_unchanged: u64,
     /// Chunks seen (with repeats).
     pub chunks: u64,
     /// Chunks not yet in the store, written now.
@@ -146,6 +164,13 @@ type Source = (PathBuf, Option<[u8; 32]>, u64);
 pub trait Opener: Sync {
     /// A reader of the whole content of `source`.
     fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>>;
+
+    /// The stamp of `source` now, where it is a file on this machine: what lets a later
+    /// ingest know the file unchanged without reading it. None (the default) where
+    /// sources are not files.
+    fn stamp(&self, _source: &Path) -> Option<FileStamp> {
+        None
+    }
 }
 
 /// Source files are files on this machine.
@@ -155,6 +180,10 @@ impl Opener for FileSystem {
     fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>> {
         let f = std::fs::File::open(source).map_err(|e| StoreError::io(source, e))?;
         Ok(Box::new(f))
+    }
+
+    fn stamp(&self, source: &Path) -> Option<FileStamp> {
+        std::fs::metadata(source).ok().map(|m| FileStamp::of(&m))
     }
 }
 

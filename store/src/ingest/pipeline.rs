@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::{IngestOptions, IngestReport, Opener, Source};
 use crate::frame;
-use crate::index::{ChunkLoc, Index};
+use crate::index::{ChunkLoc, FileStamp, Index};
 use crate::layout;
 use crate::pack::{PackBuilder, PackId};
 use crate::progress::Progress;
@@ -52,6 +52,11 @@ struct Shared<'a> {
     abort: AtomicBool,
     error: Mutex<Option<StoreError>>,
     pub(super) chunks: AtomicU64,
+    /// Files taken from the index unread, and their bytes.
+    files_unchanged: AtomicU64,
+    bytes_unchanged: AtomicU64,
+    reread: bool,
+    settle: std::time::Duration,
     new_chunks: AtomicU64,
     new_chunk_bytes: AtomicU64,
     pack_bytes: AtomicU64,
@@ -96,7 +101,8 @@ pub(super) fn run_pipeline(
 ) -> Result<(Vec<FileResult>, HashMap<ChunkId, ChunkLoc>)> {
     let (workers, readers) = (opts.threads.max(1), opts.readers.max(1));
     let params = store.config().chunk_params();
-    let shared = Shared::new(store, index, opener, readers);
+    let mut shared = Shared::new(store, index, opener, readers);
+    (shared.reread, shared.settle) = (opts.reread, opts.settle);
     let results = run_threads(&shared, sources, (readers, workers), params, progress);
     let failed = shared
         .error
@@ -124,6 +130,8 @@ pub(super) fn run_pipeline(
         .unwrap_or_else(|p| p.into_inner());
     let located = locate(claims, &sealed)?;
     report.chunks = shared.chunks.load(Ordering::SeqCst);
+    report.files_unchanged = shared.files_unchanged.load(Ordering::SeqCst) as usize;
+    report.bytes_unchanged = shared.bytes_unchanged.load(Ordering::SeqCst);
     report.new_chunks = shared.new_chunks.load(Ordering::SeqCst);
     report.new_chunk_bytes = shared.new_chunk_bytes.load(Ordering::SeqCst);
     report.packs_written = shared.packs.load(Ordering::SeqCst) as usize;
@@ -160,6 +168,10 @@ impl<'a> Shared<'a> {
             abort: AtomicBool::new(false),
             error: Mutex::new(None),
             chunks: AtomicU64::new(0),
+            files_unchanged: AtomicU64::new(0),
+            bytes_unchanged: AtomicU64::new(0),
+            reread: false,
+            settle: super::SETTLE,
             new_chunks: AtomicU64::new(0),
             new_chunk_bytes: AtomicU64::new(0),
             pack_bytes: AtomicU64::new(0),
@@ -215,11 +227,7 @@ fn run_threads(
                 }
                 let i = order[k];
                 match read_file(shared, lane, &sources[i], params, &tx, progress) {
-                    Ok(r) => {
-                        // Best effort: the record only saves a later pull a download.
-                        let _ = shared.index.remember_file(&r.sha256, &r.chunks);
-                        results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r)
-                    }
+                    Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
                     Err(e) => shared.fail(e),
                 }
             }));
@@ -323,7 +331,92 @@ impl FileSha {
     }
 }
 
+/// The chunked form of one source: taken from the index when the file is unchanged since
+/// it was last read ([`unchanged_file`]), otherwise read ([`chunk_file`]); a file read
+/// whole while it stood still gets its stamp recorded for the next ingest.
 fn read_file(
+    shared: &Shared<'_>,
+    lane: usize,
+    source: &Source,
+    params: ChunkParams,
+    jobs: &Sender<Job>,
+    progress: &dyn Progress,
+) -> Result<FileResult> {
+    let path = &source.0;
+    let stamp = shared.opener.stamp(path);
+    let stamped_at = std::time::SystemTime::now();
+    if let Some(st) = stamp.filter(|_| !shared.reread) {
+        if let Some(r) = unchanged_file(shared, &st, source)? {
+            progress.advance(r.size);
+            return Ok(r);
+        }
+    }
+    let r = chunk_file(shared, lane, source, params, jobs, progress)?;
+    // Best effort, both: the records only save a later ingest a read (or a pull a
+    // download). The stamp is recorded only if the file was still long enough before the
+    // read and has the same stamp after it: nothing wrote to it meanwhile.
+    let _ = shared.index.remember_file(&r.sha256, &r.chunks);
+    if let Some(st) = stamp {
+        if st.size == r.size
+            && st.settled(stamped_at, shared.settle)
+            && shared.opener.stamp(path) == Some(st)
+        {
+            let _ = shared.index.remember_stamp(&st, &r.sha256);
+        }
+    }
+    Ok(r)
+}
+
+/// The chunked form of a file the index knows unchanged: its stamp recorded with a
+/// content, that content's chunk list recorded, every chunk in a pack the index knows
+/// (synced after the lease: never one gc condemned), the lengths adding up to the file's
+/// size and the content the one a blob name expects. None when any of that fails; the
+/// file is then read.
+fn unchanged_file(
+    shared: &Shared<'_>,
+    stamp: &FileStamp,
+    (_, expected, size): &Source,
+) -> Result<Option<FileResult>> {
+    if stamp.size != *size {
+        return Ok(None);
+    }
+    let Some(sha256) = shared.index.stamped_sha256(stamp)? else {
+        return Ok(None);
+    };
+    if expected.is_some_and(|e| e != sha256) {
+        return Ok(None);
+    }
+    let Some(chunks) = shared.index.file_chunks(&sha256)? else {
+        return Ok(None);
+    };
+    if chunks
+        .iter()
+        .map(|(_, l)| u64::from(l.raw_len))
+        .sum::<u64>()
+        != *size
+    {
+        return Ok(None);
+    }
+    {
+        let mut claims = shared.claims.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, loc) in &chunks {
+            claims.entry(*id).or_insert(Claim::Stored(*loc));
+        }
+    }
+    shared
+        .chunks
+        .fetch_add(chunks.len() as u64, Ordering::Relaxed);
+    shared.files_unchanged.fetch_add(1, Ordering::Relaxed);
+    shared.bytes_unchanged.fetch_add(*size, Ordering::Relaxed);
+    Ok(Some(FileResult {
+        size: *size,
+        sha256,
+        chunks: chunks.iter().map(|(id, l)| (*id, l.raw_len)).collect(),
+    }))
+}
+
+/// Reads a file through FastCDC and SHA-256, handing its chunks to the workers.
+fn chunk_file(
     shared: &Shared<'_>,
     lane: usize,
     (path, expected, source_size): &Source,

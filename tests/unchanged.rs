@@ -1,0 +1,246 @@
+//! Ingest of files the index knows unchanged since an earlier ingest read them: taken from
+//! the index unread (same device, inode, size, mtime and ctime, every chunk still stored),
+//! read again as soon as anything about them moved, and never when `--reread` says so.
+//! Each test ingests through the real binary into a real store and index.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::gc::{gc, resume};
+use common::*;
+use serde_json::Value;
+
+/// A snapshot directory: a file of several chunks, a small one and an empty one.
+fn snapshot(env: &Env, name: &str) -> PathBuf {
+    let dir = env.path(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let big: Vec<u8> = (0..600_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(dir.join("model.safetensors"), big).unwrap();
+    std::fs::write(dir.join("config.json"), b"{\"hidden_size\": 64}").unwrap();
+    std::fs::write(dir.join("empty.txt"), b"").unwrap();
+    dir
+}
+
+/// `ingest DIR --repo o/m --ref REF --json`, with files recorded once still for `settle_ms`.
+fn ingest(env: &Env, dir: &Path, r: &str, settle_ms: u64, extra: &[&str]) -> Value {
+    let out = env
+        .cmd()
+        .env("MODELCAS_TEST_SETTLE_MS", settle_ms.to_string())
+        .args([
+            "ingest",
+            dir.to_str().unwrap(),
+            "--repo",
+            "o/m",
+            "--ref",
+            r,
+            "--json",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn commit(report: &Value) -> String {
+    report["snapshots"][0]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Checks out `o/m@r` and returns its files' hashes.
+fn checked_out(env: &Env, r: &str) -> Vec<(String, String)> {
+    let out = env.path(&format!("co-{r}"));
+    env.ok(&["checkout", &format!("o/m@{r}"), out.to_str().unwrap()]);
+    tree_hashes(&out)
+}
+
+/// Waits until the file system's clock has passed the ctime of `file` (it may tick
+/// coarsely): a write after this gives it another ctime.
+fn until_the_clock_passes(file: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let ctime = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.ctime(), m.ctime_nsec())
+    };
+    let probe = file.with_extension("probe");
+    let before = ctime(file);
+    loop {
+        std::fs::write(&probe, b"x").unwrap();
+        if ctime(&probe) > before {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    std::fs::remove_file(probe).unwrap();
+}
+
+#[test]
+fn a_second_ingest_takes_unchanged_files_from_the_index_unread() {
+    let env = Env::new();
+    let dir = snapshot(&env, "snap");
+    let first = ingest(&env, &dir, "a", 0, &[]);
+    assert_eq!(first["files_unchanged"], 0, "{first:#}");
+    let second = ingest(&env, &dir, "b", 0, &[]);
+    assert_eq!(second["files_read"], 3, "{second:#}");
+    assert_eq!(second["files_unchanged"], 3, "{second:#}");
+    assert_eq!(second["bytes_unchanged"], 600_000 + 19, "{second:#}");
+    assert_eq!(second["chunks"], first["chunks"], "{second:#}");
+    assert_eq!(second["pack_bytes_written"], 0);
+    assert_eq!(commit(&second), commit(&first));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    env.verifies("o/m@b");
+    // The same files under another repository: a new manifest, still nothing read.
+    let out = env
+        .cmd()
+        .env("MODELCAS_TEST_SETTLE_MS", "0")
+        .args([
+            "ingest",
+            dir.to_str().unwrap(),
+            "--repo",
+            "o/other",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let other: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(other["files_unchanged"], 3, "{other:#}");
+    assert_eq!(other["snapshots"][0]["new"], true);
+    env.verifies(&format!("o/other@{}", commit(&other)));
+    // --reread reads them all, and finds the same content.
+    let reread = ingest(&env, &dir, "c", 0, &["--reread"]);
+    assert_eq!(reread["files_unchanged"], 0, "{reread:#}");
+    assert_eq!(commit(&reread), commit(&first));
+}
+
+#[test]
+fn a_file_written_since_its_last_read_is_read_again() {
+    let env = Env::new();
+    let dir = snapshot(&env, "snap");
+    let first = ingest(&env, &dir, "a", 0, &[]);
+    // Same size, new bytes, the old mtime put back: only the ctime tells.
+    let f = dir.join("config.json");
+    let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+    until_the_clock_passes(&f);
+    std::fs::write(&f, b"{\"hidden_size\": 65}").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
+    let second = ingest(&env, &dir, "b", 0, &[]);
+    assert_eq!(second["files_unchanged"], 2, "{second:#}");
+    assert_ne!(commit(&second), commit(&first));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    // A file replaced by another (a new inode) is read too.
+    let m = dir.join("model.safetensors");
+    let bytes = std::fs::read(&m).unwrap();
+    std::fs::remove_file(&m).unwrap();
+    std::fs::write(&m, &bytes).unwrap();
+    let third = ingest(&env, &dir, "c", 0, &[]);
+    assert_eq!(third["files_unchanged"], 2, "{third:#}");
+    assert_eq!(commit(&third), commit(&second));
+}
+
+#[test]
+fn a_file_not_still_long_enough_before_its_read_is_not_recorded() {
+    let env = Env::new();
+    let dir = snapshot(&env, "snap");
+    // An hour of stillness asked: the files just written never qualify.
+    for r in ["a", "b"] {
+        let report = ingest(&env, &dir, r, 3_600_000, &[]);
+        assert_eq!(report["files_unchanged"], 0, "{report:#}");
+    }
+    // Nor are they taken unread later from the reads that did not record them.
+    let report = ingest(&env, &dir, "c", 0, &[]);
+    assert_eq!(report["files_unchanged"], 0, "{report:#}");
+    let report = ingest(&env, &dir, "d", 0, &[]);
+    assert_eq!(report["files_unchanged"], 3, "{report:#}");
+}
+
+#[test]
+fn a_blob_whose_chunks_gc_took_is_read_again() {
+    let env = Env::new();
+    let dir = snapshot(&env, "snap");
+    let first = ingest(&env, &dir, "a", 0, &[]);
+    env.ok(&["rm", &format!("o/m@{}", commit(&first)), "--force"]);
+    let g = gc(&env, &["--keep-last", "0"]);
+    assert!(g["packs_condemned"].as_u64().unwrap() > 0, "{g:#}");
+    let g = gc(&env, &["--keep-last", "0"]);
+    assert!(g["packs_deleted"].as_u64().unwrap() > 0, "{g:#}");
+    let again = ingest(&env, &dir, "b", 0, &[]);
+    assert_eq!(
+        again["files_unchanged"], 1,
+        "only the empty file: {again:#}"
+    );
+    assert!(again["pack_bytes_written"].as_u64().unwrap() > 0);
+    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    fsck_clean(&env, true);
+}
+
+/// gc condemns the packs of a removed revision while an ingest of the same files, past
+/// its index sync, is paused: the ingest takes the files unread from what the index knew
+/// when it synced, and gc must not delete those packs under its lease.
+#[test]
+fn gc_beside_an_ingest_of_unchanged_files_loses_nothing() {
+    let env = Env::new();
+    let pause = env.path("pause");
+    let dir = snapshot(&env, "snap");
+    let first = ingest(&env, &dir, "a", 0, &[]);
+    env.ok(&["rm", &format!("o/m@{}", commit(&first)), "--force"]);
+    let point = "ingest-after-sync";
+    let args = [
+        "ingest",
+        dir.to_str().unwrap(),
+        "--repo",
+        "o/m",
+        "--ref",
+        "b",
+        "--json",
+    ];
+    let child = spawn_paused(
+        env.cmd().env("MODELCAS_TEST_SETTLE_MS", "0").args(args),
+        point,
+        &pause,
+    );
+    let g1 = gc(&env, &["--keep-last", "0"]);
+    assert!(g1["packs_condemned"].as_u64().unwrap() > 0, "{g1:#}");
+    let g2 = gc(&env, &["--keep-last", "0"]);
+    assert_eq!(
+        g2["packs_deleted"], 0,
+        "deleted under a live ingest lease: {g2:#}"
+    );
+    let out = resume(child, point, &pause);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["files_unchanged"], 3,
+        "the files were read: {report:#}"
+    );
+    for _ in 0..3 {
+        gc(&env, &["--keep-last", "0"]);
+    }
+    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    env.verifies("o/m@b");
+    fsck_clean(&env, true);
+}
