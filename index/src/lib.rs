@@ -383,7 +383,19 @@ impl Index {
     /// family: a later ingest that finds the file with the very same stamp takes its chunks
     /// from [`Index::file_chunks`] instead of reading it again.
     pub fn remember_stamp(&self, stamp: &FileStamp, sha256: &[u8; 32]) -> Result<()> {
-        self.cache_object(&stamp_key(stamp), "", &stamp.record(sha256))
+        self.remember_stamps(&[(*stamp, *sha256)])
+    }
+
+    /// [`Index::remember_stamp`] of many files in one write.
+    pub fn remember_stamps(&self, stamps: &[(FileStamp, [u8; 32])]) -> Result<()> {
+        let cf = self.cf(CF_MANIFESTS)?;
+        let mut batch = WriteBatch::default();
+        for (stamp, sha256) in stamps {
+            let mut v = vec![0, 0]; // an empty tag, as `cache_object` writes it
+            v.extend_from_slice(&stamp.record(sha256));
+            batch.put_cf(cf, stamp_key(stamp), v);
+        }
+        self.db.write(batch).map_err(|e| self.err(e))
     }
 
     /// The content recorded for a file with exactly this `stamp`, if any.

@@ -57,6 +57,9 @@ struct Shared<'a> {
     bytes_unchanged: AtomicU64,
     reread: bool,
     settle: std::time::Duration,
+    /// Stamps of the files read whole while they stood still, recorded in one write once
+    /// every file is read.
+    stamps: Mutex<Vec<(FileStamp, [u8; 32])>>,
     new_chunks: AtomicU64,
     new_chunk_bytes: AtomicU64,
     pack_bytes: AtomicU64,
@@ -120,6 +123,9 @@ pub(super) fn run_pipeline(
         return Err(e);
     }
     seal_open_packs(&shared)?;
+    // Best effort: a record only saves a later ingest a read.
+    let stamps = std::mem::take(&mut *shared.stamps.lock().unwrap_or_else(|p| p.into_inner()));
+    let _ = index.remember_stamps(&stamps);
     let sealed = shared
         .sealed
         .into_inner()
@@ -172,6 +178,7 @@ impl<'a> Shared<'a> {
             bytes_unchanged: AtomicU64::new(0),
             reread: false,
             settle: super::SETTLE,
+            stamps: Mutex::new(Vec::new()),
             new_chunks: AtomicU64::new(0),
             new_chunk_bytes: AtomicU64::new(0),
             pack_bytes: AtomicU64::new(0),
@@ -352,16 +359,18 @@ fn read_file(
         }
     }
     let r = chunk_file(shared, lane, source, params, jobs, progress)?;
-    // Best effort, both: the records only save a later ingest a read (or a pull a
-    // download). The stamp is recorded only if the file was still long enough before the
-    // read and has the same stamp after it: nothing wrote to it meanwhile.
+    // Best effort: the chunk list only saves a later ingest a read (or a pull a
+    // download). The stamp is kept only if the file was still long enough before the
+    // read and has the same stamp after it: nothing wrote to it meanwhile; it is recorded
+    // with the others once every file is read.
     let _ = shared.index.remember_file(&r.sha256, &r.chunks);
     if let Some(st) = stamp {
         if st.size == r.size
             && st.settled(stamped_at, shared.settle)
             && shared.opener.stamp(path) == Some(st)
         {
-            let _ = shared.index.remember_stamp(&st, &r.sha256);
+            let mut stamps = shared.stamps.lock().unwrap_or_else(|p| p.into_inner());
+            stamps.push((st, r.sha256));
         }
     }
     Ok(r)
