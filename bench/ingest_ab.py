@@ -9,6 +9,8 @@ drifts), each in a fresh store, the page cache dropped before every timed step e
 r1..r4 row (its sources are read into the page cache first, as bench/ingest_bench.py does):
   hub      ingest of a hub cache of 50 repositories (4 revisions each, 1-4 MiB; the data of
            bench/scale_bench.py's `files` part) against `borg create --compression zstd,3`
+  hub again  the same ingest again into the store the hub row made (nothing changed since),
+           against a second `borg create` into the same borg repository (its files cache)
   small    ingest of 20,000 files of 1-16 KiB in 100 directories, against `borg create`
   checkout checkout of those 20,000 files against `borg extract`, into the same directory
            each time (removed before: ext4 then allocates inodes among those just freed,
@@ -52,6 +54,13 @@ def row_ingest(tool, st, src, args):
     if tool == "borg":
         borg_init(st)
         return S.timed(["borg", "create", "--compression", "zstd,3", "::x", "."], st, cwd=src)[0]
+    return S.timed([tool, "-q", "ingest", src, *args], st)[0]
+
+
+def row_again(tool, st, src, args):
+    """The ingest of row_ingest again, into the store it made."""
+    if tool == "borg":
+        return S.timed(["borg", "create", "--compression", "zstd,3", "::again", "."], st, cwd=src)[0]
     return S.timed([tool, "-q", "ingest", src, *args], st)[0]
 
 
@@ -105,11 +114,12 @@ def main():
     borg_init(src)
     subprocess.run(["borg", "create", "--compression", "zstd,3", "::small", "."], env=S.env(src), cwd=small, check=True)
     rows = {r: {t: [] for t in ("borg", "A", "B")}
-            for r in ("hub", "small", "checkout", "checkout on a fresh fs", "r1..r4")}
+            for r in ("hub", "hub again", "small", "checkout", "checkout on a fresh fs", "r1..r4")}
     tools = (("borg", "borg"), ("A", BIN_A), ("B", BIN_B))
     for _ in range(ROUNDS):
         for tag, tool in tools:
             rows["hub"][tag].append(row_ingest(tool, f"{d}/st", hub, []))
+            rows["hub again"][tag].append(row_again(tool, f"{d}/st", hub, []))
             rows["small"][tag].append(row_ingest(tool, f"{d}/st", small, ["--repo", "bench/small-files", "--revision", REV]))
             rows["checkout"][tag].append(row_checkout(tool, src, f"{d}/co"))
             rows["checkout on a fresh fs"][tag].append(row_checkout_fresh_fs(tool, src, d))

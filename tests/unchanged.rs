@@ -5,16 +5,25 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::gc::{gc, resume};
 use common::*;
 use serde_json::Value;
 
-/// A snapshot directory: a file of several chunks, a small one and an empty one.
-fn snapshot(env: &Env, name: &str) -> PathBuf {
-    let dir = env.path(name);
-    std::fs::create_dir_all(&dir).unwrap();
+/// A snapshot directory: a file of several chunks, a small one and an empty one. It lies
+/// in the build directory, on the disk: files are taken unread only from file systems
+/// that move a file's ctime on every write (ext4, xfs, btrfs), and the system's temporary
+/// directory may be a tmpfs.
+fn snapshot() -> tempfile::TempDir {
+    snapshot_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+}
+
+fn snapshot_in(parent: &Path) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("unchanged-")
+        .tempdir_in(parent)
+        .unwrap();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let big: Vec<u8> = (0..600_000)
         .map(|_| {
@@ -24,9 +33,9 @@ fn snapshot(env: &Env, name: &str) -> PathBuf {
             x as u8
         })
         .collect();
-    std::fs::write(dir.join("model.safetensors"), big).unwrap();
-    std::fs::write(dir.join("config.json"), b"{\"hidden_size\": 64}").unwrap();
-    std::fs::write(dir.join("empty.txt"), b"").unwrap();
+    std::fs::write(dir.path().join("model.safetensors"), big).unwrap();
+    std::fs::write(dir.path().join("config.json"), b"{\"hidden_size\": 64}").unwrap();
+    std::fs::write(dir.path().join("empty.txt"), b"").unwrap();
     dir
 }
 
@@ -92,17 +101,18 @@ fn until_the_clock_passes(file: &Path) {
 #[test]
 fn a_second_ingest_takes_unchanged_files_from_the_index_unread() {
     let env = Env::new();
-    let dir = snapshot(&env, "snap");
-    let first = ingest(&env, &dir, "a", 0, &[]);
+    let snap = snapshot();
+    let dir = snap.path();
+    let first = ingest(&env, dir, "a", 0, &[]);
     assert_eq!(first["files_unchanged"], 0, "{first:#}");
-    let second = ingest(&env, &dir, "b", 0, &[]);
+    let second = ingest(&env, dir, "b", 0, &[]);
     assert_eq!(second["files_read"], 3, "{second:#}");
     assert_eq!(second["files_unchanged"], 3, "{second:#}");
     assert_eq!(second["bytes_unchanged"], 600_000 + 19, "{second:#}");
     assert_eq!(second["chunks"], first["chunks"], "{second:#}");
     assert_eq!(second["pack_bytes_written"], 0);
     assert_eq!(commit(&second), commit(&first));
-    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
     env.verifies("o/m@b");
     // The same files under another repository: a new manifest, still nothing read.
     let out = env
@@ -117,12 +127,17 @@ fn a_second_ingest_takes_unchanged_files_from_the_index_unread() {
         ])
         .output()
         .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let other: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(other["files_unchanged"], 3, "{other:#}");
     assert_eq!(other["snapshots"][0]["new"], true);
     env.verifies(&format!("o/other@{}", commit(&other)));
     // --reread reads them all, and finds the same content.
-    let reread = ingest(&env, &dir, "c", 0, &["--reread"]);
+    let reread = ingest(&env, dir, "c", 0, &["--reread"]);
     assert_eq!(reread["files_unchanged"], 0, "{reread:#}");
     assert_eq!(commit(&reread), commit(&first));
 }
@@ -130,8 +145,9 @@ fn a_second_ingest_takes_unchanged_files_from_the_index_unread() {
 #[test]
 fn a_file_written_since_its_last_read_is_read_again() {
     let env = Env::new();
-    let dir = snapshot(&env, "snap");
-    let first = ingest(&env, &dir, "a", 0, &[]);
+    let snap = snapshot();
+    let dir = snap.path();
+    let first = ingest(&env, dir, "a", 0, &[]);
     // Same size, new bytes, the old mtime put back: only the ctime tells.
     let f = dir.join("config.json");
     let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
@@ -144,16 +160,16 @@ fn a_file_written_since_its_last_read_is_read_again() {
         .set_modified(mtime)
         .unwrap();
     assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
-    let second = ingest(&env, &dir, "b", 0, &[]);
+    let second = ingest(&env, dir, "b", 0, &[]);
     assert_eq!(second["files_unchanged"], 2, "{second:#}");
     assert_ne!(commit(&second), commit(&first));
-    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
     // A file replaced by another (a new inode) is read too.
     let m = dir.join("model.safetensors");
     let bytes = std::fs::read(&m).unwrap();
     std::fs::remove_file(&m).unwrap();
     std::fs::write(&m, &bytes).unwrap();
-    let third = ingest(&env, &dir, "c", 0, &[]);
+    let third = ingest(&env, dir, "c", 0, &[]);
     assert_eq!(third["files_unchanged"], 2, "{third:#}");
     assert_eq!(commit(&third), commit(&second));
 }
@@ -161,36 +177,38 @@ fn a_file_written_since_its_last_read_is_read_again() {
 #[test]
 fn a_file_not_still_long_enough_before_its_read_is_not_recorded() {
     let env = Env::new();
-    let dir = snapshot(&env, "snap");
+    let snap = snapshot();
+    let dir = snap.path();
     // An hour of stillness asked: the files just written never qualify.
     for r in ["a", "b"] {
-        let report = ingest(&env, &dir, r, 3_600_000, &[]);
+        let report = ingest(&env, dir, r, 3_600_000, &[]);
         assert_eq!(report["files_unchanged"], 0, "{report:#}");
     }
     // Nor are they taken unread later from the reads that did not record them.
-    let report = ingest(&env, &dir, "c", 0, &[]);
+    let report = ingest(&env, dir, "c", 0, &[]);
     assert_eq!(report["files_unchanged"], 0, "{report:#}");
-    let report = ingest(&env, &dir, "d", 0, &[]);
+    let report = ingest(&env, dir, "d", 0, &[]);
     assert_eq!(report["files_unchanged"], 3, "{report:#}");
 }
 
 #[test]
 fn a_blob_whose_chunks_gc_took_is_read_again() {
     let env = Env::new();
-    let dir = snapshot(&env, "snap");
-    let first = ingest(&env, &dir, "a", 0, &[]);
+    let snap = snapshot();
+    let dir = snap.path();
+    let first = ingest(&env, dir, "a", 0, &[]);
     env.ok(&["rm", &format!("o/m@{}", commit(&first)), "--force"]);
     let g = gc(&env, &["--keep-last", "0"]);
     assert!(g["packs_condemned"].as_u64().unwrap() > 0, "{g:#}");
     let g = gc(&env, &["--keep-last", "0"]);
     assert!(g["packs_deleted"].as_u64().unwrap() > 0, "{g:#}");
-    let again = ingest(&env, &dir, "b", 0, &[]);
+    let again = ingest(&env, dir, "b", 0, &[]);
     assert_eq!(
         again["files_unchanged"], 1,
         "only the empty file: {again:#}"
     );
     assert!(again["pack_bytes_written"].as_u64().unwrap() > 0);
-    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
     fsck_clean(&env, true);
 }
 
@@ -201,8 +219,9 @@ fn a_blob_whose_chunks_gc_took_is_read_again() {
 fn gc_beside_an_ingest_of_unchanged_files_loses_nothing() {
     let env = Env::new();
     let pause = env.path("pause");
-    let dir = snapshot(&env, "snap");
-    let first = ingest(&env, &dir, "a", 0, &[]);
+    let snap = snapshot();
+    let dir = snap.path();
+    let first = ingest(&env, dir, "a", 0, &[]);
     env.ok(&["rm", &format!("o/m@{}", commit(&first)), "--force"]);
     let point = "ingest-after-sync";
     let args = [
@@ -240,7 +259,104 @@ fn gc_beside_an_ingest_of_unchanged_files_loses_nothing() {
     for _ in 0..3 {
         gc(&env, &["--keep-last", "0"]);
     }
-    assert_eq!(checked_out(&env, "b"), tree_hashes(&dir));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
     env.verifies("o/m@b");
     fsck_clean(&env, true);
+}
+
+/// A page written through a shared mapping takes further writes without a fault, so
+/// without moving the file's times, until it is written back. A writer that keeps such a
+/// mapping open across an ingest and writes again after it: the next ingest reads the file
+/// again. (Before ingest wrote a file's dirty pages back before taking its stamp, the
+/// second ingest took the file unread and stored the bytes of the first.)
+#[test]
+fn a_file_written_through_a_shared_mapping_after_its_read_is_read_again() {
+    let env = Env::new();
+    let snap = snapshot();
+    let dir = snap.path();
+    let f = dir.join("model.safetensors");
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&f)
+        .unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    let map = Mapping::new(&file, len);
+    map.write(0, b'A');
+    until_the_clock_passes(&f);
+    let first = ingest(&env, dir, "a", 0, &[]);
+    assert_eq!(checked_out(&env, "a"), tree_hashes(dir));
+    // The page written before the ingest, again (a page never written through the
+    // mapping before would fault and move the times anyway).
+    map.write(1, b'B');
+    let second = ingest(&env, dir, "b", 0, &[]);
+    assert_eq!(second["files_unchanged"], 2, "{second:#}");
+    assert_ne!(commit(&second), commit(&first));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
+}
+
+/// A tmpfs moves no time on writes through a shared mapping at all: its files are read
+/// every time.
+#[test]
+fn files_on_a_tmpfs_are_always_read() {
+    let shm = Path::new("/dev/shm");
+    assert_eq!(
+        fs_type(shm),
+        0x0102_1994,
+        "/dev/shm is not a tmpfs on this machine: this test needs one"
+    );
+    let env = Env::new();
+    let snap = snapshot_in(shm);
+    let dir = snap.path();
+    for r in ["a", "b"] {
+        let report = ingest(&env, dir, r, 0, &[]);
+        assert_eq!(report["files_unchanged"], 0, "{report:#}");
+    }
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
+}
+
+fn fs_type(p: &Path) -> i64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
+    st.f_type as i64
+}
+
+/// A shared, writable mapping of a file.
+struct Mapping {
+    at: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(file: &std::fs::File, len: usize) -> Mapping {
+        use std::os::fd::AsRawFd;
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        Mapping {
+            at: at as *mut u8,
+            len,
+        }
+    }
+
+    fn write(&self, offset: usize, byte: u8) {
+        assert!(offset < self.len);
+        unsafe { std::ptr::write_volatile(self.at.add(offset), byte) };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.at as *mut libc::c_void, self.len) };
+    }
 }

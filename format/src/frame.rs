@@ -228,13 +228,20 @@ fn split_planes_into(data: &[u8], p0: &mut Vec<u8>, p1: &mut Vec<u8>) {
     p0.resize(data.len().div_ceil(2), 0);
     p1.clear();
     p1.resize(data.len() / 2, 0);
-    let mut done = 0;
+    let done = split_planes_simd(data, p0, p1);
+    split_planes_words(&data[done..], &mut p0[done / 2..], &mut p1[done / 2..]);
+}
+
+/// Splits what the CPU's vector instructions can of `data` into `p0` and `p1`; returns the
+/// bytes of `data` done (a multiple of 64; 0 without AVX2).
+fn split_planes_simd(data: &[u8], p0: &mut [u8], p1: &mut [u8]) -> usize {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 is present, checked just above.
-        done = unsafe { split_planes_avx2(data, p0, p1) };
+        return unsafe { split_planes_avx2(data, p0, p1) };
     }
-    split_planes_words(&data[done..], &mut p0[done / 2..], &mut p1[done / 2..]);
+    let _ = (data, p0, p1);
+    0
 }
 
 /// Splits the leading 64-byte blocks of `data` with AVX2 shuffles (about 40 GB/s here,

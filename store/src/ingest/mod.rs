@@ -22,6 +22,7 @@
 //! the chunked files into manifests and refs.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -29,7 +30,7 @@ use chunker::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::failpoint;
-use crate::index::{ChunkLoc, FileStamp, Index, SyncReport};
+use crate::index::{ChunkLoc, Index, SyncReport};
 use crate::layout;
 use crate::lock::{self, Held};
 use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest};
@@ -40,6 +41,7 @@ use crate::source::Snapshot;
 use crate::{Result, StoreError};
 
 mod pipeline;
+mod stamps;
 
 use pipeline::{run_pipeline, FileResult};
 
@@ -130,12 +132,12 @@ pub struct SnapshotOutcome {
 pub struct IngestReport {
     /// Per snapshot.
     pub snapshots: Vec<SnapshotOutcome>,
-    /// Distinct source files read.
+    /// Distinct source files ingested (read, or taken unread: `files_unchanged`).
     pub files_read: usize,
-    /// Bytes read from them.
+    /// Their bytes.
     pub bytes_read: u64,
-    /// Of those, files not read again: the index recorded them as unchanged since an
-    /// earlier read, and every chunk of theirs is still stored.
+    /// Of those, files taken unread: the index knew them unchanged since an earlier read
+    /// (docs/FORMAT.md, "Files taken unread"), and every chunk of theirs is still stored.
     pub files_unchanged: usize,
     /// Bytes of those files.
     pub bytes_unchanged: u64,
@@ -165,11 +167,11 @@ pub trait Opener: Sync {
     /// A reader of the whole content of `source`.
     fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>>;
 
-    /// The stamp of `source` now, where it is a file on this machine: what lets a later
-    /// ingest know the file unchanged without reading it. None (the default) where
-    /// sources are not files.
-    fn stamp(&self, _source: &Path) -> Option<FileStamp> {
-        None
+    /// Opens `source` for a read whose result may be recorded against its stamp: the
+    /// reader, and the file itself where `source` is a file on this machine (to stamp the
+    /// very file read, before and after). The default: [`Opener::open`] and no file.
+    fn open_stamped(&self, source: &Path) -> Result<(Box<dyn Read + Send + '_>, Option<File>)> {
+        Ok((self.open(source)?, None))
     }
 }
 
@@ -178,12 +180,14 @@ pub struct FileSystem;
 
 impl Opener for FileSystem {
     fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>> {
-        let f = std::fs::File::open(source).map_err(|e| StoreError::io(source, e))?;
+        let f = File::open(source).map_err(|e| StoreError::io(source, e))?;
         Ok(Box::new(f))
     }
 
-    fn stamp(&self, source: &Path) -> Option<FileStamp> {
-        std::fs::metadata(source).ok().map(|m| FileStamp::of(&m))
+    fn open_stamped(&self, source: &Path) -> Result<(Box<dyn Read + Send + '_>, Option<File>)> {
+        let f = File::open(source).map_err(|e| StoreError::io(source, e))?;
+        let stamped = f.try_clone().map_err(|e| StoreError::io(source, e))?;
+        Ok((Box::new(f), Some(stamped)))
     }
 }
 

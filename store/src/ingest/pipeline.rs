@@ -12,7 +12,7 @@ use chunker::{ChunkId, ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sha2::{Digest, Sha256};
 
-use super::{IngestOptions, IngestReport, Opener, Source};
+use super::{stamps, IngestOptions, IngestReport, Opener, Source};
 use crate::frame;
 use crate::index::{ChunkLoc, FileStamp, Index};
 use crate::layout;
@@ -349,26 +349,25 @@ fn read_file(
     jobs: &Sender<Job>,
     progress: &dyn Progress,
 ) -> Result<FileResult> {
-    let path = &source.0;
-    let stamp = shared.opener.stamp(path);
-    let stamped_at = std::time::SystemTime::now();
+    let (reader, file) = shared.opener.open_stamped(&source.0)?;
+    let stamp = file.as_ref().and_then(stamps::stamp_of);
     if let Some(st) = stamp.filter(|_| !shared.reread) {
         if let Some(r) = unchanged_file(shared, &st, source)? {
             progress.advance(r.size);
             return Ok(r);
         }
     }
-    let r = chunk_file(shared, lane, source, params, jobs, progress)?;
+    let record_as = file
+        .as_ref()
+        .zip(stamp)
+        .and_then(|(f, st)| stamps::before_read(f, st, shared.settle));
+    let r = chunk_file(shared, lane, reader, source, params, jobs, progress)?;
     // Best effort: the chunk list only saves a later ingest a read (or a pull a
-    // download). The stamp is kept only if the file was still long enough before the
-    // read and has the same stamp after it: nothing wrote to it meanwhile; it is recorded
-    // with the others once every file is read.
+    // download). The stamp is kept only if the file has the same stamp after the read:
+    // nothing wrote to it meanwhile; it is recorded with the others once every file is read.
     let _ = shared.index.remember_file(&r.sha256, &r.chunks);
-    if let Some(st) = stamp {
-        if st.size == r.size
-            && st.settled(stamped_at, shared.settle)
-            && shared.opener.stamp(path) == Some(st)
-        {
+    if let Some((f, st)) = file.as_ref().zip(record_as) {
+        if st.size == r.size && stamps::stamp_of(f) == Some(st) {
             let mut stamps = shared.stamps.lock().unwrap_or_else(|p| p.into_inner());
             stamps.push((st, r.sha256));
         }
@@ -428,12 +427,12 @@ fn unchanged_file(
 fn chunk_file(
     shared: &Shared<'_>,
     lane: usize,
+    file: Box<dyn std::io::Read + Send + '_>,
     (path, expected, source_size): &Source,
     params: ChunkParams,
     jobs: &Sender<Job>,
     progress: &dyn Progress,
 ) -> Result<FileResult> {
-    let file = shared.opener.open(path)?;
     let (reply_tx, reply_rx) = unbounded();
     let mut sha = FileSha::start(*source_size);
     let mut size = 0u64;
