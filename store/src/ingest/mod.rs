@@ -167,12 +167,20 @@ pub trait Opener: Sync {
     /// A reader of the whole content of `source`.
     fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>>;
 
-    /// Opens `source` for a read whose result may be recorded against its stamp: the
-    /// reader, and the file itself where `source` is a file on this machine (to stamp the
-    /// very file read, before and after). The default: [`Opener::open`] and no file.
-    fn open_stamped(&self, source: &Path) -> Result<(Box<dyn Read + Send + '_>, Option<File>)> {
-        Ok((self.open(source)?, None))
+    /// Opens `source` for ingest: as a file where it is one on this machine (ingest then
+    /// stamps the very file it reads, before and after), else as a stream. The default:
+    /// the stream of [`Opener::open`].
+    fn open_source(&self, source: &Path) -> Result<Opened<'_>> {
+        Ok(Opened::Stream(self.open(source)?))
     }
+}
+
+/// A source opened for ingest ([`Opener::open_source`]).
+pub enum Opened<'a> {
+    /// A file on this machine.
+    File(File),
+    /// Any other stream of the content.
+    Stream(Box<dyn Read + Send + 'a>),
 }
 
 /// Source files are files on this machine.
@@ -184,10 +192,9 @@ impl Opener for FileSystem {
         Ok(Box::new(f))
     }
 
-    fn open_stamped(&self, source: &Path) -> Result<(Box<dyn Read + Send + '_>, Option<File>)> {
+    fn open_source(&self, source: &Path) -> Result<Opened<'_>> {
         let f = File::open(source).map_err(|e| StoreError::io(source, e))?;
-        let stamped = f.try_clone().map_err(|e| StoreError::io(source, e))?;
-        Ok((Box::new(f), Some(stamped)))
+        Ok(Opened::File(f))
     }
 }
 

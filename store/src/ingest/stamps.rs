@@ -27,6 +27,11 @@ pub(super) fn stamp_of(f: &File) -> Option<FileStamp> {
     if !STAMPED_FILE_SYSTEMS.contains(&kind) {
         return None;
     }
+    stamp_again(f)
+}
+
+/// The stamp of `f`, whose file system [`stamp_of`] accepted already.
+pub(super) fn stamp_again(f: &File) -> Option<FileStamp> {
     f.metadata().ok().map(|m| FileStamp::of(&m))
 }
 
@@ -45,5 +50,5 @@ pub(super) fn before_read(f: &File, stamp: FileStamp, settle: Duration) -> Optio
     if unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, how) } != 0 {
         return None;
     }
-    (stamp_of(f) == Some(stamp)).then_some(stamp)
+    (stamp_again(f) == Some(stamp)).then_some(stamp)
 }
