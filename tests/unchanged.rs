@@ -64,6 +64,20 @@ fn ingest(env: &Env, dir: &Path, r: &str, settle_ms: u64, extra: &[&str]) -> Val
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// [`ingest`], asserting that `unread` of its files were taken from the index unread.
+fn ingest_taking(
+    env: &Env,
+    dir: &Path,
+    r: &str,
+    settle_ms: u64,
+    extra: &[&str],
+    unread: u64,
+) -> Value {
+    let report = ingest(env, dir, r, settle_ms, extra);
+    assert_eq!(report["files_unchanged"], unread, "{report:#}");
+    report
+}
+
 fn commit(report: &Value) -> String {
     report["snapshots"][0]["commit"]
         .as_str()
@@ -103,8 +117,7 @@ fn a_second_ingest_takes_unchanged_files_from_the_index_unread() {
     let env = Env::new();
     let snap = snapshot();
     let dir = snap.path();
-    let first = ingest(&env, dir, "a", 0, &[]);
-    assert_eq!(first["files_unchanged"], 0, "{first:#}");
+    let first = ingest_taking(&env, dir, "a", 0, &[], 0);
     let second = ingest(&env, dir, "b", 0, &[]);
     assert_eq!(second["files_read"], 3, "{second:#}");
     assert_eq!(second["files_unchanged"], 3, "{second:#}");
@@ -137,8 +150,7 @@ fn a_second_ingest_takes_unchanged_files_from_the_index_unread() {
     assert_eq!(other["snapshots"][0]["new"], true);
     env.verifies(&format!("o/other@{}", commit(&other)));
     // --reread reads them all, and finds the same content.
-    let reread = ingest(&env, dir, "c", 0, &["--reread"]);
-    assert_eq!(reread["files_unchanged"], 0, "{reread:#}");
+    let reread = ingest_taking(&env, dir, "c", 0, &["--reread"], 0);
     assert_eq!(commit(&reread), commit(&first));
 }
 
@@ -160,8 +172,7 @@ fn a_file_written_since_its_last_read_is_read_again() {
         .set_modified(mtime)
         .unwrap();
     assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
-    let second = ingest(&env, dir, "b", 0, &[]);
-    assert_eq!(second["files_unchanged"], 2, "{second:#}");
+    let second = ingest_taking(&env, dir, "b", 0, &[], 2);
     assert_ne!(commit(&second), commit(&first));
     assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
     // A file replaced by another (a new inode) is read too.
@@ -169,8 +180,7 @@ fn a_file_written_since_its_last_read_is_read_again() {
     let bytes = std::fs::read(&m).unwrap();
     std::fs::remove_file(&m).unwrap();
     std::fs::write(&m, &bytes).unwrap();
-    let third = ingest(&env, dir, "c", 0, &[]);
-    assert_eq!(third["files_unchanged"], 2, "{third:#}");
+    let third = ingest_taking(&env, dir, "c", 0, &[], 2);
     assert_eq!(commit(&third), commit(&second));
 }
 
@@ -181,14 +191,11 @@ fn a_file_not_still_long_enough_before_its_read_is_not_recorded() {
     let dir = snap.path();
     // An hour of stillness asked: the files just written never qualify.
     for r in ["a", "b"] {
-        let report = ingest(&env, dir, r, 3_600_000, &[]);
-        assert_eq!(report["files_unchanged"], 0, "{report:#}");
+        ingest_taking(&env, dir, r, 3_600_000, &[], 0);
     }
     // Nor are they taken unread later from the reads that did not record them.
-    let report = ingest(&env, dir, "c", 0, &[]);
-    assert_eq!(report["files_unchanged"], 0, "{report:#}");
-    let report = ingest(&env, dir, "d", 0, &[]);
-    assert_eq!(report["files_unchanged"], 3, "{report:#}");
+    ingest_taking(&env, dir, "c", 0, &[], 0);
+    ingest_taking(&env, dir, "d", 0, &[], 3);
 }
 
 #[test]
@@ -289,8 +296,7 @@ fn a_file_written_through_a_shared_mapping_after_its_read_is_read_again() {
     // The page written before the ingest, again (a page never written through the
     // mapping before would fault and move the times anyway).
     map.write(1, b'B');
-    let second = ingest(&env, dir, "b", 0, &[]);
-    assert_eq!(second["files_unchanged"], 2, "{second:#}");
+    let second = ingest_taking(&env, dir, "b", 0, &[], 2);
     assert_ne!(commit(&second), commit(&first));
     assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
 }
@@ -309,8 +315,7 @@ fn files_on_a_tmpfs_are_always_read() {
     let snap = snapshot_in(shm);
     let dir = snap.path();
     for r in ["a", "b"] {
-        let report = ingest(&env, dir, r, 0, &[]);
-        assert_eq!(report["files_unchanged"], 0, "{report:#}");
+        ingest_taking(&env, dir, r, 0, &[], 0);
     }
     assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
 }
