@@ -60,6 +60,7 @@ struct Shared<'a> {
     /// Stamps of the files read whole while they stood still, recorded in one write once
     /// every file is read.
     stamps: Mutex<Vec<(FileStamp, [u8; 32])>>,
+    stamper: stamps::Stamper,
     new_chunks: AtomicU64,
     new_chunk_bytes: AtomicU64,
     pack_bytes: AtomicU64,
@@ -179,6 +180,7 @@ impl<'a> Shared<'a> {
             reread: false,
             settle: super::SETTLE,
             stamps: Mutex::new(Vec::new()),
+            stamper: stamps::Stamper::default(),
             new_chunks: AtomicU64::new(0),
             new_chunk_bytes: AtomicU64::new(0),
             pack_bytes: AtomicU64::new(0),
@@ -353,7 +355,7 @@ fn read_file(
         Opened::File(f) => (Some(f), None),
         Opened::Stream(r) => (None, Some(r)),
     };
-    let stamp = file.as_ref().and_then(stamps::stamp_of);
+    let stamp = file.as_ref().and_then(|f| shared.stamper.stamp_of(f));
     if let Some(st) = stamp.filter(|_| !shared.reread) {
         if let Some(r) = unchanged_file(shared, &st, source)? {
             progress.advance(r.size);
@@ -363,7 +365,8 @@ fn read_file(
     let record_as = file
         .as_ref()
         .zip(stamp)
-        .and_then(|(f, st)| stamps::before_read(f, st, shared.settle));
+        .filter(|(f, st)| stamps::may_record(f, st, shared.settle))
+        .map(|(_, st)| st);
     let reader: Box<dyn std::io::Read + Send + '_> = match (stream, &file) {
         (Some(r), _) => r,
         (None, Some(f)) => Box::new(f),
