@@ -503,20 +503,30 @@ mod tests {
         (p.deferred, p.finished)
     }
 
-    #[test]
-    fn a_fill_waits_until_the_mount_has_stopped_reading() {
-        let (store, manifest) = one_file_store(&vec![9u8; SIZE]);
+    /// A cache asked to fill a file of `byte`s while the mount reads (an hour's quiet
+    /// period and cap), once its fill thread waits; and when it was asked.
+    fn fill_asked_during_reads(
+        byte: u8,
+    ) -> (tempfile::TempDir, Arc<FileCache>, Arc<Manifest>, Instant) {
+        let (store, manifest) = one_file_store(&vec![byte; SIZE]);
         let manifest = Arc::new(manifest);
         let t = tempfile::tempdir().unwrap();
         let cache = FileCache::open(t.path(), 1 << 30).unwrap();
         cache.set_deferral(Duration::from_secs(3600), Duration::from_secs(3600));
         cache.note_read();
+        let asked = Instant::now();
         cache.request(&store, manifest.clone(), 0);
         assert_eq!(
             deferred_or_finished(&cache),
             (1, 0),
             "the fill ran during reads"
         );
+        (t, cache, manifest, asked)
+    }
+
+    #[test]
+    fn a_fill_waits_until_the_mount_has_stopped_reading() {
+        let (_t, cache, manifest, _) = fill_asked_during_reads(9);
         assert!(cache.open_file(&manifest.files[0]).is_none());
         // The reads have stopped long enough (the quiet period now zero): the fill runs.
         cache.set_deferral(Duration::ZERO, Duration::from_secs(3600));
@@ -530,20 +540,8 @@ mod tests {
 
     #[test]
     fn a_fill_waits_no_longer_than_its_cap() {
-        let (store, manifest) = one_file_store(&vec![4u8; SIZE]);
-        let manifest = Arc::new(manifest);
-        let t = tempfile::tempdir().unwrap();
-        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
-        cache.set_deferral(Duration::from_secs(3600), Duration::from_secs(3600));
-        cache.note_read();
-        let asked = Instant::now();
-        cache.request(&store, manifest.clone(), 0);
         // The fill thread is waiting (whatever the load of the machine)...
-        assert_eq!(
-            deferred_or_finished(&cache),
-            (1, 0),
-            "the fill ran during reads"
-        );
+        let (_t, cache, manifest, asked) = fill_asked_during_reads(4);
         // ...and a cap shorter than the reads' quiet period ends its wait.
         let cap = Duration::from_millis(300);
         cache.set_deferral(Duration::from_secs(3600), cap);
