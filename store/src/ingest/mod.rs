@@ -183,6 +183,24 @@ pub enum Opened<'a> {
     Stream(Box<dyn Read + Send + 'a>),
 }
 
+impl Opened<'_> {
+    /// The file, where the source is one.
+    fn file(&self) -> Option<&File> {
+        match self {
+            Opened::File(f) => Some(f),
+            Opened::Stream(_) => None,
+        }
+    }
+
+    /// A reader of the content.
+    fn reader(&mut self) -> Box<dyn Read + Send + '_> {
+        match self {
+            Opened::File(f) => Box::new(&*f),
+            Opened::Stream(r) => Box::new(r),
+        }
+    }
+}
+
 /// Source files are files on this machine.
 pub struct FileSystem;
 

@@ -12,7 +12,7 @@ use chunker::{ChunkId, ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sha2::{Digest, Sha256};
 
-use super::{stamps, IngestOptions, IngestReport, Opened, Opener, Source};
+use super::{stamps, IngestOptions, IngestReport, Opener, Source};
 use crate::frame;
 use crate::index::{ChunkLoc, FileStamp, Index};
 use crate::layout;
@@ -351,33 +351,33 @@ fn read_file(
     jobs: &Sender<Job>,
     progress: &dyn Progress,
 ) -> Result<FileResult> {
-    let (file, stream) = match shared.opener.open_source(&source.0)? {
-        Opened::File(f) => (Some(f), None),
-        Opened::Stream(r) => (None, Some(r)),
-    };
-    let stamp = file.as_ref().and_then(|f| shared.stamper.stamp_of(f));
+    let mut opened = shared.opener.open_source(&source.0)?;
+    let stamp = opened.file().and_then(|f| shared.stamper.stamp_of(f));
     if let Some(st) = stamp.filter(|_| !shared.reread) {
         if let Some(r) = unchanged_file(shared, &st, source)? {
             progress.advance(r.size);
             return Ok(r);
         }
     }
-    let record_as = file
-        .as_ref()
+    let record_as = opened
+        .file()
         .zip(stamp)
         .filter(|(f, st)| stamps::may_record(f, st, shared.settle))
         .map(|(_, st)| st);
-    let reader: Box<dyn std::io::Read + Send + '_> = match (stream, &file) {
-        (Some(r), _) => r,
-        (None, Some(f)) => Box::new(f),
-        (None, None) => return Err(StoreError::Invalid("internal error: no reader".into())),
-    };
-    let r = chunk_file(shared, lane, reader, source, params, jobs, progress)?;
+    let r = chunk_file(
+        shared,
+        lane,
+        opened.reader(),
+        source,
+        params,
+        jobs,
+        progress,
+    )?;
     // Best effort: the chunk list only saves a later ingest a read (or a pull a
     // download). The stamp is kept only if the file has the same stamp after the read:
     // nothing wrote to it meanwhile; it is recorded with the others once every file is read.
     let _ = shared.index.remember_file(&r.sha256, &r.chunks);
-    if let Some((f, st)) = file.as_ref().zip(record_as) {
+    if let Some((f, st)) = opened.file().zip(record_as) {
         if st.size == r.size && stamps::stamp_again(f) == Some(st) {
             let mut stamps = shared.stamps.lock().unwrap_or_else(|p| p.into_inner());
             stamps.push((st, r.sha256));
