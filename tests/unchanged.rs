@@ -16,7 +16,15 @@ use serde_json::Value;
 /// that move a file's ctime on every write (ext4, xfs, btrfs), and the system's temporary
 /// directory may be a tmpfs.
 fn snapshot() -> tempfile::TempDir {
-    snapshot_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+    let parent = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let kind = fs_type(parent);
+    assert!(
+        [0xEF53, 0x5846_5342, 0x9123_683E].contains(&kind),
+        "{} is on a file system (f_type {kind:#x}) where ingest takes no stamps; these tests \
+         need ext4, xfs or btrfs: put CARGO_TARGET_DIR on one",
+        parent.display()
+    );
+    snapshot_in(parent)
 }
 
 fn snapshot_in(parent: &Path) -> tempfile::TempDir {
