@@ -1,6 +1,7 @@
 """Helpers the read benchmarks share (bench/mount_bench.py, bench/mount_ab.py): dropping the
-page cache, waiting for a mount, and a cold `dd`."""
-import os, re, subprocess
+page cache, waiting for a mount, a cold `dd`, and the memory-mapped loads (a page walk, and
+safetensors' `safe_open` + `get_tensor` as vLLM's default loader does it)."""
+import json, mmap, os, re, struct, subprocess, time
 
 MB = 1e6
 
@@ -23,3 +24,44 @@ def dd_read(path):
     m = re.search(r"^(\d+) bytes .* copied, ([\d.,]+) s", out, re.M)
     assert m, f"dd said: {out}"
     return int(m[1]) / float(m[2].replace(",", ".")) / MB
+
+
+def mmap_walk(path):
+    """Touches one byte of every page of PATH through a private read-only mapping: MB/s."""
+    size = os.path.getsize(path)
+    t = time.perf_counter()
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ, flags=mmap.MAP_PRIVATE)
+        s = 0
+        for off in range(0, size, 4096):
+            s += m[off]
+        m.close()
+    return size / (time.perf_counter() - t) / MB
+
+
+def tensor_names(path, order):
+    """The tensor names of a safetensors file, in file (offset) order or in name order."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    if order == "file":
+        return sorted(h, key=lambda k: h[k]["data_offsets"][0])
+    return sorted(h)
+
+
+def st_walk(order, names_from):
+    """safe_open + get_tensor of every tensor (numpy: memory-mapped, as vLLM's default
+    loader), visiting tensors in `order`; the names are read from the plain copy
+    `names_from` (outside the timed part). Returns fn(path) -> MB/s."""
+    def walk(path):
+        from safetensors import safe_open
+        import ml_dtypes  # noqa: F401  numpy learns bfloat16
+        names = tensor_names(names_from, order)
+        size = os.path.getsize(path)
+        t = time.perf_counter()
+        with safe_open(path, framework="numpy") as f:
+            for k in names:
+                f.get_tensor(k)
+        return size / (time.perf_counter() - t) / MB
+    return walk

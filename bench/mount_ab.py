@@ -9,6 +9,9 @@ read is a passthrough read), plain / A / B alternating round by round (the load 
 medians of the rounds:
   dd        `dd bs=1M` of the largest shard of r3: MB/s, and the CPU seconds (user + system,
             all threads, /proc/PID/stat) the mount process spent on it
+  mmap      a walk of that shard through a memory mapping, one byte a page: MB/s and mount CPU
+  st        safe_open + get_tensor of every tensor of that shard in name order, the load of
+            vLLM's default loader: MB/s and mount CPU
   walk      open and read every file of a repository of 20,000 files of 1-16 KiB in 100
             directories (made once, as bench/scale_bench.py makes it): seconds and mount CPU
   first     the first byte of config.json of r3, its directory listed first: ms
@@ -19,7 +22,7 @@ Both builds read one store (made by B; the store format is the same). Needs root
 import os, random, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fs_common import dd_read as dd, drop_caches, mounted  # noqa: E402
+from fs_common import dd_read as dd, drop_caches, mmap_walk, mounted, st_walk  # noqa: E402
 
 BIN_A, BIN_B, SERIES, WORK = sys.argv[1:5]
 ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 5
@@ -95,16 +98,20 @@ def main():
                  ["ingest", small, "--repo", SMALL, "--ref", "main"]):
         subprocess.run([BIN_B, "-q", *args], check=True, env=env(), stdout=subprocess.DEVNULL)
     rows = {k: {"plain": [], "A": [], "B": [], "B0": []} for k in
-            ["dd", "dd_cpu", "walk", "walk_cpu", "first"]}
+            ["dd", "dd_cpu", "mmap", "mmap_cpu", "st", "st_cpu", "walk", "walk_cpu", "first"]}
     plain = f"{SERIES}/plain/r3"
+    st = st_walk("name", f"{plain}/{shard}")
     for _ in range(ROUNDS):
         drop_caches(); rows["dd"]["plain"].append(dd(f"{plain}/{shard}"))
+        drop_caches(); rows["mmap"]["plain"].append(mmap_walk(f"{plain}/{shard}"))
+        drop_caches(); rows["st"]["plain"].append(st(f"{plain}/{shard}"))
         drop_caches(); rows["walk"]["plain"].append(walk(small))
         drop_caches(); rows["first"]["plain"].append(first_byte(f"{plain}/config.json"))
         # B0: B with the node file cache off (no background fills of the files read)
         for tag, binary, extra in (("A", BIN_A, {}), ("B", BIN_B, {}),
                                    ("B0", BIN_B, {"MODELCAS_FILE_CACHE_SIZE": "0"})):
-            for row, fn, rel in (("dd", dd, f"{REPO}/r3/{shard}"), ("walk", walk, f"{SMALL}/main"),
+            for row, fn, rel in (("dd", dd, f"{REPO}/r3/{shard}"), ("mmap", mmap_walk, f"{REPO}/r3/{shard}"),
+                                 ("st", st, f"{REPO}/r3/{shard}"), ("walk", walk, f"{SMALL}/main"),
                                  ("first", first_byte, f"{REPO}/r3/config.json")):
                 if tag == "B0" and row != "walk":
                     continue
@@ -126,6 +133,12 @@ def main():
     print(f"| dd bs=1M of {shard} (MB/s) | {d['plain']:.0f} | {d['A']:.0f} | {d['B']:.0f} | "
           f"{d['A']/d['plain']:.2f} | {d['B']/d['plain']:.2f} | {d['B']/d['A']:.2f} |")
     print(f"| mount CPU for that dd (s) | | {med['dd_cpu']['A']:.3f} | {med['dd_cpu']['B']:.3f} | | | {med['dd_cpu']['B']/med['dd_cpu']['A']:.2f} |")
+    for row, label in (("mmap", "mmap page walk"), ("st", "safe_open + get_tensor, name order")):
+        r = med[row]
+        print(f"| {label} of that shard (MB/s) | {r['plain']:.0f} | {r['A']:.0f} | {r['B']:.0f} | "
+              f"{r['A']/r['plain']:.2f} | {r['B']/r['plain']:.2f} | {r['B']/r['A']:.2f} |")
+        c = med[f"{row}_cpu"]
+        print(f"| mount CPU for that load (s) | | {c['A']:.3f} | {c['B']:.3f} | | | {c['B']/c['A']:.2f} |")
     print(f"| walk-and-read {N_FILES} files (s; ratio = plain time / time) | {w['plain']:.2f} | {w['A']:.2f} | {w['B']:.2f} | "
           f"{w['plain']/w['A']:.2f} | {w['plain']/w['B']:.2f} | {w['A']/w['B']:.2f} |")
     print(f"| mount CPU for that walk (s) | | {med['walk_cpu']['A']:.2f} | {med['walk_cpu']['B']:.2f} | | | {med['walk_cpu']['B']/med['walk_cpu']['A']:.2f} |")
