@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gc;
+pub mod loopfs;
 pub mod mount;
 
 use std::path::{Path, PathBuf};
