@@ -1,6 +1,8 @@
 //! Ingest of files the index knows unchanged since an earlier ingest read them: taken from
-//! the index unread (same device, inode, size, mtime and ctime, every chunk still stored),
-//! read again as soon as anything about them moved, and never when `--reread` says so.
+//! the index unread (same device, inode, size, mtime and ctime, in the same boot and mount,
+//! every chunk still stored), read again as soon as anything about them moved or the file
+//! system was mounted again (a power cut included: `common::loopfs`), and never when
+//! `--reread` says so.
 //! Each test ingests through the real binary into a real store and index.
 
 mod common;
@@ -32,6 +34,12 @@ fn snapshot_in(parent: &Path) -> tempfile::TempDir {
         .prefix("unchanged-")
         .tempdir_in(parent)
         .unwrap();
+    fill(dir.path());
+    dir
+}
+
+/// Writes the snapshot's three files into `dir`.
+fn fill(dir: &Path) {
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let big: Vec<u8> = (0..600_000)
         .map(|_| {
@@ -41,10 +49,9 @@ fn snapshot_in(parent: &Path) -> tempfile::TempDir {
             x as u8
         })
         .collect();
-    std::fs::write(dir.path().join("model.safetensors"), big).unwrap();
-    std::fs::write(dir.path().join("config.json"), b"{\"hidden_size\": 64}").unwrap();
-    std::fs::write(dir.path().join("empty.txt"), b"").unwrap();
-    dir
+    std::fs::write(dir.join("model.safetensors"), big).unwrap();
+    std::fs::write(dir.join("config.json"), b"{\"hidden_size\": 64}").unwrap();
+    std::fs::write(dir.join("empty.txt"), b"").unwrap();
 }
 
 /// `ingest DIR --repo o/m --ref REF --json`, with files recorded once still for `settle_ms`.
@@ -336,6 +343,183 @@ fn files_on_a_tmpfs_are_always_read() {
         ingest_taking(&env, dir, r, 0, &[], 0);
     }
     assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
+}
+
+/// The mtime and ctime of `p`, to the nanosecond.
+fn times(p: &Path) -> (i64, i64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).unwrap();
+    (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec())
+}
+
+/// Overwrites `len` bytes of `f` at `offset` in place (the file keeps its size and inode)
+/// with bytes it does not hold there, and makes them durable with `fdatasync`.
+fn overwrite_in_place(f: &Path, offset: u64, len: usize) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(f)
+        .unwrap();
+    let mut old = vec![0; len];
+    file.read_exact_at(&mut old, offset).unwrap();
+    let new: Vec<u8> = old.iter().map(|b| !b).collect();
+    file.write_all_at(&new, offset).unwrap();
+    file.sync_data().unwrap();
+}
+
+/// A file overwritten in place and `fdatasync`ed has its new bytes on the disk, but its new
+/// mtime and ctime only in memory (ext4 commits timestamps with its journal, and
+/// `fdatasync` commits nothing a read does not need). A power cut then leaves the new bytes
+/// under the old times, the very stamp the index recorded when it read the old bytes.
+/// The ingest after the reboot must read the file. (Before stamps were bound to the boot
+/// and the mount, it took the file unread and published the old content.)
+#[test]
+fn a_power_cut_after_an_overwrite_in_place_leaves_no_stamp_to_trust() {
+    let env = Env::new();
+    let mut fs = common::loopfs::LoopExt4::new(64);
+    let dir = fs.root().join("snap");
+    std::fs::create_dir(&dir).unwrap();
+    fill(&dir);
+    fs.sync();
+    ingest_taking(&env, &dir, "a", 0, &[], 0);
+    // Stamps are taken on this file system (else this test would prove nothing).
+    ingest_taking(&env, &dir, "b", 0, &[], 3);
+    let f = dir.join("model.safetensors");
+    let old_times = times(&f);
+    until_the_clock_passes(&f);
+    overwrite_in_place(&f, 100_000, 4096);
+    assert_ne!(times(&f), old_times, "the write moved the times in memory");
+    let written = tree_hashes(&dir);
+    fs.power_cut();
+    fs.unmount();
+    fs.mount();
+    // What the reboot finds: the new bytes under the old stamp.
+    assert_eq!(tree_hashes(&dir), written, "the new bytes were durable");
+    assert_eq!(times(&f), old_times, "the new times were not");
+    let after = ingest(&env, &dir, "c", 0, &[]);
+    assert_eq!(checked_out(&env, "c"), written, "{after:#}");
+    assert_eq!(after["files_unchanged"], 0, "{after:#}");
+    env.verifies("o/m@c");
+}
+
+/// A file system unmounted cleanly and mounted again, or mounted from another device: its
+/// files are read once again (a record is bound to the mount it was taken on), then taken
+/// unread again.
+#[test]
+fn files_on_a_file_system_mounted_again_or_from_another_device_are_read_again() {
+    let env = Env::new();
+    let mut fs = common::loopfs::LoopExt4::new(64);
+    let dir = fs.root().join("snap");
+    std::fs::create_dir(&dir).unwrap();
+    fill(&dir);
+    ingest_taking(&env, &dir, "a", 0, &[], 0);
+    ingest_taking(&env, &dir, "b", 0, &[], 3);
+    fs.unmount();
+    fs.mount();
+    ingest_taking(&env, &dir, "c", 0, &[], 0);
+    ingest_taking(&env, &dir, "d", 0, &[], 3);
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(&dir).unwrap().dev();
+    fs.unmount();
+    fs.move_to_another_device();
+    fs.mount();
+    assert_ne!(std::fs::metadata(&dir).unwrap().dev(), dev);
+    ingest_taking(&env, &dir, "e", 0, &[], 0);
+    ingest_taking(&env, &dir, "f", 0, &[], 3);
+    assert_eq!(checked_out(&env, "f"), tree_hashes(&dir));
+}
+
+/// `touch -r` puts a file's mtime (and atime) back to another file's; its ctime still moves.
+#[test]
+fn a_file_whose_mtime_touch_r_put_back_is_read_again() {
+    let env = Env::new();
+    let snap = snapshot();
+    let dir = snap.path();
+    let first = ingest(&env, dir, "a", 0, &[]);
+    let f = dir.join("config.json");
+    let saved = snap.path().with_extension("times");
+    let touch = |args: &[&Path]| {
+        let st = std::process::Command::new("touch")
+            .arg("-r")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let before = times(&f);
+    touch(&[&f, &saved]);
+    until_the_clock_passes(&f);
+    std::fs::write(&f, b"{\"hidden_size\": 99}").unwrap();
+    touch(&[&saved, &f]);
+    std::fs::remove_file(&saved).unwrap();
+    let after = times(&f);
+    assert_eq!(
+        (after.0, after.1),
+        (before.0, before.1),
+        "the mtime put back"
+    );
+    let second = ingest_taking(&env, dir, "b", 0, &[], 2);
+    assert_ne!(commit(&second), commit(&first));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
+}
+
+/// A file renamed over the source (same size, the old mtime given to it first): another
+/// inode, read again.
+#[test]
+fn a_file_renamed_over_the_source_is_read_again() {
+    let env = Env::new();
+    let snap = snapshot();
+    let dir = snap.path();
+    let first = ingest(&env, dir, "a", 0, &[]);
+    let f = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&f).unwrap();
+    bytes[300_000] ^= 0xFF;
+    let tmp = snap.path().with_extension("new");
+    std::fs::write(&tmp, &bytes).unwrap();
+    let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&tmp)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::fs::rename(&tmp, &f).unwrap();
+    let second = ingest_taking(&env, dir, "b", 0, &[], 2);
+    assert_ne!(commit(&second), commit(&first));
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
+}
+
+/// Two names of one inode in the snapshot, and a third outside it: both names are taken
+/// unread while the inode is unchanged, and both are read again after a write through the
+/// third (same size, mtime put back).
+#[test]
+fn hard_links_share_a_stamp_and_a_write_through_any_of_them_is_seen() {
+    let env = Env::new();
+    let snap = snapshot();
+    let dir = snap.path();
+    let f = dir.join("model.safetensors");
+    std::fs::hard_link(&f, dir.join("link.safetensors")).unwrap();
+    let outside = snap.path().with_extension("outside");
+    std::fs::hard_link(&f, &outside).unwrap();
+    ingest_taking(&env, dir, "a", 0, &[], 0);
+    ingest_taking(&env, dir, "b", 0, &[], 4);
+    let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+    until_the_clock_passes(&f);
+    overwrite_in_place(&outside, 0, 10);
+    std::fs::File::options()
+        .write(true)
+        .open(&outside)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    ingest_taking(&env, dir, "c", 0, &[], 2);
+    std::fs::remove_file(&outside).unwrap();
+    let c = checked_out(&env, "c");
+    assert_eq!(c, tree_hashes(dir));
+    assert_eq!(c[2].0, "link.safetensors");
+    assert_eq!(c[2].1, c[3].1, "both names have the new content");
+    assert_ne!(c, checked_out(&env, "b"));
 }
 
 fn fs_type(p: &Path) -> i64 {

@@ -105,8 +105,9 @@ pub enum Command {
         threads: Option<usize>,
         /// Read every file, even those this machine's index knows unchanged since an
         /// earlier ingest read them (on ext4, xfs or btrfs: same device, inode, size, mtime
-        /// and ctime, the file still for 2 s before that read, every chunk still stored);
-        /// those are otherwise taken from the index without reading them.
+        /// and ctime, in the same boot and mount, the file still for 2 s before that read,
+        /// every chunk still stored); those are otherwise taken from the index without
+        /// reading them.
         #[arg(long)]
         reread: bool,
         /// Print the report as JSON.

@@ -73,7 +73,8 @@ pub struct IngestOptions {
     /// sources are downloads. Off for files on disk, so a refused ingest writes nothing.
     pub keep_partial: bool,
     /// Read every file, even one the index recorded as unchanged since it was last read
-    /// (same device, inode, size, mtime and ctime; see [`crate::index::FileStamp`]).
+    /// (same boot and mount, device, inode, size, mtime and ctime; see
+    /// [`crate::index::FileStamp`]).
     pub reread: bool,
     /// How long a file must have been still (its mtime and ctime that far in the past when
     /// it is read) for its stamp to be recorded: [`SETTLE`].

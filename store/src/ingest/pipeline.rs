@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::{stamps, IngestOptions, IngestReport, Opener, Source};
 use crate::frame;
-use crate::index::{ChunkLoc, FileStamp, Index};
+use crate::index::{chunk_list_digest, ChunkLoc, FileStamp, Index};
 use crate::layout;
 use crate::pack::{PackBuilder, PackId};
 use crate::progress::Progress;
@@ -57,9 +57,9 @@ struct Shared<'a> {
     bytes_unchanged: AtomicU64,
     reread: bool,
     settle: std::time::Duration,
-    /// Stamps of the files read whole while they stood still, recorded in one write once
-    /// every file is read.
-    stamps: Mutex<Vec<(FileStamp, [u8; 32])>>,
+    /// Stamps of the files read whole while they stood still, with their content's sha256
+    /// and chunk-list digest, recorded in one write once every file is read.
+    stamps: Mutex<Vec<(FileStamp, [u8; 32], [u8; 32])>>,
     stamper: stamps::Stamper,
     new_chunks: AtomicU64,
     new_chunk_bytes: AtomicU64,
@@ -180,7 +180,7 @@ impl<'a> Shared<'a> {
             reread: false,
             settle: super::SETTLE,
             stamps: Mutex::new(Vec::new()),
-            stamper: stamps::Stamper::default(),
+            stamper: stamps::Stamper::new(),
             new_chunks: AtomicU64::new(0),
             new_chunk_bytes: AtomicU64::new(0),
             pack_bytes: AtomicU64::new(0),
@@ -378,19 +378,20 @@ fn read_file(
     // nothing wrote to it meanwhile; it is recorded with the others once every file is read.
     let _ = shared.index.remember_file(&r.sha256, &r.chunks);
     if let Some((f, st)) = opened.file().zip(record_as) {
-        if st.size == r.size && stamps::stamp_again(f) == Some(st) {
+        if st.size == r.size && shared.stamper.stamp_again(f) == Some(st) {
+            let digest = chunk_list_digest(&r.chunks);
             let mut stamps = shared.stamps.lock().unwrap_or_else(|p| p.into_inner());
-            stamps.push((st, r.sha256));
+            stamps.push((st, r.sha256, digest));
         }
     }
     Ok(r)
 }
 
-/// The chunked form of a file the index knows unchanged: its stamp recorded with a
-/// content, that content's chunk list recorded, every chunk in a pack the index knows
-/// (synced after the lease: never one gc condemned), the lengths adding up to the file's
-/// size and the content the one a blob name expects. None when any of that fails; the
-/// file is then read.
+/// The chunked form of a file the index knows unchanged: its stamp recorded (in this boot
+/// and mount) with a content and the digest of that content's chunk list, that chunk list
+/// recorded, every chunk in a pack the index knows (synced after the lease: never one gc
+/// condemned), the lengths adding up to the file's size and the content the one a blob
+/// name expects. None when any of that fails; the file is then read.
 fn unchanged_file(
     shared: &Shared<'_>,
     stamp: &FileStamp,
@@ -399,15 +400,13 @@ fn unchanged_file(
     if stamp.size != *size {
         return Ok(None);
     }
-    let Some(sha256) = shared.index.stamped_sha256(stamp)? else {
+    let Some(found) = shared.index.stamped_file(stamp)? else {
         return Ok(None);
     };
+    let (sha256, chunks) = (found.sha256, found.chunks);
     if expected.is_some_and(|e| e != sha256) {
         return Ok(None);
     }
-    let Some(chunks) = shared.index.file_chunks(&sha256)? else {
-        return Ok(None);
-    };
     if chunks
         .iter()
         .map(|(_, l)| u64::from(l.raw_len))
