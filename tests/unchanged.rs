@@ -26,7 +26,30 @@ fn snapshot() -> tempfile::TempDir {
          need ext4, xfs or btrfs: put CARGO_TARGET_DIR on one",
         parent.display()
     );
+    assert!(
+        names_mounts_uniquely(parent),
+        "statx gives no STATX_MNT_ID_UNIQUE here (Linux 6.8 and later do): ingest takes no \
+         stamps on this kernel, and these tests need them"
+    );
     snapshot_in(parent)
+}
+
+/// Whether `statx` names the mount of `p` by an id never reused (`STATX_MNT_ID_UNIQUE`),
+/// without which ingest takes no stamp.
+fn names_mounts_uniquely(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            0,
+            libc::STATX_MNT_ID_UNIQUE,
+            &mut sx,
+        )
+    };
+    rc == 0 && sx.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0
 }
 
 fn snapshot_in(parent: &Path) -> tempfile::TempDir {
