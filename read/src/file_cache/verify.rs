@@ -21,6 +21,7 @@
 //!   entry again at its first open. One entry is checked by one caller at a time; the
 //!   others wait for its verdict instead of reading the file a second time.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
@@ -37,7 +38,7 @@ pub const MAX_RECORDS: usize = 100_000;
 /// Bytes read and hashed by one task of a check (whole chunks, at least one, so at most
 /// this plus `chunker::MAX_CHUNK_LEN`): the buffer each of the pool's threads holds while a
 /// check runs.
-const RUN_BYTES: u64 = 4 << 20;
+const RUN_BYTES: u64 = 2 << 20;
 
 /// What `statx` says of an open file, enough to know it is the file that was checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,9 +158,24 @@ fn runs(f: &FileEntry) -> Vec<Run> {
 }
 
 fn run_matches(file: &File, f: &FileEntry, r: &Run) -> io::Result<bool> {
+    thread_local! {
+        /// The run's buffer, kept by each thread of the pool between runs: a fresh one
+        /// costs a page fault per page (more CPU than the hashing, measured).
+        static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
     let len = usize::try_from(r.len).map_err(io::Error::other)?;
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, r.offset)?;
+    BUF.with_borrow_mut(|buf| {
+        buf.resize(len, 0);
+        let matched = hash_run(file, f, r, &mut buf[..len]);
+        if buf.capacity() > 2 * RUN_BYTES as usize {
+            *buf = Vec::new(); // a run of one huge chunk is not kept
+        }
+        matched
+    })
+}
+
+fn hash_run(file: &File, f: &FileEntry, r: &Run, buf: &mut [u8]) -> io::Result<bool> {
+    file.read_exact_at(buf, r.offset)?;
     let mut at = 0usize;
     for c in &f.chunks[r.first..r.end] {
         let n = c.raw_len as usize;
