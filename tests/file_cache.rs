@@ -270,3 +270,168 @@ fn a_file_cache_of_size_zero_is_off() {
     let err = env.fails(&["mount", "/tmp", "--file-cache-size", "lots"]);
     assert!(err.contains("--file-cache-size"), "{err}");
 }
+
+/// The largest entry of the file cache, the plain file of r1 it holds, and its sha256.
+fn largest_entry(env: &Env) -> (std::path::PathBuf, String, String) {
+    let victim = entries(&env.path("file-cache"))
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let sha = victim.file_name().unwrap().to_str().unwrap().to_string();
+    let (path, _) = series()
+        .files("r1")
+        .into_iter()
+        .find(|(_, s)| *s == sha)
+        .unwrap();
+    (victim, path, sha)
+}
+
+/// Flips one bit in the middle of `entry` in place (same length, same inode).
+fn flip_one_bit(entry: &Path) {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(entry)
+        .unwrap();
+    let at = f.metadata().unwrap().len() / 2;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    b[0] ^= 0x10;
+    f.write_all_at(&b, at).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// An entry with one bit flipped on the node's disk before the mount starts (same length)
+/// is checked at its first open, found damaged and dropped: the mount serves the file from
+/// the store, with passthrough and without.
+fn a_flipped_bit_before_the_start_is_never_served(extra: &[&str]) {
+    let env = Env::new();
+    fill_r1(&env, extra);
+    let (victim, path, sha) = largest_entry(&env);
+    flip_one_bit(&victim);
+    assert_ne!(sha256_file(&victim), sha);
+
+    let addr = common::local_addr();
+    let mut flags = vec!["--metrics-listen", addr.as_str()];
+    flags.extend_from_slice(extra);
+    let m = Mount::start(&env, &flags);
+    let rel = format!("{REPO}/r1/{path}");
+    assert_eq!(
+        sha256_file(&m.p(&rel)),
+        sha,
+        "{path} read through the mount"
+    );
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 1.0);
+    assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 0.0);
+    assert_eq!(metric(&page, "modelcas_mount_whole_file_opens_total"), 0.0);
+    // Every other file comes back right too, and the damaged entry is made again, whole.
+    read_r1(&m);
+    wait_closed(&addr);
+    wait_fills(&addr, 1.0);
+    assert_eq!(sha256_file(&victim), sha, "made again, whole");
+}
+
+#[test]
+fn a_flipped_bit_before_the_start_is_not_served_with_passthrough() {
+    a_flipped_bit_before_the_start_is_never_served(&[]);
+}
+
+#[test]
+fn a_flipped_bit_before_the_start_is_not_served_without_passthrough() {
+    a_flipped_bit_before_the_start_is_never_served(&["--no-passthrough"]);
+}
+
+/// An entry checked and used by a running mount, then changed on disk (one bit flipped in
+/// place, or the entry replaced by rename with a copy that differs in one bit), is checked
+/// again at its next open (its stamp moved) and not served.
+#[test]
+fn an_entry_changed_after_its_check_is_checked_again() {
+    let env = Env::new();
+    fill_r1(&env, &[]);
+    let (victim, path, sha) = largest_entry(&env);
+    let addr = common::local_addr();
+    let m = Mount::start(&env, &["--metrics-listen", &addr]);
+    let rel = format!("{REPO}/r1/{path}");
+    for round in 0..3 {
+        assert_eq!(sha256_file(&m.p(&rel)), sha, "round {round}");
+        wait_closed(&addr);
+    }
+    let page = scrape(&addr);
+    assert_eq!(
+        metric(&page, "modelcas_file_cache_checks_total"),
+        1.0,
+        "checked once"
+    );
+    assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 3.0);
+
+    // In place.
+    flip_one_bit(&victim);
+    assert_eq!(sha256_file(&m.p(&rel)), sha, "after a bit flipped in place");
+    wait_closed(&addr);
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_file_cache_checks_total"), 2.0);
+    assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 1.0);
+    wait_fills(&addr, 1.0);
+    assert_eq!(sha256_file(&victim), sha, "made again");
+
+    // By rename: a copy with one bit flipped put in the entry's place.
+    assert_eq!(sha256_file(&m.p(&rel)), sha, "the new entry, checked");
+    wait_closed(&addr);
+    let copy = victim.with_file_name(".tmp-copy");
+    std::fs::copy(&victim, &copy).unwrap();
+    flip_one_bit(&copy);
+    std::fs::rename(&copy, &victim).unwrap();
+    assert_eq!(
+        sha256_file(&m.p(&rel)),
+        sha,
+        "after a rename over the entry"
+    );
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 2.0);
+}
+
+/// Two opens of an entry not checked yet, at once: the second waits for the first one's
+/// check (it neither reads the entry a second time nor gets bytes not checked).
+#[test]
+fn two_opens_of_an_unchecked_entry_check_it_once() {
+    let env = Env::new();
+    fill_r1(&env, &[]);
+    let (_, path, sha) = largest_entry(&env);
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let addr = common::local_addr();
+    let pause_dir = pause.to_str().unwrap();
+    let m = Mount::start_with(
+        &env,
+        &["--metrics-listen", &addr],
+        &[
+            (
+                "MODELCAS_PAUSE_AT",
+                "file-cache-check,file-cache-check-wait",
+            ),
+            ("MODELCAS_PAUSE_DIR", pause_dir),
+        ],
+    );
+    let file = m.p(&format!("{REPO}/r1/{path}"));
+    let reader = |f: std::path::PathBuf| std::thread::spawn(move || sha256_file(&f));
+    let wait_for = |point: &str| {
+        let t = Instant::now();
+        while !pause.join(format!("{point}.reached")).exists() {
+            assert!(t.elapsed() < Duration::from_secs(60), "{point} not reached");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let first = reader(file.clone());
+    wait_for("file-cache-check");
+    let second = reader(file);
+    wait_for("file-cache-check-wait");
+    std::fs::write(pause.join("file-cache-check-wait.go"), b"").unwrap();
+    std::fs::write(pause.join("file-cache-check.go"), b"").unwrap();
+    assert_eq!(first.join().unwrap(), sha);
+    assert_eq!(second.join().unwrap(), sha);
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_file_cache_checks_total"), 1.0);
+    assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 0.0);
+    assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 2.0);
+}

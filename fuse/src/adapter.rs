@@ -214,10 +214,13 @@ impl Filesystem for ModelFs {
             Ok(None) => return reply.error(Errno::EISDIR),
             Err(e) => return reply.error(eio(e)),
         };
+        // The node's whole file, checked (which can read the whole file) before the lock
+        // that every open takes: only when no handle of the inode is open yet.
+        let whole = self.whole_file(ino.0, &tree.manifest.files[i]);
         let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
         let mode = match inodes.get(&ino.0) {
             Some(open) => open.mode.clone(),
-            None => self.choose_mode(&tree.manifest.files[i], &reply),
+            None => self.choose_mode(whole, &reply),
         };
         let handle = match &mode {
             Mode::Stream => match self.stream(&tree.manifest, i) {

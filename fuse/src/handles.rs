@@ -1,8 +1,11 @@
 //! How open files are served. Each inode is opened one way while any handle of it is open,
 //! as the kernel requires (it refuses a passthrough open of an inode open in the cached mode,
 //! and the reverse):
-//! * **passthrough**: the node's file cache (`read::file_cache::FileCache`) has the file whole, and the
-//!   kernel accepts it as a backing file: the kernel reads it itself, no request reaches us;
+//! * **passthrough**: the node's file cache (`read::file_cache::FileCache`) has the file whole
+//!   and its bytes checked (by this process, under the stamp the file still has; the check
+//!   runs outside the lock on open inodes, and a concurrent open of the same entry waits for
+//!   it), and the kernel accepts it as a backing file: the kernel reads it itself, no
+//!   request reaches us;
 //! * **whole file**: the same, where passthrough is unavailable (older kernel, no
 //!   `CAP_SYS_ADMIN`, or `--no-passthrough`): reads are `pread`s of that file;
 //! * **stream**: chunks through the decoded-chunk cache with read-ahead; when the last
@@ -66,10 +69,25 @@ impl ModelFs {
         Ok(stream)
     }
 
-    /// How to open an inode that has no open handle: from the node's file cache when it
-    /// has the file whole (handed to the kernel when it takes it), else by streaming.
-    pub(crate) fn choose_mode(&self, f: &FileEntry, reply: &ReplyOpen) -> Mode {
-        let Some(file) = self.files.as_ref().and_then(|c| c.open_file(f)) else {
+    /// The node's whole file of `f`, its bytes checked, for an open of inode `ino` that has
+    /// no open handle (None when it has one: the open takes that handle's mode).
+    pub(crate) fn whole_file(&self, ino: u64, f: &FileEntry) -> Option<File> {
+        let files = self.files.as_ref()?;
+        let open = self
+            .inodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&ino);
+        if open {
+            return None;
+        }
+        files.open_file(f)
+    }
+
+    /// How to open an inode that has no open handle: from `whole`, the node's whole file
+    /// (handed to the kernel when it takes it), else by streaming.
+    pub(crate) fn choose_mode(&self, whole: Option<File>, reply: &ReplyOpen) -> Mode {
+        let Some(file) = whole else {
             return Mode::Stream;
         };
         let file = Arc::new(file);

@@ -10,9 +10,13 @@
 //! * An entry is made by [`FileCache::fill`]: the file is streamed from the store by the
 //!   whole-file reader (every chunk decoded, the file's sha256 compared at the end) into a
 //!   temporary file, which is synced to disk and then renamed into place. An entry
-//!   therefore exists only whole and verified, also after a crash. When an entry is used
-//!   ([`FileCache::open_file`]) only its length is checked: the node's disk is trusted as its
-//!   page cache is, and the directory is made private to the mount's user (mode 0700).
+//!   therefore exists only whole and verified, also after a crash; the directory is made
+//!   private to the mount's user (mode 0700).
+//! * An entry is handed out ([`FileCache::open_file`]) only once this process has checked
+//!   its bytes against the manifest (every chunk's BLAKE3, in parallel) under the stamp
+//!   (`statx`: inode, size, ctime, birth time, mount) the file still has: the first open of
+//!   an entry after the process starts reads and checks it, later opens compare the stamp
+//!   ([`verify`]). An entry that fails is removed and the file read from the store.
 //! * Fills run in the background ([`FileCache::request`]): one thread at the lowest CPU
 //!   priority, one file at a time, requests deduplicated and at most [`MAX_PENDING`]
 //!   waiting, so that a load still running is not slowed by copies of the files it already
@@ -30,7 +34,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -43,6 +47,10 @@ use repo::{Result, Store, StoreError};
 
 use crate::file_reader::FileReader;
 use crate::progress::NoProgress;
+
+pub mod verify;
+
+use verify::{Checks, Claim, Stamp, Verdict};
 
 /// The content of `<dir>/FORMAT`, which marks a directory as a file cache of this layout.
 pub const FORMAT_MARK: &[u8] = b"MCASFILES 1\n";
@@ -95,6 +103,10 @@ pub struct FileCache {
     /// [`FileCache::set_deferral`].
     quiet_ms: AtomicU64,
     max_defer_ms: AtomicU64,
+    /// What this process checked of its entries.
+    checks: Checks,
+    /// Entries checked (read and hashed) so far.
+    checks_run: AtomicU64,
 }
 
 impl std::fmt::Debug for FileCache {
@@ -140,6 +152,8 @@ impl FileCache {
             last_read_ms: AtomicU64::new(0),
             quiet_ms: AtomicU64::new(millis(QUIET)),
             max_defer_ms: AtomicU64::new(millis(MAX_DEFER)),
+            checks: Checks::default(),
+            checks_run: AtomicU64::new(0),
         }))
     }
 
@@ -148,25 +162,113 @@ impl FileCache {
         self.dir.dir()
     }
 
-    /// The whole file of `f`, opened for reading, if the cache has it (touched as used).
-    /// An entry of the wrong length is removed.
+    /// The whole file of `f`, opened for reading, if the cache has it and its bytes are
+    /// known to be `f`'s: checked by this process under the stamp the file has now (see
+    /// [`verify`]), or checked now (a concurrent open of the same entry waits for that
+    /// check). An entry that fails (wrong length, other bytes, changed while it was
+    /// checked, unreadable) is removed, counted and logged; the caller reads the store.
     pub fn open_file(&self, f: &FileEntry) -> Option<fs::File> {
         if !self.fits(f) {
             return None;
         }
         let hex = f.sha256_hex();
         let path = self.dir.path(&hex);
-        let file = fs::File::open(&path).ok()?;
-        if file.metadata().ok()?.len() != f.size {
-            tracing::warn!(
-                "file cache: {} has the wrong length; removed",
-                path.display()
-            );
-            self.dir.remove(&hex);
+        // Only a regular file, not through a link (a FIFO put there would block the open).
+        if !fs::symlink_metadata(&path).ok()?.is_file() {
+            self.drop_entry(&hex, None, "is not a regular file");
             return None;
         }
-        self.dir.touch(&path);
-        Some(file)
+        let file = fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        // A concurrent check of this entry moves its ctime: ask again with a fresh stamp
+        // (a file that keeps changing under checks is not used).
+        for _ in 0..3 {
+            let stamp = self.stamp(&file, &path)?;
+            if stamp.size != f.size {
+                self.drop_entry(&hex, Some(&stamp), "has the wrong length");
+                return None;
+            }
+            match self.checks.claim(&f.sha256, &stamp) {
+                Claim::Known(Verdict::Good) => {
+                    self.dir.note_use(&path);
+                    return Some(file);
+                }
+                Claim::Known(Verdict::Damaged) => return None,
+                Claim::Waited => continue,
+                Claim::Mine(pending) => {
+                    // Marked as used first: the mark moves the ctime, which the check's
+                    // stamps must already hold.
+                    let _ = file.set_modified(std::time::SystemTime::now());
+                    let verdict = self.check(f, &hex, &file);
+                    let good = verdict.is_some_and(|(_, v)| v == Verdict::Good);
+                    pending.finish(verdict);
+                    return good.then_some(file);
+                }
+            }
+        }
+        None
+    }
+
+    /// Checks the entry `file` of `f` (see [`verify`]): the stamp it was checked under and
+    /// the verdict, or None when the file could not be stamped.
+    fn check(&self, f: &FileEntry, hex: &str, file: &fs::File) -> Option<(Stamp, Verdict)> {
+        let path = self.dir.path(hex);
+        let before = self.stamp(file, &path)?;
+        repo::failpoint::pause("file-cache-check");
+        let matched = verify::content_matches(file, f);
+        self.checks_run.fetch_add(1, Ordering::Relaxed);
+        metrics::add(&METRICS.file_cache_checks, 1);
+        metrics::add(&METRICS.file_cache_check_bytes, f.size);
+        let after = self.stamp(file, &path)?;
+        let why = match matched {
+            Ok(true) if after == before => return Some((before, Verdict::Good)),
+            Ok(true) => "changed while it was checked".to_string(),
+            Ok(false) => "does not hold the file's bytes".to_string(),
+            Err(e) => format!("could not be read ({e})"),
+        };
+        self.drop_entry(hex, Some(&before), &why);
+        Some((before, Verdict::Damaged))
+    }
+
+    /// The stamp of the entry `file` at `path`; None (logged) when statx fails.
+    fn stamp(&self, file: &fs::File, path: &Path) -> Option<Stamp> {
+        match Stamp::of(file) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("file cache: {}: no stamp ({e}); not used", path.display());
+                None
+            }
+        }
+    }
+
+    /// Removes entry `hex`, if its path still names the file stamped `stamp` (not a newer
+    /// fill; None: whatever it names), counting and logging why.
+    fn drop_entry(&self, hex: &str, stamp: Option<&Stamp>, why: &str) {
+        let path = self.dir.path(hex);
+        let same = match stamp {
+            None => true,
+            Some(stamp) => fs::File::open(&path)
+                .ok()
+                .and_then(|f| Stamp::of(&f).ok())
+                .is_some_and(|now| now.same_inode(stamp)),
+        };
+        if same {
+            self.dir.remove(hex);
+            metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
+        }
+        metrics::add(&METRICS.file_cache_damaged, 1);
+        tracing::warn!(
+            "file cache: {} {why}; removed, the file is read from the store",
+            path.display()
+        );
+    }
+
+    /// Entries checked since the cache was opened (tests).
+    pub fn checks_run(&self) -> u64 {
+        self.checks_run.load(Ordering::Relaxed)
     }
 
     /// Whether `f` could be kept: at least [`MIN_FILE_BYTES`] and at most half the cache.
@@ -196,6 +298,8 @@ impl FileCache {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
+        // Tests kill the mount here: a fill synced, not yet renamed into place.
+        repo::failpoint::pause("file-cache-fill-synced");
         let ok = self.dir.commit(&tmp, &hex, f.size);
         metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
         if ok {
@@ -440,6 +544,168 @@ mod tests {
             .unwrap();
         assert!(cache.open_file(f).is_none());
         assert!(!p.exists());
+    }
+
+    /// A cache holding the one file of a store of noise (several chunks), and the path of
+    /// its entry.
+    fn filled() -> (
+        tempfile::TempDir,
+        Arc<FileCache>,
+        Manifest,
+        std::path::PathBuf,
+    ) {
+        let (store, manifest) = one_file_store(&crate::test_pack::noise(3 * SIZE, 11));
+        let t = tempfile::tempdir().unwrap();
+        let cache = FileCache::open(t.path(), 1 << 30).unwrap();
+        assert!(cache.fill(&store, &manifest, &manifest.files[0]).unwrap());
+        let p = cache.dir.path(&manifest.files[0].sha256_hex());
+        (t, cache, manifest, p)
+    }
+
+    fn flip(p: &Path, at: u64) {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 1], at).unwrap();
+    }
+
+    fn read_all(mut f: fs::File) -> Vec<u8> {
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut got).unwrap();
+        got
+    }
+
+    #[test]
+    fn an_entry_is_checked_at_its_first_open_then_trusted_by_its_stamp() {
+        let (_t, cache, manifest, p) = filled();
+        let f = &manifest.files[0];
+        assert!(f.chunks.len() > 1, "several chunks");
+        let want = fs::read(&p).unwrap();
+        for _ in 0..3 {
+            assert_eq!(read_all(cache.open_file(f).unwrap()), want);
+        }
+        assert_eq!(cache.checks_run(), 1);
+        assert_eq!(cache.checks.recorded(&f.sha256), Some(Verdict::Good));
+        // Another process (a restart) checks again.
+        let again = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert!(again.open_file(f).is_some());
+        assert_eq!(again.checks_run(), 1);
+    }
+
+    #[test]
+    fn an_entry_with_one_flipped_bit_is_dropped_at_its_first_open() {
+        let len = 3 * SIZE as u64;
+        // The first byte, a byte in the middle, the last byte.
+        for at in [0, len / 2, len - 1] {
+            let (_t, cache, manifest, p) = filled();
+            flip(&p, at);
+            assert!(cache.open_file(&manifest.files[0]).is_none(), "bit at {at}");
+            assert!(!p.exists(), "dropped");
+            assert_eq!(cache.checks_run(), 1);
+        }
+    }
+
+    #[test]
+    fn an_entry_changed_after_its_check_is_checked_again_and_dropped() {
+        let (_t, cache, manifest, p) = filled();
+        let f = &manifest.files[0];
+        assert!(cache.open_file(f).is_some());
+        flip(&p, 5);
+        assert!(cache.open_file(f).is_none());
+        assert_eq!(cache.checks_run(), 2);
+        assert_eq!(cache.checks.recorded(&f.sha256), Some(Verdict::Damaged));
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn an_entry_replaced_by_rename_is_checked_again() {
+        let (_t, cache, manifest, p) = filled();
+        let f = &manifest.files[0];
+        assert!(cache.open_file(f).is_some());
+        // The same bytes under a new inode: checked again, then used.
+        let copy = p.with_file_name(".tmp-copy");
+        fs::copy(&p, &copy).unwrap();
+        fs::rename(&copy, &p).unwrap();
+        assert!(cache.open_file(f).is_some());
+        assert_eq!(cache.checks_run(), 2);
+        // Other bytes of the same length (another file's): dropped.
+        fs::write(&copy, crate::test_pack::noise(f.size as usize, 12)).unwrap();
+        fs::rename(&copy, &p).unwrap();
+        assert!(cache.open_file(f).is_none());
+        assert_eq!(cache.checks_run(), 3);
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_truncated_or_extended_entry_is_dropped_unread() {
+        for delta in [-1i64, 1] {
+            let (_t, cache, manifest, p) = filled();
+            let f = &manifest.files[0];
+            assert!(cache.open_file(f).is_some(), "checked first");
+            let file = fs::OpenOptions::new().write(true).open(&p).unwrap();
+            file.set_len(f.size.checked_add_signed(delta).unwrap())
+                .unwrap();
+            assert!(cache.open_file(f).is_none(), "{delta}");
+            assert!(!p.exists());
+            assert_eq!(cache.checks_run(), 1, "the length alone condemns it");
+        }
+    }
+
+    #[test]
+    fn concurrent_opens_of_a_damaged_entry_all_read_the_store() {
+        let (_t, cache, manifest, p) = filled();
+        flip(&p, 7);
+        let manifest = Arc::new(manifest);
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let (cache, manifest) = (cache.clone(), manifest.clone());
+                std::thread::spawn(move || cache.open_file(&manifest.files[0]).is_some())
+            })
+            .collect();
+        for o in opens {
+            assert!(!o.join().unwrap(), "a damaged entry was handed out");
+        }
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_second_claim_waits_for_the_first_check_and_a_dropped_check_frees_the_entry() {
+        use verify::{Checks, Claim};
+        let (_t, _cache, _manifest, p) = filled();
+        let stamp = Stamp::of(&fs::File::open(&p).unwrap()).unwrap();
+        let checks = Arc::new(Checks::default());
+        let sha = [9u8; 32];
+        let Claim::Mine(first) = checks.claim(&sha, &stamp) else {
+            panic!("the first claim checks");
+        };
+        let second = {
+            let checks = checks.clone();
+            std::thread::spawn(move || match checks.claim(&sha, &stamp) {
+                Claim::Waited => "waited",
+                Claim::Known(Verdict::Good) => "good",
+                _ => "checks too",
+            })
+        };
+        first.finish(Some((stamp, Verdict::Good)));
+        // Whether it came during the check or after: never the right to check while one
+        // runs; then the verdict.
+        assert_ne!(second.join().unwrap(), "checks too");
+        assert!(matches!(
+            checks.claim(&sha, &stamp),
+            Claim::Known(Verdict::Good)
+        ));
+        // A check that ends without a verdict (a panic): the next caller checks.
+        let other = [8u8; 32];
+        let Claim::Mine(p1) = checks.claim(&other, &stamp) else {
+            panic!()
+        };
+        drop(p1);
+        assert!(matches!(checks.claim(&other, &stamp), Claim::Mine(_)));
     }
 
     #[test]

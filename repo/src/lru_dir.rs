@@ -9,10 +9,13 @@
 //!   those an hour old (left by a process that died) are removed when the directory is
 //!   opened.
 //! * Least recently used first: a use touches the entry's modification time
-//!   ([`LruDir::touch`]); when the bytes committed by this process push the directory past
-//!   its limit, the oldest entries are removed until it is under 90% of it. Removing an
-//!   entry that is open elsewhere is safe: its readers keep the inode.
+//!   ([`LruDir::touch`]), or is noted in memory ([`LruDir::note_use`], for entries whose
+//!   ctime must not move at every use: the node file cache's stamps); when the bytes
+//!   committed by this process push the directory past its limit, the oldest entries (by
+//!   the later of the two) are removed until it is under 90% of it. Removing an entry that
+//!   is open elsewhere is safe: its readers keep the inode.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +27,10 @@ use crate::{Result, StoreError};
 /// Temporary files older than this are a dead writer's leftovers.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 
+/// Uses noted in memory at most; past it the notes are forgotten (the modification times
+/// remain).
+const MAX_NOTED: usize = 100_000;
+
 /// A directory of entries with a size limit.
 pub struct LruDir {
     dir: PathBuf,
@@ -32,6 +39,8 @@ pub struct LruDir {
     bytes: AtomicU64,
     evicting: Mutex<()>,
     counter: AtomicU64,
+    /// Last uses noted in memory ([`LruDir::note_use`]).
+    used: Mutex<HashMap<PathBuf, SystemTime>>,
 }
 
 /// One entry found by a scan: its path, size and last use.
@@ -51,6 +60,7 @@ impl LruDir {
             bytes: AtomicU64::new(0),
             evicting: Mutex::new(()),
             counter: AtomicU64::new(0),
+            used: Mutex::new(HashMap::new()),
         };
         let total: u64 = d.scan(true).iter().map(|e| e.len).sum();
         d.bytes.store(total, Ordering::Relaxed);
@@ -72,6 +82,15 @@ impl LruDir {
         if let Ok(f) = fs::File::options().write(true).open(path) {
             let _ = f.set_modified(SystemTime::now());
         }
+    }
+
+    /// Notes that `path` was just used, in memory only: the entry's times stay as they are.
+    pub fn note_use(&self, path: &Path) {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        if used.len() >= MAX_NOTED && !used.contains_key(path) {
+            used.clear();
+        }
+        used.insert(path.to_path_buf(), SystemTime::now());
     }
 
     /// A fresh temporary path beside the place of entry `hex`, for [`LruDir::commit`].
@@ -100,7 +119,7 @@ impl LruDir {
     /// Removes entry `hex` (after it failed a check).
     pub fn remove(&self, hex: &str) {
         let p = self.path(hex);
-        if let Ok(m) = fs::metadata(&p) {
+        if let Ok(m) = fs::symlink_metadata(&p) {
             if fs::remove_file(&p).is_ok() {
                 let have = self.bytes.load(Ordering::Relaxed);
                 self.bytes.fetch_sub(m.len().min(have), Ordering::Relaxed);
@@ -156,6 +175,14 @@ impl LruDir {
             return;
         };
         let mut entries = self.scan(false);
+        {
+            let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+            for e in &mut entries {
+                if let Some(t) = used.get(&e.path) {
+                    e.used = e.used.max(*t);
+                }
+            }
+        }
         let mut total: u64 = entries.iter().map(|e| e.len).sum();
         entries.sort_by_key(|e| e.used);
         let target = self.max_bytes / 10 * 9;
@@ -210,6 +237,34 @@ mod tests {
             "the oldest entry must go first: {left:?}"
         );
         assert_eq!(d.bytes(), left.len() as u64 * 300);
+    }
+
+    #[test]
+    fn a_use_noted_in_memory_counts_for_eviction_and_leaves_the_entry_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let d = LruDir::open(t.path(), 1000).unwrap();
+        for n in 0..3u8 {
+            assert!(put(&d, &hex(n), &[n; 300]));
+            let f = fs::File::options()
+                .write(true)
+                .open(d.path(&hex(n)))
+                .unwrap();
+            f.set_modified(UNIX_EPOCH + Duration::from_secs(1000 + n as u64))
+                .unwrap();
+        }
+        // Entry 0, the oldest by its time on disk, is used: noted, its times unchanged.
+        let before = fs::metadata(d.path(&hex(0))).unwrap();
+        d.note_use(&d.path(&hex(0)));
+        let after = fs::metadata(d.path(&hex(0))).unwrap();
+        assert_eq!(before.modified().unwrap(), after.modified().unwrap());
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ctime_nsec(&before),
+            std::os::unix::fs::MetadataExt::ctime_nsec(&after)
+        );
+        // A fourth entry makes 1200 bytes: entry 1 goes first, not the used entry 0.
+        assert!(put(&d, &hex(3), &[3; 300]));
+        assert!(d.path(&hex(0)).exists(), "the used entry was evicted");
+        assert!(!d.path(&hex(1)).exists());
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub struct Metrics {
     pub file_cache_fills_deferred: Counter,
     /// Bytes in the node's file cache.
     pub file_cache_bytes: Gauge,
+    /// Entries of the node's file cache read and checked against the manifest.
+    pub file_cache_checks: Counter,
+    /// Bytes of those entries.
+    pub file_cache_check_bytes: Counter,
+    /// Entries of the node's file cache found damaged (and removed).
+    pub file_cache_damaged: Counter,
     /// Object-store requests by kind.
     pub backend_requests: Family<OpLabel, Counter>,
     /// Object-store requests that failed (after the client's own retries).
@@ -124,6 +130,9 @@ impl Metrics {
             file_cache_fill_errors: Counter::default(),
             file_cache_fills_deferred: Counter::default(),
             file_cache_bytes: Gauge::default(),
+            file_cache_checks: Counter::default(),
+            file_cache_check_bytes: Counter::default(),
+            file_cache_damaged: Counter::default(),
             backend_requests: Family::default(),
             backend_errors: Family::default(),
             backend_seconds: Histogram::new(BUCKETS),
@@ -255,6 +264,21 @@ impl Metrics {
             "file_cache_bytes",
             "Bytes in the node's file cache.",
             m.file_cache_bytes.clone(),
+        );
+        r.register(
+            "file_cache_checks",
+            "Entries of the node's file cache read and checked against the manifest before use.",
+            m.file_cache_checks.clone(),
+        );
+        r.register(
+            "file_cache_check_bytes",
+            "Bytes of the node's file cache entries checked before use.",
+            m.file_cache_check_bytes.clone(),
+        );
+        r.register(
+            "file_cache_damaged",
+            "Entries of the node's file cache found damaged and removed (the file was read from the store).",
+            m.file_cache_damaged.clone(),
         );
     }
 
