@@ -222,15 +222,16 @@ def zstd_bounded(data, limit, what):
     return out
 
 
-def open_envelope(data, magic, what):
-    """Checks an envelope and returns its payload as a Payload cursor."""
+def open_envelope(data, magic, what, newest=1):
+    """Checks an envelope (a version from 1 to `newest`) and returns its payload as a
+    Payload cursor, with the version in its `version` attribute."""
     if len(data) < 44:
         raise FormatError(f"{what}: {len(data)} bytes is too short for an object")
     if data[:8] != magic:
         raise FormatError(f"{what}: magic {data[:8]!r}, expected {magic!r}")
     version, flags = struct.unpack_from("<HH", data, 8)
-    if version == 0 or version > 1:
-        raise FormatError(f"{what}: format version {version}; this reader knows version 1")
+    if version == 0 or version > newest:
+        raise FormatError(f"{what}: format version {version}; this reader knows up to {newest}")
     if flags & ~1:
         raise FormatError(f"{what}: unknown flags {flags:#06x}")
     if blake3(data[:-32]) != data[-32:]:
@@ -240,7 +241,9 @@ def open_envelope(data, magic, what):
         payload = zstd_bounded(payload, MAX_PAYLOAD, what)
     elif len(payload) > MAX_PAYLOAD:
         raise FormatError(f"{what}: payload larger than 1 GiB")
-    return Payload(payload, what)
+    p = Payload(payload, what)
+    p.version = version
+    return p
 
 
 # --- Names (FORMAT.md "Bucket layout") ---------------------------------------------------
@@ -328,7 +331,7 @@ def check_path(path):
 
 def decode_manifest(data, key, org, name, commit_hex):
     """The manifest at `key`, decoded and checked (FORMAT.md "Checked at decode")."""
-    p = open_envelope(data, b"MCASMANI", key)
+    p = open_envelope(data, b"MCASMANI", key, newest=2)
 
     def chunk_ref():
         return {"id": p.array(32), "pack": p.u32(), "offset": p.u32(),
@@ -342,6 +345,12 @@ def decode_manifest(data, key, org, name, commit_hex):
          "source": p.string()}
     m["packs"] = p.vec(lambda: p.array(32), 32)
     m["files"] = p.vec(file_entry, 36)
+    if p.version >= 2:  # Option<Published>: tag 0 (None) or 1 then store_ms, seq
+        tag = p.u8()
+        if tag == 1:
+            m["published"] = (p.u64(), p.u64())
+        elif tag != 0:
+            raise FormatError(f"{key}: Option tag {tag}")
     p.end()
 
     def bad(why):

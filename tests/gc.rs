@@ -390,3 +390,106 @@ fn a_revision_reads_through_forwarding_records_after_its_packs_are_deleted() {
     assert!(env.packs().is_empty(), "packs left behind");
     fsck_clean(&env, false);
 }
+
+/// Ingests revision `r` of the series (no ref) from a host whose clock is off by
+/// `offset_secs` (the test clock hook).
+fn ingest_skewed(env: &Env, r: &str, offset_secs: i64) {
+    let s = series();
+    let out = env
+        .cmd()
+        .env("MODELCAS_TEST_CLOCK_OFFSET_SECS", offset_secs.to_string())
+        .args(["ingest", s.plain(r).to_str().unwrap()])
+        .args(["--repo", REPO, "--revision", &s.commit(r)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The commits a gc report expired, sorted.
+fn expired(r: &serde_json::Value) -> Vec<String> {
+    let mut e: Vec<String> = r["expired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["commit"].as_str().unwrap().to_string())
+        .collect();
+    e.sort();
+    e
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// A store in a local directory whatever the suite's backend: the tests below need a
+/// store clock finer than S3's whole seconds (three ingests fit in one second).
+fn local_env() -> Env {
+    let mut env = Env::empty();
+    env.s3 = None;
+    env.location = env.tmp.path().join("store").to_str().unwrap().to_string();
+    env.ok(&["init", "--chunk-avg", "16384", "--pack-size", "1048576"]);
+    env
+}
+
+#[test]
+fn keep_last_ranks_by_the_stores_clock_not_the_ingesting_hosts() {
+    // Issue 26: revisions were ranked by the ingesting host's `ingested_at`: a later
+    // ingest from a host whose clock is behind ranked older, and `--keep-last 1` kept the
+    // wrong one. Three ingests in this order, from hosts 0, 1 and 2 hours behind.
+    let s = series();
+    let env = local_env();
+    ingest_skewed(&env, "r1", 0);
+    ingest_skewed(&env, "r2", -3600);
+    ingest_skewed(&env, "r3", -7200);
+    let [c1, c2, c3] = ["r1", "r2", "r3"].map(|r| s.commit(r));
+    let r = gc(&env, &["--keep-last", "1", "--dry-run"]);
+    assert_eq!(expired(&r), sorted(vec![c1.clone(), c2.clone()]), "{r:#}");
+    let r = gc(&env, &["--keep-last", "2"]);
+    assert_eq!(expired(&r), vec![c1], "{r:#}");
+    for c in [&c2, &c3] {
+        verifies(&env, c);
+    }
+}
+
+#[test]
+fn keep_last_keeps_exactly_n_of_revisions_ingested_within_one_second() {
+    // Issue 26: ranked by whole seconds, revisions ingested within one second tied and
+    // all were kept. Now the order is total (the store's clock in ms, then a sequence,
+    // then the commit id), and exactly N are kept: the last ingested.
+    let s = series();
+    let env = Env::new();
+    for r in ["r1", "r2", "r3"] {
+        ingest_rev(&env, r, &[]);
+    }
+    let [c1, c2, c3] = ["r1", "r2", "r3"].map(|r| s.commit(r));
+    let r = gc(&env, &["--keep-last", "1", "--dry-run"]);
+    assert_eq!(expired(&r), sorted(vec![c1.clone(), c2.clone()]), "{r:#}");
+    let r = gc(&env, &["--keep-last", "2"]);
+    assert_eq!(expired(&r), vec![c1], "{r:#}");
+    verifies(&env, &c3);
+}
+
+#[test]
+fn keep_within_compares_by_the_stores_clock() {
+    // Issue 26: keep-within compared the ingesting host's clock: a revision ingested just
+    // now from a host 100 days behind was expired at once by `--keep-within 30d`.
+    let s = series();
+    let env = Env::new();
+    ingest_skewed(&env, "r1", -100 * 86_400);
+    ingest_skewed(&env, "r2", 0);
+    let r = gc(&env, &["--keep-last", "0", "--keep-within", "30d"]);
+    assert!(expired(&r).is_empty(), "{r:#}");
+    verifies(&env, &s.commit("r1"));
+    // Without the rule they go, so the rule is what kept them.
+    let r = gc(&env, &["--keep-last", "0"]);
+    assert_eq!(
+        expired(&r),
+        sorted(vec![s.commit("r1"), s.commit("r2")]),
+        "{r:#}"
+    );
+}

@@ -3,7 +3,8 @@
 //! stopped (SIGSTOP) past its lease's time to live. The process clock is shifted with
 //! `MODELCAS_TEST_CLOCK_OFFSET_SECS`, the lease time to live shortened with
 //! `MODELCAS_TEST_LEASE_TTL_SECS`; interleavings are driven with pause points. Runs on
-//! the local store and, with `MODELCAS_TEST_BACKEND=s3`, on Garage.
+//! the local store and, with `MODELCAS_TEST_BACKEND=s3`, on Garage. Those hooks exist only
+//! in test builds: the last test checks that no code reads them otherwise.
 
 mod common;
 
@@ -260,4 +261,56 @@ fn ingest_stopped_past_its_lease_refuses_to_publish() {
     ingest_rev(&env, "r3", &["r3"]);
     env.verifies(&rev("r3"));
     fsck_clean(&env, true);
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn no_code_reads_a_test_hook_variable_but_through_the_test_build_switch() {
+    // Issue 26: release binaries read MODELCAS_TEST_LEASE_TTL_SECS and
+    // MODELCAS_TEST_CLOCK_OFFSET_SECS, so a stray variable shortened production leases or
+    // moved the clock (a revision ingested with a -100 d offset was expired at once by
+    // `gc --keep-within 30d`). Every such variable is read through
+    // `repo::failpoint::test_var`, which sees nothing without the `failpoints` feature
+    // (its own unit test checks both builds' behaviour). The tests run with the feature,
+    // so the rule is checked on the sources: no library or binary code reads such a
+    // variable directly.
+    let root = common::repo_root();
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(&root).unwrap().flatten() {
+        sources(&krate.path().join("src"), &mut files);
+    }
+    assert!(
+        files.len() > 50,
+        "sources not found under {}",
+        root.display()
+    );
+    let switch = root.join("repo/src/failpoint.rs");
+    let mut offenders = Vec::new();
+    for f in files.iter().filter(|f| **f != switch) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("env::var") && line.contains("MODELCAS_TEST_") {
+                offenders.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "test hook variables read outside repo::failpoint::test_var:\n{}",
+        offenders.join("\n")
+    );
 }

@@ -324,16 +324,18 @@ pub struct MountArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct GcArgs {
     /// Keep the N most recently ingested revisions of each repository (besides those
-    /// refs point at and pinned ones; revisions ingested in the same second as the N-th
-    /// are kept too).
+    /// refs point at and pinned ones): exactly N, in the order of the store's clock when
+    /// each was published (milliseconds), then a sequence, then the commit id.
     #[arg(long, env = "MODELCAS_GC_KEEP_LAST", value_name = "N")]
     pub keep_last: Option<usize>,
-    /// Keep revisions ingested within this long (e.g. 30d, 12h, 1d12h).
+    /// Keep revisions ingested within this long, by the object store's clock (e.g. 30d,
+    /// 12h, 1d12h).
     #[arg(long, env = "MODELCAS_GC_KEEP_WITHIN", value_name = "DURATION")]
     pub keep_within: Option<String>,
-    /// Keep revisions read (by a mount, serve, checkout, cat or pull) or ingested within
-    /// this long; expire the others unless a ref, pin or version lock protects them
-    /// (e.g. 30d). Reads are recorded at most once a day per revision and process.
+    /// Keep revisions used (by a mount, serve, checkout, cat or pull) or ingested within
+    /// this long, by the object store's clock; expire the others unless a ref, pin or
+    /// version lock protects them (e.g. 30d). At least 1h: a process using a revision
+    /// rewrites its last-use record every 10 minutes at most, so shorter is refused.
     #[arg(long, env = "MODELCAS_GC_UNUSED_FOR", value_name = "DURATION")]
     pub unused_for: Option<String>,
     /// Time between marking a pack unused and deleting it: bounds how long a mount can

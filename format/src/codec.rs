@@ -83,9 +83,13 @@ impl Kind {
         }
     }
 
-    /// The format version this build writes (and the newest it reads).
+    /// The format version this build writes (and the newest it reads): 2 for manifests
+    /// (version 2 adds the ingest order, see `manifest.rs`), 1 for every other kind.
     pub fn version(self) -> u16 {
-        1
+        match self {
+            Kind::Manifest => 2,
+            _ => 1,
+        }
     }
 }
 
@@ -125,8 +129,21 @@ pub fn encode<T: Encode>(kind: Kind, value: &T, compress: bool) -> Vec<u8> {
     out
 }
 
-/// Decodes an object of `kind`, checking magic, version and checksum.
+/// Decodes an object of `kind`, checking magic, version and checksum. The payload is
+/// decoded as the current version's layout: a kind with several versions is decoded with
+/// [`decode_versioned`].
 pub fn decode<T: Decode<()>>(kind: Kind, bytes: &[u8]) -> Result<T, CodecError> {
+    decode_versioned(kind, bytes, |_, payload| decode_payload(payload))
+}
+
+/// Checks an object of `kind` (magic, a version from 1 to the newest known, checksum) and
+/// hands its version and (decompressed) payload to `f`, which decodes the layout of that
+/// version (with [`decode_payload`]).
+pub fn decode_versioned<T>(
+    kind: Kind,
+    bytes: &[u8],
+    f: impl FnOnce(u16, &[u8]) -> Result<T, CodecError>,
+) -> Result<T, CodecError> {
     if bytes.len() < HEADER_LEN + TRAILER_LEN {
         return Err(CodecError::TooShort(bytes.len()));
     }
@@ -157,6 +174,11 @@ pub fn decode<T: Decode<()>>(kind: Kind, bytes: &[u8]) -> Result<T, CodecError> 
     } else {
         payload
     };
+    f(version, payload)
+}
+
+/// Decodes a whole payload as `T` (trailing bytes are an error).
+pub fn decode_payload<T: Decode<()>>(payload: &[u8]) -> Result<T, CodecError> {
     let (value, used) = bincode::decode_from_slice(payload, config())
         .map_err(|e| CodecError::Payload(e.to_string()))?;
     if used != payload.len() {

@@ -284,6 +284,7 @@ mod tests {
                     cref(7, 0, 16),
                 ],
             }],
+            published: None,
         };
         let mut fw = Forwards::default();
         fw.insert(&record(1, 2, &[(16, 7, 100), (36, 9, 110)]));

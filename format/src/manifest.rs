@@ -75,7 +75,53 @@ pub struct Manifest {
     pub packs: Vec<PackId>,
     /// Every file, sorted by path.
     pub files: Vec<FileEntry>,
+    /// When it was published, by the store's clock, with a tie-breaker (version 2; `None`
+    /// in a manifest written before, and in version 2 for a manifest imported from one).
+    pub published: Option<Published>,
 }
+
+/// When a revision was published: its place in its repository's history (for
+/// `gc --keep-last`) and its age by the store's clock (for `gc --keep-within`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct Published {
+    /// The object store's clock just before ingest wrote the manifest (ms since the Unix
+    /// epoch). Its resolution is the store's: whole seconds where the store's clock is an
+    /// HTTP `Date` header (S3), finer on a local directory.
+    pub store_ms: u64,
+    /// A sequence: the publishing host's clock in ms, made strictly increasing within one
+    /// process. It orders revisions published within one `store_ms`.
+    pub seq: u64,
+}
+
+/// A manifest as version 1 wrote it: [`Manifest`] without `published`.
+#[derive(Decode)]
+struct ManifestV1 {
+    repo: RepoId,
+    commit: CommitId,
+    ingested_at: u64,
+    source: String,
+    packs: Vec<PackId>,
+    files: Vec<FileEntry>,
+}
+
+impl From<ManifestV1> for Manifest {
+    fn from(m: ManifestV1) -> Manifest {
+        Manifest {
+            repo: m.repo,
+            commit: m.commit,
+            ingested_at: m.ingested_at,
+            source: m.source,
+            packs: m.packs,
+            files: m.files,
+            published: None,
+        }
+    }
+}
+
+/// A revision's place in its repository's history: compared as a tuple, later is newer.
+/// The same on every reader of the same objects, and total (the commit id breaks the
+/// last ties).
+pub type Order = (u64, u64, [u8; 20]);
 
 impl Manifest {
     /// The file at `path`.
@@ -84,6 +130,20 @@ impl Manifest {
             .binary_search_by(|f| f.path.as_str().cmp(path))
             .ok()
             .map(|i| &self.files[i])
+    }
+
+    /// Its place in its repository's history: `(store time in ms, sequence, commit)` from
+    /// [`Published`]; for a manifest without it, the manifest object's modification time by
+    /// the store's clock (`listed_ms`, from the listing; `ingested_at` when the store gives
+    /// none), then `ingested_at`.
+    pub fn order(&self, listed_ms: Option<u64>) -> Order {
+        match self.published {
+            Some(p) => (p.store_ms, p.seq, self.commit.0),
+            None => {
+                let ingested_ms = self.ingested_at.saturating_mul(1000);
+                (listed_ms.unwrap_or(ingested_ms), ingested_ms, self.commit.0)
+            }
+        }
     }
 
     /// Total size of the files.
@@ -274,7 +334,12 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<Manifest> {
         key: key.into(),
         reason,
     };
-    let m: Manifest = codec::decode(Kind::Manifest, bytes).map_err(|e| corrupt(e.to_string()))?;
+    let m: Manifest =
+        codec::decode_versioned(Kind::Manifest, bytes, |version, payload| match version {
+            1 => codec::decode_payload::<ManifestV1>(payload).map(Manifest::from),
+            _ => codec::decode_payload::<Manifest>(payload),
+        })
+        .map_err(|e| corrupt(e.to_string()))?;
     m.check().map_err(corrupt)?;
     if key.starts_with(layout::REPOS_PREFIX) && key != layout::manifest_key(&m.repo, &m.commit) {
         return Err(corrupt(format!(
@@ -311,6 +376,7 @@ mod tests {
                     raw_len: 3,
                 }],
             }],
+            published: None,
         };
         let bytes = encode(Kind::Manifest, &m, true);
         assert_eq!(decode::<Manifest>(Kind::Manifest, &bytes).unwrap(), m);
@@ -370,6 +436,7 @@ mod decode_tests {
                     chunks: vec![chunk(3, 5)],
                 },
             ],
+            published: None,
         }
     }
 
@@ -492,5 +559,81 @@ mod decode_tests {
                 holds(&m);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    /// The version 1 manifest of docs/FORMAT.md's test vectors, as modelcas wrote it.
+    const V1: &str = "4d4341534d414e490100010028b52ffd603500a90900036f7267046e616d6501\
+        23456789abcdef0123456789abcdef01234567fc702d0e6b05706c61696e0122\
+        5860231f9dc73a657069d5c56e4f5ca67324df0e008dc2c79a9f3c502cc82c03\
+        05612e7478740398ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc4\
+        8c5d3fb1107be401010b8b60248fad7ac6dfac221b7e01a8b91c772421a15b38\
+        7dd1fb2d6a94aee438007f130305622e747874fb38010ee3074055a306ceb843\
+        f6d4229d459ed7a55f898ff9f9aa18f10656ae4accd600013149576ee95e25e6\
+        18e577e05539852f23029b568132572f90813e7bd36215f600102efb38010563\
+        2e62696e40e930ecff9cd3953e26ccdddd425f699e9dfd5faaec861aeed23033\
+        1e9e0669d700012536cb44dc2316fec0ababceaad16025b2579d65582292d9dd\
+        4215f013e8a879003e414099244423d9ab3c646b7f818bc870624bfd22d7f3f6\
+        0f33480e63b2053cf15b1f";
+    const KEY: &str = "repos/org/name/manifests/0123456789abcdef0123456789abcdef01234567";
+
+    #[test]
+    fn a_version_1_manifest_still_reads_and_orders_by_its_objects_time() {
+        let bytes = hex::decode(V1.replace(' ', "")).unwrap();
+        let m = decode(KEY, &bytes).unwrap();
+        assert_eq!(m.ingested_at, 1_796_091_248);
+        assert_eq!(m.published, None);
+        assert_eq!(m.files.len(), 3);
+        // Without `published`: the object's time by the store's clock, then ingested_at.
+        assert_eq!(m.order(Some(7)), (7, 1_796_091_248_000, m.commit.0));
+        assert_eq!(m.order(None).0, 1_796_091_248_000);
+    }
+
+    #[test]
+    fn version_2_carries_when_it_was_published() {
+        let mut m = decode(KEY, &hex::decode(V1).unwrap()).unwrap();
+        m.published = Some(Published {
+            store_ms: 1_796_091_248_123,
+            seq: 42,
+        });
+        let bytes = codec::encode(Kind::Manifest, &m, true);
+        assert_eq!(&bytes[8..10], &[2, 0], "written as version 2");
+        let back = decode(KEY, &bytes).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.order(Some(0)), (1_796_091_248_123, 42, m.commit.0));
+        // The example of docs/FORMAT.md's test vectors: the 19 bytes after `files`.
+        m.published = Some(Published {
+            store_ms: 1_796_091_248_123,
+            seq: 1_796_091_248_124,
+        });
+        let plain = codec::encode(Kind::Manifest, &m, false);
+        let payload = &plain[codec::HEADER_LEN..plain.len() - codec::TRAILER_LEN];
+        assert_eq!(payload.len(), 0x135 + 19);
+        assert_eq!(
+            hex::encode(&payload[0x135..]),
+            "01fdfb7d612fa2010000fdfc7d612fa2010000"
+        );
+        // Version 2 without the field: the same as version 1 plus a None tag.
+        m.published = None;
+        let plain = codec::encode(Kind::Manifest, &m, false);
+        assert_eq!(plain[plain.len() - 33], 0, "the Option tag, None");
+        assert_eq!(decode(KEY, &plain).unwrap(), m);
+        // A version 1 object with version 2's payload is refused (trailing bytes), not
+        // misread; and a version above 2 is refused.
+        let mut relabelled = plain[..plain.len() - 32].to_vec();
+        relabelled[8] = 1;
+        let sum = blake3::hash(&relabelled);
+        relabelled.extend_from_slice(sum.as_bytes());
+        assert!(decode(KEY, &relabelled).is_err());
+        let mut newer = bytes.clone();
+        newer[8] = 3;
+        assert!(decode(KEY, &newer)
+            .unwrap_err()
+            .to_string()
+            .contains("newer"));
     }
 }

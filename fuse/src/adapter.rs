@@ -41,6 +41,9 @@ pub struct ModelFs {
     /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
     /// when the kernel refuses a backing file (said once in the log).
     pub(crate) passthrough: AtomicBool,
+    /// Each open file handle holds its revision in use (its last-use record kept fresh
+    /// while it is open: `repo::usage::hold`).
+    pub(crate) uses: Mutex<HashMap<u64, repo::usage::Hold>>,
 }
 
 impl ModelFs {
@@ -59,6 +62,7 @@ impl ModelFs {
             gid,
             tensor_order: TensorOrder::Name,
             passthrough: AtomicBool::new(false),
+            uses: Mutex::new(HashMap::new()),
         }
     }
 
@@ -248,9 +252,13 @@ impl Filesystem for ModelFs {
         drop(inodes);
         repo::metrics::METRICS.mount_open_files.inc();
         self.reply_open(fh, &mode, reply);
-        // After the reply: the first open of a revision records its use (a moment later,
-        // from a background thread).
-        self.ns.record_use(&tree);
+        // After the reply: the open records its revision's use (a moment later, from a
+        // background thread) and holds it in use until the handle is released.
+        let hold = self.ns.record_use(&tree);
+        self.uses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, hold);
     }
 
     fn read(
@@ -303,6 +311,10 @@ impl Filesystem for ModelFs {
         reply: ReplyEmpty,
     ) {
         repo::metrics::mount_request("release");
+        self.uses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
         let handle = self
             .handles
             .lock()

@@ -506,9 +506,11 @@ impl Namespace {
         self.file(ino)
     }
 
-    /// Notes that a file of `tree`'s revision was opened (its last-use record, written at
-    /// most once a day, from a background thread: see `repo::usage`).
-    pub fn record_use(&self, tree: &Tree) {
+    /// Notes that a file of `tree`'s revision was opened (its last-use record, written
+    /// from a background thread at most once per `repo::usage::REFRESH`), and holds the
+    /// revision in use until the returned hold is dropped (the file closed): see
+    /// `repo::usage`.
+    pub fn record_use(&self, tree: &Tree) -> repo::usage::Hold {
         let m = &tree.manifest;
         repo::usage::record_in_background(
             &self.store,
@@ -517,6 +519,7 @@ impl Namespace {
             "mount",
             repo::usage::MOUNT_DELAY,
         );
+        repo::usage::hold(&self.store, &m.repo, &m.commit, "mount")
     }
 
     /// The file behind a File inode: its tree and index in the manifest.

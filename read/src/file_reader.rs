@@ -456,6 +456,7 @@ mod tests {
                 executable: false,
                 chunks,
             }],
+            published: None,
         }
     }
 

@@ -362,6 +362,7 @@ mod tests {
             source: "test".into(),
             packs: vec![p.pack],
             files: vec![file.clone()],
+            published: None,
         };
         let cache = Arc::new(ChunkCache::new(p.store.clone(), budget, 2).unwrap());
         (FileStream::new(cache, &m, &file).unwrap(), chunks.concat())

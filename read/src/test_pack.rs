@@ -58,6 +58,7 @@ impl OnePack {
             source: "test".into(),
             packs: vec![self.pack],
             files,
+            published: None,
         }
     }
 }
@@ -127,6 +128,7 @@ pub fn one_file_store(data: &[u8]) -> (Store, repo::manifest::Manifest) {
         source: "test".into(),
         packs: vec![p.pack],
         files: vec![file],
+        published: None,
     };
     (p.store, m)
 }

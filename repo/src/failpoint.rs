@@ -43,18 +43,29 @@ pub fn step() {
     fail::fail_point!(MUTATION);
 }
 
+/// The value of test variable `var`, read only in builds with the test hooks: without the
+/// `failpoints` feature it is `None` whatever the environment says, so a stray variable in
+/// production (a test script's export, a copied pod spec) changes nothing. Every test hook
+/// read from the environment goes through here.
+pub fn test_var(var: &str) -> Option<String> {
+    gated_var(ENABLED, var)
+}
+
+/// [`test_var`] with the build's switch as a parameter, so that a test build can check
+/// what a release build does.
+fn gated_var(enabled: bool, var: &str) -> Option<String> {
+    if !enabled {
+        return None;
+    }
+    std::env::var(var).ok()
+}
+
 /// How long ingest waits for a file to stand still before it records the file's stamp
 /// (`store::ingest::SETTLE`), as a test sets it with `MODELCAS_TEST_SETTLE_MS` (files a
 /// test has just written are never two seconds old). None without the `failpoints`
 /// feature, whatever the environment says.
 pub fn settle_override() -> Option<std::time::Duration> {
-    if !ENABLED {
-        return None;
-    }
-    let ms: u64 = std::env::var("MODELCAS_TEST_SETTLE_MS")
-        .ok()?
-        .parse()
-        .ok()?;
+    let ms: u64 = test_var("MODELCAS_TEST_SETTLE_MS")?.parse().ok()?;
     Some(std::time::Duration::from_millis(ms))
 }
 
@@ -113,5 +124,23 @@ mod hooks {
         if let Some(f) = count_file {
             let _ = std::fs::write(f, n.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_without_the_hooks_reads_no_test_variable() {
+        // The one switch every environment hook goes through: off, a set variable is
+        // not seen (what release binaries do); on, it is.
+        std::env::set_var("MODELCAS_TEST_GATE_PROBE", "42");
+        assert_eq!(gated_var(false, "MODELCAS_TEST_GATE_PROBE"), None);
+        assert_eq!(
+            gated_var(true, "MODELCAS_TEST_GATE_PROBE").as_deref(),
+            Some("42")
+        );
+        assert_eq!(test_var("MODELCAS_TEST_GATE_PROBE").is_some(), ENABLED);
     }
 }

@@ -41,11 +41,11 @@ use crate::{Result, StoreError};
 /// Default time to live of gc locks and ingest leases.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 
-/// The time to live new locks and leases get: [`DEFAULT_TTL`], or for tests
-/// `MODELCAS_TEST_LEASE_TTL_SECS` seconds.
+/// The time to live new locks and leases get: [`DEFAULT_TTL`], or in test builds (the
+/// `failpoints` feature; release binaries ignore it) `MODELCAS_TEST_LEASE_TTL_SECS`
+/// seconds.
 pub fn default_ttl() -> Duration {
-    std::env::var("MODELCAS_TEST_LEASE_TTL_SECS")
-        .ok()
+    crate::failpoint::test_var("MODELCAS_TEST_LEASE_TTL_SECS")
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|s| *s > 0)
         .map_or(DEFAULT_TTL, Duration::from_secs)

@@ -1,15 +1,26 @@
 //! Last-use records: `repos/<org>/<name>/used/<commit>`, rewritten when a mount, serve,
-//! checkout, cat or pull reads the revision, so that `gc --unused-for` can expire what
-//! nobody has read for a while (refs, pins and version locks still protect).
+//! checkout, cat or pull uses the revision, so that `gc --unused-for` can expire what
+//! nobody has used for a while (refs, pins and version locks still protect).
 //!
-//! Cheap by construction: a process writes a revision's record at most once per day (the
-//! first read of the day; later reads find it in memory and write nothing), readers that
-//! must not wait (the mount, serve) hand it to one background thread (the mount's a moment
-//! later, after the first reads, which it would slow down; flushed before the mount
-//! exits), and a failed write
-//! is a warning, never a failed read. What counts is the object's modification time by
-//! the object store's clock (as for leases): gc compares it with the store's own clock,
-//! never with a host's.
+//! **Fresh enough for gc.** A process rewrites a revision's record whenever it uses the
+//! revision and its own last write of that record is [`REFRESH`] old or older (by this
+//! process's clock; a clock that went back counts as due). So a revision in use has a
+//! record at most about [`REFRESH`] old (plus the mount's [`MOUNT_DELAY`] and the write
+//! itself), and gc refuses an `unused_for` shorter than [`MIN_UNUSED_FOR`], which leaves a
+//! wide margin for a slow bucket or a backed-up writer.
+//!
+//! **Cheap by construction.** At most one write per revision, process and [`REFRESH`],
+//! whatever the number of requests: later uses find the claim in memory and write nothing.
+//! Readers that must not wait (the mount, serve) hand the write to one background thread
+//! (the mount's a moment later, after the first reads, which it would slow down; flushed
+//! before the mount exits), and a failed write is a warning, never a failed read (the
+//! claim is dropped, so the next use tries again).
+//!
+//! **The store's clock.** What counts is the object's modification time by the object
+//! store's clock (as for leases), compared by gc with the store's own clock, never with a
+//! host's. The time is not in the payload, so a late or slow write can never replace a newer
+//! time by an older one: whichever write lands last stamps the store's time of that moment,
+//! and many processes (mounts on many nodes, several serves) may write one record.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -23,27 +34,39 @@ use crate::manifest::UsedObject;
 use crate::names::{CommitId, RepoId};
 use crate::{clock, Result};
 
-/// (store location, repository, commit) → the day (process clock) its record was written.
+/// How often a process rewrites the record of a revision it keeps using.
+pub const REFRESH: Duration = Duration::from_secs(600);
+
+/// The shortest `unused_for` gc accepts: six refresh periods, so that a revision in use
+/// never looks unused to gc even when a record's write is late (a slow bucket, a queue of
+/// writes, the mount's delay).
+pub const MIN_UNUSED_FOR: Duration = Duration::from_secs(3600);
+
+/// (store location, repository, commit) → when (process clock, ms) this process last
+/// claimed the record's write.
 type Written = HashMap<(String, RepoId, CommitId), u64>;
 
 static WRITTEN: LazyLock<Mutex<Written>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
-fn today() -> u64 {
-    clock::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs() / 86_400)
-        .unwrap_or(0)
+/// Whether a record last written at `last_ms` must be written again at `now_ms`: never
+/// written, [`REFRESH`] or more ago, or in the future (this host's clock went back).
+fn due(last_ms: Option<u64>, now_ms: u64) -> bool {
+    match last_ms {
+        None => true,
+        Some(last) => now_ms < last || now_ms - last >= REFRESH.as_millis() as u64,
+    }
 }
 
-/// Claims today's write of the record; false when this process already wrote it today.
+/// Claims the write of the record; false when this process wrote it less than
+/// [`REFRESH`] ago.
 fn claim(store: &Store, repo: &RepoId, commit: &CommitId) -> bool {
     let key = (store.backend().location(), repo.clone(), *commit);
-    let day = today();
+    let now = clock::now_ms();
     let mut w = WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
-    if w.get(&key) == Some(&day) {
+    if !due(w.get(&key).copied(), now) {
         return false;
     }
-    w.insert(key, day);
+    w.insert(key, now);
     true
 }
 
@@ -58,7 +81,7 @@ fn unclaim(store: &Store, repo: &RepoId, commit: &CommitId) {
 fn write(store: &Store, repo: &RepoId, commit: &CommitId, by: &str) -> Result<()> {
     let obj = UsedObject {
         commit: *commit,
-        used_at: crate::manifest::now_secs(),
+        used_at: clock::now_secs(),
         by: by.to_string(),
     };
     let bytes = codec::encode(Kind::Used, &obj, false);
@@ -68,7 +91,8 @@ fn write(store: &Store, repo: &RepoId, commit: &CommitId, by: &str) -> Result<()
     Ok(())
 }
 
-/// Records that `by` read `repo@commit`, now, unless this process already did today.
+/// Records that `by` used `repo@commit`, now, unless this process did less than
+/// [`REFRESH`] ago.
 /// Returns whether a record was written.
 pub fn record(store: &Store, repo: &RepoId, commit: &CommitId, by: &str) -> Result<bool> {
     if !claim(store, repo, commit) {
@@ -129,6 +153,10 @@ pub fn record_in_background(
         tracing::warn!("cannot record last use: no background thread");
         return;
     }
+    enqueue(store, repo, commit, by, delay);
+}
+
+fn enqueue(store: &Store, repo: &RepoId, commit: &CommitId, by: &'static str, delay: Duration) {
     queue().jobs.push_back(Pending {
         store: store.clone(),
         repo: repo.clone(),
@@ -137,6 +165,72 @@ pub fn record_in_background(
         due: Instant::now() + delay,
     });
     QUEUE.1.notify_all();
+}
+
+/// How often the background writer looks at the revisions held in use ([`hold`]).
+const HELD_CHECK: Duration = Duration::from_secs(5);
+
+/// (store location, repository, commit) of a revision held in use.
+type HeldKey = (String, RepoId, CommitId);
+
+/// A revision held in use: its store, who uses it, and how many holds there are.
+struct HeldUse {
+    store: Store,
+    by: &'static str,
+    count: usize,
+}
+
+static HELD: LazyLock<Mutex<HashMap<HeldKey, HeldUse>>> = LazyLock::new(Default::default);
+
+fn held() -> std::sync::MutexGuard<'static, HashMap<HeldKey, HeldUse>> {
+    HELD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A use that lasts, such as a file a mount holds open (its reads may never reach the
+/// mount: passthrough, the page cache, a memory map): while any hold of a revision lives,
+/// the background writer rewrites its record every [`REFRESH`]. Dropping it ends the use.
+pub struct Hold {
+    key: HeldKey,
+}
+
+/// Holds `repo@commit` in use by `by` until the returned [`Hold`] is dropped. The first
+/// record is written by [`record_in_background`], as for any use; this only keeps it fresh.
+pub fn hold(store: &Store, repo: &RepoId, commit: &CommitId, by: &'static str) -> Hold {
+    let key = (store.backend().location(), repo.clone(), *commit);
+    held()
+        .entry(key.clone())
+        .or_insert_with(|| HeldUse {
+            store: store.clone(),
+            by,
+            count: 0,
+        })
+        .count += 1;
+    Hold { key }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut h = held();
+        if let Some(u) = h.get_mut(&self.key) {
+            u.count = u.count.saturating_sub(1);
+            if u.count == 0 {
+                h.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// Queues the records of held revisions that are due (see [`claim`]).
+fn renew_held() {
+    let due: Vec<(Store, RepoId, CommitId, &'static str)> = held()
+        .iter()
+        .map(|((_, r, c), u)| (u.store.clone(), r.clone(), *c, u.by))
+        .collect();
+    for (store, repo, commit, by) in due {
+        if claim(&store, &repo, &commit) {
+            enqueue(&store, &repo, &commit, by, Duration::ZERO);
+        }
+    }
 }
 
 /// Writes the records still waiting now, and returns once every one is written (or has
@@ -166,46 +260,65 @@ fn writer_started() -> bool {
     *STARTED.get_or_init(|| {
         std::thread::Builder::new()
             .name("last-use".into())
-            .spawn(|| loop {
-                let job = next_due();
-                if let Err(e) = write(&job.store, &job.repo, &job.commit, job.by) {
-                    unclaim(&job.store, &job.repo, &job.commit);
-                    tracing::warn!(
-                        repo = %job.repo, commit = %job.commit.to_hex(),
-                        "cannot record last use: {e}"
-                    );
-                }
-                queue().writing -= 1;
-                QUEUE.1.notify_all();
-            })
+            .spawn(writer_loop)
             .is_ok()
     })
 }
 
-/// Waits for the first record to be due (or a flush), takes it and counts it as being
-/// written.
-fn next_due() -> Pending {
+/// The background writer: writes records as they fall due, and every [`HELD_CHECK`]
+/// queues those of held revisions that are due again.
+fn writer_loop() {
+    let mut checked = Instant::now();
+    loop {
+        if let Some(job) = next_due(HELD_CHECK) {
+            if let Err(e) = write(&job.store, &job.repo, &job.commit, job.by) {
+                unclaim(&job.store, &job.repo, &job.commit);
+                tracing::warn!(
+                    repo = %job.repo, commit = %job.commit.to_hex(),
+                    "cannot record last use: {e}"
+                );
+            }
+            queue().writing -= 1;
+            QUEUE.1.notify_all();
+        }
+        if checked.elapsed() >= HELD_CHECK {
+            checked = Instant::now();
+            renew_held();
+        }
+    }
+}
+
+/// Waits (at most `max_wait`) for the first record to be due (or a flush), takes it and
+/// counts it as being written; `None` when nothing fell due in time.
+fn next_due(max_wait: Duration) -> Option<Pending> {
+    let until = Instant::now() + max_wait;
     let mut q = queue();
     loop {
-        let wait = q
-            .jobs
-            .front()
-            .map(|j| j.due.saturating_duration_since(Instant::now()));
+        let now = Instant::now();
+        let left = until.saturating_duration_since(now);
+        let wait = q.jobs.front().map(|j| j.due.saturating_duration_since(now));
         match wait {
             Some(d) if d.is_zero() || q.flush => {
                 if let Some(job) = q.jobs.pop_front() {
                     q.writing += 1;
-                    return job;
+                    return Some(job);
                 }
             }
+            _ if left.is_zero() => return None,
             Some(d) => {
                 q = QUEUE
                     .1
-                    .wait_timeout(q, d)
+                    .wait_timeout(q, d.min(left))
                     .unwrap_or_else(|p| p.into_inner())
                     .0
             }
-            None => q = QUEUE.1.wait(q).unwrap_or_else(|p| p.into_inner()),
+            None => {
+                q = QUEUE
+                    .1
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
         }
     }
 }
@@ -221,4 +334,24 @@ pub fn last_used(store: &Store, repo: &RepoId) -> Result<HashMap<CommitId, Syste
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_due_again_after_the_refresh_period_or_when_the_clock_went_back() {
+        let r = REFRESH.as_millis() as u64;
+        let t = 1_000_000_000;
+        assert!(due(None, t));
+        assert!(!due(Some(t), t));
+        assert!(!due(Some(t), t + r - 1));
+        assert!(due(Some(t), t + r));
+        // 13 hours of reads within one UTC day: rewritten, not left 13 hours old.
+        assert!(due(Some(t), t + 13 * 3600 * 1000));
+        assert!(due(Some(t), t - 1));
+        // gc's floor leaves room for several refreshes.
+        assert!(MIN_UNUSED_FOR >= 4 * REFRESH);
+    }
 }

@@ -353,10 +353,10 @@ impl Hub {
         }
     }
 
-    /// A reader of file `i` that refreshes the manifest cache when it reloads.
-    /// The bytes of file `i` for a download; the revision's last use is recorded (at most
-    /// once a day, in the background: `repo::usage`).
-    fn source(&self, at: &Located, i: usize) -> FileSource {
+    /// Records that a request used the located revision (any request that names it:
+    /// `HEAD` and `GET` of a file, its listing, its info), for `gc --unused-for`: in the
+    /// background, at most once per `repo::usage::REFRESH` per revision.
+    fn record_use(&self, at: &Located) {
         repo::usage::record_in_background(
             &self.store,
             &at.repo,
@@ -364,6 +364,11 @@ impl Hub {
             "serve",
             std::time::Duration::ZERO,
         );
+    }
+
+    /// A reader of file `i` (the bytes of a download, or of a small file whose blob id is
+    /// computed) that refreshes the manifest cache when it reloads.
+    fn source(&self, at: &Located, i: usize) -> FileSource {
         let cache = self.manifests.clone();
         let key = (at.repo.clone(), at.commit);
         FileSource::new(
@@ -382,6 +387,7 @@ impl Hub {
             Ok(x) => x,
             Err(r) => return r,
         };
+        self.record_use(&at);
         let m = &at.manifest;
         let siblings: Vec<Value> = m
             .files
@@ -449,6 +455,7 @@ impl Hub {
             Ok(x) => x,
             Err(r) => return r,
         };
+        self.record_use(&at);
         let dir = dir.trim_matches('/');
         let prefix = if dir.is_empty() {
             String::new()

@@ -571,6 +571,7 @@ mod tests {
                     chunks: vec![chunk(3, 0, 248), chunk(4, 5, 16)],
                 },
             ],
+            published: None,
         };
         let mut refs = References::default();
         let mut report = FsckReport::default();

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use store::gc::retention::{parse_duration, Policy};
+use store::gc::retention::{check_unused_for, parse_duration, Policy};
 use store::gc::{GcOptions, GcReport};
 use store::RepoId;
 
@@ -28,6 +28,9 @@ pub fn options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
     };
     let flag_within = within(&args.keep_within, "--keep-within")?;
     let flag_unused = within(&args.unused_for, "--unused-for")?;
+    if let Some(d) = flag_unused {
+        check_unused_for("--unused-for", d)?;
+    }
     opts.retention.default = Policy {
         keep_last: args.keep_last.or(gc.keep_last),
         keep_within: flag_within.or(within(&gc.keep_within, "config gc.keep_within")?),
@@ -56,6 +59,7 @@ pub fn options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
         }
         opts.rewrite_below = r;
     }
+    opts.retention.check().context("config [gc]")?;
     opts.dry_run = args.dry_run;
     // serve's version locks protect their commits like pins.
     opts.protected = super::serve::locks(&config.serve.locks)

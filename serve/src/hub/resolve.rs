@@ -90,6 +90,7 @@ impl Hub {
             Ok(x) => x,
             Err(r) => return r,
         };
+        self.record_use(&at);
         access.cache = if at.pulled { "miss" } else { "hit" };
         if !head {
             self.metrics.lookup(!at.pulled);
@@ -121,7 +122,10 @@ impl Hub {
         }
         self.metrics.download_started();
         let (metrics, access, len) = (self.metrics_handle(), access.clone(), to - from);
+        // A long download keeps its revision in use until it ends.
+        let hold = repo::usage::hold(&self.store, &at.repo, &at.commit, "serve");
         let done = Box::new(move |sent: u64| {
+            drop(hold);
             metrics.download_finished(sent, access.start.elapsed().as_secs_f64());
             let shown = if sent < len { 499 } else { status.as_u16() };
             access.log(shown, sent);

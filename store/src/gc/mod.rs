@@ -209,6 +209,7 @@ pub fn run(
     warn: &dyn Fn(String),
 ) -> Result<GcReport> {
     let started = Instant::now();
+    opts.retention.check()?;
     let counted = Arc::new(CountingStore::new(store.backend().clone()));
     let mut gc = GcRun::start(store, counted.clone(), opts, warn)?;
 
@@ -405,6 +406,8 @@ fn revisions(
     let mut held = Vec::new();
     // Last read or ingested (a manifest's write), by the store's clock.
     let mut last_use = crate::usage::last_used(store, repo)?;
+    // When each manifest was written, by the store's clock (for manifests that do not say).
+    let mut written: HashMap<CommitId, u64> = HashMap::new();
     for obj in backend.list(&prefix)? {
         let Ok(commit) = CommitId::parse(&obj.key[prefix.len()..]) else {
             continue;
@@ -412,6 +415,7 @@ fn revisions(
         if let Some(at) = obj.modified {
             let e = last_use.entry(commit).or_insert(at);
             *e = (*e).max(at);
+            written.insert(commit, crate::clock::to_ms(at));
         }
         let cached = match cache {
             Some(idx) if !obj.tag.is_empty() => idx.cached_object(&obj.key, &obj.tag)?,
@@ -458,12 +462,18 @@ fn revisions(
         let at = last_use.get(c)?;
         Some(store_now.duration_since(*at).map_or(0, |d| d.as_secs()))
     };
+    let now_ms = crate::clock::to_ms(store_now);
     let candidates: Vec<Candidate> = held
         .iter()
-        .map(|h| Candidate {
-            commit: h.manifest.commit,
-            ingested_at: h.manifest.ingested_at,
-            idle_secs: idle(&h.manifest.commit),
+        .map(|h| {
+            let m = &h.manifest;
+            let order = m.order(written.get(&m.commit).copied());
+            Candidate {
+                commit: m.commit,
+                order,
+                age_secs: now_ms.saturating_sub(order.0) / 1000,
+                idle_secs: idle(&m.commit),
+            }
         })
         .collect();
     let (keep, _) = retention::decide(
@@ -471,7 +481,6 @@ fn revisions(
         &candidates,
         &referenced,
         &pinned,
-        crate::manifest::now_secs(),
     );
     let keep: HashMap<CommitId, Keep> = keep.into_iter().collect();
     let (kept, expired) = held

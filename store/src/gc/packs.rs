@@ -398,6 +398,7 @@ mod tests {
                     executable: false,
                     chunks,
                 }],
+                published: None,
             },
         }
     }

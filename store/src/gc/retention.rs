@@ -3,10 +3,13 @@
 //! A commit is kept when any of these holds:
 //! * a ref (branch or tag) points at it;
 //! * it is pinned (`modelcas pin`);
-//! * it is among the `keep_last` most recently ingested commits of its repository;
-//! * it was ingested within `keep_within` of now;
-//! * it was read (or ingested) within `unused_for` of now: a mount, serve, checkout, cat or
-//!   pull read it ([`repo::usage`]; times by the object store's clock);
+//! * it is among the `keep_last` most recently ingested commits of its repository, in the
+//!   total order of [`crate::manifest::Manifest::order`] (the store's clock in ms when it
+//!   was published, then a sequence, then the commit id: exactly N are kept);
+//! * it was ingested within `keep_within` of now, by the object store's clock;
+//! * it was used (or ingested) within `unused_for` of now: a mount, serve, checkout, cat or
+//!   pull used it ([`crate::usage`]; times by the object store's clock). `unused_for` must be
+//!   at least [`crate::usage::MIN_UNUSED_FOR`] ([`Retention::check`]);
 //! * the policy for its repository is empty (no `keep_last`, `keep_within` or
 //!   `unused_for`): without a policy gc expires nothing, and only `modelcas rm` removes
 //!   revisions.
@@ -17,6 +20,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use crate::manifest::Order;
 use crate::names::{CommitId, RepoId};
 use crate::{Result, StoreError};
 
@@ -38,6 +42,23 @@ impl Policy {
     }
 }
 
+/// Refuses an `unused_for` (named `what` in the error) shorter than
+/// [`crate::usage::MIN_UNUSED_FOR`]: readers keep their last-use records only that fresh.
+pub fn check_unused_for(what: &str, d: Duration) -> Result<()> {
+    let min = crate::usage::MIN_UNUSED_FOR;
+    if d >= min {
+        return Ok(());
+    }
+    Err(StoreError::Invalid(format!(
+        "{what} {} is shorter than {}, the shortest gc accepts: readers rewrite a revision's \
+         last-use record at most every {} while they use it, so a revision in use can look \
+         unused for that long, and longer when a write is late",
+        humantime::format_duration(d),
+        humantime::format_duration(min),
+        humantime::format_duration(crate::usage::REFRESH)
+    )))
+}
+
 /// Policies for every repository: a default, and overrides per repository.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
@@ -48,6 +69,20 @@ pub struct Retention {
 }
 
 impl Retention {
+    /// Refuses a policy gc cannot apply safely: an `unused_for` shorter than
+    /// [`crate::usage::MIN_UNUSED_FOR`].
+    pub fn check(&self) -> Result<()> {
+        if let Some(d) = self.default.unused_for {
+            check_unused_for("unused_for", d)?;
+        }
+        for (repo, p) in &self.repos {
+            if let Some(d) = p.unused_for {
+                check_unused_for(&format!("unused_for of {repo}"), d)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The policy of `repo`.
     pub fn policy(&self, repo: &RepoId) -> Policy {
         self.repos.get(repo).copied().unwrap_or(self.default)
@@ -59,9 +94,11 @@ impl Retention {
 pub struct Candidate {
     /// The commit.
     pub commit: CommitId,
-    /// When it was ingested (seconds since the epoch).
-    pub ingested_at: u64,
-    /// Seconds since it was last read or ingested, by the object store's clock; `None`
+    /// Its place in its repository's history ([`crate::manifest::Manifest::order`]).
+    pub order: Order,
+    /// How long ago it was published, by the object store's clock (seconds).
+    pub age_secs: u64,
+    /// Seconds since it was last used or ingested, by the object store's clock; `None`
     /// when unknown (then `unused_for` keeps it).
     pub idle_secs: Option<u64>,
 }
@@ -89,22 +126,10 @@ pub fn decide(
     commits: &[Candidate],
     referenced: &HashSet<CommitId>,
     pinned: &HashSet<CommitId>,
-    now_secs: u64,
 ) -> (Vec<(CommitId, Keep)>, Vec<CommitId>) {
     let mut by_age: Vec<&Candidate> = commits.iter().collect();
-    // Newest first; ties broken by commit id so the result does not depend on listing order.
-    by_age.sort_by(|a, b| {
-        b.ingested_at
-            .cmp(&a.ingested_at)
-            .then(a.commit.0.cmp(&b.commit.0))
-    });
-    // `keep_last` keeps the n newest, and every revision ingested in the same second as the
-    // n-th: ingest times are whole seconds, so those cannot be told apart by age.
-    let last_kept_at = policy
-        .keep_last
-        .filter(|n| *n > 0)
-        .and_then(|n| by_age.get(n.min(by_age.len()).saturating_sub(1)))
-        .map(|c| c.ingested_at);
+    // Newest first, in a total order: exactly `keep_last` are the newest.
+    by_age.sort_by(|a, b| b.order.cmp(&a.order));
     let mut kept = Vec::new();
     let mut expired = Vec::new();
     for (rank, c) in by_age.into_iter().enumerate() {
@@ -114,13 +139,11 @@ pub fn decide(
             Some(Keep::Pin)
         } else if policy.is_empty() {
             Some(Keep::NoPolicy)
-        } else if policy.keep_last.is_some_and(|n| rank < n)
-            || last_kept_at.is_some_and(|t| c.ingested_at >= t)
-        {
+        } else if policy.keep_last.is_some_and(|n| rank < n) {
             Some(Keep::Last)
         } else if policy
             .keep_within
-            .is_some_and(|d| now_secs.saturating_sub(c.ingested_at) < d.as_secs().max(1))
+            .is_some_and(|d| c.age_secs < d.as_secs().max(1))
         {
             Some(Keep::Within)
         } else if policy
@@ -154,28 +177,80 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
 mod tests {
     use super::*;
 
+    /// A commit published at store time `at` seconds (and `at` seconds old at time 1000).
     fn c(n: u8, at: u64) -> Candidate {
+        seq(n, at * 1000, 0)
+    }
+
+    fn seq(n: u8, store_ms: u64, seq: u64) -> Candidate {
         Candidate {
             commit: CommitId([n; 20]),
-            ingested_at: at,
+            order: (store_ms, seq, [n; 20]),
+            age_secs: 1000u64.saturating_sub(store_ms / 1000),
             idle_secs: None,
         }
     }
 
+    fn kept_ids(kept: &[(CommitId, Keep)]) -> Vec<u8> {
+        let mut k: Vec<u8> = kept.iter().map(|(c, _)| c.0[0]).collect();
+        k.sort();
+        k
+    }
+
     #[test]
-    fn keep_last_never_expires_a_revision_ingested_in_the_same_second_as_a_kept_one() {
-        // Ingest times are whole seconds: revisions made within one second cannot be
-        // ordered, so none of them may be expired in favour of another.
+    fn keep_last_keeps_exactly_the_n_newest_of_revisions_published_within_one_second() {
+        // Issue 26: ranked by whole seconds, revisions published within one second tied
+        // and all of them were kept. The order is total: store time in ms, then the
+        // sequence, then the commit id.
         let policy = Policy {
             keep_last: Some(1),
             ..Policy::default()
         };
-        let commits = [c(1, 100), c(9, 200), c(5, 200), c(7, 200)];
-        let (kept, expired) = decide(&policy, &commits, &HashSet::new(), &HashSet::new(), 300);
-        let mut kept: Vec<u8> = kept.iter().map(|(k, _)| k.0[0]).collect();
-        kept.sort();
-        assert_eq!(kept, vec![5, 7, 9]);
-        assert_eq!(expired, vec![c(1, 0).commit]);
+        let none = HashSet::new();
+        // Three in one millisecond of the store's clock (S3's whole seconds), by sequence.
+        let commits = [seq(9, 200_000, 3), seq(5, 200_000, 1), seq(7, 200_000, 2)];
+        let (kept, expired) = decide(&policy, &commits, &none, &none);
+        assert_eq!(kept_ids(&kept), vec![9]);
+        assert_eq!(expired.len(), 2);
+        // Within one second, by milliseconds.
+        let commits = [seq(1, 200_900, 0), seq(2, 200_100, 0), seq(3, 200_500, 0)];
+        let two = Policy {
+            keep_last: Some(2),
+            ..Policy::default()
+        };
+        let (kept, expired) = decide(&two, &commits, &none, &none);
+        assert_eq!(kept_ids(&kept), vec![1, 3]);
+        assert_eq!(expired, vec![CommitId([2; 20])]);
+        // Everything equal but the commit: still one kept, the same one in any input order.
+        let a = [seq(4, 1, 1), seq(6, 1, 1)];
+        let b = [seq(6, 1, 1), seq(4, 1, 1)];
+        assert_eq!(
+            decide(&policy, &a, &none, &none),
+            decide(&policy, &b, &none, &none)
+        );
+        assert_eq!(kept_ids(&decide(&policy, &a, &none, &none).0), vec![6]);
+    }
+
+    #[test]
+    fn an_unused_for_shorter_than_the_refresh_margin_is_refused() {
+        let mut r = Retention::default();
+        r.default.unused_for = Some(Duration::from_secs(12 * 3600));
+        r.check().unwrap();
+        r.default.unused_for = Some(Duration::from_secs(300));
+        let e = r.check().unwrap_err().to_string();
+        assert!(
+            e.contains("5m") && e.contains("1h") && e.contains("10m"),
+            "{e}"
+        );
+        let mut r = Retention::default();
+        r.repos.insert(
+            RepoId::parse("a/b").unwrap(),
+            Policy {
+                unused_for: Some(Duration::from_secs(60)),
+                ..Policy::default()
+            },
+        );
+        assert!(r.check().unwrap_err().to_string().contains("a/b"));
     }
 
     #[test]
@@ -201,7 +276,7 @@ mod tests {
         let refs: HashSet<_> = [CommitId([1; 20])].into();
         let pins: HashSet<_> = [CommitId([2; 20])].into();
         let empty = Policy::default();
-        let (kept, expired) = decide(&empty, &commits, &refs, &pins, 1000);
+        let (kept, expired) = decide(&empty, &commits, &refs, &pins);
         assert_eq!(kept.len(), 5);
         assert!(expired.is_empty());
 
@@ -209,10 +284,8 @@ mod tests {
             keep_last: Some(2),
             ..Policy::default()
         };
-        let (kept, expired) = decide(&last2, &commits, &refs, &pins, 1000);
-        let mut kept_ids: Vec<u8> = kept.iter().map(|(c, _)| c.0[0]).collect();
-        kept_ids.sort();
-        assert_eq!(kept_ids, vec![1, 2, 4, 5]);
+        let (kept, expired) = decide(&last2, &commits, &refs, &pins);
+        assert_eq!(kept_ids(&kept), vec![1, 2, 4, 5]);
         assert_eq!(expired, vec![CommitId([3; 20])]);
 
         let within = Policy {
@@ -220,8 +293,8 @@ mod tests {
             keep_within: Some(Duration::from_secs(650)),
             ..Policy::default()
         };
-        // now 1000: within 650 s means ingested after 350.
-        let (_, expired) = decide(&within, &commits, &HashSet::new(), &HashSet::new(), 1000);
+        // now 1000: within 650 s means published after 350.
+        let (_, expired) = decide(&within, &commits, &HashSet::new(), &HashSet::new());
         let mut ex: Vec<u8> = expired.iter().map(|c| c.0[0]).collect();
         ex.sort();
         assert_eq!(ex, vec![1, 2, 3]);
@@ -230,9 +303,8 @@ mod tests {
     #[test]
     fn unused_for_keeps_what_was_read_recently_and_what_is_unknown() {
         let idle = |n: u8, secs: Option<u64>| Candidate {
-            commit: CommitId([n; 20]),
-            ingested_at: 0,
             idle_secs: secs,
+            ..c(n, 0)
         };
         let commits = [
             idle(1, Some(40 * 86_400)),
@@ -245,7 +317,7 @@ mod tests {
             unused_for: Some(Duration::from_secs(30 * 86_400)),
             ..Policy::default()
         };
-        let (kept, expired) = decide(&p, &commits, &refs, &HashSet::new(), 0);
+        let (kept, expired) = decide(&p, &commits, &refs, &HashSet::new());
         assert_eq!(expired, vec![CommitId([1; 20])]);
         let reason = |n: u8| kept.iter().find(|(c, _)| c.0[0] == n).map(|(_, k)| *k);
         assert_eq!(reason(2), Some(Keep::Used));

@@ -33,7 +33,7 @@ use crate::failpoint;
 use crate::index::{ChunkLoc, Index, SyncReport};
 use crate::layout;
 use crate::lock::{self, Held};
-use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest};
+use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest, Published};
 use crate::names::{CommitId, RepoId};
 use crate::pack::PackId;
 use crate::repo::Store;
@@ -269,6 +269,7 @@ pub fn ingest_from(
     // Confirmed against the store, not just the refresher: a gc that judged the lease
     // stale may have deleted packs these manifests name.
     lease.check()?;
+    stamp_published(store, &mut manifests)?;
     // One batch: each manifest atomic and durable, the syncs shared (docs/FORMAT.md).
     let new_manifests: Vec<(String, Vec<u8>)> = manifests
         .iter()
@@ -297,6 +298,25 @@ pub fn ingest_from(
         });
     }
     Ok(report)
+}
+
+/// Sets when the new manifests are published: the store's clock read now (one request),
+/// and each its own sequence number, so that revisions of one batch, and of ingests within
+/// one tick of the store's clock, are ordered (docs/FORMAT.md, "Manifests").
+fn stamp_published(store: &Store, manifests: &mut [(&Snapshot, Manifest, bool)]) -> Result<()> {
+    if !manifests.iter().any(|(_, _, new)| *new) {
+        return Ok(());
+    }
+    let store_ms = lock::store_now_ms(store.backend().as_ref())?;
+    for (_, m, new) in manifests.iter_mut() {
+        if *new {
+            m.published = Some(Published {
+                store_ms,
+                seq: crate::clock::sequence_ms(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Distinct source files: a blob shared by several snapshots is read once. Returns them
@@ -353,6 +373,7 @@ fn build_manifest(
         source: s.origin.to_string(),
         packs: pack_table,
         files,
+        published: None,
     })
 }
 
