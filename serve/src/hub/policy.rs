@@ -26,11 +26,13 @@ const ROLE_TTL: Duration = Duration::from_secs(30);
 /// Most commits remembered as complete (emptied when full: checking again is one GET).
 const COMPLETE_CACHE: usize = 4096;
 
+/// When repositories were last listed, and their spellings by folded id.
+type Spellings = (Option<Instant>, HashMap<String, Vec<RepoId>>);
+
 /// What the endpoint remembers of stored repositories' names, roles and commits.
 #[derive(Default)]
 pub(super) struct Names {
-    /// When repositories were last listed, and their spellings by folded id.
-    spellings: Mutex<(Option<Instant>, HashMap<String, Vec<RepoId>>)>,
+    spellings: Mutex<Spellings>,
     /// Repository → when its role was found, and the role (never [`Role::New`]).
     roles: Mutex<HashMap<RepoId, (Instant, Role)>>,
     /// Commits found without a partial record, with their manifest's tag.
