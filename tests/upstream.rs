@@ -453,3 +453,282 @@ fn a_pull_held_up_upstream_does_not_hold_up_another_revision() {
     assert_eq!(status, 200, "{head}");
     assert_eq!(body, config.data);
 }
+
+/// `GET /api/models/{repo}/revision/{rev}` of `addr`: the status, and the `sha` answered
+/// (the response head when it is not a 200).
+fn revision_sha(addr: &str, repo: &str, rev: &str) -> (u16, String) {
+    let (status, head, body) = get(addr, &format!("/api/models/{repo}/revision/{rev}"), &[]);
+    if status != 200 {
+        return (status, head);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    (status, v["sha"].as_str().unwrap_or_default().to_string())
+}
+
+/// The repositories (`org/name` as spelled in the keys) with an object in the store.
+fn stored_repos(env: &Env) -> std::collections::BTreeSet<String> {
+    env.objects()
+        .iter()
+        .filter_map(|o| o.strip_prefix("repos/"))
+        .map(|k| k.split('/').take(2).collect::<Vec<_>>().join("/"))
+        .collect()
+}
+
+/// r1 of the series ingested here as `repo`, with `main`.
+fn ingest_r1_as(env: &Env, repo: &str) -> String {
+    let c1 = series().commit("r1");
+    env.ingest(
+        &series().plain("r1"),
+        &["--repo", repo, "--revision", &c1, "--ref", "main"],
+    );
+    c1
+}
+
+/// Issue 26, point 3: a lock holds whatever the request spells: the repository in any
+/// case, the revision as any ref name, the locked sha in any case or a prefix of it.
+/// Another commit, by full sha or prefix, is refused (403 naming the lock) and nothing is
+/// asked of the upstream or stored under another spelling.
+#[test]
+fn a_lock_holds_by_every_name_sha_and_case_and_nothing_else_is_fetched() {
+    let up = fake::Fake::start();
+    let env = Env::new();
+    let c1 = ingest_r1_as(&env, "org/model");
+    let config = env.path("config.toml");
+    let text = format!(
+        "[serve]\nupstream = \"{}\"\n[serve.locks]\n\"Org/Model\" = \"{c1}\"\n",
+        up.url
+    );
+    std::fs::write(&config, text).unwrap();
+    let m = Served::start(&env, &["--config", config.to_str().unwrap()]);
+    let upper = c1.to_uppercase();
+    for (repo, rev) in [
+        ("org/model", "main"),
+        ("org/MODEL", "main"),
+        ("ORG/Model", "refs%2Fpr%2F1"),
+        ("org/model", &c1[..10]),
+        ("Org/model", upper.as_str()),
+        ("org/model", c1.as_str()),
+    ] {
+        assert_eq!(
+            revision_sha(&m.addr, repo, rev),
+            (200, c1.clone()),
+            "{repo}@{rev}"
+        );
+    }
+    let other = fake::COMMIT;
+    for (repo, rev) in [
+        ("org/model", other),
+        ("org/MODEL", other),
+        ("org/model", &other[..12]),
+    ] {
+        let (status, head) = revision_sha(&m.addr, repo, rev);
+        assert_eq!(status, 403, "{repo}@{rev}: {head}");
+        assert!(head.contains(&c1) && head.contains("lock"), "{head}");
+    }
+    let (status, head, _) = get(
+        &m.addr,
+        &format!("/org/MODEL/resolve/{other}/config.json"),
+        &[],
+    );
+    assert_eq!(status, 403, "{head}");
+    assert!(
+        up.seen().is_empty(),
+        "the upstream was asked: {:?}",
+        up.seen()
+    );
+    assert_eq!(stored_repos(&env), ["org/model".to_string()].into());
+    let refs = env.json(&["ls", "org/model", "--json"])["refs"].clone();
+    assert_eq!(refs, serde_json::json!({ "main": c1 }));
+}
+
+/// Issue 26, point 3: repository ids are compared as the Hub compares them (without
+/// ASCII case): in `--allow`, in the store (one repository whatever the request's case:
+/// pulled once) and in gc's reading of `[serve.locks]`.
+#[test]
+fn names_are_compared_without_case_in_the_allow_list_the_store_and_gc() {
+    let up = fake::Fake::start();
+    let env = Env::new();
+    let m = Served::start(&env, &["--upstream", &up.url, "--allow", "Org/*"]);
+    let config = up.file("config.json");
+    for repo in ["org/model", "ORG/Model", "org/MODEL"] {
+        let (status, head, body) = get(&m.addr, &format!("/{repo}/resolve/main/config.json"), &[]);
+        assert_eq!(status, 200, "{repo}: {head}");
+        assert_eq!(body, config.data, "{repo}");
+    }
+    let trees = up
+        .seen()
+        .iter()
+        .filter(|s| s.target.contains("/tree/"))
+        .count();
+    assert_eq!(trees, 1, "pulled more than once: {:?}", up.seen());
+    assert_eq!(stored_repos(&env), ["org/model".to_string()].into());
+    drop(m);
+
+    // gc: a lock spelled in another case protects its commit like a pin.
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["main"]);
+    ingest_rev(&env, "r2", &["main"]);
+    let c1 = series().commit("r1");
+    let cfg = env.path("config.toml");
+    std::fs::write(
+        &cfg,
+        format!("[serve.locks]\n\"Demo-Org/Demo-LLM\" = \"{c1}\"\n"),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    env.ok(&["--config", cfg, "gc", "--grace", "0s", "--keep-last", "1"]);
+    let listed = env.json(&["ls", REPO, "--json"]).to_string();
+    assert!(
+        listed.contains(&c1),
+        "the locked commit was expired: {listed}"
+    );
+    env.verifies(&format!("{REPO}@{c1}"));
+}
+
+/// Issue 26, point 4: a repository that exists only here (ingested inside) is never
+/// looked up upstream, though the upstream has a repository of that name: its `main` is
+/// served from the store and not moved, other revisions are not found, and the upstream
+/// hears nothing of it. With `upstream_repos` matching it, the mirror brings what the
+/// store lacks, but still never moves a ref set inside.
+#[test]
+fn a_repository_ingested_here_is_never_taken_from_the_upstream() {
+    let up = fake::Fake::start();
+    up.state().also_repos = vec!["acme/internal".into()];
+    let env = Env::new();
+    let c1 = ingest_r1_as(&env, "acme/internal");
+    let m = Served::start(&env, &["--upstream", &up.url, "--upstream-ttl", "0s"]);
+    assert_eq!(
+        revision_sha(&m.addr, "acme/internal", "main"),
+        (200, c1.clone())
+    );
+    for (f, sha) in expected("r1") {
+        let (status, head, body) = get(&m.addr, &format!("/acme/internal/resolve/main/{f}"), &[]);
+        assert_eq!(status, 200, "{f}: {head}");
+        assert_eq!(sha256(&body), sha, "{f}");
+    }
+    for rev in ["dev", fake::COMMIT, "refs%2Fpr%2F1"] {
+        let (status, head) = revision_sha(&m.addr, "Acme/Internal", rev);
+        assert_eq!(status, 404, "{rev}: {head}");
+    }
+    let asked: Vec<_> = up
+        .seen()
+        .into_iter()
+        .filter(|s| s.target.to_ascii_lowercase().contains("acme"))
+        .collect();
+    assert!(asked.is_empty(), "the upstream was asked: {asked:?}");
+    let refs = env.json(&["ls", "acme/internal", "--json"])["refs"].clone();
+    assert_eq!(refs, serde_json::json!({ "main": c1 }));
+    drop(m);
+
+    let cfg = env.path("config.toml");
+    let text = format!(
+        "[serve]\nupstream = \"{}\"\nupstream_ttl = \"0s\"\nupstream_repos = [\"acme/*\"]\n",
+        up.url
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let m = Served::start(&env, &["--config", cfg.to_str().unwrap()]);
+    assert_eq!(
+        revision_sha(&m.addr, "acme/internal", "main"),
+        (200, c1.clone())
+    );
+    assert_eq!(
+        revision_sha(&m.addr, "acme/internal", "refs%2Fpr%2F1"),
+        (200, fake::COMMIT.to_string())
+    );
+    assert_eq!(
+        revision_sha(&m.addr, "acme/internal", "main"),
+        (200, c1.clone())
+    );
+    let refs = env.json(&["ls", "acme/internal", "--json"])["refs"].clone();
+    assert_eq!(refs["main"], c1.as_str(), "{refs}");
+    assert_eq!(refs["refs/pr/1"], fake::COMMIT, "{refs}");
+}
+
+/// Issue 26, point 5: a revision pulled with `--include` is stored as partial. The mirror
+/// lists every file of it and serves each (completing it from the upstream on demand),
+/// and a full `modelcas pull` of a partially stored commit completes it.
+#[test]
+fn a_partial_pull_is_completed_on_demand_and_by_a_full_pull() {
+    let up = fake::Fake::start();
+    let all: BTreeMap<String, String> = fake::files()
+        .iter()
+        .map(|f| (f.path.clone(), f.sha256_hex()))
+        .collect();
+    let env = Env::new();
+    let pull = ["pull", "org/model", "--endpoint", up.url.as_str()];
+    let partial = [&pull[..], &["--include", "config.json"]].concat();
+    env.ok(&partial);
+    assert_eq!(env.stored_files("org/model@main").len(), 1);
+    let m = Served::start(&env, &["--upstream", &up.url]);
+    let (status, head, body) = get(
+        &m.addr,
+        "/api/models/org/model/tree/main?recursive=true",
+        &[],
+    );
+    assert_eq!(status, 200, "{head}");
+    let tree: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let listed: std::collections::BTreeSet<String> = tree
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "file")
+        .map(|e| e["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, all.keys().cloned().collect());
+    for f in fake::files() {
+        let (status, head, body) =
+            get(&m.addr, &format!("/org/model/resolve/main/{}", f.path), &[]);
+        assert_eq!(status, 200, "{}: {head}", f.path);
+        assert_eq!(sha256(&body), f.sha256_hex(), "{}", f.path);
+    }
+    assert_eq!(env.stored_files("org/model@main"), all);
+    drop(m);
+
+    // A full pull of a partially stored commit completes it.
+    let env = Env::new();
+    env.ok(&partial);
+    env.ok(&pull);
+    assert_eq!(env.stored_files("org/model@main"), all);
+    env.verifies("org/model@main");
+}
+
+/// Issue 26, point 3: a store written by older versions may hold one repository under two
+/// spellings. Each stays served by its own spelling; any other spelling gets the first in
+/// key order (uppercase sorts first); a lock on either spelling holds for both.
+#[test]
+fn a_store_with_two_spellings_of_one_repository_keeps_serving_both() {
+    let env = Env::new();
+    let c1 = ingest_r1_as(&env, "org/model");
+    let c2 = series().commit("r2");
+    env.ingest(
+        &series().plain("r2"),
+        &["--repo", "Org/Model", "--revision", &c2, "--ref", "main"],
+    );
+    let m = Served::start(&env, &[]);
+    assert_eq!(
+        revision_sha(&m.addr, "org/model", "main"),
+        (200, c1.clone())
+    );
+    assert_eq!(
+        revision_sha(&m.addr, "Org/Model", "main"),
+        (200, c2.clone())
+    );
+    assert_eq!(
+        revision_sha(&m.addr, "ORG/MODEL", "main"),
+        (200, c2.clone())
+    );
+    drop(m);
+    let config = env.path("config.toml");
+    std::fs::write(
+        &config,
+        format!("[serve.locks]\n\"org/model\" = \"{c1}\"\n"),
+    )
+    .unwrap();
+    let m = Served::start(&env, &["--config", config.to_str().unwrap()]);
+    assert_eq!(
+        revision_sha(&m.addr, "org/model", "main"),
+        (200, c1.clone())
+    );
+    let (status, head) = revision_sha(&m.addr, "Org/Model", &c2);
+    assert_eq!(status, 403, "{head}");
+}

@@ -21,6 +21,7 @@
 //! listen = "0.0.0.0:8080"
 //! upstream = "https://huggingface.co"   # a pull-through mirror
 //! allow = ["my-org/*"]
+//! upstream_repos = []                   # stored repositories the mirror may look up too
 //!
 //! [serve.locks]          # every ref of the repository resolves to this commit
 //! "my-org/model" = "0123456789abcdef0123456789abcdef01234567"
@@ -109,6 +110,10 @@ pub struct ServeConfig {
     /// Repository patterns served; empty: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
+    /// Repository patterns the mirror looks up upstream even when they exist only in the
+    /// store (ingested, pulled); empty: none (no dependency confusion by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_repos: Vec<String>,
     /// `[serve.locks]`: repository → the commit every ref of it resolves to.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub locks: BTreeMap<String, String>,
@@ -231,8 +236,9 @@ mod tests {
         assert_eq!(c.gc.repos["org/m"].keep_last, Some(9));
         let e = parse("[gc]\nkeep_lats = 3\n").unwrap_err().to_string();
         assert!(e.contains("keep_lats"), "{e}");
-        let c = parse("[serve]\nallow = [\"a/*\"]\n[serve.locks]\n\"a/b\" = \"00\"\n").unwrap();
+        let c = parse("[serve]\nallow = [\"a/*\"]\nupstream_repos = [\"b/*\"]\n[serve.locks]\n\"a/b\" = \"00\"\n").unwrap();
         assert_eq!(c.serve.allow, ["a/*"]);
+        assert_eq!(c.serve.upstream_repos, ["b/*"]);
         assert_eq!(c.serve.locks["a/b"], "00");
         let e = parse("[gc]\nkeep_last = \"three\"\n")
             .unwrap_err()

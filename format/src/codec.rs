@@ -62,6 +62,15 @@ pub enum Kind {
     Features,
     /// `repos/<org>/<name>/used/<commit>`: when a revision was last read.
     Used,
+    /// `repos/<org>/<name>/mirror/repo`: the mirror brought the repository from its
+    /// upstream (it was not stored when first asked for).
+    MirrorRepo,
+    /// `repos/<org>/<name>/mirror/refs/<ref>`: the ref was last set by the mirror's
+    /// resolution of a ref name upstream (and may be moved by it again).
+    MirrorRef,
+    /// `repos/<org>/<name>/partial/<commit>`: the commit is stored with only some of the
+    /// upstream's files (`pull --include/--exclude`).
+    Partial,
 }
 
 impl Kind {
@@ -80,6 +89,9 @@ impl Kind {
             Kind::Moved => b"MCASMOVE",
             Kind::Features => b"MCASFEAT",
             Kind::Used => b"MCASUSED",
+            Kind::MirrorRepo => b"MCASMREP",
+            Kind::MirrorRef => b"MCASMREF",
+            Kind::Partial => b"MCASPART",
         }
     }
 

@@ -7,6 +7,10 @@
 //! repos/<org>/<name>/manifests/<40 hex>    one manifest per commit
 //! repos/<org>/<name>/refs/<escaped ref>    one object per branch or tag ('/' written as %2F)
 //! repos/<org>/<name>/pins/<40 hex>         one object per pinned commit
+//! repos/<org>/<name>/used/<40 hex>         last-use records
+//! repos/<org>/<name>/mirror/repo           the mirror brought the repository from upstream
+//! repos/<org>/<name>/mirror/refs/<ref>     a ref the mirror set (escaped as refs/)
+//! repos/<org>/<name>/partial/<40 hex>      a commit stored with only some of its files
 //! locks/<gc|ingest>-<16 hex>               gc locks and ingest leases
 //! gc/condemned                             packs marked for deletion, and when
 //! moved/<2 hex>/<64 hex>                   forwarding records of packs gc rewrote
@@ -97,6 +101,25 @@ pub fn used_prefix(repo: &RepoId) -> String {
 /// Key of the last-use record of a commit.
 pub fn used_key(repo: &RepoId, commit: &CommitId) -> String {
     format!("{}{}", used_prefix(repo), commit.to_hex())
+}
+
+/// Key of the mirror's record of a repository it brought from its upstream.
+pub fn mirror_repo_key(repo: &RepoId) -> String {
+    format!("{}mirror/repo", repo_prefix(repo))
+}
+
+/// Key of the mirror's record of a ref it set (escaped as [`ref_key`]).
+pub fn mirror_ref_key(repo: &RepoId, name: &str) -> String {
+    format!(
+        "{}mirror/refs/{}",
+        repo_prefix(repo),
+        name.replace('/', "%2F")
+    )
+}
+
+/// Key of the record of a partially stored commit.
+pub fn partial_key(repo: &RepoId, commit: &CommitId) -> String {
+    format!("{}partial/{}", repo_prefix(repo), commit.to_hex())
 }
 
 /// Key of a lock or lease.

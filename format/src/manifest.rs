@@ -217,6 +217,16 @@ impl Manifest {
         Ok(())
     }
 
+    /// Whether every file of this manifest is in `other` with the same content (path,
+    /// size, sha256, executable bit).
+    pub fn is_part_of(&self, other: &Manifest) -> bool {
+        self.files.iter().all(|a| {
+            other.file(&a.path).is_some_and(|b| {
+                a.size == b.size && a.sha256 == b.sha256 && a.executable == b.executable
+            })
+        })
+    }
+
     /// True when both describe the same file tree (paths, sizes, hashes, modes), whatever
     /// the chunk locations and ingest times.
     pub fn same_content(&self, other: &Manifest) -> bool {
@@ -294,6 +304,43 @@ pub struct UsedObject {
     pub used_at: u64,
     /// What read it: `mount`, `serve`, `checkout`, `cat`, `pull`.
     pub by: String,
+}
+
+/// The mirror's record of a repository it brought from its upstream:
+/// `repos/<org>/<name>/mirror/repo`, magic `MCASMREP`. Without it, a stored repository
+/// exists inside (ingested, pulled, bundled) and `serve --upstream` never looks it up
+/// upstream unless `upstream_repos` says so.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct MirrorRepoObject {
+    /// The upstream's URL (informational).
+    pub upstream: String,
+    /// When the mirror first asked for it (seconds since the Unix epoch).
+    pub created_at: u64,
+}
+
+/// The mirror's record of a ref it set: `repos/<org>/<name>/mirror/refs/<ref>`, magic
+/// `MCASMREF`. The ref was set by the mirror's resolution iff this record equals the ref
+/// object (same commit and `updated_at`); any other write of the ref (ingest, pull, sync,
+/// `modelcas ref`) makes them differ, and the mirror never moves that ref again.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct MirrorRefObject {
+    /// The commit the mirror set the ref to.
+    pub commit: CommitId,
+    /// The `updated_at` of the ref object it wrote.
+    pub updated_at: u64,
+}
+
+/// A partially stored commit: `repos/<org>/<name>/partial/<commit>`, magic `MCASPART`.
+/// Written before the manifest of a pull that selected only some files, removed once a
+/// pull has stored every file of the commit.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct PartialObject {
+    /// The commit.
+    pub commit: CommitId,
+    /// How many files the upstream lists for it.
+    pub upstream_files: u64,
+    /// When it was recorded (seconds since the Unix epoch).
+    pub recorded_at: u64,
 }
 
 /// The store config: `config`, magic `MCASCONF`.

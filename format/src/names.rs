@@ -73,6 +73,19 @@ impl RepoId {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The id as the Hub compares ids: `org/name` in ASCII lowercase. Two ids that differ
+    /// only in case name one repository on the Hub (`My-Org/LLM` is `my-org/llm`), so
+    /// policies (allow-list, locks) and the store's lookups compare this form.
+    pub fn folded(&self) -> String {
+        format!("{}/{}", self.org, self.name).to_ascii_lowercase()
+    }
+
+    /// Whether `other` names the same repository as the Hub compares ids (ASCII case
+    /// ignored).
+    pub fn same_repo(&self, other: &RepoId) -> bool {
+        self.org.eq_ignore_ascii_case(&other.org) && self.name.eq_ignore_ascii_case(&other.name)
+    }
 }
 
 impl fmt::Display for RepoId {
@@ -170,6 +183,17 @@ mod tests {
         ] {
             assert!(RepoId::parse(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn ids_compare_without_case_as_on_the_hub() {
+        let a = RepoId::parse("My-Org/LLM").unwrap();
+        let b = RepoId::parse("my-org/llm").unwrap();
+        assert!(a.same_repo(&b) && b.same_repo(&a));
+        assert_eq!(a.folded(), "my-org/llm");
+        assert_ne!(a, b, "the spelling is kept");
+        assert!(!a.same_repo(&RepoId::parse("my-org/llm2").unwrap()));
+        assert!(!a.same_repo(&RepoId::parse("my-orgl/lm").unwrap()));
     }
 
     #[test]

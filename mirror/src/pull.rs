@@ -2,7 +2,9 @@
 //!
 //! Steps: resolve the revision upstream (its commit and file list, with each file's size,
 //! git blob id and, for LFS files, sha256); select files; if the store already has the
-//! commit with those files, only move the refs. Otherwise ingest a snapshot whose files are
+//! commit with those files, only move the refs. A commit stored in part (an earlier
+//! `--include`; `partial/` records which) is completed: its manifest is replaced by one
+//! with the stored files and the new ones. Otherwise ingest a snapshot whose files are
 //! read through [`HubOpener`]: a file whose sha256 the repository already stores is read
 //! back from the store (no download); any other streams from the upstream (resumed with
 //! `Range` when a connection is cut) through the chunker, and its bytes are checked
@@ -69,6 +71,10 @@ pub struct PullReport {
     pub new_revision: bool,
     /// Refs set.
     pub refs: Vec<String>,
+    /// The commit is stored with only some of the upstream's files (`--include` or
+    /// `--exclude`; recorded in the store, and completed by a later pull of the rest or by
+    /// the mirror when a client asks for it).
+    pub partial: bool,
 }
 
 /// Why a pull failed; nothing was made visible.
@@ -90,26 +96,51 @@ pub fn pull(
     opts: &PullOptions,
     progress: &dyn Progress,
 ) -> Result<PullReport, PullError> {
-    let repo = &opts.repo;
+    // One repository whatever the case of its name (the Hub compares ids without it):
+    // the spelling already stored, else the one asked for.
+    let repo = &store
+        .find_repo(&opts.repo)?
+        .unwrap_or_else(|| opts.repo.clone());
     let rev = client.revision(&repo.to_string(), &opts.revision)?;
     let commit = CommitId::parse(&rev.commit).map_err(StoreError::from)?;
-    let files = selected(&rev.files, opts)?;
+    let selection = selected(&rev.files, opts)?;
     let refs = refs_to_set(&opts.revision, &opts.refs);
+    let stored = if store.has_commit(repo, &commit)? {
+        Some(store.manifest(repo, &commit)?)
+    } else {
+        None
+    };
+    // What the manifest will hold: the selection, plus what is stored of the commit.
+    let files = match &stored {
+        Some(m) => with_stored(m, &rev.files, &selection)?,
+        None => selection,
+    };
+    let whole = files.len() == rev.files.len();
     let mut report = PullReport {
         repo: repo.to_string(),
         commit: commit.to_hex(),
         files: files.len(),
         bytes: files.iter().map(|f| f.size).sum(),
         refs: refs.clone(),
+        partial: !whole,
         ..Default::default()
     };
-    if store.has_commit(repo, &commit)? {
-        check_stored(&store.manifest(repo, &commit)?, &files)?;
+    if stored
+        .as_ref()
+        .is_some_and(|m| m.files.len() == files.len())
+    {
         for r in &refs {
             store.set_ref(repo, r, &commit)?;
         }
+        if whole {
+            store.clear_partial(repo, &commit)?;
+        }
         record_use(store, repo, &commit);
         return Ok(report);
+    }
+    if !whole {
+        // Before the manifest: no reader ever sees this commit without knowing it partial.
+        store.mark_partial(repo, &commit, rev.files.len() as u64)?;
     }
     let mut opener = HubOpener::new(store, index, client, repo, &commit, &files)?;
     opener.slots = opts.slots.clone();
@@ -126,6 +157,9 @@ pub fn pull(
         threads: opts.jobs.max(1),
         readers: opts.jobs.max(1),
         keep_partial: true,
+        // A commit stored in part is completed: its manifest replaced by one with every
+        // stored file unchanged and the new ones.
+        complete: stored.is_some(),
         ..Default::default()
     };
     let before = client.stats();
@@ -138,6 +172,9 @@ pub fn pull(
     report.retries = after.retries - before.retries;
     report.bytes_stored_new = ingested.new_chunk_bytes;
     report.pack_bytes_written = ingested.pack_bytes_written;
+    if whole {
+        store.clear_partial(repo, &commit)?;
+    }
     record_use(store, repo, &commit);
     Ok(report)
 }
@@ -181,23 +218,37 @@ fn refs_to_set(revision: &str, extra: &[String]) -> Vec<String> {
     refs
 }
 
-/// A stored commit may take the refs only if it has every selected file with the content
-/// the Hub states (manifests are never replaced).
-fn check_stored(m: &Manifest, files: &[RemoteFile]) -> Result<(), PullError> {
-    for f in files {
-        let same = m
-            .file(&f.path)
-            .is_some_and(|s| s.size == f.size && f.sha256.is_none_or(|want| want == s.sha256));
+/// The files of a commit stored as `m` once `selection` is added: every upstream file that
+/// is stored or selected, in the upstream's order. Every stored file must be one of the
+/// upstream's with the content it states; else the commit is not the upstream's, and
+/// nothing is pulled.
+fn with_stored(
+    m: &Manifest,
+    upstream: &[RemoteFile],
+    selection: &[RemoteFile],
+) -> Result<Vec<RemoteFile>, PullError> {
+    let by_path: HashMap<&str, &RemoteFile> =
+        upstream.iter().map(|f| (f.path.as_str(), f)).collect();
+    for s in &m.files {
+        let same = by_path
+            .get(s.path.as_str())
+            .is_some_and(|f| f.size == s.size && f.sha256.is_none_or(|w| w == s.sha256));
         if !same {
             return Err(PullError::Invalid(format!(
-                "{}@{} is already stored without {} as the upstream has it (an earlier ingest or pull of other files); pull the same files, or `modelcas rm` that commit first",
+                "{}@{} is already stored with {} other than the upstream has it (an ingest of other files under this commit); `modelcas rm` that commit first",
                 m.repo,
                 m.commit.to_hex(),
-                f.path
+                s.path
             )));
         }
     }
-    Ok(())
+    let chosen: std::collections::HashSet<&str> =
+        selection.iter().map(|f| f.path.as_str()).collect();
+    Ok(upstream
+        .iter()
+        .filter(|f| m.file(&f.path).is_some() || chosen.contains(f.path.as_str()))
+        .cloned()
+        .collect())
 }
 
 /// Where the bytes of each source come from.

@@ -1,7 +1,8 @@
 //! The [`Store`]: an object store plus its config, with the operations on repositories,
 //! refs and manifests that every command shares (listing, resolving a revision), and the
 //! reading of one chunk (the node chunk cache, gc's forwarding records). Refs and pins are
-//! written in `handle/refs.rs`.
+//! written in `handle/refs.rs`; the mirror's records and case-blind lookups are in
+//! `handle/mirror.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,7 @@ use crate::pack::{PackId, DEFAULT_PACK_TARGET};
 use crate::{Result, StoreError};
 use chunker::ChunkId;
 
+mod mirror;
 mod refs;
 
 /// Shortest commit prefix accepted as a revision.
@@ -318,6 +320,8 @@ impl Store {
         // Its last-use record goes with it (a reader racing with the removal may write it
         // again; an orphan record is ignored and removed by the next gc).
         self.backend.delete(&layout::used_key(repo, commit))?;
+        // So does a partial record (the commit may come back whole).
+        self.backend.delete(&layout::partial_key(repo, commit))?;
         Ok(refs)
     }
 

@@ -20,6 +20,7 @@ use crate::decode::{self, header_ascii, header_text};
 use crate::etag;
 use crate::metrics::{Metrics, METRICS};
 use crate::upstream::{Mirror, Policy, UpstreamError, UpstreamOptions};
+use policy::Role;
 
 /// Manifests kept in memory (each is small next to the files it describes).
 const MANIFEST_CACHE: usize = 64;
@@ -119,6 +120,8 @@ pub struct Hub {
     policy: Policy,
     /// `--upstream`: what the store lacks is pulled from there.
     mirror: Option<Mirror>,
+    /// Stored spellings, roles and complete commits (`hub/policy.rs`).
+    names: policy::Names,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -143,6 +146,7 @@ impl Hub {
             blob_ids: Mutex::new(HashMap::new()),
             policy: Policy::default(),
             mirror: None,
+            names: policy::Names::default(),
         }
     }
 
@@ -232,7 +236,8 @@ impl Hub {
         r
     }
 
-    /// The repository id of a request, if it is valid and allowed.
+    /// The repository id of a request, if it is valid and allowed, as the store spells it
+    /// (ids compare without case, as on the Hub).
     fn repo_id(&self, org: &str, name: &str) -> Result<RepoId, Reply> {
         let shown = format!("{org}/{name}");
         let repo = RepoId::parse(&shown).map_err(|_| repo_missing(&shown))?;
@@ -245,13 +250,13 @@ impl Hub {
                 None,
             ));
         }
-        Ok(repo)
+        self.spelling(repo)
     }
 
     /// The repository and commit named, or the error reply the client understands.
     fn locate(&self, org: &str, name: &str, rev: &str) -> Result<Located, Reply> {
         let repo = self.repo_id(org, name)?;
-        let (commit, tag, pulled) = self.find(&repo, rev)?;
+        let (repo, commit, tag, pulled) = self.find(repo, rev)?;
         let key = (repo.clone(), commit);
         let cached = self
             .manifests
@@ -276,68 +281,142 @@ impl Hub {
         })
     }
 
-    /// The stored commit `rev` names (a lock wins over ref names), pulled through the
-    /// upstream first when there is one and the store lacks it; with its manifest's tag and
-    /// whether it was pulled.
-    fn find(&self, repo: &RepoId, rev: &str) -> Result<(CommitId, String, bool), Reply> {
-        let sha = CommitId::parse(rev).ok().filter(|_| is_lower_hex(rev));
-        let pinned = sha.or_else(|| self.policy.locks.get(repo).copied());
-        let Some(mirror) = &self.mirror else {
-            let shown = pinned.map(|c| c.to_hex());
-            let (c, tag) = self.stored(repo, shown.as_deref().unwrap_or(rev))?;
-            return Ok((c, tag, false));
+    /// The stored commit `rev` names (a lock wins over ref names and refuses other
+    /// commits), pulled through the upstream first when the mirror may look the
+    /// repository up and the store lacks the commit or has it in part; with the
+    /// repository (its spelling may change if another request stored it meanwhile), the
+    /// manifest's tag, and whether it was pulled.
+    fn find(&self, repo: RepoId, rev: &str) -> Result<(RepoId, CommitId, String, bool), Reply> {
+        let wanted = self.wanted(&repo, rev)?;
+        let shown = match wanted {
+            policy::Wanted::Commit(c) => c.to_hex(),
+            policy::Wanted::Name(n) => n.to_string(),
         };
-        // What the store answers when the upstream cannot: a pinned commit, or the ref.
-        let fallback_rev = pinned
-            .map(|c| c.to_hex())
-            .unwrap_or_else(|| rev.to_string());
-        let fallback = |e: UpstreamError| match self.stored(repo, &fallback_rev) {
-            Ok((c, tag)) => Ok((c, tag, false)),
+        let role = self.role(&repo)?;
+        let inside_ref = match wanted {
+            policy::Wanted::Name(n) if role == Role::Mirrored => self.set_inside(&repo, n)?,
+            _ => false,
+        };
+        let Some(mirror) = self
+            .mirror
+            .as_ref()
+            .filter(|_| role != Role::Inside && !inside_ref)
+        else {
+            let (c, tag) = self.stored(&repo, &shown)?;
+            return self.completed(repo, c, tag);
+        };
+        // What the store answers when the upstream cannot.
+        let fallback = |e: UpstreamError| match self.stored(&repo, &shown) {
+            Ok((c, tag)) => Ok((repo.clone(), c, tag, false)),
             Err(_) => Err(upstream_reply(mirror.endpoint(), &e)),
         };
-        let (commit, asked) = match pinned {
-            Some(c) => (c, false),
-            None => match mirror.resolve(repo, rev) {
+        let (commit, asked) = match wanted {
+            policy::Wanted::Commit(c) if role == Role::Mirrored => (c, false),
+            // A repository the store lacks is asked about first (a sha too), so that
+            // only one the upstream has is recorded as the mirror's.
+            _ => match mirror.resolve(&repo, &shown) {
                 (Ok(c), asked) => (c, asked),
                 (Err(e), _) => return fallback(e),
             },
         };
-        let pulled = match self.store.has_commit(repo, &commit) {
-            Ok(true) => false,
-            Ok(false) => match mirror.fetch(repo, &commit) {
-                (Ok(bytes), led) => {
-                    if led {
-                        // The access log's line for the request that caused the pull.
-                        tracing::info!(
-                            target: "access", repo = %repo, revision = %rev,
-                            commit = %commit.to_hex(), cache = %"miss", bytes,
-                            "pulled from {}", mirror.endpoint()
-                        );
-                    }
-                    true
-                }
-                (Err(e), _) => return fallback(e),
-            },
-            Err(e) => return Err(internal(e)),
-        };
-        if pinned.is_none() && (asked || pulled) {
-            self.follow_ref(repo, rev, &commit);
+        if role == Role::New {
+            if let Some(stored) = self.adopt(&repo, mirror.endpoint())? {
+                // Stored meanwhile (another case, another process): judged as stored.
+                return self.find(stored, rev);
+            }
         }
-        let (c, tag) = self.stored(repo, &commit.to_hex())?;
-        Ok((c, tag, pulled))
+        let hex = commit.to_hex();
+        let found = match self.stored(&repo, &hex) {
+            Ok((c, tag)) if !self.partial(&repo, &commit, &tag)? => Some((c, tag)),
+            _ => None,
+        };
+        // Missing, or stored in part: the pull brings (the rest of) it.
+        let pulled = match found {
+            Some(_) => false,
+            None => match self.bring(mirror, &repo, &commit, rev) {
+                Ok(()) => true,
+                Err(e) => return fallback(e),
+            },
+        };
+        if let policy::Wanted::Name(n) = wanted {
+            if asked || pulled {
+                self.follow_ref(&repo, n, &commit);
+            }
+        }
+        let (c, tag) = match found {
+            Some(x) => x,
+            None => self.stored(&repo, &hex)?,
+        };
+        Ok((repo, c, tag, pulled))
+    }
+
+    /// Pulls `commit` through the mirror (once, whoever else asks meanwhile).
+    fn bring(
+        &self,
+        mirror: &Mirror,
+        repo: &RepoId,
+        commit: &CommitId,
+        rev: &str,
+    ) -> Result<(), UpstreamError> {
+        let (bytes, led) = mirror.fetch(repo, commit);
+        let bytes = bytes?;
+        if led {
+            // The access log's line for the request that caused the pull.
+            tracing::info!(
+                target: "access", repo = %repo, revision = %rev,
+                commit = %commit.to_hex(), cache = %"miss", bytes,
+                "pulled from {}", mirror.endpoint()
+            );
+        }
+        Ok(())
+    }
+
+    /// A stored commit, completed first from the upstream when it is partial (whatever
+    /// the repository's role: the sha names the upstream's content, no ref moves); served
+    /// as stored when there is no upstream or it fails.
+    fn completed(
+        &self,
+        repo: RepoId,
+        c: CommitId,
+        tag: String,
+    ) -> Result<(RepoId, CommitId, String, bool), Reply> {
+        let Some(mirror) = &self.mirror else {
+            return Ok((repo, c, tag, false));
+        };
+        if !self.partial(&repo, &c, &tag)? {
+            return Ok((repo, c, tag, false));
+        }
+        match self.bring(mirror, &repo, &c, &c.to_hex()) {
+            Ok(()) => {
+                let (c, tag) = self.stored(&repo, &c.to_hex())?;
+                Ok((repo, c, tag, true))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "{repo}@{} is stored in part and cannot be completed: {e}",
+                    c.to_hex()
+                );
+                Ok((repo, c, tag, false))
+            }
+        }
     }
 
     /// Points the store's ref `name` at the upstream's commit, so that it answers the same
-    /// while the upstream is down (short shas are not ref names).
+    /// while the upstream is down (short shas are not ref names). Only a ref the mirror
+    /// set itself is moved: one set inside stays ([`repo::Store::follow_ref`]).
     fn follow_ref(&self, repo: &RepoId, name: &str, commit: &CommitId) {
         if name.bytes().all(|b| b.is_ascii_hexdigit()) {
             return;
         }
-        if self.store.resolve(repo, name).ok() == Some(*commit) {
-            return;
-        }
-        if let Err(e) = self.store.set_ref(repo, name, commit) {
-            tracing::warn!("cannot point {repo} ref {name} at {}: {e}", commit.to_hex());
+        match self.store.follow_ref(repo, name, commit) {
+            Ok(true) => {}
+            Ok(false) => tracing::info!(
+                "{repo} ref {name} was set inside the store; the upstream's {} is not followed",
+                commit.to_hex()
+            ),
+            Err(e) => {
+                tracing::warn!("cannot point {repo} ref {name} at {}: {e}", commit.to_hex())
+            }
         }
     }
 
@@ -567,12 +646,6 @@ fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
     }
 }
 
-/// A full commit sha is written in lowercase hex (what the Hub sends).
-fn is_lower_hex(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).
 fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, m: Arc<Manifest>) {
     let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -582,4 +655,5 @@ fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, 
     cache.insert(key, (tag, m));
 }
 
+mod policy;
 mod resolve;

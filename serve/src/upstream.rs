@@ -10,7 +10,9 @@
 //! - **Ref names** (branches, tags) are resolved upstream and the answer is kept for the
 //!   TTL (`--upstream-ttl`): within it, no upstream request. After a successful
 //!   resolution the store's ref is moved to the upstream's commit, so that it answers when
-//!   the upstream is down.
+//!   the upstream is down; only a ref the mirror set itself is moved, and only a
+//!   repository it brought (or `upstream_repos` names) is looked up at all
+//!   (`hub/policy.rs`).
 //! - **Single flight.** Concurrent requests for the same ref name, or the same commit,
 //!   wait for the one resolution or pull in progress ([`Flights`]: a map of in-flight
 //!   operations, each a mutex and condvar holding its result), so N clients asking at
@@ -149,20 +151,44 @@ impl<K: Eq + Hash, V> Drop for Landing<'_, K, V> {
     }
 }
 
-/// Which repositories the endpoint answers for, and revisions pinned by configuration.
+/// Which repositories the endpoint answers for, revisions pinned by configuration, and
+/// which repositories the mirror may look up upstream. Repository ids are compared as the
+/// Hub compares them: without ASCII case (`My-Org/LLM` is `my-org/llm`).
 #[derive(Clone, Debug, Default)]
 pub struct Policy {
     /// `--allow` patterns (`org/*`, `org/name`; `*` matches any characters). Empty: all.
     pub allow: Vec<String>,
-    /// `[serve.locks]`: every ref name of the repository resolves to this commit.
+    /// `[serve.locks]`: every ref name of the repository resolves to this commit, and no
+    /// other commit of it is served or fetched.
     pub locks: HashMap<RepoId, CommitId>,
+    /// `upstream_repos` patterns: repositories the mirror looks up upstream even though
+    /// they exist only inside the store (ingested, pulled, bundled). Empty: none.
+    pub upstream_repos: Vec<String>,
 }
 
 impl Policy {
     /// Whether `repo` may be served (and fetched).
     pub fn allows(&self, repo: &str) -> bool {
-        self.allow.is_empty() || self.allow.iter().any(|p| glob(p, repo))
+        self.allow.is_empty() || self.allow.iter().any(|p| glob_folded(p, repo))
     }
+
+    /// The commit `repo` is locked to, whatever the case of either spelling.
+    pub fn lock_of(&self, repo: &RepoId) -> Option<CommitId> {
+        self.locks
+            .iter()
+            .find(|(r, _)| r.same_repo(repo))
+            .map(|(_, c)| *c)
+    }
+
+    /// Whether the mirror may look `repo` up upstream though it exists only inside.
+    pub fn looks_up(&self, repo: &str) -> bool {
+        self.upstream_repos.iter().any(|p| glob_folded(p, repo))
+    }
+}
+
+/// [`glob`] without ASCII case, as the Hub compares repository ids.
+fn glob_folded(pattern: &str, s: &str) -> bool {
+    glob(&pattern.to_ascii_lowercase(), &s.to_ascii_lowercase())
 }
 
 /// `*` matches any run of characters; everything else matches itself.
@@ -326,6 +352,21 @@ mod tests {
         assert!(glob("a*b*c", "axxbyyc"));
         assert!(!glob("a*b*c", "axxbyy"));
         assert!(Policy::default().allows("any/thing"));
+        assert!(p.allows("Demo-Org/Demo-LLM"), "ids compare without case");
+        assert!(p.allows("X/EXACT"));
+        let c = CommitId([7; 20]);
+        let locked = Policy {
+            locks: [(RepoId::parse("Org/Model").unwrap(), c)].into(),
+            upstream_repos: vec!["Acme/*".into()],
+            ..Policy::default()
+        };
+        assert_eq!(
+            locked.lock_of(&RepoId::parse("org/MODEL").unwrap()),
+            Some(c)
+        );
+        assert_eq!(locked.lock_of(&RepoId::parse("org/model2").unwrap()), None);
+        assert!(locked.looks_up("acme/internal") && !locked.looks_up("other/x"));
+        assert!(!Policy::default().looks_up("any/thing"));
     }
 
     #[test]

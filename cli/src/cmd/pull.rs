@@ -60,8 +60,13 @@ fn print_report(r: &PullReport) {
     } else {
         format!(" [{}]", r.refs.join(", "))
     };
+    let part = if r.partial {
+        " (partial: a later pull of the rest, or the mirror, completes it)"
+    } else {
+        ""
+    };
     println!(
-        "{state} {}@{}{refs}: {} files, {}",
+        "{state} {}@{}{refs}: {} files, {}{part}",
         r.repo,
         r.commit,
         r.files,

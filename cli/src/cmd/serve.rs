@@ -99,15 +99,22 @@ pub struct Mirror {
 /// Default of `--upstream-ttl`: a moved branch is seen within a minute.
 const UPSTREAM_TTL: Duration = Duration::from_secs(60);
 
-/// `[serve.locks]`, checked: each entry a repository id and a 40-hex commit sha.
+/// `[serve.locks]`, checked: each entry a repository id and a 40-hex commit sha, and no
+/// repository twice (ids compare without case, as on the Hub: `Org/M` and `org/m` are one).
 pub fn locks(file: &BTreeMap<String, String>) -> Result<HashMap<RepoId, CommitId>> {
-    let mut out = HashMap::new();
+    let mut out: HashMap<RepoId, CommitId> = HashMap::new();
     for (repo, sha) in file {
         let entry = || format!("[serve.locks] {repo:?} = {sha:?}");
         let id = RepoId::parse(repo).with_context(entry)?;
         let is_sha = sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit());
         if !is_sha {
             bail!("{}: expected a 40-hex commit sha", entry());
+        }
+        if let Some(other) = out.keys().find(|r| r.same_repo(&id)) {
+            bail!(
+                "{}: {other} is locked too, and names the same repository (ids compare without case)",
+                entry()
+            );
         }
         out.insert(
             id,
@@ -162,6 +169,7 @@ impl Options {
                     a.upstream.allow.clone()
                 },
                 locks: locks(&c.locks)?,
+                upstream_repos: c.upstream_repos.clone(),
             },
             upstream: mirror(c, &a.upstream)?,
         })

@@ -1,6 +1,6 @@
 //! A small HF-compatible upstream for the tests: `std::net` and threads, hand-written
-//! HTTP/1.1, one request per connection. It serves one repository (`org/model`) at one
-//! commit, records every request it receives, and can be told to misbehave: answer
+//! HTTP/1.1, one request per connection. It serves one repository (`org/model`, by any
+//! case of its name, as the Hub does) at one commit, records every request it receives, and can be told to misbehave: answer
 //! queued statuses first, cut a body after N bytes, ignore `Range`, flip a byte, require
 //! a token, redirect downloads to another server, paginate the tree, or send any tree
 //! body at all.
@@ -350,8 +350,17 @@ fn route(s: &mut State, req: &Seen, base: &str) -> Answer {
     }
 }
 
+/// The repository's own spelling: names match without regard to ASCII case, as on the
+/// Hub (`Org/MODEL` is `org/model`).
+fn canonical<'a>(s: &'a State, repo: &str) -> Option<&'a str> {
+    std::iter::once(REPO)
+        .chain(s.also_repos.iter().map(String::as_str))
+        .find(|r| r.eq_ignore_ascii_case(repo))
+}
+
 fn repo_missing(s: &State, repo: &str) -> Option<Answer> {
-    (repo != REPO && !s.also_repos.iter().any(|r| r == repo))
+    canonical(s, repo)
+        .is_none()
         .then(|| Answer::error(404, "RepoNotFound", &format!("Repository {repo} not found")))
 }
 
@@ -367,7 +376,8 @@ fn revision(s: &State, repo: &str, rev: &str) -> Answer {
         .iter()
         .map(|f| serde_json::json!({"rfilename": f.path}))
         .collect();
-    Answer::json(serde_json::json!({"id": repo, "sha": COMMIT, "siblings": siblings}))
+    let id = canonical(s, repo).unwrap_or(repo);
+    Answer::json(serde_json::json!({"id": id, "sha": COMMIT, "siblings": siblings}))
 }
 
 /// The entries of the tree: each directory once, before its first file.

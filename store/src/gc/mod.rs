@@ -455,7 +455,8 @@ fn revisions(
     pinned.extend(
         opts.protected
             .iter()
-            .filter(|(r, _)| r == repo)
+            // As the Hub compares ids: a lock on `Org/Model` protects `org/model`.
+            .filter(|(r, _)| r.same_repo(repo))
             .map(|(_, c)| *c),
     );
     let idle = |c: &CommitId| {

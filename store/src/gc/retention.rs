@@ -83,9 +83,19 @@ impl Retention {
         Ok(())
     }
 
-    /// The policy of `repo`.
+    /// The policy of `repo`: its override, found as the Hub compares ids (ASCII case
+    /// ignored; the exact spelling first), else the default.
     pub fn policy(&self, repo: &RepoId) -> Policy {
-        self.repos.get(repo).copied().unwrap_or(self.default)
+        self.repos
+            .get(repo)
+            .or_else(|| {
+                self.repos
+                    .iter()
+                    .find(|(r, _)| r.same_repo(repo))
+                    .map(|(_, p)| p)
+            })
+            .copied()
+            .unwrap_or(self.default)
     }
 }
 

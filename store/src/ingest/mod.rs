@@ -79,6 +79,11 @@ pub struct IngestOptions {
     /// How long a file must have been still (its mtime and ctime that far in the past when
     /// it is read) for its stamp to be recorded: [`SETTLE`].
     pub settle: std::time::Duration,
+    /// A stored commit may be replaced by a manifest holding every one of its files
+    /// unchanged and more (completing a commit `pull --include` stored in part; the old
+    /// manifest's chunks are all in the new one, so a reader holding it stays right).
+    /// Any other difference is still refused.
+    pub complete: bool,
 }
 
 /// How long a file must have gone unwritten before ingest records its stamp: longer than
@@ -107,6 +112,7 @@ impl Default for IngestOptions {
             keep_partial: false,
             reread: false,
             settle: SETTLE,
+            complete: false,
         }
     }
 }
@@ -260,7 +266,7 @@ pub fn ingest_from(
     let mut manifests = Vec::new();
     for s in snapshots {
         let manifest = build_manifest(s, &results, &source_ix, &located)?;
-        let new = is_new(store, s, &manifest)?;
+        let new = is_new(store, s, &manifest, opts.complete)?;
         manifests.push((s, manifest, new));
     }
     // Every pack must be durable before a manifest can name it.
@@ -409,7 +415,9 @@ fn chunk_refs(
 
 /// Whether `manifest` is new to the store: false when the store already has its commit
 /// with the same content, an error when it has it with other files.
-fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest) -> Result<bool> {
+/// With `complete`, a stored manifest whose files `manifest` all holds unchanged is
+/// replaced (new).
+fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest, complete: bool) -> Result<bool> {
     let commit = manifest.commit;
     let existing = if store.has_commit(&s.repo, &commit)? {
         Some(store.manifest(&s.repo, &commit)?)
@@ -417,6 +425,9 @@ fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest) -> Result<bool> {
         None
     };
     if let Some(old) = &existing {
+        if complete && old.files.len() < manifest.files.len() && old.is_part_of(manifest) {
+            return Ok(true);
+        }
         if !old.same_content(manifest) {
             return Err(StoreError::Invalid(format!(
                 "{}@{commit} is already stored with different files; refusing to replace a commit (from {})",

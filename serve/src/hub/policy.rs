@@ -1,0 +1,216 @@
+//! The repository policies as the endpoint applies them: repository ids compared as the
+//! Hub compares them (one stored repository whatever the case of a request's name),
+//! version locks that hold by every name, sha and case, which repositories the mirror may
+//! look up upstream (never one that exists only inside the store, unless `upstream_repos`
+//! says so: no dependency confusion), and which stored commits are partial (completed from
+//! the upstream before they are served).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use repo::handle::MIN_PREFIX;
+use repo::{CommitId, RepoId};
+
+use super::{internal, Hub, Reply};
+
+/// A request for a name the last listing of repositories did not hold lists them again
+/// at most this often (a client asking for many unknown names costs one listing per
+/// period, not one per request).
+const RELIST: Duration = Duration::from_secs(2);
+
+/// How long whether the mirror may look a repository up is remembered.
+const ROLE_TTL: Duration = Duration::from_secs(30);
+
+/// Most commits remembered as complete (emptied when full: checking again is one GET).
+const COMPLETE_CACHE: usize = 4096;
+
+/// When repositories were last listed, and their spellings by folded id.
+type Spellings = (Option<Instant>, HashMap<String, Vec<RepoId>>);
+
+/// What the endpoint remembers of stored repositories' names, roles and commits.
+#[derive(Default)]
+pub(super) struct Names {
+    spellings: Mutex<Spellings>,
+    /// Repository → when its role was found, and the role (never [`Role::New`]).
+    roles: Mutex<HashMap<RepoId, (Instant, Role)>>,
+    /// Commits found without a partial record, with their manifest's tag.
+    complete: Mutex<HashSet<(RepoId, CommitId, String)>>,
+}
+
+/// What the mirror may do with a repository.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// Nothing: no mirror, or the repository exists only inside the store.
+    Inside,
+    /// Look it up upstream: the mirror brought it, or `upstream_repos` names it. Refs set
+    /// inside are still never moved.
+    Mirrored,
+    /// The store does not have it: the upstream may have it.
+    New,
+}
+
+/// What a request names once the policy has read it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Wanted<'a> {
+    /// A full commit sha (any case), or the commit a lock pins.
+    Commit(CommitId),
+    /// A ref name (or a short sha).
+    Name(&'a str),
+}
+
+impl Hub {
+    /// The store's spelling of `repo`: the exact one if stored, else one differing only in
+    /// case, else `repo` itself.
+    pub(super) fn spelling(&self, repo: RepoId) -> Result<RepoId, Reply> {
+        let folded = repo.folded();
+        {
+            let s = lock(&self.names.spellings);
+            if let Some(v) = s.1.get(&folded) {
+                return Ok(pick(v, repo));
+            }
+            if s.0.is_some_and(|t| t.elapsed() < RELIST) {
+                return Ok(repo);
+            }
+        }
+        let listed = self.store.repos().map_err(internal)?;
+        let mut map: HashMap<String, Vec<RepoId>> = HashMap::new();
+        for r in listed {
+            map.entry(r.folded()).or_default().push(r);
+        }
+        let out = match map.get(&folded) {
+            Some(v) => pick(v, repo),
+            None => repo,
+        };
+        *lock(&self.names.spellings) = (Some(Instant::now()), map);
+        Ok(out)
+    }
+
+    /// Takes a repository the store did not have as the mirror's (its record written),
+    /// unless a request in another case or another process stored it meanwhile: then that
+    /// spelling, for the caller to look at again. Serialized, so that two requests in
+    /// two cases make one repository.
+    pub(super) fn adopt(&self, repo: &RepoId, upstream: &str) -> Result<Option<RepoId>, Reply> {
+        let mut s = lock(&self.names.spellings);
+        let found = self.store.find_repo(repo).map_err(internal)?;
+        let known = found.clone().unwrap_or_else(|| repo.clone());
+        let v = s.1.entry(known.folded()).or_default();
+        if !v.contains(&known) {
+            v.push(known.clone());
+        }
+        match found {
+            Some(f) => Ok(Some(f)),
+            None => {
+                self.store.mark_mirrored(repo, upstream).map_err(internal)?;
+                lock(&self.names.roles).insert(repo.clone(), (Instant::now(), Role::Mirrored));
+                Ok(None)
+            }
+        }
+    }
+
+    /// What the mirror may do with `repo`.
+    pub(super) fn role(&self, repo: &RepoId) -> Result<Role, Reply> {
+        if self.mirror.is_none() {
+            return Ok(Role::Inside);
+        }
+        if let Some((at, r)) = lock(&self.names.roles).get(repo) {
+            if at.elapsed() < ROLE_TTL {
+                return Ok(*r);
+            }
+        }
+        let role = if self.policy.looks_up(&repo.to_string())
+            || self.store.mirrored(repo).map_err(internal)?
+        {
+            Role::Mirrored
+        } else if self.store.has_objects(repo).map_err(internal)? {
+            Role::Inside
+        } else {
+            return Ok(Role::New);
+        };
+        lock(&self.names.roles).insert(repo.clone(), (Instant::now(), role));
+        Ok(role)
+    }
+
+    /// What `rev` names in `repo`: a lock pins every ref name to its commit and refuses any
+    /// other commit (403 naming the lock), by full sha or prefix, in any case.
+    pub(super) fn wanted<'a>(&self, repo: &RepoId, rev: &'a str) -> Result<Wanted<'a>, Reply> {
+        let hex = !rev.is_empty() && rev.bytes().all(|b| b.is_ascii_hexdigit());
+        let lower = rev.to_ascii_lowercase();
+        let Some(lock) = self.policy.lock_of(repo) else {
+            return Ok(match CommitId::parse(rev) {
+                Ok(c) => Wanted::Commit(c),
+                Err(_) => Wanted::Name(rev),
+            });
+        };
+        let names_lock = if hex && rev.len() == 40 {
+            lower == lock.to_hex()
+        } else if hex && rev.len() >= MIN_PREFIX {
+            lock.to_hex().starts_with(&lower)
+        } else {
+            true
+        };
+        if names_lock {
+            return Ok(Wanted::Commit(lock));
+        }
+        let msg = format!(
+            "{repo} is locked to {} by the server's [serve.locks]; revision {rev} is not served",
+            lock.to_hex()
+        );
+        Err(Reply::error(
+            StatusCode::FORBIDDEN,
+            "RevisionLocked",
+            &msg,
+            Some(&lock),
+        ))
+    }
+
+    /// Whether stored `commit` (its manifest tagged `tag`) is partial: one GET, then
+    /// remembered while complete.
+    pub(super) fn partial(
+        &self,
+        repo: &RepoId,
+        commit: &CommitId,
+        tag: &str,
+    ) -> Result<bool, Reply> {
+        let key = (repo.clone(), *commit, tag.to_string());
+        if !tag.is_empty() && lock(&self.names.complete).contains(&key) {
+            return Ok(false);
+        }
+        let partial = self
+            .store
+            .partial(repo, commit)
+            .map_err(internal)?
+            .is_some();
+        if !partial && !tag.is_empty() {
+            let mut c = lock(&self.names.complete);
+            if c.len() >= COMPLETE_CACHE {
+                c.clear();
+            }
+            c.insert(key);
+        }
+        Ok(partial)
+    }
+
+    /// Whether ref `name` of `repo` was set inside (ingest, pull, sync, `modelcas ref`): then
+    /// the mirror serves it as stored and never moves it.
+    pub(super) fn set_inside(&self, repo: &RepoId, name: &str) -> Result<bool, Reply> {
+        if repo::names::check_ref_name(name).is_err() {
+            return Ok(false);
+        }
+        let by_mirror = self.store.ref_set_by_mirror(repo, name).map_err(internal)?;
+        Ok(by_mirror == Some(false))
+    }
+}
+
+/// The exact spelling if stored, else the first stored one.
+fn pick(stored: &[RepoId], asked: RepoId) -> RepoId {
+    if stored.contains(&asked) {
+        return asked;
+    }
+    stored.first().cloned().unwrap_or(asked)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
