@@ -292,6 +292,8 @@ impl Hub {
             .map(|c| c.to_hex())
             .unwrap_or_else(|| rev.to_string());
         let fallback = |e: UpstreamError| match self.stored(repo, &fallback_rev) {
+            // In flight: the request waits for it and is routed again (not stale data).
+            _ if e == UpstreamError::Pending => Err(upstream_reply(mirror.endpoint(), &e)),
             Ok((c, tag)) => Ok((c, tag, false)),
             Err(_) => Err(upstream_reply(mirror.endpoint(), &e)),
         };
@@ -302,23 +304,26 @@ impl Hub {
                 (Err(e), _) => return fallback(e),
             },
         };
-        let pulled = match self.store.has_commit(repo, &commit) {
-            Ok(true) => false,
-            Ok(false) => match mirror.fetch(repo, &commit) {
-                (Ok(bytes), led) => {
-                    if led {
-                        // The access log's line for the request that caused the pull.
-                        tracing::info!(
-                            target: "access", repo = %repo, revision = %rev,
-                            commit = %commit.to_hex(), cache = %"miss", bytes,
-                            "pulled from {}", mirror.endpoint()
-                        );
-                    }
-                    true
-                }
-                (Err(e), _) => return fallback(e),
-            },
+        let pull = match self.store.has_commit(repo, &commit) {
+            // Routed again after waiting for its pull: still the miss that caused it.
+            Ok(true) => mirror.waited_for_pull(repo, &commit),
+            Ok(false) => Some(mirror.fetch(repo, &commit)),
             Err(e) => return Err(internal(e)),
+        };
+        let pulled = match pull {
+            None => false,
+            Some((Ok(bytes), led)) => {
+                if led {
+                    // The access log's line for the request that caused the pull.
+                    tracing::info!(
+                        target: "access", repo = %repo, revision = %rev,
+                        commit = %commit.to_hex(), cache = %"miss", bytes,
+                        "pulled from {}", mirror.endpoint()
+                    );
+                }
+                true
+            }
+            Some((Err(e), _)) => return fallback(e),
         };
         if pinned.is_none() && (asked || pulled) {
             self.follow_ref(repo, rev, &commit);
@@ -555,6 +560,13 @@ fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
             StatusCode::BAD_GATEWAY,
             "",
             &format!("upstream {endpoint} unavailable and not stored here: {m}"),
+            None,
+        ),
+        // Replaced by the answer once the wait is over (see `upstream::flight`).
+        UpstreamError::Pending => Reply::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            &format!("waiting for the upstream {endpoint}"),
             None,
         ),
     }
