@@ -114,11 +114,14 @@ impl Default for HubOptions {
 }
 
 impl HubOptions {
-    /// The defaults, with the endpoint and token chosen by [`endpoint`] and [`token`].
+    /// The defaults, with the endpoint and token chosen by [`endpoint`] and [`token`],
+    /// and the redirect hosts of `MODELCAS_REDIRECT_HOSTS` (comma-separated origins).
     pub fn from_env(endpoint_arg: Option<&str>, token_arg: Option<&str>) -> HubOptions {
+        let hosts = std::env::var("MODELCAS_REDIRECT_HOSTS").unwrap_or_default();
         HubOptions {
             endpoint: endpoint(endpoint_arg),
             token: token(token_arg),
+            redirect_hosts: split_list(&hosts),
             ..HubOptions::default()
         }
     }
@@ -184,6 +187,15 @@ pub fn token(explicit: Option<&str>) -> Option<String> {
     pick(explicit, env.as_deref())
 }
 
+/// The non-empty items of a comma-separated list, trimmed.
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 fn pick(explicit: Option<&str>, env: Option<&str>) -> Option<String> {
     [explicit, env]
         .into_iter()
@@ -202,6 +214,8 @@ mod tests {
         assert_eq!(pick(Some("a"), Some("b")).as_deref(), Some("a"));
         assert_eq!(pick(Some(" "), Some("b")).as_deref(), Some("b"));
         assert_eq!(pick(None, Some("")), None);
+        assert_eq!(split_list(" a.b, ,https://c:1 "), ["a.b", "https://c:1"]);
+        assert!(split_list("").is_empty());
     }
 
     #[test]
