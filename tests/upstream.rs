@@ -732,3 +732,212 @@ fn a_store_with_two_spellings_of_one_repository_keeps_serving_both() {
     let (status, head) = revision_sha(&m.addr, "Org/Model", &c2);
     assert_eq!(status, 403, "{head}");
 }
+
+/// Waits until the fake upstream has received a request whose target contains each of
+/// `parts` (bounded: a pull that never starts fails the test).
+fn wait_for_requests(up: &fake::Fake, parts: &[&str]) {
+    let t = Instant::now();
+    while !parts
+        .iter()
+        .all(|p| up.seen().iter().any(|s| s.target.contains(p)))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the pulls never started: {:?}",
+            up.seen()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 26 point 7: requests waiting on a slow upstream hold none of serve's threads.
+/// With `--threads 2`, two pulls stuck upstream and a third request waiting on one of
+/// them, `/metrics` and downloads of a stored revision are answered at once; when the
+/// upstream goes on, every waiting request gets its file.
+#[test]
+fn pulls_stuck_upstream_leave_the_threads_to_stored_data() {
+    let up = fake::Fake::start();
+    let gate = Arc::new(fake::Gate::default());
+    up.state().also_repos = vec!["org/other".into()];
+    up.state().hold = Some(("/resolve/".into(), gate.clone()));
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["main"]);
+    let c1 = series().commit("r1");
+    let names: Vec<String> = expected("r1").into_keys().collect();
+    let m = Served::start(
+        &env,
+        &[
+            "--upstream",
+            &up.url,
+            "--threads",
+            "2",
+            "--request-timeout",
+            "20s",
+        ],
+    );
+    let misses: Vec<_> = ["org/model", "org/other", "org/model"]
+        .iter()
+        .map(|r| {
+            let (addr, path) = (m.addr.clone(), format!("/{r}/resolve/main/config.json"));
+            std::thread::spawn(move || get(&addr, &path, &[]))
+        })
+        .collect();
+    wait_for_requests(&up, &["/org/model/resolve/", "/org/other/resolve/"]);
+
+    let t = Instant::now();
+    let (status, head, _) = get(&m.addr, "/metrics", &[]);
+    assert_eq!(status, 200, "/metrics while pulls are stuck: {head}");
+    assert_eq!(get_all(&m.addr, &c1, &names), expected("r1"));
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(misses.iter().all(|h| !h.is_finished()));
+
+    gate.open();
+    let config = up.file("config.json").data;
+    for h in misses {
+        let (status, head, body) = h.join().unwrap();
+        assert_eq!(status, 200, "{head}");
+        assert_eq!(body, config);
+    }
+    // One pull each: the third request waited on the first's.
+    let pulls = up
+        .seen()
+        .iter()
+        .filter(|s| {
+            s.target
+                .ends_with("/resolve/0123456789abcdef0123456789abcdef01234567/config.json")
+        })
+        .count();
+    assert_eq!(pulls, 2, "{:?}", up.seen());
+}
+
+/// Issue 26 point 7: a request whose pull outlives its timeout gets a 503 while the pull
+/// goes on; the client that caused a pull may go away; either way the pull completes,
+/// and the next request is a hit that asks the upstream for nothing more.
+#[test]
+fn a_pull_outlives_its_requests_and_then_serves() {
+    let up = fake::Fake::start();
+    let gate = Arc::new(fake::Gate::default());
+    up.state().hold = Some(("/resolve/".into(), gate.clone()));
+    let env = Env::new();
+    let m = Served::start(
+        &env,
+        &[
+            "--upstream",
+            &up.url,
+            "--threads",
+            "2",
+            "--request-timeout",
+            "1s",
+        ],
+    );
+    // A client that goes away while its pull is stuck.
+    let mut gone = TcpStream::connect(&m.addr).unwrap();
+    gone.write_all(b"GET /org/model/resolve/main/config.json HTTP/1.0\r\n\r\n")
+        .unwrap();
+    wait_for_requests(&up, &["/org/model/resolve/"]);
+    drop(gone);
+    // One that times out waiting.
+    let (status, head, _) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
+    assert_eq!(status, 503, "{head}");
+    assert!(head.contains("waiting for the upstream"), "{head}");
+    let asked = up.seen().len();
+    gate.open();
+    let t = Instant::now();
+    loop {
+        let (status, head, body) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
+        if status == 200 {
+            assert_eq!(body, up.file("config.json").data);
+            break;
+        }
+        assert_eq!(status, 503, "{head}");
+        assert!(t.elapsed() < Duration::from_secs(30), "{head}");
+    }
+    let files = fake::files().len();
+    assert!(up.seen().len() <= asked + files + 1, "{:?}", up.seen());
+    let (status, _, body) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
+    assert_eq!((status, body), (200, up.file("config.json").data));
+    let log = m.log();
+    assert!(log.contains("cache=hit"), "{log}");
+    // The routings that stopped to wait for the pull are not logged as requests.
+    let stopped = log
+        .lines()
+        .filter(|l| l.contains("access repo=") && l.contains("status=503"))
+        .count();
+    assert_eq!(stopped, 0, "{log}");
+}
+
+/// Issue 26 point 8: a redirect of the upstream to another origin is refused (502,
+/// naming it; nothing stored, the other origin never asked) unless that origin is
+/// configured (`--upstream-redirect-host`), and then the token stays home.
+#[test]
+fn the_mirror_follows_redirects_only_to_configured_hosts() {
+    let (up, cdn) = (fake::Fake::start(), fake::Fake::start());
+    up.state().redirect = Some(cdn.url.clone());
+    let env = Env::new();
+    let m = Served::start(&env, &["--upstream", &up.url]);
+    let (status, head, _) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
+    let head = percent_encoding::percent_decode_str(&head).decode_utf8_lossy();
+    assert_eq!(status, 502, "{head}");
+    assert!(
+        head.contains("refused to follow the redirect") && head.contains(&cdn.url),
+        "{head}"
+    );
+    assert_eq!(cdn.seen().len(), 0);
+    drop(m);
+
+    let token = env.path("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    up.state().token = Some("s3cret".into());
+    let m = Served::start(
+        &env,
+        &[
+            "--upstream",
+            &up.url,
+            "--upstream-redirect-host",
+            &cdn.url,
+            "--upstream-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    let (status, head, body) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(body, up.file("config.json").data);
+    assert!(!cdn.seen().is_empty());
+    assert!(cdn
+        .seen()
+        .iter()
+        .all(|s| s.header("authorization").is_none()));
+    drop(m);
+    let err = env.fails(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up.url,
+        "--upstream-redirect-host",
+        "cdn.example/path",
+    ]);
+    assert!(
+        err.contains("--upstream-redirect-host") && err.contains("cdn.example/path"),
+        "{err}"
+    );
+}
+
+/// Issue 26 point 12: a mirror's first start on an empty store location creates the
+/// store and serves; a plain serve of an empty location still says what to do.
+#[test]
+fn a_mirror_creates_its_store_on_first_start() {
+    let up = fake::Fake::start();
+    let env = Env::empty();
+    let m = Served::start(&env, &["--upstream", &up.url]);
+    let (status, head, body) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(body, up.file("config.json").data);
+    let ls = env.json(&["ls", "org/model", "--json"]);
+    assert_eq!(ls["refs"]["main"], fake::COMMIT, "{ls}");
+    drop(m);
+
+    let empty = Env::empty();
+    let err = empty.fails(&["serve", "--listen", "127.0.0.1:0"]);
+    assert!(err.contains("modelcas ingest"), "{err}");
+}

@@ -397,6 +397,23 @@ pub struct UpstreamArgs {
     /// Files downloaded from the upstream at once, across all pulls (default 4).
     #[arg(long, env = "MODELCAS_SERVE_UPSTREAM_JOBS", value_name = "N")]
     pub upstream_jobs: Option<usize>,
+    /// An origin besides the upstream's own that its redirects may lead to, e.g. its CDN
+    /// (`https://cdn.example.com`, `*.example.com`, `http://host:8080`; repeatable).
+    /// Others are refused; the public Hub's CDNs are known. The token never goes there.
+    #[arg(long = "upstream-redirect-host", value_name = "ORIGIN")]
+    pub upstream_redirect_hosts: Vec<String>,
+    /// Deadline of one request to the upstream for metadata (body included), and the
+    /// grace of a download before `--upstream-min-rate` applies (default 60s).
+    #[arg(long, env = "MODELCAS_SERVE_UPSTREAM_TIMEOUT", value_name = "DURATION")]
+    pub upstream_timeout: Option<String>,
+    /// A download from the upstream that falls under this average rate (per second)
+    /// after its grace is cut and the pull fails (default 64K; 0: no minimum).
+    #[arg(long, env = "MODELCAS_SERVE_UPSTREAM_MIN_RATE", value_name = "SIZE")]
+    pub upstream_min_rate: Option<String>,
+    /// Most files an upstream revision may list; a larger listing is refused (default
+    /// 250000).
+    #[arg(long, env = "MODELCAS_SERVE_UPSTREAM_MAX_FILES", value_name = "N")]
+    pub upstream_max_files: Option<usize>,
     /// Serve (and pull) only repositories matching this pattern (`org/*`; repeatable);
     /// others get 403.
     #[arg(long = "allow", value_name = "PATTERN")]

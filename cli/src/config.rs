@@ -107,6 +107,15 @@ pub struct ServeConfig {
     pub upstream_token_file: Option<PathBuf>,
     pub upstream_ttl: Option<String>,
     pub upstream_jobs: Option<usize>,
+    /// Origins besides the upstream's own that its redirects may lead to (a CDN).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_redirect_hosts: Vec<String>,
+    /// See `--upstream-timeout`.
+    pub upstream_timeout: Option<String>,
+    /// See `--upstream-min-rate` (a size per second: `64K`; `0`: no minimum).
+    pub upstream_min_rate: Option<String>,
+    /// See `--upstream-max-files`.
+    pub upstream_max_files: Option<usize>,
     /// Repository patterns served; empty: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,

@@ -2,14 +2,16 @@
 //! the token, follows redirects itself, retries what is worth retrying, turns error
 //! statuses into typed [`Error`]s and counts what it did ([`Stats`]).
 //!
-//! Redirects are followed here rather than by `ureq` so that the rule for the token is
-//! ours and visible: `Authorization` goes to the endpoint's origin (scheme, host, port)
-//! and nowhere else, whichever hop or `Link` leads elsewhere (the Hub redirects file
-//! downloads to a CDN that must never see the token).
+//! Redirects are followed here rather than by `ureq` so that the rules are ours and
+//! visible: `Authorization` goes to the endpoint's origin (scheme, host, port, compared
+//! by the `url` crate) and nowhere else, whichever hop or `Link` leads elsewhere (the Hub
+//! redirects file downloads to a CDN that must never see the token); and a redirect is
+//! followed only to the endpoint's origin or to a configured redirect host
+//! ([`HubOptions::redirect_hosts`]): bytes are taken from nowhere else.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ureq::http::{HeaderMap, Response};
 use ureq::Body;
@@ -17,7 +19,7 @@ use ureq::Body;
 use crate::error::{token_hint, Error};
 use crate::options::HubOptions;
 use crate::retry;
-use crate::url::{join, origin};
+use crate::url::{join, parse_http, same_origin, OriginRule, Url};
 
 /// Most redirects followed for one request (as `requests` and `huggingface_hub`: a
 /// renamed repository, then a CDN, never more than a few).
@@ -116,8 +118,10 @@ pub struct HubClient {
 pub(crate) struct Inner {
     pub agent: ureq::Agent,
     pub opts: HubOptions,
-    /// The endpoint's origin: the only one that receives the token.
-    pub origin: String,
+    /// The endpoint: its origin is the only one that receives the token.
+    pub endpoint: Url,
+    /// Other origins a redirect or `Link` may lead to.
+    pub redirect_rules: Vec<OriginRule>,
     pub counters: Counters,
 }
 
@@ -125,8 +129,8 @@ impl HubClient {
     /// A client of `opts.endpoint`; fails on an unusable endpoint, token or user agent.
     pub fn new(opts: HubOptions) -> Result<HubClient, Error> {
         let opts = opts.checked()?;
-        let origin = origin(&opts.endpoint)
-            .ok_or_else(|| Error::Invalid(format!("endpoint {:?}", opts.endpoint)))?;
+        let endpoint = parse_http(&opts.endpoint).map_err(Error::Invalid)?;
+        let redirect_rules = opts.redirect_rules()?;
         let t = opts.timeouts;
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -141,7 +145,8 @@ impl HubClient {
             inner: Arc::new(Inner {
                 agent: ureq::Agent::new_with_config(config),
                 opts,
-                origin,
+                endpoint,
+                redirect_rules,
                 counters: Counters::default(),
             }),
         })
@@ -165,66 +170,135 @@ impl HubClient {
         }
     }
 
-    /// Sends one GET to `url`, with the token when `url` is on the endpoint's origin.
-    fn send(&self, url: &str, extra: &[(&str, String)]) -> Result<Response<Body>, ureq::Error> {
+    /// Whether `url` is on the endpoint's origin (the only one that gets the token).
+    pub(crate) fn is_endpoint_origin(&self, url: &Url) -> bool {
+        same_origin(url, &self.inner.endpoint)
+    }
+
+    /// Why the client will not go to `url` (a redirect or `Link` target), if it will not:
+    /// it is on neither the endpoint's origin nor a configured redirect host.
+    pub(crate) fn refuses(&self, url: &Url) -> Option<String> {
+        if self.is_endpoint_origin(url) || self.inner.redirect_rules.iter().any(|r| r.admits(url)) {
+            return None;
+        }
+        let allowed: Vec<String> = self
+            .inner
+            .redirect_rules
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        Some(format!(
+            "{} is not the endpoint's origin {} nor a configured redirect host ({})",
+            url.origin().ascii_serialization(),
+            self.inner.endpoint.origin().ascii_serialization(),
+            if allowed.is_empty() {
+                "none configured".to_string()
+            } else {
+                allowed.join(", ")
+            }
+        ))
+    }
+
+    /// Sends one GET to `url`, with the token when `url` is on the endpoint's origin,
+    /// to be over (body included) by `deadline`.
+    fn send(
+        &self,
+        url: &Url,
+        extra: &[(&str, String)],
+        deadline: Option<Instant>,
+    ) -> Result<Response<Body>, ureq::Error> {
         Counters::add(&self.inner.counters.requests, 1);
-        let mut req = self.inner.agent.get(url);
+        let mut req = self.inner.agent.get(url.as_str());
         for (k, v) in extra {
             req = req.header(*k, v.as_str());
         }
         if let Some(t) = &self.inner.opts.token {
-            if origin(url).as_deref() == Some(self.inner.origin.as_str()) {
+            if self.is_endpoint_origin(url) {
                 req = req.header("authorization", format!("Bearer {t}"));
             }
         }
-        req.call()
-    }
-
-    /// GET `url`, following redirects: the final response, whatever its status.
-    fn follow(&self, url: &str, extra: &[(&str, String)]) -> Result<Reply, (String, ureq::Error)> {
-        let (mut url, mut linked) = (url.to_string(), Linked::default());
-        for _ in 0..=MAX_REDIRECTS {
-            let resp = self.send(&url, extra).map_err(|e| (url.clone(), e))?;
-            let status = resp.status().as_u16();
-            linked.collect(resp.headers());
-            let location = resp.headers().get("location").and_then(|v| v.to_str().ok());
-            let next = match (status, location) {
-                (301 | 302 | 303 | 307 | 308, Some(loc)) => join(&url, loc),
-                _ => None,
-            };
-            match next {
-                Some(n) => url = n,
-                None => {
-                    let (parts, body) = resp.into_parts();
-                    return Ok(Reply {
-                        url,
-                        status,
-                        headers: parts.headers,
-                        linked,
-                        body,
-                    });
-                }
+        match deadline {
+            None => req.call(),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                let left = left.max(Duration::from_millis(1));
+                req.config().timeout_global(Some(left)).build().call()
             }
         }
-        Err((url, ureq::Error::TooManyRedirects))
+    }
+
+    /// GET `url`, following redirects (to allowed origins only): the final response,
+    /// whatever its status. `total`: the deadline of the whole request, hops and body.
+    fn follow(
+        &self,
+        url: &str,
+        extra: &[(&str, String)],
+        total: Option<Duration>,
+    ) -> Result<Reply, Error> {
+        let deadline = total.map(|t| Instant::now() + t);
+        let mut url = parse_http(url).map_err(Error::Invalid)?;
+        let mut linked = Linked::default();
+        let mut hops = 0;
+        loop {
+            let resp = self
+                .send(&url, extra, deadline)
+                .map_err(|e| Error::Transport {
+                    url: url.to_string(),
+                    attempts: 1,
+                    source: Box::new(e),
+                })?;
+            let status = resp.status().as_u16();
+            linked.collect(resp.headers());
+            let location = match status {
+                301 | 302 | 303 | 307 | 308 => resp.headers().get("location"),
+                _ => None,
+            };
+            let Some(location) = location else {
+                let (parts, body) = resp.into_parts();
+                return Ok(Reply {
+                    url: url.to_string(),
+                    status,
+                    headers: parts.headers,
+                    linked,
+                    body,
+                });
+            };
+            let to = String::from_utf8_lossy(location.as_bytes()).into_owned();
+            let refused = |reason: String| Error::Redirect {
+                from: url.to_string(),
+                to: to.chars().take(200).collect(),
+                reason,
+            };
+            if hops == MAX_REDIRECTS {
+                return Err(refused(format!("more than {MAX_REDIRECTS} redirects")));
+            }
+            hops += 1;
+            let next = join(&url, &to).map_err(refused)?;
+            if let Some(why) = self.refuses(&next) {
+                return Err(refused(why));
+            }
+            url = next;
+        }
     }
 
     /// One attempt at GET `url`: a 2xx (or 416, for the caller to judge) response, a
-    /// retryable failure, or a final error.
-    pub(crate) fn once(&self, url: &str, extra: &[(&str, String)], t: Target) -> Outcome<Reply> {
-        let reply = match self.follow(url, extra) {
+    /// retryable failure, or a final error. `total`: the attempt's deadline, body
+    /// included (metadata requests; downloads have their own, see `Download`).
+    pub(crate) fn once(
+        &self,
+        url: &str,
+        extra: &[(&str, String)],
+        t: Target,
+        total: Option<Duration>,
+    ) -> Outcome<Reply> {
+        let reply = match self.follow(url, extra, total) {
             Ok(r) => r,
-            Err((at, e)) => {
-                let retry = transient(&e);
-                let err = Error::Transport {
-                    url: at,
-                    attempts: 1,
-                    source: Box::new(e),
-                };
+            Err(e) => {
+                let retry = matches!(&e, Error::Transport { source, .. } if transient(source));
                 return if retry {
-                    Outcome::Retry(err, None)
+                    Outcome::Retry(e, None)
                 } else {
-                    Outcome::Fail(err)
+                    Outcome::Fail(e)
                 };
             }
         };
@@ -271,7 +345,7 @@ impl HubClient {
         extra: &[(&str, String)],
         t: Target,
     ) -> Result<Reply, Error> {
-        self.with_retries(|| self.once(url, extra, t))
+        self.with_retries(|| self.once(url, extra, t, None))
     }
 
     /// The typed error for an error status.
@@ -279,8 +353,8 @@ impl HubClient {
         let (status, url) = (reply.status, reply.url.clone());
         let code = reply.header("x-error-code").unwrap_or("").to_string();
         let message = error_message(reply);
-        let sent =
-            self.inner.opts.token.is_some() && origin(&url).as_deref() == Some(&self.inner.origin);
+        let sent = self.inner.opts.token.is_some()
+            && parse_http(&url).is_ok_and(|u| self.is_endpoint_origin(&u));
         let (repo, revision) = (t.repo.to_string(), t.revision.unwrap_or("").to_string());
         match (status, code.as_str()) {
             (401 | 404, "RepoNotFound") => Error::RepoNotFound {

@@ -10,10 +10,17 @@
 //! either exactly the file or an error: never a silently short or long file.
 //!
 //! Each answer is also checked against the first: same `X-Repo-Commit` as asked, same
-//! `X-Linked-Etag`, no content encoding. Errors inside `read` are [`Error`]s wrapped in
+//! `X-Linked-Etag`, no content encoding.
+//!
+//! A download has a total deadline that grows with what it received: its `k`-th byte
+//! must be in within `total + k / min_rate` of `open` ([`crate::Timeouts`]), checked
+//! after every read and before every re-request (a silent connection is cut by the
+//! per-read timeout first). An upstream that dribbles a byte now and then, which no
+//! per-read timeout catches, ends in [`Error::TooSlow`]. Errors inside `read` are [`Error`]s wrapped in
 //! `io::Error` ([`Error::from_io`]); [`Download::copy_to`] returns them directly.
 
 use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
 
 use crate::client::{Counters, HubClient, Reply, Target};
 use crate::error::Error;
@@ -45,6 +52,10 @@ pub struct Download {
     last_cut: String,
     resumes: u32,
     done: bool,
+    /// When `open` was called, and the bytes received since (discarded ones included):
+    /// the deadline's clock.
+    started: Instant,
+    received: u64,
 }
 
 impl HubClient {
@@ -94,6 +105,8 @@ impl HubClient {
             last_cut: String::new(),
             resumes: 0,
             done: false,
+            started: Instant::now(),
+            received: 0,
         };
         if size != Some(offset) {
             d.request(size.is_none())?;
@@ -318,6 +331,7 @@ impl Download {
             });
         }
         std::thread::sleep(retry::backoff(self.fails, o.base_backoff, o.max_backoff));
+        self.check_pace()?;
         self.resumes += 1;
         let c = &self.client.inner.counters;
         Counters::add(&c.resumes, 1);
@@ -369,7 +383,9 @@ impl Download {
             match body.read(&mut buf[..want]) {
                 Ok(0) => self.cut(format!("body ended at byte {} of {}", self.pos, self.size)),
                 Ok(n) => {
-                    if let Some(n) = self.take(n) {
+                    let taken = self.take(n);
+                    self.check_pace()?;
+                    if let Some(n) = taken {
                         return Ok(n);
                     }
                 }
@@ -379,10 +395,31 @@ impl Download {
         }
     }
 
+    /// The deadline: `total + received / min_rate` after the start (see the module doc).
+    fn check_pace(&self) -> Result<(), Error> {
+        let t = self.client.inner.opts.timeouts;
+        if t.min_rate == 0 {
+            return Ok(());
+        }
+        let elapsed = self.started.elapsed();
+        let earned = Duration::from_secs_f64(self.received as f64 / t.min_rate as f64);
+        if elapsed <= t.total.saturating_add(earned) {
+            return Ok(());
+        }
+        Err(Error::TooSlow {
+            path: self.path.clone(),
+            received: self.received,
+            seconds: elapsed.as_secs(),
+            grace: t.total.as_secs(),
+            min_rate: t.min_rate,
+        })
+    }
+
     /// Accounts for `n` bytes just read: thrown away while skipping (`None`), else
     /// returned to the caller.
     fn take(&mut self, n: usize) -> Option<usize> {
         let c = &self.client.inner.counters;
+        self.received += n as u64;
         Counters::add(&c.bytes, n as u64);
         self.fails = 0;
         if self.skip > 0 {

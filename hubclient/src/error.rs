@@ -77,6 +77,37 @@ pub enum Error {
     #[error("{url}: invalid answer: {reason}")]
     Protocol { url: String, reason: String },
 
+    /// A redirect (or a tree page's `Link`) the client will not follow: to an origin that
+    /// is neither the endpoint's nor a configured redirect host, with user info, not
+    /// http(s), or one hop too many.
+    #[error("{from}: refused to follow the redirect to {to:?}: {reason}")]
+    Redirect {
+        from: String,
+        to: String,
+        reason: String,
+    },
+
+    /// A revision's file listing is over one of the client's caps
+    /// ([`crate::ListingLimits`]).
+    #[error("{url}: the file listing of {repo} is over the cap of {cap} {what} (raise the cap if the repository really is this large)")]
+    ListingCap {
+        url: String,
+        repo: String,
+        what: &'static str,
+        cap: u64,
+    },
+
+    /// A download fell under the lowest average rate after its grace
+    /// ([`crate::Timeouts`]): its total deadline passed.
+    #[error("{path:?}: download too slow: {received} bytes in {seconds}s, under the deadline of {grace}s + 1s per {min_rate} bytes")]
+    TooSlow {
+        path: String,
+        received: u64,
+        seconds: u64,
+        grace: u64,
+        min_rate: u64,
+    },
+
     /// A download delivered a different number of bytes than announced.
     #[error("{path:?}: {reason}")]
     Size { path: String, reason: String },
@@ -114,7 +145,7 @@ impl Error {
     /// download interrupted too often), as opposed to a refusal or a bad answer.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Transport { .. } | Error::Interrupted { .. } => true,
+            Error::Transport { .. } | Error::Interrupted { .. } | Error::TooSlow { .. } => true,
             Error::Status { status, .. } => *status == 429 || *status >= 500,
             _ => false,
         }

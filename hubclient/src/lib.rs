@@ -11,7 +11,10 @@
 //!   (LFS files) or git blob id (other files).
 //!
 //! Requests are retried on 429, 5xx and connection failures, with exponential backoff
-//! and jitter, honouring `Retry-After`. The token goes to the endpoint's origin only.
+//! and jitter, honouring `Retry-After`. The token goes to the endpoint's origin only;
+//! redirects are followed to that origin and to configured hosts only
+//! ([`HubOptions::redirect_hosts`]). Every transfer has a total deadline ([`Timeouts`]),
+//! and a file listing is held to caps ([`ListingLimits`]).
 //! [`HubClient::stats`] counts requests, retries and bytes for progress and reports.
 //!
 //! ```no_run
@@ -41,6 +44,6 @@ mod verify;
 pub use client::{HubClient, Stats};
 pub use download::{Download, MAX_RESUMES};
 pub use error::Error;
-pub use options::{endpoint, token, HubOptions, Timeouts, DEFAULT_ENDPOINT};
-pub use revision::{RemoteFile, Revision, MAX_FILES, MAX_JSON_BODY, MAX_PAGES, MAX_TREE_BYTES};
+pub use options::{endpoint, token, HubOptions, ListingLimits, Timeouts, DEFAULT_ENDPOINT};
+pub use revision::{RemoteFile, Revision, MAX_JSON_BODY, MAX_PAGES};
 pub use verify::{git_blob_id, Digests, Verifier, Verifying};

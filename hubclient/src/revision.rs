@@ -5,7 +5,9 @@
 //! Everything in these answers is untrusted: bodies are read up to a cap, every field is
 //! checked (commit and oids as lowercase hex, paths by [`crate::url::check_path`], LFS
 //! sizes against file sizes), duplicates and file/directory clashes are refused, and the
-//! number of files and pages is bounded. An error names the URL and what was wrong.
+//! listing is held to [`crate::ListingLimits`] (files, bytes of paths, bytes of JSON over
+//! all pages) and [`MAX_PAGES`]; a `Link` may lead only where a redirect may. An error
+//! names the URL and what was wrong (for a cap: which one, and its value).
 
 use std::collections::HashSet;
 
@@ -13,22 +15,19 @@ use serde::Deserialize;
 
 use crate::client::{HubClient, Outcome, Target};
 use crate::error::Error;
+use crate::options::ListingLimits;
 use crate::url::{
     check_path, check_repo, check_revision, encode_segment, is_commit, is_lower_hex, join,
-    next_link,
+    next_link, parse_http,
 };
 
 /// Largest JSON body read from one answer. The Hub's pages are a few MB at most; the
 /// cap keeps a hostile or broken upstream from exhausting memory.
 pub const MAX_JSON_BODY: u64 = 64 << 20;
 
-/// Most files in one revision: an order of magnitude above the largest repositories.
-pub const MAX_FILES: usize = 1_000_000;
-
 /// Most tree pages followed (the Hub sends about a thousand entries a page, so this
-/// covers [`MAX_FILES`] with room), and most bytes of tree JSON over all pages.
+/// covers the default cap on files with room).
 pub const MAX_PAGES: usize = 10_000;
-pub const MAX_TREE_BYTES: u64 = 1 << 30;
 
 /// One file of a revision, as the upstream describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,7 +136,7 @@ impl HubClient {
             "{}/api/models/{repo}/tree/{commit}?recursive=true&expand=false",
             self.endpoint()
         );
-        let mut list = FileList::default();
+        let mut list = FileList::new(repo, self.inner.opts.limits);
         let (mut pages, mut seen) = (0usize, HashSet::new());
         loop {
             pages += 1;
@@ -147,40 +146,58 @@ impl HubClient {
                     format!("tree pages loop or exceed {MAX_PAGES}"),
                 ));
             }
-            let (body, link) = self.get_page(&url, t)?;
+            let budget = list.limits.max_json_bytes.saturating_sub(list.bytes);
+            let (body, link) = self.get_page(&url, t, budget.min(MAX_JSON_BODY))?;
             list.bytes += body.len() as u64;
-            if list.bytes > MAX_TREE_BYTES {
-                return Err(Error::protocol(&url, "tree JSON over 1 GiB in all"));
-            }
             list.add_page(&url, &body)?;
             match link {
                 None => break,
-                Some(next) => {
-                    url = join(&url, &next).ok_or_else(|| {
-                        Error::protocol(&url, format!("bad Link target {:?}", clip(&next)))
-                    })?
-                }
+                Some(next) => url = self.next_page(&url, &next)?,
             }
         }
         list.finish(&url)
     }
 
-    /// GET `url` and read its body (at most [`MAX_JSON_BODY`]), retrying a body cut off.
-    fn get_json(&self, url: &str, t: Target) -> Result<Vec<u8>, Error> {
-        self.get_page(url, t).map(|(body, _)| body)
+    /// The URL of the page a `Link` names, if the client may go there (as a redirect).
+    fn next_page(&self, url: &str, next: &str) -> Result<String, Error> {
+        let bad = |why: String| Error::protocol(url, format!("Link {:?}: {why}", clip(next)));
+        let base = parse_http(url).map_err(bad)?;
+        let u = join(&base, next).map_err(bad)?;
+        match self.refuses(&u) {
+            Some(why) => Err(bad(why)),
+            None => Ok(u.to_string()),
+        }
     }
 
-    /// Like `get_json`, with the `rel="next"` target of the answer's `Link` header.
-    fn get_page(&self, url: &str, t: Target) -> Result<(Vec<u8>, Option<String>), Error> {
-        self.with_retries(|| match self.once(url, &[], t) {
+    /// GET `url` and read its body (at most [`MAX_JSON_BODY`]), retrying a body cut off.
+    fn get_json(&self, url: &str, t: Target) -> Result<Vec<u8>, Error> {
+        self.get_page(url, t, MAX_JSON_BODY).map(|(body, _)| body)
+    }
+
+    /// Like `get_json` with a cap of `limit` bytes, with the `rel="next"` target of the
+    /// answer's `Link` header. Each attempt is over within the `total` timeout.
+    fn get_page(
+        &self,
+        url: &str,
+        t: Target,
+        limit: u64,
+    ) -> Result<(Vec<u8>, Option<String>), Error> {
+        let total = Some(self.inner.opts.timeouts.total);
+        self.with_retries(|| match self.once(url, &[], t, total) {
             Outcome::Done(r) if r.status == 416 => {
                 Outcome::Fail(Error::protocol(url, "416 to a plain GET"))
             }
             Outcome::Done(r) => {
                 let link = r.header("link").and_then(next_link).map(str::to_string);
-                match read_capped(r.body, url) {
+                match read_capped(r.body, url, limit) {
                     Ok(body) => Outcome::Done((body, link)),
-                    Err(Cap::TooBig(e)) => Outcome::Fail(e),
+                    Err(Cap::TooBig) if limit < MAX_JSON_BODY => Outcome::Fail(Error::ListingCap {
+                        url: url.to_string(),
+                        repo: t.repo.to_string(),
+                        what: "bytes of listing JSON",
+                        cap: self.inner.opts.limits.max_json_bytes,
+                    }),
+                    Err(Cap::TooBig) => Outcome::Fail(too_big(url)),
                     Err(Cap::Cut(e)) => Outcome::Retry(e, None),
                 }
             }
@@ -191,17 +208,18 @@ impl HubClient {
 }
 
 enum Cap {
-    TooBig(Error),
+    TooBig,
     Cut(Error),
 }
 
-fn read_capped(body: ureq::Body, url: &str) -> Result<Vec<u8>, Cap> {
-    if body.content_length().is_some_and(|n| n > MAX_JSON_BODY) {
-        return Err(Cap::TooBig(too_big(url)));
+/// The body, if it is at most `limit` bytes (announced or read).
+fn read_capped(body: ureq::Body, url: &str, limit: u64) -> Result<Vec<u8>, Cap> {
+    if body.content_length().is_some_and(|n| n > limit) {
+        return Err(Cap::TooBig);
     }
-    match body.into_with_config().limit(MAX_JSON_BODY).read_to_vec() {
+    match body.into_with_config().limit(limit).read_to_vec() {
         Ok(v) => Ok(v),
-        Err(ureq::Error::BodyExceedsLimit(_)) => Err(Cap::TooBig(too_big(url))),
+        Err(ureq::Error::BodyExceedsLimit(_)) => Err(Cap::TooBig),
         Err(e) => Err(Cap::Cut(Error::Transport {
             url: url.to_string(),
             attempts: 1,
@@ -214,43 +232,72 @@ fn too_big(url: &str) -> Error {
     Error::protocol(url, "JSON body larger than 64 MiB")
 }
 
-/// The files gathered from tree pages, with what is needed to refuse duplicates.
-#[derive(Default)]
+/// The files gathered from tree pages, within the caps.
 struct FileList {
+    repo: String,
+    limits: ListingLimits,
     files: Vec<RemoteFile>,
-    paths: HashSet<String>,
+    /// Bytes of JSON read and of file paths kept, over all pages.
     bytes: u64,
+    path_bytes: u64,
 }
 
 impl FileList {
+    fn new(repo: &str, limits: ListingLimits) -> FileList {
+        FileList {
+            repo: repo.to_string(),
+            limits,
+            files: Vec::new(),
+            bytes: 0,
+            path_bytes: 0,
+        }
+    }
+
+    fn cap(&self, url: &str, what: &'static str, cap: u64) -> Error {
+        Error::ListingCap {
+            url: url.to_string(),
+            repo: self.repo.clone(),
+            what,
+            cap,
+        }
+    }
+
     fn add_page(&mut self, url: &str, body: &[u8]) -> Result<(), Error> {
         let entries: Vec<Entry> = serde_json::from_slice(body)
             .map_err(|e| Error::protocol(url, format!("tree JSON: {e}")))?;
+        let l = self.limits;
         for e in entries {
             let Some(f) = entry_file(e).map_err(|why| Error::protocol(url, why))? else {
                 continue;
             };
-            if self.files.len() >= MAX_FILES {
-                return Err(Error::protocol(url, format!("more than {MAX_FILES} files")));
+            if self.files.len() >= l.max_files {
+                return Err(self.cap(url, "files", l.max_files as u64));
             }
-            if !self.paths.insert(f.path.clone()) {
-                return Err(Error::protocol(
-                    url,
-                    format!("file {:?} listed twice", f.path),
-                ));
+            self.path_bytes += f.path.len() as u64;
+            if self.path_bytes > l.max_path_bytes {
+                return Err(self.cap(url, "bytes of file paths", l.max_path_bytes));
             }
             self.files.push(f);
         }
         Ok(())
     }
 
-    /// Refuses a file that is also the directory of another (`a` and `a/b`): no
-    /// snapshot can hold both.
+    /// Refuses a path listed twice, and a file that is also the directory of another
+    /// (`a` and `a/b`): no snapshot can hold both. (A sorted index instead of a set of
+    /// paths: the paths are held once.)
     fn finish(self, url: &str) -> Result<Vec<RemoteFile>, Error> {
+        let mut sorted: Vec<&str> = self.files.iter().map(|f| f.path.as_str()).collect();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::protocol(
+                url,
+                format!("file {:?} listed twice", w[0]),
+            ));
+        }
         for f in &self.files {
             let mut dir = f.path.as_str();
             while let Some((parent, _)) = dir.rsplit_once('/') {
-                if self.paths.contains(parent) {
+                if sorted.binary_search(&parent).is_ok() {
                     let why = format!(
                         "{parent:?} is both a file and the directory of {:?}",
                         f.path

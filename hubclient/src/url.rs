@@ -1,12 +1,14 @@
 //! Names and URLs: which repository ids, revisions and file paths are acceptable, how
 //! each is percent-encoded into a request path, how a `Location` or `Link` target is
-//! resolved against the URL that sent it, and which URLs share the endpoint's origin
-//! (the only one that ever sees the token).
+//! resolved against the URL that sent it, which URLs share the endpoint's origin (the
+//! only one that ever sees the token), and which other origins a redirect may lead to
+//! ([`OriginRule`]). Parsing, joining and origins are the `url` crate's (WHATWG URL).
 //!
 //! File paths come from the upstream's tree, so they are checked as hostile input: a
 //! path must stay inside the snapshot whatever the caller later does with it.
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+pub use url::Url;
 
 /// Longest file path accepted (bytes): far above any real repository, small enough that
 /// a million of them stay reasonable in memory.
@@ -98,61 +100,118 @@ pub fn encode_path(path: &str) -> String {
         .join("/")
 }
 
-/// `scheme://host[:port]` of an absolute URL, lowercased, without a trailing slash.
-pub fn origin(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    if authority.is_empty() || authority.contains('@') {
-        return None;
+/// An absolute `http`/`https` URL without user info: the endpoint, and every URL a
+/// request is sent to. User info is refused rather than dropped: `https://hub@evil/`
+/// names the host `evil`, and a redirect that carries credentials is not one to follow.
+pub fn parse_http(s: &str) -> Result<Url, String> {
+    let u = Url::parse(s.trim()).map_err(|e| format!("URL {:?}: {e}", clip(s)))?;
+    if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none_or(str::is_empty) {
+        return Err(format!("URL {:?}: expected http(s)://host", clip(s)));
     }
-    let scheme = scheme.to_ascii_lowercase();
-    let mut authority = authority.to_ascii_lowercase();
-    let default_port = if scheme == "https" { ":443" } else { ":80" };
-    if let Some(bare) = authority.strip_suffix(default_port) {
-        authority = bare.to_string();
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(format!("URL {:?}: user info (`user@`) is refused", clip(s)));
     }
-    Some(format!("{scheme}://{authority}"))
+    Ok(u)
 }
 
-/// `target` (a `Location` or `Link` value) resolved against `base`, the URL it came from.
-pub fn join(base: &str, target: &str) -> Option<String> {
+/// `target` (a `Location` or `Link` value: absolute, scheme-relative, absolute-path or
+/// relative) resolved against `base`, the URL it came from, by RFC 3986 as the `url`
+/// crate implements it; the result must be an `http(s)` URL without user info.
+pub fn join(base: &Url, target: &str) -> Result<Url, String> {
     let target = target.trim();
     if target.is_empty() || target.chars().any(|c| c.is_control() || c == ' ') {
-        return None;
+        return Err(format!("bad target {:?}", clip(target)));
     }
-    if target.starts_with("http://") || target.starts_with("https://") {
-        return origin(target).map(|_| target.to_string());
-    }
-    if has_scheme(target) {
-        return None;
-    }
-    let base_origin = origin(base)?;
-    if let Some(rest) = target.strip_prefix("//") {
-        let scheme = base_origin.split("://").next()?;
-        return Some(format!("{scheme}://{rest}"));
-    }
-    if target.starts_with('/') {
-        return Some(format!("{base_origin}{target}"));
-    }
-    // A relative reference: beside the last segment of the base's path.
-    let no_query = base.split(['?', '#']).next()?;
-    let dir = no_query.rsplit_once('/').map(|(d, _)| d)?;
-    if dir.len() < base_origin.len() {
-        return Some(format!("{base_origin}/{target}"));
-    }
-    Some(format!("{dir}/{target}"))
+    let mut u = base
+        .join(target)
+        .map_err(|e| format!("bad target {:?}: {e}", clip(target)))?;
+    u.set_fragment(None);
+    parse_http(u.as_str())
 }
 
-/// Whether a reference starts with a scheme (`ftp:`, `file:`...), RFC 3986's
-/// `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) ":"` before any `/`, `?` or `#`.
-fn has_scheme(target: &str) -> bool {
-    let head = target.split(['/', '?', '#']).next().unwrap_or("");
-    head.split_once(':').is_some_and(|(scheme, _)| {
-        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-    })
+/// Whether two URLs share their origin: scheme, host and port (the scheme's default
+/// port when none is written), as the `url` crate defines it.
+pub fn same_origin(a: &Url, b: &Url) -> bool {
+    a.origin() == b.origin()
+}
+
+/// An origin a redirect or a `Link` may lead to besides the endpoint's own:
+/// `[scheme://]host[:port]`, where `host` may start with `*.` (any subdomain, not the
+/// domain itself). Without a scheme, `https`; without a port, the scheme's default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OriginRule {
+    scheme: String,
+    /// Lowercase, as the `url` crate writes hosts (IDNA to punycode).
+    host: String,
+    /// `*.host`: subdomains of `host` only.
+    subdomains: bool,
+    port: u16,
+}
+
+impl OriginRule {
+    /// Parses one rule; an error names what is wrong with it.
+    pub fn parse(rule: &str) -> Result<OriginRule, String> {
+        let r = rule.trim();
+        let (scheme, rest) = r.split_once("://").unwrap_or(("https", r));
+        let (subdomains, rest) = match rest.strip_prefix("*.") {
+            Some(h) => (true, h),
+            None => (false, rest),
+        };
+        let bad = |why: &str| format!("redirect host {:?}: {why}", clip(rule));
+        let u = parse_http(&format!("{scheme}://{rest}")).map_err(|e| bad(&e))?;
+        if !matches!(u.path(), "" | "/") || u.query().is_some() || u.fragment().is_some() {
+            return Err(bad("expected [scheme://]host[:port], no path"));
+        }
+        let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
+            return Err(bad("no host"));
+        };
+        if subdomains && !matches!(u.host(), Some(url::Host::Domain(_))) {
+            return Err(bad("`*.` needs a domain name"));
+        }
+        Ok(OriginRule {
+            scheme: u.scheme().to_string(),
+            host: host.to_string(),
+            subdomains,
+            port,
+        })
+    }
+
+    /// Whether `u` is on an origin this rule admits.
+    pub fn admits(&self, u: &Url) -> bool {
+        let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
+            return false;
+        };
+        let host_ok = if self.subdomains {
+            matches!(u.host(), Some(url::Host::Domain(_)))
+                && host
+                    .strip_suffix(self.host.as_str())
+                    .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.'))
+        } else {
+            host == self.host
+        };
+        u.scheme() == self.scheme && port == self.port && host_ok
+    }
+}
+
+impl std::fmt::Display for OriginRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let star = if self.subdomains { "*." } else { "" };
+        write!(f, "{}://{star}{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+/// The origins the public Hub (`huggingface.co`, `hf.co`) sends downloads to: its CDNs
+/// and storage bridges, all under its two domains, over https.
+pub const HUB_REDIRECT_HOSTS: &[&str] = &[
+    "https://huggingface.co",
+    "https://*.huggingface.co",
+    "https://hf.co",
+    "https://*.hf.co",
+];
+
+/// At most 80 characters of an untrusted value, for an error message.
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
 }
 
 /// The target of `rel="next"` in a `Link` header (`<url>; rel="next", <url>; rel="prev"`).
@@ -218,29 +277,86 @@ mod tests {
 
     #[test]
     fn origins_and_joins() {
+        let u = |s: &str| parse_http(s).unwrap();
+        assert!(same_origin(
+            &u("HTTPS://Hf.co:443/x"),
+            &u("https://hf.co/y")
+        ));
+        assert!(same_origin(&u("http://h:80/"), &u("http://h")));
+        assert!(!same_origin(&u("http://h/"), &u("https://h/")));
+        assert!(!same_origin(&u("http://h:1/"), &u("http://h:2/")));
+        assert!(!same_origin(&u("http://h/"), &u("http://h.evil/")));
+        for bad in [
+            "http://u@h/",
+            "https://hub@evil/",
+            "http://u:p@h/",
+            "ftp://h/x",
+            "h/x",
+        ] {
+            assert!(parse_http(bad).is_err(), "{bad}");
+        }
+        let b = u("http://h:1/api/models/a/b/tree/c?x=1");
+        let j = |t: &str| join(&b, t).map(|u| u.to_string());
+        assert_eq!(j("/p?q").as_deref(), Ok("http://h:1/p?q"));
+        assert_eq!(j("d").as_deref(), Ok("http://h:1/api/models/a/b/tree/d"));
+        assert_eq!(j("../d").as_deref(), Ok("http://h:1/api/models/a/b/d"));
+        assert_eq!(j("//o:2/z").as_deref(), Ok("http://o:2/z"));
+        assert_eq!(j("https://o/z#frag").as_deref(), Ok("https://o/z"));
         assert_eq!(
-            origin("HTTPS://Hf.co:443/x").as_deref(),
-            Some("https://hf.co")
+            join(&u("http://h"), "z").map(|u| u.to_string()).as_deref(),
+            Ok("http://h/z")
         );
-        assert_eq!(origin("http://h:8080").as_deref(), Some("http://h:8080"));
-        assert_eq!(origin("http://u@h/"), None);
-        let b = "http://h:1/api/models/a/b/tree/c?x=1";
-        assert_eq!(join(b, "/p?q").as_deref(), Some("http://h:1/p?q"));
+        for bad in [
+            "a b",
+            "file:///etc/passwd",
+            "ftp://h/x",
+            "//hub@evil/x",
+            "",
+            "\u{7f}",
+        ] {
+            assert!(j(bad).is_err(), "{bad:?}");
+        }
+        // Not a scheme: a relative path with a colon after a slash.
         assert_eq!(
-            join(b, "d").as_deref(),
-            Some("http://h:1/api/models/a/b/tree/d")
+            j("./a:b").as_deref(),
+            Ok("http://h:1/api/models/a/b/tree/a:b")
         );
-        assert_eq!(join(b, "//o:2/z").as_deref(), Some("http://o:2/z"));
-        assert_eq!(join(b, "https://o/z").as_deref(), Some("https://o/z"));
-        assert_eq!(join("http://h", "z").as_deref(), Some("http://h/z"));
-        assert_eq!(join(b, "a b"), None);
-        assert_eq!(join(b, "file:///etc/passwd"), None);
-        assert_eq!(join(b, "ftp://h/x"), None);
-        assert_eq!(join(b, "a:b/c"), None);
-        assert_eq!(
-            join(b, "./a:b").as_deref(),
-            Some("http://h:1/api/models/a/b/tree/./a:b")
-        );
+    }
+
+    #[test]
+    fn origin_rules() {
+        let r = |s: &str| OriginRule::parse(s).unwrap();
+        let u = |s: &str| parse_http(s).unwrap();
+        let cdn = r("cdn.example.com");
+        assert!(cdn.admits(&u("https://CDN.example.com/x")));
+        assert!(cdn.admits(&u("https://cdn.example.com:443/x")));
+        assert!(!cdn.admits(&u("http://cdn.example.com/x")), "no downgrade");
+        assert!(!cdn.admits(&u("https://cdn.example.com:8443/x")));
+        assert!(!cdn.admits(&u("https://cdn.example.com.evil/x")));
+        let star = r("https://*.hf.co");
+        assert!(star.admits(&u("https://cdn-lfs.hf.co/x")));
+        assert!(star.admits(&u("https://cas-bridge.xethub.hf.co/x")));
+        assert!(!star.admits(&u("https://hf.co/x")));
+        assert!(!star.admits(&u("https://evilhf.co/x")));
+        assert!(!star.admits(&u("https://hf.co.evil/x")));
+        let local = r("http://127.0.0.1:8080");
+        assert!(local.admits(&u("http://127.0.0.1:8080/cdn")));
+        assert!(!local.admits(&u("http://127.0.0.1:8081/cdn")));
+        assert_eq!(local.to_string(), "http://127.0.0.1:8080");
+        for bad in [
+            "",
+            "https://",
+            "h/path",
+            "u@h",
+            "*.1.2.3.4",
+            "ftp://h",
+            "h?x",
+        ] {
+            assert!(OriginRule::parse(bad).is_err(), "{bad:?}");
+        }
+        for ok in HUB_REDIRECT_HOSTS {
+            OriginRule::parse(ok).unwrap();
+        }
     }
 
     #[test]

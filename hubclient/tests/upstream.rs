@@ -8,7 +8,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use fake::{Canned, Fake, COMMIT, REPO};
-use hubclient::{Error, HubClient, HubOptions, Timeouts, Verifier, Verifying};
+use hubclient::{Error, HubClient, HubOptions, ListingLimits, Timeouts, Verifier, Verifying};
 use sha2::{Digest, Sha256};
 
 fn options(endpoint: &str) -> HubOptions {
@@ -22,6 +22,7 @@ fn options(endpoint: &str) -> HubOptions {
             connect: Duration::from_secs(5),
             response: Duration::from_secs(5),
             read: Duration::from_secs(5),
+            ..Timeouts::default()
         },
         ..HubOptions::default()
     }
@@ -271,14 +272,41 @@ fn token_is_required_and_sent() {
         .any(|s| s.header("authorization") == Some("Bearer s3cret")));
 }
 
-/// Brief item 3b: A redirect to another host:port gets no `Authorization`; the hub hop does.
+/// Issue 26 point 8: a redirect to another origin (here another port) is refused, with an
+/// error naming it, and that origin never sees a request; bytes come only from the
+/// endpoint's origin or a configured redirect host.
 #[test]
-fn redirect_to_another_host_drops_the_token() {
+fn a_redirect_to_another_origin_is_refused() {
     let (hub, cdn) = (Fake::start(), Fake::start());
     hub.state().token = Some("s3cret".into());
     hub.state().redirect = Some(cdn.url.clone());
     let c = HubClient::new(HubOptions {
         token: Some("s3cret".into()),
+        ..options(&hub.url)
+    })
+    .unwrap();
+    let r = fetch(&c, "sub/dir/tokenizer.json", 0, None);
+    let taken = r.as_ref().map(Vec::len).ok();
+    assert!(r.is_err(), "{taken:?} bytes taken from another origin");
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("refused to follow the redirect") && e.contains(&cdn.url),
+        "{e}"
+    );
+    assert!(e.contains("not the endpoint's origin"), "{e}");
+    assert_eq!(cdn.seen().len(), 0, "the other origin was asked");
+}
+
+/// A redirect to a configured host (a CDN) is followed, without the token; the size and
+/// etag of the hub hop are kept for a resumed download.
+#[test]
+fn a_redirect_to_a_configured_host_drops_the_token() {
+    let (hub, cdn) = (Fake::start(), Fake::start());
+    hub.state().token = Some("s3cret".into());
+    hub.state().redirect = Some(cdn.url.clone());
+    let c = HubClient::new(HubOptions {
+        token: Some("s3cret".into()),
+        redirect_hosts: vec![cdn.url.clone()],
         ..options(&hub.url)
     })
     .unwrap();
@@ -298,6 +326,60 @@ fn redirect_to_another_host_drops_the_token() {
         (resumed.header("range"), resumed.header("authorization")),
         (Some("bytes=1234-"), None)
     );
+    // The rule is for that origin only: the same host on another port is refused.
+    let other = Fake::start();
+    hub.state().redirect = Some(other.url.clone());
+    assert!(fetch(&c, "config.json", 0, None).is_err());
+    assert_eq!(other.seen().len(), 0);
+}
+
+/// Issue 26 points 8 and 11: `Location` values in every form, resolved by the `url`
+/// crate: relative ones (dot segments included) stay on the endpoint's origin and keep
+/// the token; user info, scheme-relative and other schemes are refused before any
+/// request; a loop ends with an error naming the hop count.
+#[test]
+fn redirect_locations_are_resolved_and_checked() {
+    let (hub, cdn) = (Fake::start(), Fake::start());
+    hub.state().token = Some("s3cret".into());
+    let c = HubClient::new(HubOptions {
+        token: Some("s3cret".into()),
+        ..options(&hub.url)
+    })
+    .unwrap();
+    let want = hub.file("config.json").data;
+    // Relative with dot segments: /org/model/resolve/{commit}/config.json → /cdn/config.json.
+    hub.state().location = Some("../../../../cdn/config.json".into());
+    assert_eq!(fetch(&c, "config.json", 0, None).unwrap(), want);
+    let last = hub.seen().last().cloned().unwrap();
+    assert_eq!(last.target, "/cdn/config.json");
+    assert_eq!(last.header("authorization"), Some("Bearer s3cret"));
+    // Absolute-path.
+    hub.state().location = Some("/cdn/config.json".into());
+    assert_eq!(fetch(&c, "config.json", 0, None).unwrap(), want);
+
+    let cdn_host = cdn.url.trim_start_matches("http://").to_string();
+    let hub_host = hub.url.trim_start_matches("http://").to_string();
+    for loc in [
+        format!("//{cdn_host}/cdn/config.json"),
+        format!("http://hub@{cdn_host}/cdn/config.json"),
+        format!("http://{hub_host}@{cdn_host}/cdn/config.json"),
+        format!("http://user:pw@{hub_host}/cdn/config.json"),
+        "file:///etc/passwd".to_string(),
+        "ftp://example.com/x".to_string(),
+    ] {
+        hub.state().location = Some(loc.clone());
+        let before = hub.seen().len();
+        let e = fetch(&c, "config.json", 0, None)
+            .expect_err(&loc)
+            .to_string();
+        assert!(e.contains("refused to follow the redirect"), "{loc}: {e}");
+        assert_eq!(hub.seen().len(), before + 1, "{loc}: one request, no hop");
+    }
+    assert_eq!(cdn.seen().len(), 0);
+    // A loop: the same URL again and again.
+    hub.state().location = Some(format!("/{REPO}/resolve/{COMMIT}/config.json"));
+    let e = fetch(&c, "config.json", 0, None).unwrap_err().to_string();
+    assert!(e.contains("more than 10 redirects"), "{e}");
 }
 
 /// A redirect within the endpoint's origin (a renamed repository) keeps the token.
@@ -443,6 +525,124 @@ fn hostile_trees_are_refused() {
     let me =
         format!("</api/models/{REPO}/tree/{COMMIT}?recursive=true&expand=false>; rel=\"next\"");
     assert!(tree_error(&one("a"), Some(&me)).contains("loop"));
+    // A `Link` to another origin is not followed (issue 26 point 8).
+    let elsewhere = Fake::start();
+    let away = format!(
+        "<{}/api/models/{REPO}/tree/{COMMIT}?cursor=1>; rel=\"next\"",
+        elsewhere.url
+    );
+    assert!(tree_error(&one("a"), Some(&away)).contains("not the endpoint's origin"));
+    assert_eq!(elsewhere.seen().len(), 0);
+}
+
+/// Issue 26 point 8: a listing is capped by default, however the upstream spreads it
+/// over pages: 8 thousand paths of 4 KiB (32 MiB of paths held in memory)...
+#[test]
+fn a_listing_of_huge_paths_is_refused_by_default() {
+    let fake = Fake::start();
+    fake.state().synthetic = Some((10_000, 4096));
+    let r = client(&fake).revision(REPO, "main");
+    let e = r
+        .map(|r| r.files.len())
+        .expect_err("40 MiB of paths held in memory");
+    let e = e.to_string();
+    assert!(
+        e.contains("over the cap of 33554432 bytes of file paths"),
+        "{e}"
+    );
+}
+
+/// ... and a quarter of a million files.
+#[test]
+fn a_listing_of_too_many_files_is_refused_by_default() {
+    let fake = Fake::start();
+    fake.state().synthetic = Some((250_001, 12));
+    let r = client(&fake).revision(REPO, "main");
+    let e = r
+        .map(|r| r.files.len())
+        .expect_err("250001 files held in memory");
+    let e = e.to_string();
+    assert!(e.contains("over the cap of 250000 files"), "{e}");
+}
+
+/// The caps are settings; each error names its cap; a listing within them is whole.
+#[test]
+fn listing_caps_are_configurable() {
+    let fake = Fake::start();
+    fake.state().synthetic = Some((50, 20));
+    fake.state().page_size = Some(10);
+    let with = |limits: ListingLimits| {
+        HubClient::new(HubOptions {
+            limits,
+            ..options(&fake.url)
+        })
+        .unwrap()
+        .revision(REPO, "main")
+    };
+    let d = ListingLimits::default();
+    let cap = |l: ListingLimits| match with(l) {
+        Err(Error::ListingCap { what, cap, .. }) => (what, cap),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(cap(ListingLimits { max_files: 49, ..d }), ("files", 49));
+    assert_eq!(
+        cap(ListingLimits {
+            max_path_bytes: 999,
+            ..d
+        }),
+        ("bytes of file paths", 999)
+    );
+    assert_eq!(
+        cap(ListingLimits {
+            max_json_bytes: 3000,
+            ..d
+        }),
+        ("bytes of listing JSON", 3000)
+    );
+    let all = with(ListingLimits {
+        max_files: 50,
+        max_path_bytes: 1000,
+        ..d
+    })
+    .unwrap();
+    assert_eq!(all.files.len(), 50);
+}
+
+/// Issue 26 point 7: a download that dribbles a byte now and then (no per-read timeout
+/// fires) ends at its deadline, `total + received / min_rate`, with an error saying so.
+#[test]
+fn a_dribbling_download_ends_at_its_deadline() {
+    let fake = Fake::start();
+    fake.state().dribble = Some(Duration::from_millis(20));
+    let mut o = options(&fake.url);
+    o.timeouts.total = Duration::from_secs(1);
+    o.timeouts.min_rate = 1000;
+    let c = HubClient::new(o).unwrap();
+    let t = Instant::now();
+    let e = fetch(&c, "model.safetensors", 0, Some(300_000)).unwrap_err();
+    assert!(matches!(e, Error::TooSlow { .. }), "{e}");
+    assert!(e.to_string().contains("download too slow"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // The same file at full speed is not held to more than its pace.
+    fake.state().dribble = None;
+    let got = fetch(&c, "model.safetensors", 0, Some(300_000)).unwrap();
+    assert_eq!(sha256(&got), sha256(&fake.file("model.safetensors").data));
+}
+
+/// A metadata request has a total deadline too, body included.
+#[test]
+fn a_dribbling_metadata_answer_ends_at_its_deadline() {
+    let fake = Fake::start();
+    fake.state().dribble = Some(Duration::from_millis(100));
+    let mut o = options(&fake.url);
+    o.timeouts.total = Duration::from_millis(500);
+    o.max_retries = 1;
+    let c = HubClient::new(o).unwrap();
+    let t = Instant::now();
+    let e = c.commit(REPO, "main").unwrap_err();
+    assert!(matches!(e, Error::Transport { attempts: 2, .. }), "{e}");
+    assert!(e.to_string().contains("imeout"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
 
 /// Brief item 6b: A body over the JSON cap is refused, whether announced or streamed.

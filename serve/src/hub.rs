@@ -307,6 +307,8 @@ impl Hub {
         };
         // What the store answers when the upstream cannot.
         let fallback = |e: UpstreamError| match self.stored(&repo, &shown) {
+            // In flight: the request waits for it and is routed again (not stale data).
+            _ if e == UpstreamError::Pending => Err(upstream_reply(mirror.endpoint(), &e)),
             Ok((c, tag)) => Ok((repo.clone(), c, tag, false)),
             Err(_) => Err(upstream_reply(mirror.endpoint(), &e)),
         };
@@ -330,10 +332,15 @@ impl Hub {
             Ok((c, tag)) if !self.partial(&repo, &commit, &tag)? => Some((c, tag)),
             _ => None,
         };
-        // Missing, or stored in part: the pull brings (the rest of) it.
-        let pulled = match found {
-            Some(_) => false,
-            None => match self.bring(mirror, &repo, &commit, rev) {
+        // Missing, or stored in part: the pull brings (the rest of) it. Found after a
+        // wait for its pull (routed again): still the miss that caused the pull.
+        let pull = match found {
+            Some(_) => mirror.waited_for_pull(&repo, &commit),
+            None => Some(mirror.fetch(&repo, &commit)),
+        };
+        let pulled = match pull {
+            None => false,
+            Some(outcome) => match self.brought(mirror, &repo, &commit, rev, outcome) {
                 Ok(()) => true,
                 Err(e) => return fallback(e),
             },
@@ -350,15 +357,16 @@ impl Hub {
         Ok((repo, c, tag, pulled))
     }
 
-    /// Pulls `commit` through the mirror (once, whoever else asks meanwhile).
-    fn bring(
+    /// The outcome of a pull of `commit` through the mirror (run once, whoever else asks
+    /// meanwhile), logged for the request that caused it.
+    fn brought(
         &self,
         mirror: &Mirror,
         repo: &RepoId,
         commit: &CommitId,
         rev: &str,
+        (bytes, led): (Result<u64, UpstreamError>, bool),
     ) -> Result<(), UpstreamError> {
-        let (bytes, led) = mirror.fetch(repo, commit);
         let bytes = bytes?;
         if led {
             // The access log's line for the request that caused the pull.
@@ -384,13 +392,20 @@ impl Hub {
             return Ok((repo, c, tag, false));
         };
         if !self.partial(&repo, &c, &tag)? {
-            return Ok((repo, c, tag, false));
+            // Completed after a wait for its pull (routed again): the miss that caused it.
+            let pulled = match mirror.waited_for_pull(&repo, &c) {
+                Some(outcome) => self.brought(mirror, &repo, &c, &c.to_hex(), outcome).is_ok(),
+                None => false,
+            };
+            return Ok((repo, c, tag, pulled));
         }
-        match self.bring(mirror, &repo, &c, &c.to_hex()) {
+        let outcome = mirror.fetch(&repo, &c);
+        match self.brought(mirror, &repo, &c, &c.to_hex(), outcome) {
             Ok(()) => {
                 let (c, tag) = self.stored(&repo, &c.to_hex())?;
                 Ok((repo, c, tag, true))
             }
+            Err(e @ UpstreamError::Pending) => Err(upstream_reply(mirror.endpoint(), &e)),
             Err(e) => {
                 tracing::warn!(
                     "{repo}@{} is stored in part and cannot be completed: {e}",
@@ -641,6 +656,13 @@ fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
             StatusCode::BAD_GATEWAY,
             "",
             &format!("upstream {endpoint} unavailable and not stored here: {m}"),
+            None,
+        ),
+        // Replaced by the answer once the wait is over (see `upstream::flight`).
+        UpstreamError::Pending => Reply::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            &format!("waiting for the upstream {endpoint}"),
             None,
         ),
     }

@@ -118,6 +118,9 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 impl Metrics {
     /// Counts a request.
     pub fn request(&self, endpoint: &'static str, status: u16) {
+        if crate::upstream::flight::stopped() {
+            return;
+        }
         self.requests
             .get_or_create(&RequestLabels { endpoint, status })
             .inc();
@@ -139,6 +142,7 @@ impl Metrics {
             E::RepoNotFound(_) => "repo_not_found",
             E::RevisionNotFound(_) => "revision_not_found",
             E::Unavailable(_) => "unavailable",
+            E::Pending => return,
         };
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels { op, kind })

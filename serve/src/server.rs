@@ -12,7 +12,11 @@
 //!   [`Limits::write_timeout`] (a client that stopped reading) closes the connection.
 //!
 //! The router runs on the blocking pool; a panic there (a bug: [`Hub::route`] is total)
-//! becomes a 500 for that request only, and is counted.
+//! becomes a 500 for that request only, and is counted. A request that needs the
+//! upstream (mirror) does not wait on that pool: its routing stops, gives the thread
+//! back, and the request awaits the upstream operation here, then is routed again
+//! ([`crate::upstream::flight`]), so `--threads` stay free for stored data and
+//! `/metrics` however slow the upstream is.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,6 +38,7 @@ use tokio::time::Sleep;
 
 use crate::body::Body;
 use crate::hub::{Head, Hub, Reply};
+use crate::upstream::Waits;
 
 /// The limits every connection is held to.
 #[derive(Clone, Debug)]
@@ -109,7 +114,13 @@ where
     }
 }
 
-/// Routes one request on the blocking pool.
+/// Most routings of one request: each but the last stopped at an upstream operation in
+/// flight (a resolution, then a pull, then maybe one more), which it awaited first.
+const MAX_ROUTINGS: u32 = 4;
+
+/// Routes one request on the blocking pool. A routing that stops at an upstream
+/// operation in flight gives its thread back; the request awaits the operation here,
+/// holding no thread, and is routed again ([`crate::upstream::flight`]).
 async fn respond(
     hub: Arc<Hub>,
     req: Request<Incoming>,
@@ -118,42 +129,55 @@ async fn respond(
 ) -> Response<Body> {
     // The request body is never read: hyper closes the connection after the reply.
     let (parts, _) = req.into_parts();
-    let task = {
-        let hub = hub.clone();
-        tokio::task::spawn_blocking(move || {
-            let head = Head {
-                method: &parts.method,
-                path: parts.uri.path(),
-                query: parts.uri.query().unwrap_or(""),
-                headers: &parts.headers,
-                client: &client,
-            };
-            hub.route(&head)
-        })
-    };
-    let reply = match tokio::time::timeout(timeout, task).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            hub.metrics().panic();
-            tracing::error!("request handler failed: {e}");
-            Reply::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "",
-                "internal error",
-                None,
-            )
+    let (parts, client) = (Arc::new(parts), Arc::new(client));
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut waits = Waits::default();
+    let reply = loop {
+        let task = {
+            let (hub, parts, client) = (hub.clone(), parts.clone(), client.clone());
+            tokio::task::spawn_blocking(move || {
+                let head = Head {
+                    method: &parts.method,
+                    path: parts.uri.path(),
+                    query: parts.uri.query().unwrap_or(""),
+                    headers: &parts.headers,
+                    client: &client,
+                };
+                waits.route(|| hub.route(&head))
+            })
+        };
+        let (reply, mut w) = match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                hub.metrics().panic();
+                tracing::error!("request handler failed: {e}");
+                let msg = "internal error";
+                break Reply::error(StatusCode::INTERNAL_SERVER_ERROR, "", msg, None);
+            }
+            Err(_) => break timed_out("request timed out"),
+        };
+        let Some(wait) = w.pending() else {
+            break reply;
+        };
+        if w.rounds() >= MAX_ROUTINGS {
+            break reply;
         }
-        Err(_) => Reply::error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "",
-            "request timed out",
-            None,
-        ),
+        if tokio::time::timeout_at(deadline, wait.done())
+            .await
+            .is_err()
+        {
+            break timed_out("request timed out waiting for the upstream");
+        }
+        waits = w;
     };
     let mut resp = Response::new(reply.body);
     *resp.status_mut() = reply.status;
     *resp.headers_mut() = reply.headers;
     resp
+}
+
+fn timed_out(msg: &str) -> Reply {
+    Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", msg, None)
 }
 
 /// A byte stream whose writes fail with `TimedOut` once one has made no progress for the

@@ -13,10 +13,13 @@
 //!   the upstream is down; only a ref the mirror set itself is moved, and only a
 //!   repository it brought (or `upstream_repos` names) is looked up at all
 //!   (`hub/policy.rs`).
-//! - **Single flight.** Concurrent requests for the same ref name, or the same commit,
-//!   wait for the one resolution or pull in progress ([`Flights`]: a map of in-flight
-//!   operations, each a mutex and condvar holding its result), so N clients asking at
-//!   once for a new revision cause one upstream transfer.
+//! - **Single flight, off the request threads.** Concurrent requests for the same ref
+//!   name, or the same commit, wait for the one resolution or pull in progress, so N
+//!   clients asking at once for a new revision cause one upstream transfer. Resolutions
+//!   and pulls run on pools of their own ([`RESOLVE_THREADS`], [`PULL_THREADS`]) and the
+//!   requests waiting for them hold no thread ([`flight`]): a slow upstream never takes
+//!   the threads that serve stored files and `/metrics`, and every waiter gets a result
+//!   (an operation that panics fails its waiters instead of hanging them).
 //! - **Failures fall back to the store.** When the upstream is unreachable or errors, a
 //!   stored ref or commit still answers; the failure is logged once (and again only when
 //!   it changes), and retried after [`FAILURE_RETRY`] at most.
@@ -24,14 +27,25 @@
 //! A pull publishes the revision only when every file is in and checked (`mirror::pull`
 //! writes the manifest last), so no request ever sees half of one.
 
+pub mod flight;
+
 use std::collections::{HashMap, HashSet};
-use std::hash::Hash;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use repo::{CommitId, RepoId};
 
 use crate::metrics::METRICS;
+use flight::{Flights, Outcome, Pool};
+pub use flight::{Wait, Waits};
+
+/// Threads resolving ref names upstream (small, quick requests: not queued behind pulls).
+pub const RESOLVE_THREADS: usize = 4;
+/// Pulls of different revisions at once (their downloads share `--upstream-jobs` slots).
+pub const PULL_THREADS: usize = 8;
+/// Operations that may wait for a thread of either pool; beyond, a request is told the
+/// mirror is busy at once.
+pub const QUEUED_OPERATIONS: usize = 256;
 
 /// How long a failed upstream resolution is remembered (the store answers meanwhile), so
 /// that a down upstream is not asked again by every request.
@@ -51,6 +65,19 @@ pub enum UpstreamError {
     /// did not complete).
     #[error("{0}")]
     Unavailable(String),
+    /// Still in flight: the request waits for it (without a thread) and is routed again.
+    /// Never shown to a client (see [`flight`]).
+    #[error("waiting for the upstream")]
+    Pending,
+}
+
+impl<T: Clone + Send + Sync + 'static> Outcome for Result<T, UpstreamError> {
+    fn failed(why: String) -> Self {
+        Err(UpstreamError::Unavailable(why))
+    }
+    fn pending() -> Self {
+        Err(UpstreamError::Pending)
+    }
 }
 
 /// What the endpoint needs from an upstream Hub.
@@ -62,93 +89,6 @@ pub trait Upstream: Send + Sync {
     /// Brings every file of `commit` into the store and publishes it only when all are in
     /// and checked; returns the bytes received from the upstream.
     fn fetch(&self, repo: &RepoId, commit: &CommitId) -> Result<u64, UpstreamError>;
-}
-
-/// The shared result of one operation in flight.
-struct Flight<V> {
-    result: Mutex<Option<V>>,
-    done: Condvar,
-}
-
-/// Single flight: concurrent callers with the same key share one run of the operation.
-pub struct Flights<K, V> {
-    inflight: Mutex<HashMap<K, Arc<Flight<V>>>>,
-}
-
-impl<K: Eq + Hash + Clone, V: Clone> Default for Flights<K, V> {
-    fn default() -> Self {
-        Flights {
-            inflight: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl<K: Eq + Hash + Clone, V: Clone> Flights<K, V> {
-    /// Runs `op` for `key`, or waits for the run already in progress and returns its
-    /// result. The flag is true for the caller that ran it.
-    pub fn run(&self, key: &K, op: impl FnOnce() -> V) -> (V, bool) {
-        let (flight, leader) = {
-            let mut map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            match map.get(key) {
-                Some(f) => (f.clone(), false),
-                None => {
-                    let f = Arc::new(Flight {
-                        result: Mutex::new(None),
-                        done: Condvar::new(),
-                    });
-                    map.insert(key.clone(), f.clone());
-                    (f, true)
-                }
-            }
-        };
-        if !leader {
-            let mut r = flight.result.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                if let Some(v) = r.as_ref() {
-                    return (v.clone(), false);
-                }
-                r = flight.done.wait(r).unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        // The flight leaves the map even if `op` panics, so later callers run it again.
-        let guard = Landing {
-            flights: self,
-            key: key.clone(),
-        };
-        let v = op();
-        *flight.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(v.clone());
-        flight.done.notify_all();
-        drop(guard);
-        (v, true)
-    }
-}
-
-#[cfg(test)]
-impl<K: Eq + Hash + Clone, V: Clone> Flights<K, V> {
-    /// Callers waiting on the flight of `key` (besides its leader).
-    fn joined(&self, key: &K) -> usize {
-        let map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        // One reference is the map's, one the leader's; each waiter holds one more.
-        map.get(key)
-            .map_or(0, |f| Arc::strong_count(f).saturating_sub(2))
-    }
-}
-
-/// Removes a finished flight from the map.
-struct Landing<'a, K: Eq + Hash, V> {
-    flights: &'a Flights<K, V>,
-    key: K,
-}
-
-impl<K: Eq + Hash, V> Drop for Landing<'_, K, V> {
-    fn drop(&mut self) {
-        let mut map = self
-            .flights
-            .inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        map.remove(&self.key);
-    }
 }
 
 /// Which repositories the endpoint answers for, revisions pinned by configuration, and
@@ -235,21 +175,22 @@ type Resolved = Result<CommitId, UpstreamError>;
 pub struct Mirror {
     pub(crate) opts: UpstreamOptions,
     /// Ref name → the upstream's answer and when it came.
-    refs: Mutex<HashMap<RefKey, (Instant, Resolved)>>,
+    refs: Arc<Mutex<HashMap<RefKey, (Instant, Resolved)>>>,
     resolving: Flights<RefKey, Resolved>,
     pulling: Flights<(RepoId, CommitId), Result<u64, UpstreamError>>,
     /// Failures already logged (logged again once the upstream answered).
-    warned: Mutex<HashSet<String>>,
+    warned: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Mirror {
     pub fn new(opts: UpstreamOptions) -> Mirror {
+        let pool = |name, n| Pool::new(name, n, QUEUED_OPERATIONS);
         Mirror {
             opts,
-            refs: Mutex::new(HashMap::new()),
-            resolving: Flights::default(),
-            pulling: Flights::default(),
-            warned: Mutex::new(HashSet::new()),
+            refs: Arc::default(),
+            resolving: Flights::new(pool("upstream-resolve", RESOLVE_THREADS)),
+            pulling: Flights::new(pool("upstream-pull", PULL_THREADS)),
+            warned: Arc::default(),
         }
     }
 
@@ -270,13 +211,19 @@ impl Mirror {
             };
             at.elapsed() < keep
         };
+        // A request routed again after waiting sees the answer it waited for.
+        if let Some(done) = self.resolving.replay(&key) {
+            return done;
+        }
         if let Some(hit) = self.cached(&key).filter(fresh) {
             return (hit.1, false);
         }
-        self.resolving.run(&key, || {
-            let r = self.opts.upstream.resolve(repo, rev);
-            self.note(&r, &format!("resolving {repo}@{rev}"), "resolve");
-            lock(&self.refs).insert(key.clone(), (Instant::now(), r.clone()));
+        let (up, notes, refs) = (self.opts.upstream.clone(), self.notes(), self.refs.clone());
+        let (repo, rev, k) = (repo.clone(), rev.to_string(), key.clone());
+        self.resolving.run(&key, move || {
+            let r = up.resolve(&repo, &rev);
+            notes.note(&r, &format!("resolving {repo}@{rev}"), "resolve");
+            lock(&refs).insert(k, (Instant::now(), r.clone()));
             r
         })
     }
@@ -288,22 +235,52 @@ impl Mirror {
     /// Pulls `commit` once, whoever else asks meanwhile: the bytes received and whether
     /// this caller ran the pull.
     pub fn fetch(&self, repo: &RepoId, commit: &CommitId) -> (Result<u64, UpstreamError>, bool) {
-        self.pulling.run(&(repo.clone(), *commit), || {
+        let (up, notes) = (self.opts.upstream.clone(), self.notes());
+        let (repo, commit) = (repo.clone(), *commit);
+        self.pulling.run(&(repo.clone(), commit), move || {
             let start = Instant::now();
-            let r = self.opts.upstream.fetch(repo, commit);
-            self.note(&r, &format!("pulling {repo}@{}", commit.to_hex()), "pull");
+            let r = up.fetch(&repo, &commit);
+            notes.note(&r, &format!("pulling {repo}@{}", commit.to_hex()), "pull");
             METRICS.upstream_pull(r.is_ok(), *r.as_ref().unwrap_or(&0));
             if let Ok(bytes) = &r {
                 tracing::info!(
                     repo = %repo, commit = %commit.to_hex(), bytes,
                     seconds = start.elapsed().as_secs_f64(),
-                    "pulled from the upstream {}", self.endpoint()
+                    "pulled from the upstream {}", up.endpoint()
                 );
             }
             r
         })
     }
 
+    /// The pull of `commit` that the request being routed waited for, if it succeeded,
+    /// and whether this request started it: a request routed again after its wait finds
+    /// the commit stored, and is still the miss that caused the pull.
+    pub fn waited_for_pull(
+        &self,
+        repo: &RepoId,
+        commit: &CommitId,
+    ) -> Option<(Result<u64, UpstreamError>, bool)> {
+        self.pulling
+            .replay(&(repo.clone(), *commit))
+            .filter(|(r, _)| r.is_ok())
+    }
+
+    fn notes(&self) -> Notes {
+        Notes {
+            warned: self.warned.clone(),
+            endpoint: self.endpoint().to_string(),
+        }
+    }
+}
+
+/// What an operation on the pool needs to log its outcome.
+struct Notes {
+    warned: Arc<Mutex<HashSet<String>>>,
+    endpoint: String,
+}
+
+impl Notes {
     /// Counts a failure and logs it once (per message), and a recovery once.
     fn note<T>(&self, r: &Result<T, UpstreamError>, what: &str, op: &'static str) {
         if let Err(e) = r {
@@ -315,13 +292,13 @@ impl Mirror {
                 if warned.insert(e.clone()) {
                     tracing::warn!(
                         "upstream {} failed {what}: {e}; serving what is stored",
-                        self.endpoint()
+                        self.endpoint
                     );
                 }
             }
             _ if !warned.is_empty() => {
                 warned.clear();
-                tracing::info!("upstream {} answers again", self.endpoint());
+                tracing::info!("upstream {} answers again", self.endpoint);
             }
             _ => {}
         }
@@ -335,8 +312,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Barrier;
 
     #[test]
     fn globs() {
@@ -367,43 +342,5 @@ mod tests {
         assert_eq!(locked.lock_of(&RepoId::parse("org/model2").unwrap()), None);
         assert!(locked.looks_up("acme/internal") && !locked.looks_up("other/x"));
         assert!(!Policy::default().looks_up("any/thing"));
-    }
-
-    #[test]
-    fn one_flight_for_concurrent_callers() {
-        let flights: Arc<Flights<u32, usize>> = Arc::new(Flights::default());
-        let runs = Arc::new(AtomicUsize::new(0));
-        let started = Arc::new(Barrier::new(2));
-        // The leader holds its flight open until all 8 other callers wait on it.
-        let leader = {
-            let (f, runs, started) = (flights.clone(), runs.clone(), started.clone());
-            std::thread::spawn(move || {
-                let inner = f.clone();
-                f.run(&7, move || {
-                    started.wait();
-                    // Bounded, so a broken single flight fails the asserts below
-                    // instead of hanging.
-                    let give_up = Instant::now() + Duration::from_secs(10);
-                    while inner.joined(&7) < 8 && Instant::now() < give_up {
-                        std::thread::yield_now();
-                    }
-                    runs.fetch_add(1, Ordering::SeqCst) + 41
-                })
-            })
-        };
-        started.wait();
-        let waiters: Vec<_> = (0..8)
-            .map(|_| {
-                let (f, runs) = (flights.clone(), runs.clone());
-                std::thread::spawn(move || f.run(&7, || runs.fetch_add(1, Ordering::SeqCst) + 100))
-            })
-            .collect();
-        assert_eq!(leader.join().unwrap(), (41, true));
-        for w in waiters {
-            assert_eq!(w.join().unwrap(), (41, false));
-        }
-        assert_eq!(runs.load(Ordering::SeqCst), 1);
-        // A later call runs again.
-        assert!(flights.run(&7, || 5).1);
     }
 }

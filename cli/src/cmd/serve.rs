@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 
 use hubserve::{Limits, Policy, UpstreamOptions};
 use store::gc::retention::parse_duration;
-use store::{CommitId, RepoId};
+use store::{CommitId, CreateOptions, RepoId, Store};
 
 use super::Ctx;
 use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs};
@@ -94,10 +94,13 @@ pub struct Mirror {
     pub token_file: Option<PathBuf>,
     pub ttl: Duration,
     pub jobs: usize,
+    pub transport: super::upstream::Transport,
 }
 
 /// Default of `--upstream-ttl`: a moved branch is seen within a minute.
 const UPSTREAM_TTL: Duration = Duration::from_secs(60);
+/// Default of `--upstream-timeout`: a request waits on metadata, so not for long.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `[serve.locks]`, checked: each entry a repository id and a 40-hex commit sha, and no
 /// repository twice (ids compare without case, as on the Hub: `Org/M` and `org/m` are one).
@@ -145,7 +148,46 @@ fn mirror(c: &ServeConfig, a: &UpstreamArgs) -> Result<Option<Mirror>> {
             .or(c.upstream_token_file.clone()),
         ttl,
         jobs,
+        transport: transport(c, a)?,
     }))
+}
+
+/// How the mirror talks to its upstream: redirect hosts, deadlines, listing caps.
+fn transport(c: &ServeConfig, a: &UpstreamArgs) -> Result<super::upstream::Transport> {
+    let mut t = super::upstream::Transport {
+        redirect_hosts: if a.upstream_redirect_hosts.is_empty() {
+            c.upstream_redirect_hosts.clone()
+        } else {
+            a.upstream_redirect_hosts.clone()
+        },
+        ..Default::default()
+    };
+    for h in &t.redirect_hosts {
+        hubclient::url::OriginRule::parse(h)
+            .map_err(anyhow::Error::msg)
+            .context("--upstream-redirect-host")?;
+    }
+    t.timeout = match a.upstream_timeout.as_ref().or(c.upstream_timeout.as_ref()) {
+        None => UPSTREAM_TIMEOUT,
+        Some(s) => match parse_duration(s).context("--upstream-timeout")? {
+            d if d.is_zero() => bail!("--upstream-timeout must be more than 0s"),
+            d => d,
+        },
+    };
+    if let Some(r) = a
+        .upstream_min_rate
+        .as_ref()
+        .or(c.upstream_min_rate.as_ref())
+    {
+        t.min_rate = super::parse_size(r).with_context(|| format!("--upstream-min-rate {r:?}"))?;
+    }
+    if let Some(n) = a.upstream_max_files.or(c.upstream_max_files) {
+        if n == 0 {
+            bail!("--upstream-max-files must be at least 1");
+        }
+        t.max_files = n;
+    }
+    Ok(t)
 }
 
 impl Options {
@@ -184,6 +226,11 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         bail!("--cache-mib {}: at least 16 MiB is needed", o.cache_mib);
     }
     let tokens = o.token_file.as_deref().map(tokens).transpose()?;
+    if o.upstream.is_some() {
+        // A mirror's first start on an empty directory or bucket creates the store, as
+        // `ingest` and `pull` do (a plain serve of an empty store still says to ingest).
+        Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
+    }
     let store = ctx.open()?;
     let upstream = match &o.upstream {
         None => None,
@@ -195,6 +242,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
                 store.clone(),
                 ctx.index_dir(&store)?,
                 m.jobs,
+                &m.transport,
             )?;
             Some(UpstreamOptions {
                 upstream: Arc::new(up),

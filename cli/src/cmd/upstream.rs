@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use hubclient::{HubClient, HubOptions, Timeouts};
+use hubclient::{HubClient, HubOptions, ListingLimits, Timeouts};
 use hubserve::{Upstream, UpstreamError};
 use mirror::slots::Slots;
 use mirror::{PullError, PullOptions};
@@ -25,6 +25,27 @@ use store::{CommitId, Index, RepoId, Store};
 const META_RETRIES: u32 = 1;
 /// Downloads are retried a few times (with backoff from 0.5 s): a pull is worth more.
 const PULL_RETRIES: u32 = 3;
+
+/// How the mirror talks to its upstream (`--upstream-redirect-host`,
+/// `--upstream-timeout`, `--upstream-min-rate`, `--upstream-max-files`).
+#[derive(Clone, Debug)]
+pub struct Transport {
+    pub redirect_hosts: Vec<String>,
+    pub timeout: Duration,
+    pub min_rate: u64,
+    pub max_files: usize,
+}
+
+impl Default for Transport {
+    fn default() -> Transport {
+        Transport {
+            redirect_hosts: Vec::new(),
+            timeout: Timeouts::default().total,
+            min_rate: Timeouts::default().min_rate,
+            max_files: ListingLimits::default().max_files,
+        }
+    }
+}
 
 /// The mirror's upstream Hub.
 pub struct HubUpstream {
@@ -47,6 +68,7 @@ impl HubUpstream {
         store: Store,
         index_dir: PathBuf,
         jobs: usize,
+        t: &Transport,
     ) -> Result<HubUpstream> {
         if jobs == 0 {
             bail!("--upstream-jobs must be at least 1");
@@ -57,7 +79,14 @@ impl HubUpstream {
             max_retries: retries,
             timeouts: Timeouts {
                 connect: Duration::from_secs(5),
+                total: t.timeout,
+                min_rate: t.min_rate,
                 ..Timeouts::default()
+            },
+            redirect_hosts: t.redirect_hosts.clone(),
+            limits: ListingLimits {
+                max_files: t.max_files,
+                ..ListingLimits::default()
             },
             ..HubOptions::default()
         };

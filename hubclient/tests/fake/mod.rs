@@ -2,8 +2,9 @@
 //! HTTP/1.1, one request per connection. It serves one repository (`org/model`, by any
 //! case of its name, as the Hub does) at one commit, records every request it receives, and can be told to misbehave: answer
 //! queued statuses first, cut a body after N bytes, ignore `Range`, flip a byte, require
-//! a token, redirect downloads to another server, paginate the tree, or send any tree
-//! body at all.
+//! a token, redirect downloads to another server or to any `Location` at all, dribble a
+//! body a byte at a time, paginate the tree, list a huge synthetic tree, or send any
+//! tree body at all.
 
 #![allow(dead_code)]
 
@@ -141,6 +142,13 @@ pub struct State {
     pub token: Option<String>,
     /// Downloads answer 302 to `{redirect}/cdn/{path}`.
     pub redirect: Option<String>,
+    /// Downloads answer 302 with this `Location`, as it is (relative, user info, loops).
+    pub location: Option<String>,
+    /// Every body is sent a byte at a time, with this pause before each byte.
+    pub dribble: Option<std::time::Duration>,
+    /// The tree lists this many more files (size 1, one oid) with paths this many bytes
+    /// long, a thousand a page (or `page_size`), generated as they are sent.
+    pub synthetic: Option<(usize, usize)>,
     /// Tree entries per page (with `Link: rel="next"`), all at once when `None`.
     pub page_size: Option<usize>,
     /// A raw tree body sent instead of the real tree.
@@ -229,6 +237,8 @@ struct Answer {
     length: bool,
     /// After a cut, stay silent this long before closing.
     stall: Option<std::time::Duration>,
+    /// Send the body a byte at a time, with this pause before each.
+    dribble: Option<std::time::Duration>,
 }
 
 impl Answer {
@@ -240,6 +250,7 @@ impl Answer {
             cut: None,
             length: true,
             stall: None,
+            dribble: None,
         }
     }
 
@@ -275,7 +286,9 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>, base: &str) {
     }
     let answer = {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-        route(&mut s, &seen, base)
+        let mut a = route(&mut s, &seen, base);
+        a.dribble = s.dribble;
+        a
     };
     write_answer(&mut conn, answer);
 }
@@ -310,7 +323,19 @@ fn write_answer(conn: &mut TcpStream, a: Answer) {
     head.push_str("\r\n");
     let n = a.cut.unwrap_or(a.body.len()).min(a.body.len());
     let _ = conn.write_all(head.as_bytes());
-    let _ = conn.write_all(&a.body[..n]);
+    match a.dribble {
+        None => {
+            let _ = conn.write_all(&a.body[..n]);
+        }
+        Some(pause) => {
+            for b in &a.body[..n] {
+                thread::sleep(pause);
+                if conn.write_all(&[*b]).and_then(|()| conn.flush()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
     let _ = conn.flush();
     if let (Some(d), Some(_)) = (a.stall, a.cut) {
         thread::sleep(d);
@@ -419,6 +444,9 @@ fn tree(s: &State, repo: &str, rev: &str, query: &str, base: &str) -> Answer {
             None => a,
         };
     }
+    if let Some((n, len)) = s.synthetic {
+        return synthetic_page(repo, rev, query, n, len, s.page_size.unwrap_or(1000));
+    }
     let all = entries(s);
     let Some(size) = s.page_size else {
         return Answer::json(serde_json::Value::Array(all));
@@ -446,6 +474,37 @@ fn tree(s: &State, repo: &str, rev: &str, query: &str, base: &str) -> Answer {
     a
 }
 
+/// One page of a synthetic tree of `n` files whose paths are `len` bytes long, written
+/// as text (a million `serde_json::Value`s would take the test's memory).
+fn synthetic_page(repo: &str, rev: &str, query: &str, n: usize, len: usize, size: usize) -> Answer {
+    let cursor: usize = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("cursor="))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let oid = "a".repeat(40);
+    let mut body = String::from("[");
+    for i in cursor..n.min(cursor + size) {
+        if i > cursor {
+            body.push(',');
+        }
+        let name = format!("f{i:0>width$}", width = len.max(12) - 1);
+        body.push_str(&format!(
+            r#"{{"type":"file","path":"{name}","size":1,"oid":"{oid}"}}"#
+        ));
+    }
+    body.push(']');
+    let mut a = Answer::new(200, body.into_bytes()).h("content-type", "application/json");
+    if cursor + size < n {
+        let next = format!(
+            "/api/models/{repo}/tree/{rev}?recursive=true&expand=false&cursor={}",
+            cursor + size
+        );
+        a = a.h("link", &format!("<{next}>; rel=\"next\""));
+    }
+    a
+}
+
 fn resolve(s: &mut State, req: &Seen, repo: &str, rev: &str, path: &str) -> Answer {
     if let Some(a) = repo_missing(s, repo) {
         return a;
@@ -458,6 +517,9 @@ fn resolve(s: &mut State, req: &Seen, repo: &str, rev: &str, path: &str) -> Answ
             .h("x-repo-commit", COMMIT);
     };
     let mut a = match &s.redirect {
+        _ if s.location.is_some() => {
+            Answer::new(302, Vec::new()).h("location", s.location.as_deref().unwrap_or(""))
+        }
         Some(to) => {
             let loc = format!(
                 "{to}/cdn/{}",

@@ -29,6 +29,10 @@ struct Access {
 
 impl Access {
     fn log(&self, status: u16, bytes: u64) {
+        // A routing that stopped to wait for the upstream logs when it is done.
+        if crate::upstream::flight::stopped() {
+            return;
+        }
         tracing::info!(
             target: "access",
             repo = %self.repo,
