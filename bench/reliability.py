@@ -916,6 +916,8 @@ def corruptions(n, up):
 
 
 def main():
+    # A run stopped with SIGTERM unwinds, so that each loop device's file system is unmounted.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.makedirs(A.work, exist_ok=True)
     t = time.time()
     up = Upstream()

@@ -19,10 +19,13 @@ if [ "${1:-}" = "--short" ]; then kills=4; corr=68; power=2; else
 . bench/lib.sh
 [ "$power" = 0 ] || need_debs e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck mount:losetup
 BENCH_FAILPOINTS=1 bench_setup 16
+# The loop-device file systems of the power losses, if a run was cut short, then the rest.
+unmount_all() { awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/mounts | xargs -r umount -l; }
+trap 'unmount_all; rm -rf "$work"' EXIT
 s3=()
 if [ "${RELIABILITY_LOCAL_ONLY:-}" != 1 ]; then
   g="$work/garage"
-  trap 'bash tests/garage.sh stop "$g" || true; rm -rf "$work"' EXIT
+  trap 'bash tests/garage.sh stop "$g" || true; unmount_all; rm -rf "$work"' EXIT
   bash tests/garage.sh start "$g" >/dev/null
   s3=(--s3-env "$g/env")
 fi
