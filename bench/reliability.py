@@ -66,6 +66,8 @@ failures = []
 FILE_CACHE_MIN = 1 << 20
 # EXT4_IOC_SHUTDOWN (XFS_IOC_GOINGDOWN) and EXT4_GOING_FLAGS_NOLOGFLUSH.
 FS_IOC_SHUTDOWN, NOLOGFLUSH = 0x8004587D, 2
+# Seconds a command run for a power loss may take before it counts as hung (a failure).
+POWER_LOSS_TIMEOUT = 180
 
 
 def fail(msg):
@@ -110,6 +112,8 @@ class Store:
 
     def run(self, *args, extra=None, check=False, timeout=600, stdout=subprocess.PIPE):
         env = dict(self.env, **(extra or {}))
+        if "MODELCAS_CRASH_SHUTDOWN" in env:  # a power loss that does not end the process
+            timeout = min(timeout, POWER_LOSS_TIMEOUT)
         r = subprocess.run([A.bin, "-q", *args], env=env, stdout=stdout,
                            stderr=subprocess.PIPE, timeout=timeout)
         if check and r.returncode != 0:
@@ -491,7 +495,11 @@ def kill_round(case, backend, label, k, counts, rerun, fs=None):
         fs.sync()  # what the store held before the command is durable
         extra["MODELCAS_CRASH_SHUTDOWN"] = fs.mnt
     what = f"{label} {case.name} {'power loss' if fs else 'killed'} at step {k} of phase {phase}"
-    st = case.act(s, extra, phase)
+    try:
+        st = case.act(s, extra, phase)
+    except subprocess.TimeoutExpired:  # killed by subprocess.run
+        fail(f"{what}: neither finished nor died within {POWER_LOSS_TIMEOUT} s")
+        st = -signal.SIGKILL
     if st != -signal.SIGKILL:
         if fs and st == -signal.SIGABRT:
             fail(f"{what}: the file system could not be shut down (see MODELCAS_CRASH_SHUTDOWN)")
