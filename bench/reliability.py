@@ -178,9 +178,11 @@ class Serve:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(s.env, **(extra or {}))
+        # Its log goes to a file: a pipe nobody reads fills up, and the server then blocks.
+        self.log = open(f"{A.work}/serve-{self.port}.log", "ab")
         self.p = subprocess.Popen([A.bin, "-q", "serve", "--listen", f"127.0.0.1:{self.port}",
                                    *args], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE)
+                                  stderr=self.log)
 
         def up():
             try:
@@ -207,7 +209,7 @@ class Serve:
             except subprocess.TimeoutExpired:
                 self.p.kill()
         self.p.wait()
-        self.p.stderr.close()
+        self.log.close()
         return self.p.returncode
 
 
