@@ -1,28 +1,47 @@
 #!/usr/bin/env python3
-"""Reliability figures of docs/RELIABILITY.md: kills and corruptions.
+"""Reliability figures of docs/RELIABILITY.md: kills, power losses and corruptions.
 
-usage: reliability.py MODELCAS_BIN SERIES_DIR WORK_DIR [--kills N] [--corruptions N]
-                      [--s3-env FILE] [--seed S]
+usage: reliability.py MODELCAS_BIN SERIES_DIR WORK_DIR [--kills N] [--power-loss N]
+                      [--corruptions N] [--s3-env FILE] [--seed S]
 
 Kills (per backend: the local directory, and S3 when --s3-env names the settings that
-tests/garage.sh wrote): N SIGKILLs for each of ingest, import and gc, each at a crash step
-(`MODELCAS_CRASH_AT_STEP`, repo/src/failpoint.rs: just before the k-th object-store
-mutation), k drawn over the steps a full run makes. After every kill: `fsck` is clean and
-every revision `ls` shows verifies; every fourth, the command is rerun and must complete.
+tests/garage.sh wrote): N SIGKILLs for each command of the kill matrix (ingest, import, gc,
+pull, sync, serve --upstream, and an ingest that takes unchanged files unread), each at a
+crash step (`MODELCAS_CRASH_AT_STEP`, repo/src/failpoint.rs: just before the k-th
+object-store mutation), k drawn over the steps a full run makes. pull, sync and serve
+--upstream read from an upstream that is a second `modelcas serve` over a pristine store.
+After every kill: `fsck` is clean and every revision `ls` shows verifies; every fourth, the
+command is rerun and must complete with the right content.
+
+Power losses (--power-loss N, local store, root): the same commands, N each, with the
+store, its index and caches (and the source directory of the unchanged-file ingest) on an
+ext4 on a loop device; at step k the command shuts that file system down without flushing
+its log (`MODELCAS_CRASH_SHUTDOWN`) and is killed. The file system is unmounted, mounted
+again (the journal replayed) and must pass `e2fsck -fn`; then `fsck` and every visible
+revision are checked as after a kill, and every second time the command is rerun and must
+complete. Also N rounds of the source's power loss: a file ingest has stamped is
+overwritten in place and fdatasync'ed (its data durable, its new times not), the file
+system shut down and remounted; the next ingest must publish the bytes the file now holds.
 
 Corruptions: N corruptions, each of a fresh copy of a local store holding the series: a bit
 flip, a truncation or two swapped frames in a pack; a bit flip or truncation of a manifest or
-a ref; or a bit flip or truncation of a bundle (then imported). With --s3-env, also of a node
-cache filled by reading an S3 store: one entry flipped, truncated, or replaced by another
-chunk's (valid) frame, read back by the readers that use the cache (all but export). Each
-must be detected (`fsck --read-data` fails, the import is
-refused, or the damaged cache entry is dropped once used), and the reader of that round
-(cat, checkout, export + import, serve, mount; in turn) must return the right bytes or an
-error, never wrong bytes.
+a ref; a bit flip or truncation of a bundle (then imported); an entry of the node file cache
+(whole files the mount keeps; a bit flip, a truncation, or another file's entry under its
+name) read back by the mount with and without passthrough; a file of the local index
+(RocksDB: a bit flip or a truncation) read back by every reader and by a new ingest. With
+--s3-env, also of a node chunk cache filled by reading an S3 store: one entry flipped,
+truncated, or replaced by another chunk's (valid) frame, read back by the readers that use
+the cache (all but export). Each store corruption must be detected (`fsck --read-data`
+fails, the import is refused); a damaged cache entry must be dropped or replaced once used
+and cost no failed read; a damaged index may fail a command but never a read once `index
+rebuild` ran. The reader of each round (cat, checkout, export + import, serve, the mount,
+in turn) must return the right bytes or an error, never wrong bytes. Every reader has a
+private, empty file cache of its own, so that no read comes from a pristine copy.
 
 Prints one JSON object with the counts; exits 1 if any check failed.
 """
-import argparse, hashlib, json, os, random, shutil, signal, socket, subprocess, sys, time
+import argparse, fcntl, hashlib, json, os, random, shutil, signal, socket, struct, subprocess
+import sys, time
 import urllib.request
 
 ap = argparse.ArgumentParser()
@@ -30,15 +49,25 @@ ap.add_argument("bin")
 ap.add_argument("series")
 ap.add_argument("work")
 ap.add_argument("--kills", type=int, default=36, help="per command and backend")
+ap.add_argument("--power-loss", type=int, default=0, help="per command (local store, root)")
 ap.add_argument("--corruptions", type=int, default=1000)
 ap.add_argument("--s3-env", help="the env file tests/garage.sh wrote")
 ap.add_argument("--seed", type=int, default=1)
 A = ap.parse_args()
 EXP = json.load(open(f"{A.series}/expected.json"))
 REPO = EXP["repo"] if "repo" in EXP else "demo-org/demo-llm"
+REVS = EXP["revisions"]
 CACHE_REPO = f"{A.series}/hub/models--{REPO.replace('/', '--')}"
+SKIP_REPO = "demo-org/skip"  # the repository of the unchanged-file ingests
 rng = random.Random(A.seed)
 failures = []
+
+# The mount keeps whole only files of at least this size (read::file_cache::MIN_FILE_BYTES).
+FILE_CACHE_MIN = 1 << 20
+# EXT4_IOC_SHUTDOWN (XFS_IOC_GOINGDOWN) and EXT4_GOING_FLAGS_NOLOGFLUSH.
+FS_IOC_SHUTDOWN, NOLOGFLUSH = 0x8004587D, 2
+# Seconds a command run for a power loss may take before it counts as hung (a failure).
+POWER_LOSS_TIMEOUT = 180
 
 
 def fail(msg):
@@ -61,15 +90,19 @@ def s3_settings(path):
 
 
 class Store:
-    """One store (a local directory or an S3 prefix) with its own index and cache."""
+    """One store (a local directory or an S3 prefix) with its own index, chunk cache and
+    file cache, all under `base` (the work directory, or a loop-device file system)."""
     n = 0
 
-    def __init__(self, backend):
+    def __init__(self, backend, base=None):
         Store.n += 1
-        self.dir = f"{A.work}/s{Store.n}"
+        self.dir = f"{base or A.work}/s{Store.n}"
         os.makedirs(self.dir, exist_ok=True)
         self.env = dict(os.environ, MODELCAS_INDEX=f"{self.dir}/index",
-                        MODELCAS_CACHE_DIR=f"{self.dir}/cache")
+                        MODELCAS_CACHE_DIR=f"{self.dir}/cache",
+                        MODELCAS_FILE_CACHE=f"{self.dir}/files",
+                        # ingest stamps files just written (test builds only)
+                        MODELCAS_TEST_SETTLE_MS="0")
         if backend == "local":
             self.env["MODELCAS_STORE"] = f"{self.dir}/store"
         else:
@@ -79,20 +112,13 @@ class Store:
 
     def run(self, *args, extra=None, check=False, timeout=600, stdout=subprocess.PIPE):
         env = dict(self.env, **(extra or {}))
+        if "MODELCAS_CRASH_SHUTDOWN" in env:  # a power loss that does not end the process
+            timeout = min(timeout, POWER_LOSS_TIMEOUT)
         r = subprocess.run([A.bin, "-q", *args], env=env, stdout=stdout,
                            stderr=subprocess.PIPE, timeout=timeout)
         if check and r.returncode != 0:
             raise RuntimeError(f"{args}: {r.stderr.decode(errors='replace')}")
         return r
-
-    def steps(self, *args):
-        f = f"{self.dir}/steps"
-        self.run(*args, extra={"MODELCAS_STEP_COUNT": f}, check=True)
-        return int(open(f).read())
-
-    def killed_at(self, k, *args):
-        r = self.run(*args, extra={"MODELCAS_CRASH_AT_STEP": str(k)})
-        return r.returncode == -signal.SIGKILL
 
     def consistent(self, what):
         r = self.run("fsck", "--json")
@@ -100,105 +126,33 @@ class Store:
             return  # killed before the store's config was written: an empty store
         if r.returncode != 0:
             fail(f"{what}: fsck: {r.stdout.decode()[:400]} {r.stderr.decode()[:400]}")
-        repos = json.loads(self.run("ls", "--json", check=True).stdout)["repos"]
-        for repo in repos:
+        out = self.run("ls", "--json")
+        if out.returncode != 0:
+            fail(f"{what}: ls: {out.stderr.decode()[:400]}")
+            return
+        for repo in json.loads(out.stdout)["repos"]:
             info = json.loads(self.run("ls", repo["repo"], "--json", check=True).stdout)
             for c in info["commits"]:
                 v = self.run("verify", f"{repo['repo']}@{c['commit']}")
                 if v.returncode != 0:
                     fail(f"{what}: {repo['repo']}@{c['commit']} is visible and does not verify")
 
-    def commits(self):
-        out = self.run("ls", REPO, "--json")
+    def commits(self, repo=REPO):
+        out = self.run("ls", repo, "--json")
         return [] if out.returncode else json.loads(out.stdout)["commits"]
 
+    def same_bytes(self, rev, files, what):
+        """Fails unless `cat` of every (path, sha256) of rev gives those bytes."""
+        for p, sha in files:
+            out = self.run("cat", rev, p)
+            if out.returncode != 0:
+                fail(f"{what}: cat {rev} {p}: {out.stderr.decode()[:300]}")
+            elif hashlib.sha256(out.stdout).hexdigest() != sha:
+                fail(f"{what}: {rev} {p} has other bytes than its source")
 
-def kill_points(total, n):
-    return [rng.randint(1, total) for _ in range(n)]
-
-
-def kills(backend, label):
-    done = {"ingest": 0, "import": 0, "gc": 0}
-    # A bundle of the whole series, for the import rounds.
-    src = Store(backend)
-    src.run("ingest", CACHE_REPO, check=True)
-    bundle = f"{A.work}/series-{label}.mcb"
-    src.run("export", f"{REPO}@main", *[f"{REPO}@{r['commit']}" for r in EXP["revisions"]],
-            "-o", bundle, check=True)
-    gc_args = ("gc", "--keep-last", "0", "--grace", "0s", "--rewrite-below", "1")
-
-    def gc_ready():  # a store where gc has packs to condemn, rewrite and then delete
-        s = Store(backend)
-        s.run("ingest", CACHE_REPO, check=True)
-        for r in EXP["revisions"][:-1]:
-            s.run("rm", f"{REPO}@{r['commit']}", check=True)
-        return s
-
-    probe = {"ingest": Store(backend).steps("ingest", CACHE_REPO),
-             "import": Store(backend).steps("import", bundle)}
-    g = gc_ready()
-    g1 = g.steps(*gc_args)
-    probe["gc"] = g1 + g.steps(*gc_args)
-    for what, total in probe.items():
-        for i, k in enumerate(kill_points(total, A.kills)):
-            if what == "gc":
-                s = gc_ready()
-                if k > g1:
-                    s.run(*gc_args, check=True)
-                hit = s.killed_at(k if k <= g1 else k - g1, *gc_args)
-            else:
-                s = Store(backend)
-                args = ("ingest", CACHE_REPO) if what == "ingest" else ("import", bundle)
-                hit = s.killed_at(k, *args)
-            if not hit:
-                continue  # the run made fewer mutations than the probe (it happens on S3)
-            done[what] += 1
-            s.consistent(f"{label} {what} killed at step {k}/{total}")
-            if i % 4 == 0:
-                rerun = gc_args if what == "gc" else args
-                s.run(*rerun, check=True)
-                if what == "gc":
-                    s.run(*gc_args, check=True)
-                s.consistent(f"{label} {what} rerun after a kill at {k}")
-                want = 1 if what == "gc" else len(EXP["revisions"])
-                if len(s.commits()) != want:
-                    fail(f"{label} {what}: {len(s.commits())} revisions after the rerun, want {want}")
-            shutil.rmtree(s.dir, ignore_errors=True)
-    return done
-
-
-# ---- corruptions ----
 
 def files_of(rev):
     return [(f["path"], f["sha256"]) for f in rev["files"]]
-
-
-def frames(pack):
-    """(offset, length) of every frame of a pack, walking the frame headers."""
-    flen = int.from_bytes(pack[-12:-8], "little")
-    end = len(pack) - 12 - flen
-    at, out = 16, []
-    while at + 16 <= end:
-        body = int.from_bytes(pack[at + 8:at + 12], "little")
-        out.append((at, 16 + body))
-        at += 16 + body
-    return out
-
-
-def corrupt_file(path, kind):
-    b = bytearray(open(path, "rb").read())
-    if kind == "flip":
-        i = rng.randrange(len(b))
-        b[i] ^= 1 << rng.randrange(8)
-    elif kind == "truncate":
-        b = b[:rng.randrange(len(b))]
-    elif kind == "swap":
-        fr = frames(bytes(b))
-        if len(fr) < 2:
-            return corrupt_file(path, "flip")
-        (a, la), (c, lc) = sorted(rng.sample(fr, 2))
-        b = b[:a] + b[c:c + lc] + b[a + la:c] + b[a:a + la] + b[c + lc:]
-    open(path, "wb").write(bytes(b))
 
 
 def free_port():
@@ -217,6 +171,451 @@ def wait_for(pred, what, limit=30):
         time.sleep(0.05)
 
 
+class Serve:
+    """`modelcas serve` of a store, listening on a free port of the loopback."""
+
+    def __init__(self, s, *args, extra=None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(s.env, **(extra or {}))
+        # Its log goes to a file: a pipe nobody reads fills up, and the server then blocks.
+        self.log = open(f"{A.work}/serve-{self.port}.log", "ab")
+        self.p = subprocess.Popen([A.bin, "-q", "serve", "--listen", f"127.0.0.1:{self.port}",
+                                   *args], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=self.log)
+
+        def up():
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return True
+            except OSError:
+                return self.p.poll() is not None
+        wait_for(up, "serve listening")
+
+    def get(self, repo, rev, path, timeout=120):
+        """The body of a download, or None when it failed."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/{repo}/resolve/{rev}/{path}",
+                                        timeout=timeout) as resp:
+                return resp.read()
+        except Exception:
+            return None
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+        self.p.wait()
+        self.log.close()
+        return self.p.returncode
+
+
+# ---- a file system that can lose power: ext4 on a loop device ----
+
+class LoopFs:
+    """A fresh ext4 on a loop device, mounted at <work>/loop-N/mnt."""
+    n = 0
+
+    def __init__(self, mib=384):
+        LoopFs.n += 1
+        d = f"{A.work}/loop-{LoopFs.n}"
+        os.makedirs(f"{d}/mnt", exist_ok=True)
+        self.img, self.mnt = f"{d}/img", f"{d}/mnt"
+        with open(self.img, "wb") as f:
+            f.truncate(mib << 20)
+        # 256-byte inodes: nanosecond times, as on the ext4 of a real node (a small file
+        # system gets 128-byte inodes and whole seconds by default)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-I", "256", "-b", "4096", self.img], check=True)
+        self.mount()
+
+    def mount(self):
+        subprocess.run(["mount", "-o", "loop", self.img, self.mnt], check=True)
+
+    def umount(self):
+        subprocess.run(["umount", self.mnt], check=True)
+
+    def sync(self):
+        fd = os.open(self.mnt, os.O_RDONLY)
+        try:
+            os.syncfs(fd) if hasattr(os, "syncfs") else subprocess.run(["sync", "-f", self.mnt])
+        finally:
+            os.close(fd)
+
+    def power_loss(self):
+        """What MODELCAS_CRASH_SHUTDOWN does, from here."""
+        fd = os.open(self.mnt, os.O_RDONLY)
+        try:
+            fcntl.ioctl(fd, FS_IOC_SHUTDOWN, struct.pack("I", NOLOGFLUSH))
+        finally:
+            os.close(fd)
+
+    def power_back(self, what):
+        """Unmounts the shut-down file system, mounts it again (the journal replayed) and
+        checks it with e2fsck; False (and a failure) when it is damaged."""
+        self.umount()
+        self.mount()
+        self.umount()
+        r = subprocess.run(["e2fsck", "-fn", self.img], capture_output=True)
+        self.mount()
+        if r.returncode != 0:
+            fail(f"{what}: e2fsck after the power loss: {r.stdout.decode()[-400:]}")
+            return False
+        return True
+
+    def remove(self):
+        subprocess.run(["umount", self.mnt], capture_output=True)
+        shutil.rmtree(os.path.dirname(self.img), ignore_errors=True)
+
+
+# ---- the kill matrix ----
+
+class Upstream:
+    """A pristine local store holding the series, and bundles of it, served over HTTP as
+    the upstream Hub of pull, sync and serve --upstream."""
+
+    def __init__(self):
+        self.store = Store("local")
+        self.store.run("ingest", CACHE_REPO, check=True)
+        self.serve = Serve(self.store)
+        self.bundle = f"{A.work}/series.mcb"
+        self.store.run("export", f"{REPO}@main", *[f"{REPO}@{r['commit']}" for r in REVS],
+                       "-o", self.bundle, check=True)
+        self.bundle_r1 = f"{A.work}/series-r1.mcb"
+        self.store.run("export", f"{REPO}@{REVS[0]['commit']}", "-o", self.bundle_r1,
+                       check=True)
+
+
+class Case:
+    """One command of the kill matrix: `prepare` makes the store it starts from, `act`
+    runs it (with the crash settings in `extra`: returns its exit status, negative for a
+    signal), `check` says whether the state after a complete rerun is right."""
+    phases = 1
+
+    def __init__(self, up):
+        self.up = up
+
+    def prepare(self, s, phase=0):
+        pass
+
+    def check(self, s, what):
+        if len(s.commits()) != len(REVS):
+            fail(f"{what}: {len(s.commits())} revisions after the rerun, want {len(REVS)}")
+
+
+class Ingest(Case):
+    name = "ingest"
+
+    def act(self, s, extra, phase=0):
+        return s.run("ingest", CACHE_REPO, extra=extra).returncode
+
+
+class Import(Case):
+    name = "import"
+
+    def act(self, s, extra, phase=0):
+        return s.run("import", self.up.bundle, extra=extra).returncode
+
+
+class Gc(Case):
+    """Three revisions removed; one run condemns and rewrites, the second deletes."""
+    name, phases = "gc", 2
+    args = ("gc", "--keep-last", "0", "--grace", "0s", "--rewrite-below", "1")
+
+    def prepare(self, s, phase=0):
+        s.run("ingest", CACHE_REPO, check=True)
+        for r in REVS[:-1]:
+            s.run("rm", f"{REPO}@{r['commit']}", check=True)
+        if phase == 1:
+            s.run(*self.args, check=True)
+
+    def act(self, s, extra, phase=0):
+        r = s.run(*self.args, extra=extra).returncode
+        if r == 0 and not extra:  # a rerun runs both phases
+            r = s.run(*self.args).returncode
+        return r
+
+    def check(self, s, what):
+        if len(s.commits()) != 1:
+            fail(f"{what}: {len(s.commits())} revisions after the rerun, want 1")
+        s.same_bytes(f"{REPO}@{REVS[-1]['commit']}", files_of(REVS[-1]), what)
+
+
+class Pull(Case):
+    """`pull REPO` (main: the last revision) into a store that holds the first."""
+    name = "pull"
+
+    def prepare(self, s, phase=0):
+        s.run("import", self.up.bundle_r1, check=True)
+
+    def act(self, s, extra, phase=0):
+        return s.run("pull", REPO, "--endpoint", self.up.serve.url, extra=extra).returncode
+
+    def check(self, s, what):
+        s.same_bytes(f"{REPO}@main", files_of(REVS[-1]), what)
+
+
+class Sync(Case):
+    """A prefetch list of the other three revisions (two by sha, one by `main`) into a
+    store that holds the first."""
+    name = "sync"
+
+    def prepare(self, s, phase=0):
+        s.run("import", self.up.bundle_r1, check=True)
+        self.list = f"{A.work}/sync.toml"
+        entries = [f'[[model]]\nrepo = "{REPO}"\nrevision = "{r["commit"]}"\n'
+                   for r in REVS[1:-1]]
+        entries.append(f'[[model]]\nrepo = "{REPO}"\nrevision = "main"\nrefs = ["stable"]\n')
+        with open(self.list, "w") as f:
+            f.write(f'endpoint = "{self.up.serve.url}"\n\n' + "\n".join(entries))
+
+    def act(self, s, extra, phase=0):
+        return s.run("sync", self.list, extra=extra).returncode
+
+    def check(self, s, what):
+        super().check(s, what)
+        for r in REVS[1:]:
+            s.same_bytes(f"{REPO}@{r['commit']}", files_of(r), what)
+        s.same_bytes(f"{REPO}@stable", files_of(REVS[-1]), what)
+
+
+class ServeUpstream(Case):
+    """`serve --upstream` over a store that holds the first revision; a client downloads
+    every file of the other three (by sha) and of `main`, one at a time, until the server
+    dies. Its exit status is the command's."""
+    name = "serve-upstream"
+
+    def prepare(self, s, phase=0):
+        s.run("import", self.up.bundle_r1, check=True)
+
+    def requests(self):
+        out = [(r["commit"], p, sha) for r in REVS[1:] for p, sha in files_of(r)]
+        return out + [("main", p, sha) for p, sha in files_of(REVS[-1])]
+
+    def act(self, s, extra, phase=0):
+        srv = Serve(s, "--upstream", self.up.serve.url, extra=extra)
+        wrong = 0
+        for rev, p, sha in self.requests():
+            body = srv.get(REPO, rev, p)
+            if srv.p.poll() is not None:
+                break
+            if body is None or hashlib.sha256(body).hexdigest() != sha:
+                wrong += 1
+        if srv.p.poll() is None:
+            srv.stop()
+            return 1 if wrong else 0
+        return srv.stop()
+
+    def check(self, s, what):
+        super().check(s, what)
+        srv = Serve(s, "--upstream", self.up.serve.url)
+        try:
+            for rev, p, sha in self.requests():
+                body = srv.get(REPO, rev, p)
+                if body is None:
+                    fail(f"{what}: serve --upstream failed {rev}/{p}")
+                elif hashlib.sha256(body).hexdigest() != sha:
+                    fail(f"{what}: serve --upstream returned wrong bytes for {rev}/{p}")
+        finally:
+            srv.stop()
+
+
+def overwrite_in_place(path, sync=True):
+    """Writes 4 KiB of new bytes at a random offset of `path`, in place (same size)."""
+    size = os.path.getsize(path)
+    at = rng.randrange(0, max(1, size - 4096))
+    with open(path, "r+b") as f:
+        f.seek(at)
+        old = f.read(4096)
+        f.seek(at)
+        f.write(bytes(b ^ 0xA5 for b in old))
+        f.flush()
+        if sync:
+            os.fdatasync(f.fileno())
+
+
+def source_files(src):
+    out = []
+    for root, _, fs in os.walk(src):
+        for f in fs:
+            p = f"{root}/{f}"
+            out.append((os.path.relpath(p, src), hashlib.sha256(open(p, "rb").read()).hexdigest()))
+    return sorted(out)
+
+
+class Skip(Case):
+    """The unchanged-file skip: a plain directory ingested once (its files stamped), one
+    shard overwritten in place, then ingested again (the other files taken unread)."""
+    name = "unchanged-skip"
+    ingest_args = ("--repo", SKIP_REPO, "--ref", "main")
+
+    def prepare(self, s, phase=0):
+        s.src = f"{s.dir}/src"
+        shutil.copytree(f"{A.series}/plain/{REVS[-1]['name']}", s.src)
+        s.run("ingest", s.src, *self.ingest_args, check=True)
+        big = sorted(p for p, _ in source_files(s.src)
+                     if os.path.getsize(f"{s.src}/{p}") >= FILE_CACHE_MIN)
+        overwrite_in_place(f"{s.src}/{rng.choice(big)}")
+
+    def act(self, s, extra, phase=0):
+        return s.run("ingest", s.src, *self.ingest_args, extra=extra).returncode
+
+    def check(self, s, what):
+        if len(s.commits(SKIP_REPO)) != 2:
+            fail(f"{what}: {len(s.commits(SKIP_REPO))} revisions of {SKIP_REPO}, want 2")
+        s.same_bytes(f"{SKIP_REPO}@main", source_files(s.src), what)
+
+
+def steps(case, backend):
+    """The crash steps of each phase of a full run of `case`."""
+    out = []
+    for phase in range(case.phases):
+        s = Store(backend)
+        case.prepare(s, phase)
+        f = f"{s.dir}/steps"
+        st = case.act(s, {"MODELCAS_STEP_COUNT": f}, phase)
+        if st != 0:
+            raise RuntimeError(f"{case.name}: the probe run failed ({st})")
+        out.append(int(open(f).read()))
+        shutil.rmtree(s.dir, ignore_errors=True)
+    return out
+
+
+def kill_round(case, backend, label, k, counts, rerun, fs=None):
+    """One kill (or, with fs, one power loss) of `case` at step k over all its phases'
+    steps; returns whether the command was hit."""
+    phase = 0
+    while k > counts[phase]:
+        k -= counts[phase]
+        phase += 1
+    s = Store(backend, base=fs.mnt if fs else None)
+    case.prepare(s, phase)
+    extra = {"MODELCAS_CRASH_AT_STEP": str(k)}
+    if fs:
+        fs.sync()  # what the store held before the command is durable
+        extra["MODELCAS_CRASH_SHUTDOWN"] = fs.mnt
+    what = f"{label} {case.name} {'power loss' if fs else 'killed'} at step {k} of phase {phase}"
+    try:
+        st = case.act(s, extra, phase)
+    except subprocess.TimeoutExpired:  # killed by subprocess.run
+        fail(f"{what}: neither finished nor died within {POWER_LOSS_TIMEOUT} s")
+        st = -signal.SIGKILL
+    if st != -signal.SIGKILL:
+        if fs and st == -signal.SIGABRT:
+            fail(f"{what}: the file system could not be shut down (see MODELCAS_CRASH_SHUTDOWN)")
+        shutil.rmtree(s.dir, ignore_errors=True)
+        return False  # the run made fewer mutations than the probe (it happens on S3)
+    if fs and not fs.power_back(what):
+        return True
+    s.consistent(what)
+    if rerun:
+        if case.act(s, {}, phase) != 0:
+            fail(f"{what}: the rerun failed")
+        s.consistent(f"{what}, rerun")
+        case.check(s, f"{what}, rerun")
+    shutil.rmtree(s.dir, ignore_errors=True)
+    return True
+
+
+CASES = [Ingest, Import, Gc, Pull, Sync, ServeUpstream, Skip]
+
+
+def kills(backend, label, up):
+    done = {}
+    for cls in CASES:
+        case = cls(up)
+        counts = steps(case, backend)
+        done[case.name] = 0
+        for i in range(A.kills):
+            k = rng.randint(1, sum(counts))
+            done[case.name] += kill_round(case, backend, label, k, counts, i % 4 == 0)
+    return done
+
+
+def power_losses(up):
+    """--power-loss: each command of the matrix, and the source's power loss."""
+    done = {}
+    for cls in CASES:
+        case = cls(up)
+        counts = steps(case, "local")
+        done[case.name] = 0
+        for i in range(A.power_loss):
+            fs = LoopFs()
+            try:
+                k = rng.randint(1, sum(counts))
+                done[case.name] += kill_round(case, "local", "power", k, counts, i % 2 == 0,
+                                              fs)
+            finally:
+                fs.remove()
+    done["source-power-loss"], done["source-power-loss-wrong"] = 0, 0
+    for _ in range(A.power_loss):
+        fs = LoopFs()
+        try:
+            done["source-power-loss-wrong"] += source_power_loss(fs)
+            done["source-power-loss"] += 1
+        finally:
+            fs.remove()
+    return done
+
+
+def source_power_loss(fs):
+    """Issue 26's second case: a stamped file overwritten in place and fdatasync'ed (its
+    bytes durable, its new times not), then the power lost. After the remount the next
+    ingest must publish what the file holds. Returns 1 when it published other bytes."""
+    s = Store("local", base=fs.mnt)
+    s.src = f"{s.dir}/src"
+    shutil.copytree(f"{A.series}/plain/{REVS[-1]['name']}", s.src)
+    s.run("ingest", s.src, *Skip.ingest_args, check=True)
+    fs.sync()
+    big = sorted(p for p, _ in source_files(s.src)
+                 if os.path.getsize(f"{s.src}/{p}") >= FILE_CACHE_MIN)
+    victim = rng.choice(big)
+    overwrite_in_place(f"{s.src}/{victim}")
+    fs.power_loss()
+    what = f"source power loss ({victim} overwritten in place)"
+    if not fs.power_back(what):
+        return 0
+    r = s.run("ingest", s.src, *Skip.ingest_args)
+    if r.returncode != 0:
+        fail(f"{what}: the ingest after the power loss failed: {r.stderr.decode()[:300]}")
+        return 0
+    before = len(failures)
+    s.same_bytes(f"{SKIP_REPO}@main", source_files(s.src), what)
+    return 1 if len(failures) > before else 0
+
+
+# ---- corruptions ----
+
+def frames(pack):
+    """(offset, length) of every frame of a pack, walking the frame headers."""
+    flen = int.from_bytes(pack[-12:-8], "little")
+    end = len(pack) - 12 - flen
+    at, out = 16, []
+    while at + 16 <= end:
+        body = int.from_bytes(pack[at + 8:at + 12], "little")
+        out.append((at, 16 + body))
+        at += 16 + body
+    return out
+
+
+def corrupt_file(path, kind):
+    b = bytearray(open(path, "rb").read())
+    if kind == "flip" and b:
+        i = rng.randrange(len(b))
+        b[i] ^= 1 << rng.randrange(8)
+    elif kind == "truncate":
+        b = b[:rng.randrange(max(1, len(b)))]
+    elif kind == "swap":
+        fr = frames(bytes(b))
+        if len(fr) < 2:
+            return corrupt_file(path, "flip")
+        (a, la), (c, lc) = sorted(rng.sample(fr, 2))
+        b = b[:a] + b[c:c + lc] + b[a + la:c] + b[a:a + la] + b[c + lc:]
+    open(path, "wb").write(bytes(b))
+
+
 def read_back(s, reader):
     """Reads every file of every revision with `reader`; returns the number of files that
     came back with wrong bytes (an error is fine). Sets s.good to the number that came back
@@ -228,15 +627,14 @@ def read_back(s, reader):
         ok = hashlib.sha256(data).hexdigest() == sha
         good.append(ok)
         return 0 if ok else 1
-    revs = EXP["revisions"]
     if reader == "cat":
-        for r in revs:
+        for r in REVS:
             for p, sha in files_of(r):
                 out = s.run("cat", f"{REPO}@{r['commit']}", p)
                 if out.returncode == 0:
                     wrong += check(out.stdout, sha)
     elif reader == "checkout":
-        for r in revs:
+        for r in REVS:
             d = f"{s.dir}/co-{r['name']}"
             s.run("checkout", f"{REPO}@{r['commit']}", d)
             for p, sha in files_of(r):
@@ -244,74 +642,76 @@ def read_back(s, reader):
                     wrong += check(open(f"{d}/{p}", "rb").read(), sha)
     elif reader == "export":
         out = f"{s.dir}/x.mcb"
-        if s.run("export", *[f"{REPO}@{r['commit']}" for r in revs], "-o", out).returncode == 0:
+        if s.run("export", *[f"{REPO}@{r['commit']}" for r in REVS], "-o", out).returncode == 0:
             t = Store("local")
             if t.run("import", out).returncode == 0:
-                for r in revs:
+                for r in REVS:
                     for p, sha in files_of(r):
                         o = t.run("cat", f"{REPO}@{r['commit']}", p)
                         if o.returncode == 0:
                             wrong += check(o.stdout, sha)
             shutil.rmtree(t.dir, ignore_errors=True)
     elif reader == "serve":
-        port = free_port()
-        p = subprocess.Popen([A.bin, "-q", "serve", "--listen", f"127.0.0.1:{port}"], env=s.env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        srv = Serve(s)
         try:
-            def up():
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    return True
-                except OSError:
-                    return p.poll() is not None
-            wait_for(up, "serve listening")
-            for r in revs:
+            for r in REVS:
                 for path, sha in files_of(r):
-                    url = f"http://127.0.0.1:{port}/{REPO}/resolve/{r['commit']}/{path}"
-                    try:
-                        with urllib.request.urlopen(url, timeout=30) as resp:
-                            body = resp.read()
+                    body = srv.get(REPO, r["commit"], path, timeout=30)
+                    if body is not None:
                         wrong += check(body, sha)
-                    except Exception:
-                        pass  # an error, not wrong bytes
         finally:
-            p.kill()
-            p.wait()
-    elif reader == "mount":
-        mnt = f"{s.dir}/mnt"
-        os.makedirs(mnt, exist_ok=True)
-        p = subprocess.Popen([A.bin, "-q", "mount", mnt], env=s.env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for(lambda: os.path.isdir(f"{mnt}/{REPO}") or p.poll() is not None, "mount")
-            for r in revs:
-                for path, sha in files_of(r):
-                    try:
-                        data = open(f"{mnt}/{REPO}/{r['commit']}/{path}", "rb").read()
-                        wrong += check(data, sha)
-                    except OSError:
-                        pass
-        finally:
-            subprocess.run([A.bin, "umount", mnt], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            srv.stop()
+    elif reader in ("mount", "mount-no-passthrough"):
+        for r, path, data in mount_reads(s, reader == "mount"):
+            if data is not None:
+                wrong += check(data, dict(files_of(r))[path])
     s.good = sum(good)
     return wrong
 
 
-def cache_entries(d):
-    """The node cache's entry files (named by a 64-hex chunk id) under directory d."""
+def mount_reads(s, passthrough=True, before_umount=None):
+    """(revision, path, bytes or None) of every file read through `modelcas mount`, with
+    the store's own file cache; `before_umount()` runs once every file was read."""
+    mnt = f"{s.dir}/mnt"
+    os.makedirs(mnt, exist_ok=True)
+    args = [] if passthrough else ["--no-passthrough"]
+    p = subprocess.Popen([A.bin, "-q", "mount", mnt, *args], env=s.env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = []
+    try:
+        wait_for(lambda: os.path.isdir(f"{mnt}/{REPO}") or p.poll() is not None, "mount")
+        for r in REVS:
+            for path, _ in files_of(r):
+                try:
+                    data = open(f"{mnt}/{REPO}/{r['commit']}/{path}", "rb").read()
+                except OSError:
+                    data = None
+                out.append((r, path, data))
+        if before_umount:
+            before_umount()
+    finally:
+        subprocess.run([A.bin, "umount", mnt], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return out
+
+
+def cache_entries(d, hexlen=64):
+    """The entry files of a cache (named by a 64-hex id) under directory d."""
     out = []
     for root, _, fs in os.walk(d):
         for f in fs:
-            if len(f) == 64 and all(c in "0123456789abcdef" for c in f):
+            if len(f) == hexlen and all(c in "0123456789abcdef" for c in f):
                 out.append(os.path.relpath(f"{root}/{f}", d))
     return sorted(out)
+
+
+TOTAL_FILES = sum(len(r["files"]) for r in REVS)
 
 
 def node_cache_store():
@@ -345,19 +745,97 @@ def node_cache_round(node, s, how, reader):
     damaged = open(path, "rb").read()
     wrong = read_back(s, reader)
     detected = not os.path.exists(path) or open(path, "rb").read() != damaged
-    total = sum(len(r["files"]) for r in EXP["revisions"])
-    if s.good != total:  # the bucket is intact: a damaged cache must cost nothing but a GET
-        fail(f"node-cache {how}: {reader} read {s.good} of {total} files byte-exact")
+    if s.good != TOTAL_FILES:  # the bucket is intact: a damaged cache must cost nothing but a GET
+        fail(f"node-cache {how}: {reader} read {s.good} of {TOTAL_FILES} files byte-exact")
     return detected, wrong
 
 
-def corruptions(n):
-    pristine = Store("local")
-    pristine.run("ingest", CACHE_REPO, check=True)
-    root = f"{pristine.dir}/store"
-    bundle = f"{A.work}/c.mcb"
-    pristine.run("export", *[f"{REPO}@{r['commit']}" for r in EXP["revisions"]],
-                 f"{REPO}@main", "-o", bundle, check=True)
+def file_cache_store(pristine):
+    """The node file cache of `pristine` (a local store), filled by a mount that read
+    every file: every file of at least FILE_CACHE_MIN kept whole."""
+    want = {sha for r in REVS for f in r["files"] if f["size"] >= FILE_CACHE_MIN
+            for sha in [f["sha256"]]}
+    files = f"{pristine.dir}/files"
+
+    def filled():
+        wait_for(lambda: {os.path.basename(e) for e in cache_entries(files)} >= want,
+                 "the mount's file cache filled", limit=120)
+    for _, _, data in mount_reads(pristine, before_umount=filled):
+        if data is None:
+            raise RuntimeError("the pristine store failed a read through the mount")
+    entries = cache_entries(files)
+    sizes = {e: os.path.getsize(f"{files}/{e}") for e in entries}
+    return entries, sizes
+
+
+def file_cache_round(pristine, fc, s, how, reader):
+    """Damages one entry of a copy of the node file cache of `pristine`, reads everything
+    back through the mount (`reader`): (detected, wrong files). Detected: the damaged entry
+    was dropped or replaced once the mount used it."""
+    entries, sizes = fc
+    shutil.copytree(f"{pristine.dir}/store", f"{s.dir}/store")
+    shutil.copytree(f"{pristine.dir}/files", f"{s.dir}/files")
+    rel = rng.choice(entries)
+    path = f"{s.dir}/files/{rel}"
+    if how == "other":  # another file's entry (of the same size when there is one)
+        same = [e for e in entries if e != rel and sizes[e] == sizes[rel]]
+        other = rng.choice(same or [e for e in entries if e != rel])
+        shutil.copy(f"{s.dir}/files/{other}", path)
+    else:
+        corrupt_file(path, how)
+    damaged = open(path, "rb").read()
+    wrong = read_back(s, reader)
+    detected = not os.path.exists(path) or open(path, "rb").read() != damaged
+    if s.good != TOTAL_FILES:  # the store is intact: a damaged entry must cost nothing
+        fail(f"file-cache {how} of {rel}: {reader} read {s.good} of {TOTAL_FILES} files "
+             "byte-exact")
+    return detected, wrong, rel
+
+
+def index_files(d):
+    """The files of a RocksDB directory that hold data (not its LOCK or LOGs)."""
+    return sorted(f for f in os.listdir(d)
+                  if f != "LOCK" and not f.startswith("LOG") and os.path.isfile(f"{d}/{f}"))
+
+
+def index_round(pristine, up, s, how, reader):
+    """Damages one file of a copy of `pristine`'s index, then runs a command that uses the
+    index (`reader`: a new ingest of the series, which takes stamped files from the index
+    and deduplicates against it; or a pull of the last revision, removed from the copy,
+    whose weights the third revision holds: the pull reads them back through the index) and reads every file back with cat:
+    (wrong files, the damaged file, whether the command failed). The index is a cache of
+    the store: a damaged one may make the command fail, never publish or return wrong
+    bytes; after `index rebuild` the command must succeed."""
+    shutil.copytree(f"{pristine.dir}/store", f"{s.dir}/store")
+    shutil.copytree(f"{pristine.dir}/index", f"{s.dir}/index")
+    if reader == "pull":  # the last revision (the third's weights) pulled back
+        s.run("rm", "--force", f"{REPO}@{REVS[-1]['commit']}", check=True)
+    d = f"{s.dir}/index"
+    name = rng.choice([f for f in index_files(d) if os.path.getsize(f"{d}/{f}")])
+    corrupt_file(f"{d}/{name}", how)
+
+    def command():
+        if reader == "ingest":
+            return s.run("ingest", CACHE_REPO)
+        return s.run("pull", REPO, "--endpoint", up.serve.url)
+    r = command()
+    wrong = read_back(s, "cat")
+    failed = r.returncode != 0
+    if failed:
+        why = r.stderr.decode(errors="replace").strip()[-300:]
+        rb = s.run("index", "rebuild")
+        if rb.returncode != 0:
+            fail(f"index-{how} of {name}: {reader} failed ({why}) and `index rebuild` failed: "
+                 f"{rb.stderr.decode(errors='replace').strip()[-300:]}")
+        elif command().returncode != 0 or read_back(s, "cat") or s.good != TOTAL_FILES:
+            fail(f"index-{how} of {name}: after `index rebuild`, {reader} or a read failed")
+    elif s.good != TOTAL_FILES:
+        fail(f"index-{how} of {name}: {reader} succeeded, then cat read {s.good} of "
+             f"{TOTAL_FILES} files byte-exact")
+    return wrong, name, failed
+
+
+def store_objects(root):
     objs = {"pack": [], "manifest": [], "ref": []}
     for d, _, fs in os.walk(root):
         for f in fs:
@@ -366,9 +844,22 @@ def corruptions(n):
                     else "ref" if "/refs/" in rel else None)
             if kind:
                 objs[kind].append(rel)
+    return objs
+
+
+def corruptions(n, up):
+    pristine = Store("local")
+    pristine.run("ingest", CACHE_REPO, check=True)
+    root = f"{pristine.dir}/store"
+    bundle = f"{A.work}/c.mcb"
+    pristine.run("export", *[f"{REPO}@{r['commit']}" for r in REVS],
+                 f"{REPO}@main", "-o", bundle, check=True)
+    objs = store_objects(root)
+    fc = file_cache_store(pristine)
     plans = [("pack", "flip"), ("pack", "truncate"), ("pack", "swap"), ("manifest", "flip"),
              ("manifest", "truncate"), ("ref", "flip"), ("ref", "truncate"), ("bundle", "flip"),
-             ("bundle", "truncate")]
+             ("bundle", "truncate"), ("file-cache", "flip"), ("file-cache", "truncate"),
+             ("file-cache", "other"), ("index", "flip"), ("index", "truncate")]
     readers = ["cat", "checkout", "export", "serve", "mount"]
     node = node_cache_store() if A.s3_env else None
     if node:
@@ -376,19 +867,35 @@ def corruptions(n):
     stats = {"tried": 0, "detected": 0, "wrong_bytes": 0, "by_kind": {}}
     for i in range(n):
         target, how = plans[i % len(plans)]
+        turn = i // len(plans)
         key = f"{target}-{how}"
-        k = stats["by_kind"].setdefault(key, {"tried": 0, "detected": 0})
+        k = stats["by_kind"].setdefault(key, {"tried": 0, "detected": 0, "wrong_bytes": 0})
         s = Store("local")
+        wrong = 0
         if target == "node-cache":
             # export reads runs of frames straight from the bucket, not through the cache
             cache_readers = [r for r in readers if r != "export"]
-            reader = cache_readers[(i // len(plans)) % len(cache_readers)]
+            reader = cache_readers[turn % len(cache_readers)]
             detected, wrong = node_cache_round(node, s, how, reader)
             if not detected:
                 fail(f"{key}: a damaged node-cache entry was used and kept ({reader})")
             if wrong:
                 fail(f"{key}: {reader} returned {wrong} wrong files")
-            stats["wrong_bytes"] += wrong
+        elif target == "file-cache":  # only the mount keeps whole files
+            reader = ["mount", "mount-no-passthrough"][turn % 2]
+            detected, wrong, rel = file_cache_round(pristine, fc, s, how, reader)
+            if not detected:
+                fail(f"{key} of {rel}: a damaged file-cache entry was used and kept ({reader})")
+            if wrong:
+                fail(f"{key} of {rel}: {reader} returned {wrong} wrong files")
+        elif target == "index":  # read back by the commands that use the index
+            reader = ["ingest", "pull"][turn % 2]
+            wrong, name, failed = index_round(pristine, up, s, how, reader)
+            # detected: refused (the command failed) or harmless (all right); never wrong
+            detected = not wrong
+            k["command_failed"] = k.get("command_failed", 0) + failed
+            if wrong:
+                fail(f"{key} of {name}: {reader} returned {wrong} wrong files")
         elif target == "bundle":
             b = f"{s.dir}/b.mcb"
             shutil.copy(bundle, b)
@@ -407,7 +914,8 @@ def corruptions(n):
             wrong = read_back(s, readers[i % len(readers)])
             if wrong:
                 fail(f"{key} of {rel}: {readers[i % len(readers)]} returned {wrong} wrong files")
-            stats["wrong_bytes"] += wrong
+        stats["wrong_bytes"] += wrong
+        k["wrong_bytes"] += wrong
         stats["tried"] += 1
         k["tried"] += 1
         if detected:
@@ -418,15 +926,23 @@ def corruptions(n):
 
 
 def main():
+    # A run stopped with SIGTERM unwinds, so that each loop device's file system is unmounted.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.makedirs(A.work, exist_ok=True)
     t = time.time()
-    report = {"kills": {"local": kills("local", "local")}}
-    if A.s3_env:
-        report["kills"]["s3"] = kills(s3_settings(A.s3_env), "s3")
-    report["kills_total"] = sum(sum(v.values()) for v in report["kills"].values())
-    report["corruptions"] = corruptions(A.corruptions)
+    up = Upstream()
+    try:
+        report = {"kills": {"local": kills("local", "local", up)}}
+        if A.s3_env:
+            report["kills"]["s3"] = kills(s3_settings(A.s3_env), "s3", up)
+        report["kills_total"] = sum(sum(v.values()) for v in report["kills"].values())
+        if A.power_loss:
+            report["power_loss"] = power_losses(up)
+        report["corruptions"] = corruptions(A.corruptions, up)
+    finally:
+        up.serve.stop()
     report["failures"] = len(failures)
-    report["failure_examples"] = failures[:20]
+    report["failure_examples"] = failures[:30]
     report["seconds"] = round(time.time() - t)
     print(json.dumps(report, indent=1))
     sys.exit(1 if failures else 0)

@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
-# The reliability figures of docs/RELIABILITY.md: SIGKILLs at crash steps of ingest, import
-# and gc on the local store and on Garage, and injected corruptions of packs, manifests,
-# refs and bundles read back through cat, checkout, export, serve and the mount.
-#   bench/reliability.sh [KILLS_PER_COMMAND] [CORRUPTIONS]   (default 36 and 1000: 216 kills)
-#   bench/reliability.sh --short                             (CI: 4 and 45)
-# Needs root and /dev/fuse (the mount reader); builds Garage when it is missing.
+# The reliability figures of docs/RELIABILITY.md: SIGKILLs at crash steps of ingest, import,
+# gc, pull, sync, serve --upstream and an ingest taking unchanged files unread, on the local
+# store and on Garage; power losses (an ext4 on a loop device shut down without its log
+# flushed) at crash steps of the same commands and of an ingest's source; and injected
+# corruptions of packs, manifests, refs, bundles, the node caches and the local index, read
+# back through cat, checkout, export, serve and the mount.
+#   bench/reliability.sh [KILLS_PER_COMMAND] [CORRUPTIONS] [POWER_LOSSES_PER_COMMAND]
+#                                       (default 36, 1000 and 12: 504 kills, 96 power losses)
+#   bench/reliability.sh --short        (CI: 4, 68 and 2)
+# RELIABILITY_LOCAL_ONLY=1 leaves out the S3 half (no Garage: the kills on S3 and the
+# corruptions of its node chunk cache). Needs root, /dev/fuse (the mount reader) and loop
+# devices (the power losses; POWER_LOSSES_PER_COMMAND 0 leaves them out); builds Garage when
+# it is missing and the S3 half runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${1:-}" = "--short" ]; then kills=4; corr=45; else kills="${1:-36}"; corr="${2:-1000}"; fi
+if [ "${1:-}" = "--short" ]; then kills=4; corr=68; power=2; else
+  kills="${1:-36}"; corr="${2:-1000}"; power="${3:-12}"; fi
 . bench/lib.sh
+[ "$power" = 0 ] || need_debs e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck mount:losetup
 BENCH_FAILPOINTS=1 bench_setup 16
-g="$work/garage"
-trap 'bash tests/garage.sh stop "$g" || true; rm -rf "$work"' EXIT
-bash tests/garage.sh start "$g" >/dev/null
+# The loop-device file systems of the power losses, if a run was cut short, then the rest.
+unmount_all() { awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/mounts | xargs -r umount -l; }
+trap 'unmount_all; rm -rf "$work"' EXIT
+s3=()
+if [ "${RELIABILITY_LOCAL_ONLY:-}" != 1 ]; then
+  g="$work/garage"
+  trap 'bash tests/garage.sh stop "$g" || true; unmount_all; rm -rf "$work"' EXIT
+  bash tests/garage.sh start "$g" >/dev/null
+  s3=(--s3-env "$g/env")
+fi
 "$MODELCAS_PYTHON" bench/reliability.py "$bin" "$series" "$work/r" \
-  --kills "$kills" --corruptions "$corr" --s3-env "$g/env"
+  --kills "$kills" --corruptions "$corr" --power-loss "$power" "${s3[@]}"

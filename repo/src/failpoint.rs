@@ -17,6 +17,17 @@
 //! `MODELCAS_STEP_COUNT=FILE` it writes the number of steps taken so far to FILE after each
 //! one, so a test learns how many steps a full run has.
 //!
+//! Power loss, for the checks that SIGKILL cannot make (a killed process leaves its writes
+//! in the page cache, where the kernel still writes them out; a power loss does not):
+//! with `MODELCAS_CRASH_SHUTDOWN=PATH` as well, the crash at step N first shuts down the
+//! file system holding PATH without flushing its log (`EXT4_IOC_SHUTDOWN` with
+//! `EXT4_GOING_FLAGS_NOLOGFLUSH`; XFS answers the same ioctl), which drops every write
+//! not yet committed to the journal, and then kills the process. What was synced survives,
+//! nothing else: remounting the file system shows it as it would be after the power came
+//! back (`bench/reliability.py --power-loss` does this on an ext4 on a loop device). When
+//! the file system cannot be shut down (not ext4 or XFS, not root) the process aborts
+//! (SIGABRT) instead, so that no caller takes a plain kill for a power loss.
+//!
 //! [`setup`] (called once by the binary at start) turns those variables into callbacks on
 //! the named fail points.
 
@@ -69,8 +80,8 @@ pub fn settle_override() -> Option<std::time::Duration> {
     Some(std::time::Duration::from_millis(ms))
 }
 
-/// Configures the fail points from `MODELCAS_PAUSE_AT`, `MODELCAS_CRASH_AT_STEP` and
-/// `MODELCAS_STEP_COUNT`. Without the `failpoints` feature it does nothing.
+/// Configures the fail points from `MODELCAS_PAUSE_AT`, `MODELCAS_CRASH_AT_STEP`,
+/// `MODELCAS_CRASH_SHUTDOWN` and `MODELCAS_STEP_COUNT`. Without the `failpoints` feature it does nothing.
 pub fn setup() {
     #[cfg(feature = "failpoints")]
     hooks::setup();
@@ -78,7 +89,7 @@ pub fn setup() {
 
 #[cfg(feature = "failpoints")]
 mod hooks {
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
@@ -95,9 +106,10 @@ mod hooks {
             .ok()
             .and_then(|v| v.parse().ok());
         let count_file = std::env::var_os("MODELCAS_STEP_COUNT").map(PathBuf::from);
+        let shutdown = std::env::var_os("MODELCAS_CRASH_SHUTDOWN").map(PathBuf::from);
         if crash_at.is_some() || count_file.is_some() {
             let _ = fail::cfg_callback(super::MUTATION, move || {
-                count_step(crash_at, count_file.as_ref())
+                count_step(crash_at, count_file.as_ref(), shutdown.as_deref())
             });
         }
     }
@@ -113,9 +125,15 @@ mod hooks {
 
     static STEPS: AtomicU64 = AtomicU64::new(0);
 
-    fn count_step(crash_at: Option<u64>, count_file: Option<&PathBuf>) {
+    fn count_step(crash_at: Option<u64>, count_file: Option<&PathBuf>, shutdown: Option<&Path>) {
         let n = STEPS.fetch_add(1, Ordering::SeqCst) + 1;
         if crash_at == Some(n) {
+            if let Some(path) = shutdown {
+                if let Err(e) = power_loss(path) {
+                    eprintln!("MODELCAS_CRASH_SHUTDOWN {}: {e}", path.display());
+                    std::process::abort();
+                }
+            }
             // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
             unsafe {
                 libc::kill(libc::getpid(), libc::SIGKILL);
@@ -124,6 +142,27 @@ mod hooks {
         if let Some(f) = count_file {
             let _ = std::fs::write(f, n.to_string());
         }
+    }
+
+    /// `_IOR('X', 125, __u32)`: `EXT4_IOC_SHUTDOWN`, the same number as XFS's
+    /// `XFS_IOC_GOINGDOWN`.
+    const FS_IOC_SHUTDOWN: u32 = 0x8004_587d;
+    /// `EXT4_GOING_FLAGS_NOLOGFLUSH` (`XFS_FSOP_GOING_FLAGS_NOLOGFLUSH`): stop at once,
+    /// neither the data nor the journal written out.
+    const GOING_FLAGS_NOLOGFLUSH: u32 = 2;
+
+    /// Shuts down the file system holding `path` as a power loss would leave it.
+    fn power_loss(path: &Path) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path)?;
+        let flags: u32 = GOING_FLAGS_NOLOGFLUSH;
+        // SAFETY: the ioctl reads one u32 through the pointer, which outlives the call; the
+        // fd is open for `f`'s life.
+        let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SHUTDOWN as _, &flags as *const u32) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
     }
 }
 

@@ -7,26 +7,36 @@
 //!   without CR/LF, and a body of exactly the length announced with the right bytes;
 //! - stack: arbitrary bytes, and requests built from arbitrary parts, written to one
 //!   connection (an in-memory pipe through hyper); the answer is nothing or HTTP/1.x
-//!   responses, and no handler panicked.
+//!   responses, and no handler panicked;
+//! - policy and mirror: the router and the stack again, against a hub with an allow-list,
+//!   a version lock and an upstream (an in-process fake Hub that ingests what it is asked
+//!   to fetch), with repository names spelled in every case, full shas of locked and
+//!   upstream commits, and a repository that exists only inside. Besides the checks above:
+//!   nothing of a repository outside the allow-list or of a locked repository is fetched
+//!   from the upstream (whatever the spelling), a locked or inside-only repository never
+//!   serves other bytes than its stored commit's, its ref never moves, and the store never
+//!   holds two repositories whose names differ only in case.
 //!
 //! CI runs [`CASES`] cases of each. The soak (`bench/serve_fuzz.sh N`) runs the same
 //! properties `N` times: `SERVE_FUZZ_INPUTS=N cargo test --release -p modelcas-serve
 //! --test fuzz -- --ignored soak --nocapture`.
 
-use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method};
 use http_body_util_shim::collect;
 use hubserve::body::Body;
 use hubserve::decode;
 use hubserve::hub::{Head, Hub};
-use hubserve::Limits;
+use hubserve::{Limits, Policy, Upstream, UpstreamError, UpstreamOptions};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use store::ingest::{ingest, IngestOptions, NoProgress};
 use store::source::{discover, DiscoverOptions};
-use store::{ChunkParams, CreateOptions, Index, MemoryStore, RepoId, Store};
+use store::{ChunkParams, CommitId, CreateOptions, Index, MemoryStore, RepoId, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Cases per property in a normal run.
@@ -56,61 +66,323 @@ struct Fixture {
     rt: tokio::runtime::Runtime,
 }
 
+/// Writes `files` under a new temporary directory.
+fn source_dir(files: &[(String, Vec<u8>)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (p, data) in files {
+        let path = dir.path().join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    }
+    dir
+}
+
+fn memory_store() -> Store {
+    Store::open_or_create(
+        Arc::new(MemoryStore::new()),
+        CreateOptions {
+            chunk: ChunkParams::tiny(),
+            pack_target: 64 * 1024,
+        },
+    )
+    .unwrap()
+}
+
+/// Ingests the directory `dir` into `store` as `repo` (at `revision` when given, else the
+/// content's commit), setting `refs`.
+fn ingest_dir(
+    store: &Store,
+    index: &Index,
+    dir: &Path,
+    repo: &str,
+    revision: Option<CommitId>,
+    refs: &[&str],
+) -> store::Result<()> {
+    let opts = DiscoverOptions {
+        repo: Some(RepoId::parse(repo).unwrap()),
+        revision,
+        refs: refs.iter().map(|r| r.to_string()).collect(),
+    };
+    let snaps = discover(dir, &opts)?.snapshots;
+    ingest(
+        store,
+        index,
+        &snaps,
+        IngestOptions {
+            threads: 2,
+            ..Default::default()
+        },
+        &NoProgress,
+    )?;
+    Ok(())
+}
+
+fn fixture_files() -> Vec<(String, Vec<u8>)> {
+    files()
+        .into_iter()
+        .map(|(p, d)| (p.to_string(), d))
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        for (p, data) in files() {
-            let path = dir.path().join(p);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, data).unwrap();
-        }
-        let store = Store::open_or_create(
-            Arc::new(MemoryStore::new()),
-            CreateOptions {
-                chunk: ChunkParams::tiny(),
-                pack_target: 64 * 1024,
-            },
-        )
-        .unwrap();
+        let dir = source_dir(&fixture_files());
+        let store = memory_store();
         let idx = tempfile::tempdir().unwrap();
         let index = Index::open(idx.path(), &store.config().store_id).unwrap();
-        let opts = DiscoverOptions {
-            repo: Some(RepoId::parse(REPO).unwrap()),
-            refs: vec!["main".into()],
-            ..Default::default()
-        };
-        let snaps = discover(dir.path(), &opts).unwrap().snapshots;
-        ingest(
-            &store,
-            &index,
-            &snaps,
-            IngestOptions {
-                threads: 2,
-                ..Default::default()
-            },
-            &NoProgress,
-        )
-        .unwrap();
+        ingest_dir(&store, &index, dir.path(), REPO, None, &["main"]).unwrap();
         let tokens: HashSet<String> = [TOKEN.to_string()].into();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
         Fixture {
             hub: Arc::new(Hub::new(
                 store.clone(),
                 Arc::new(read::cache::ChunkCache::new(store, 64 << 20, 2).unwrap()),
                 Some(tokens),
             )),
-            files: files()
-                .into_iter()
-                .map(|(p, d)| (p.to_string(), d))
-                .collect(),
-            rt,
+            files: fixture_files(),
+            rt: runtime(),
         }
     })
+}
+
+/// The commit `org/model` is locked to; stored, and known upstream too.
+const LOCKED: &str = "1111111111111111111111111111111111111111";
+/// `org/model`'s `main` upstream: other bytes than the locked commit's.
+const UPSTREAM_MAIN: &str = "2222222222222222222222222222222222222222";
+/// `up/model`'s `main` upstream (the fixture's bytes): may be pulled.
+const PULLABLE: &str = "3333333333333333333333333333333333333333";
+/// `local/only`'s `main`, ingested inside.
+const INSIDE: &str = "4444444444444444444444444444444444444444";
+/// `local/only`'s `main` on the upstream (someone registered the name there): other bytes.
+const SQUATTED: &str = "5555555555555555555555555555555555555555";
+/// `other/x`'s `main` upstream: outside the allow-list.
+const DISALLOWED: &str = "6666666666666666666666666666666666666666";
+/// The allow-list of the policy hub.
+const ALLOW: [&str; 3] = ["org/*", "up/*", "local/*"];
+
+/// An upstream Hub in the process: repositories matched without case, as the Hub does;
+/// `fetch` ingests the commit's files into the mirror's store. Every fetch is recorded.
+struct FakeUpstream {
+    store: Store,
+    index: Index,
+    /// Lowercased repository → (ref or sha → commit), and each commit's source directory.
+    repos: HashMap<String, HashMap<String, CommitId>>,
+    sources: HashMap<CommitId, PathBuf>,
+    fetched: Mutex<Vec<(String, CommitId)>>,
+}
+
+impl Upstream for FakeUpstream {
+    fn endpoint(&self) -> &str {
+        "http://fake-upstream.invalid"
+    }
+
+    fn resolve(&self, repo: &RepoId, rev: &str) -> Result<CommitId, UpstreamError> {
+        let revs = self
+            .repos
+            .get(&repo.to_string().to_lowercase())
+            .ok_or_else(|| UpstreamError::RepoNotFound(format!("{repo} not found")))?;
+        revs.get(rev)
+            .copied()
+            .ok_or_else(|| UpstreamError::RevisionNotFound(format!("{repo}@{rev} not found")))
+    }
+
+    fn fetch(&self, repo: &RepoId, commit: &CommitId) -> Result<u64, UpstreamError> {
+        lock(&self.fetched).push((repo.to_string(), *commit));
+        let known = self
+            .repos
+            .get(&repo.to_string().to_lowercase())
+            .is_some_and(|r| r.values().any(|c| c == commit));
+        let dir = self.sources.get(commit).filter(|_| known).ok_or_else(|| {
+            UpstreamError::RevisionNotFound(format!("{repo}@{} not found", commit.to_hex()))
+        })?;
+        ingest_dir(
+            &self.store,
+            &self.index,
+            dir,
+            &repo.to_string(),
+            Some(*commit),
+            &[],
+        )
+        .map_err(|e| UpstreamError::Unavailable(e.to_string()))?;
+        Ok(1)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn commit(hex: &str) -> CommitId {
+    CommitId::parse(hex).unwrap()
+}
+
+/// The hub with a policy and an upstream, its store, and the fake upstream behind it.
+struct PolicyFixture {
+    hub: Arc<Hub>,
+    store: Store,
+    upstream: Arc<FakeUpstream>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+fn policy_fixture() -> &'static PolicyFixture {
+    static F: OnceLock<PolicyFixture> = OnceLock::new();
+    F.get_or_init(|| {
+        // The fixture's bytes, and the same names with other bytes.
+        let same = source_dir(&fixture_files());
+        let other: Vec<(String, Vec<u8>)> = fixture_files()
+            .into_iter()
+            .map(|(p, d)| (p, d.iter().map(|b| b ^ 0x5a).collect()))
+            .collect();
+        let other = source_dir(&other);
+        let store = memory_store();
+        let idx = tempfile::tempdir().unwrap();
+        let index = Index::open(idx.path(), &store.config().store_id).unwrap();
+        let (org, local) = ("org/model", "local/only");
+        ingest_dir(
+            &store,
+            &index,
+            same.path(),
+            org,
+            Some(commit(LOCKED)),
+            &["main"],
+        )
+        .unwrap();
+        ingest_dir(
+            &store,
+            &index,
+            same.path(),
+            local,
+            Some(commit(INSIDE)),
+            &["main"],
+        )
+        .unwrap();
+        let up_idx = tempfile::tempdir().unwrap();
+        let up_index = Index::open(up_idx.path(), &store.config().store_id).unwrap();
+        let repo = |pairs: &[(&str, &str)]| -> HashMap<String, CommitId> {
+            pairs
+                .iter()
+                .map(|(r, c)| (r.to_string(), commit(c)))
+                .collect()
+        };
+        let repos = HashMap::from([
+            (
+                org.to_string(),
+                repo(&[
+                    ("main", UPSTREAM_MAIN),
+                    (LOCKED, LOCKED),
+                    (UPSTREAM_MAIN, UPSTREAM_MAIN),
+                ]),
+            ),
+            (
+                "up/model".into(),
+                repo(&[("main", PULLABLE), (PULLABLE, PULLABLE)]),
+            ),
+            (
+                local.into(),
+                repo(&[("main", SQUATTED), (SQUATTED, SQUATTED)]),
+            ),
+            (
+                "other/x".into(),
+                repo(&[("main", DISALLOWED), (DISALLOWED, DISALLOWED)]),
+            ),
+        ]);
+        let sources = HashMap::from([
+            (commit(LOCKED), same.path().to_path_buf()),
+            (commit(PULLABLE), same.path().to_path_buf()),
+            (commit(DISALLOWED), same.path().to_path_buf()),
+            (commit(UPSTREAM_MAIN), other.path().to_path_buf()),
+            (commit(SQUATTED), other.path().to_path_buf()),
+        ]);
+        let upstream = Arc::new(FakeUpstream {
+            store: store.clone(),
+            index: up_index,
+            repos,
+            sources,
+            fetched: Mutex::new(Vec::new()),
+        });
+        let policy = Policy {
+            allow: ALLOW.iter().map(|p| p.to_string()).collect(),
+            locks: [(RepoId::parse(org).unwrap(), commit(LOCKED))].into(),
+        };
+        let opts = UpstreamOptions {
+            upstream: upstream.clone(),
+            ttl: Duration::from_secs(60),
+        };
+        let hub = Hub::new(
+            store.clone(),
+            Arc::new(read::cache::ChunkCache::new(store.clone(), 64 << 20, 2).unwrap()),
+            Some([TOKEN.to_string()].into()),
+        )
+        .with_policy(policy, Some(opts));
+        PolicyFixture {
+            hub: Arc::new(hub),
+            store,
+            upstream,
+            _dirs: vec![same, other, idx, up_idx],
+        }
+    })
+}
+
+/// What the policy promises of the store: the locked and the inside-only `main` unmoved,
+/// no two repositories whose names differ only in case.
+fn store_policy() -> Result<(), String> {
+    let p = policy_fixture();
+    for (repo, want) in [("org/model", LOCKED), ("local/only", INSIDE)] {
+        let main = p.store.resolve(&RepoId::parse(repo).unwrap(), "main");
+        let main = main.map(|c| c.to_hex()).map_err(|e| e.to_string())?;
+        if main != want {
+            return Err(format!("{repo}@main moved to {main}"));
+        }
+    }
+    let repos = p.store.repos().map_err(|e| e.to_string())?;
+    let lower: HashSet<String> = repos.iter().map(|r| r.to_string().to_lowercase()).collect();
+    if lower.len() != repos.len() {
+        return Err(format!("repositories differing only in case: {repos:?}"));
+    }
+    Ok(())
+}
+
+/// Where the policy hub stands before an input: the fetches recorded, and whether the store
+/// kept its promises.
+fn policy_state() -> (usize, bool) {
+    let p = policy_fixture();
+    (lock(&p.upstream.fetched).len(), store_policy().is_ok())
+}
+
+/// What one input (after `before`, from [`policy_state`]) did against the policy: nothing
+/// fetched outside the allow-list or of the locked repository (whatever the spelling), and
+/// the store's promises ([`store_policy`]) not broken by it. Only what this input did is
+/// judged, so that a shrunk failure names the input that broke the promise.
+fn check_policy(before: (usize, bool)) -> Result<(), TestCaseError> {
+    let p = policy_fixture();
+    for (repo, c) in lock(&p.upstream.fetched).iter().skip(before.0) {
+        let lower = repo.to_lowercase();
+        let allowed = ALLOW
+            .iter()
+            .any(|pat| lower.starts_with(pat.trim_end_matches('*')));
+        prop_assert!(
+            allowed,
+            "fetched {repo}@{}, outside the allow-list",
+            c.to_hex()
+        );
+        prop_assert!(
+            lower != "org/model",
+            "fetched {repo}@{} of the locked org/model",
+            c.to_hex()
+        );
+    }
+    if before.1 {
+        store_policy().map_err(TestCaseError::fail)?;
+    }
+    Ok(())
 }
 
 /// Collecting a body without http-body-util: polls frames until the end.
@@ -172,6 +444,14 @@ fn segment() -> impl Strategy<Value = String> {
             "..",
             "",
             "refs%2Fpr%2F1",
+            LOCKED,
+            UPSTREAM_MAIN,
+            PULLABLE,
+            INSIDE,
+            SQUATTED,
+            DISALLOWED,
+            "2222222",
+            "MAIN",
         ])
         .prop_map(String::from),
         any::<String>(),
@@ -179,25 +459,50 @@ fn segment() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Repository ids: the fixtures' in several spellings, unknown ones and arbitrary text.
+fn repo() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => Just("org/model".to_string()),
+        4 => prop::sample::select(vec![
+            "ORG/Model",
+            "org/MODEL",
+            "Org/model",
+            "up/model",
+            "UP/Model",
+            "local/only",
+            "Local/ONLY",
+            "other/x",
+            "OTHER/X",
+            "org/missing",
+            "org/model.git",
+        ])
+        .prop_map(String::from),
+        1 => (segment(), segment()).prop_map(|(a, b)| format!("{a}/{b}")),
+    ]
+}
+
 fn path() -> impl Strategy<Value = String> {
     prop_oneof![
         // Shaped like the routes, with arbitrary parts.
         (
+            repo(),
             segment(),
             segment(),
             segment(),
             prop::collection::vec(segment(), 0..4)
         )
-            .prop_map(|(rev, a, b, rest)| {
-                let mut p = format!("/org/model/resolve/{rev}/{a}");
+            .prop_map(|(repo, rev, a, b, rest)| {
+                let mut p = format!("/{repo}/resolve/{rev}/{a}");
                 for s in [b].iter().chain(rest.iter()) {
                     p.push('/');
                     p.push_str(s);
                 }
                 p
             }),
-        (segment(), prop::collection::vec(segment(), 0..3))
-            .prop_map(|(rev, rest)| format!("/api/models/org/model/tree/{rev}/{}", rest.join("/"))),
+        (repo(), segment(), prop::collection::vec(segment(), 0..3)).prop_map(
+            |(repo, rev, rest)| { format!("/api/models/{repo}/tree/{rev}/{}", rest.join("/")) }
+        ),
+        (repo(), segment()).prop_map(|(repo, rev)| format!("/api/models/{repo}/revision/{rev}")),
         prop::collection::vec(segment(), 0..8).prop_map(|s| format!("/{}", s.join("/"))),
         any::<String>(),
     ]
@@ -238,6 +543,7 @@ fn auth() -> impl Strategy<Value = Option<Vec<u8>>> {
 
 /// One routed request and everything checked about its reply.
 fn check_route(
+    hub: &Hub,
     method: &Method,
     path: &str,
     query: &str,
@@ -258,7 +564,7 @@ fn check_route(
         headers: &headers,
         client: "fuzz",
     };
-    let reply = f.hub.route(&head);
+    let reply = hub.route(&head);
     let status = reply.status.as_u16();
     prop_assert!((200..600).contains(&status), "status {status}");
     for (k, v) in &reply.headers {
@@ -300,15 +606,15 @@ fn check_route(
             })
             .unwrap_or(0);
         prop_assert!(
-            data[from..from + body.len()] == body[..],
-            "wrong bytes for {name}"
+            data.get(from..from + body.len()) == Some(&body[..]),
+            "wrong bytes for {name} ({path})"
         );
     }
     Ok(())
 }
 
 /// Writes `input` to one connection through hyper and reads everything back.
-fn check_stack(input: &[u8]) -> Result<(), TestCaseError> {
+fn check_stack(hub: &Arc<Hub>, input: &[u8]) -> Result<(), TestCaseError> {
     let f = fixture();
     let limits = Limits {
         header_timeout: std::time::Duration::from_secs(5),
@@ -317,7 +623,7 @@ fn check_stack(input: &[u8]) -> Result<(), TestCaseError> {
     let out = f.rt.block_on(async {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let conn = tokio::spawn(hubserve::server::serve_connection(
-            f.hub.clone(),
+            hub.clone(),
             limits.clone(),
             server,
             "fuzz".into(),
@@ -336,7 +642,7 @@ fn check_stack(input: &[u8]) -> Result<(), TestCaseError> {
     });
     let (out, _, joined) = out;
     prop_assert!(joined.is_ok(), "connection task panicked");
-    prop_assert_eq!(f.hub.metrics().panics(), 0);
+    prop_assert_eq!(hub.metrics().panics(), 0);
     if !out.is_empty() {
         prop_assert!(
             out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "),
@@ -387,18 +693,22 @@ fn raw_request() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-fn run(cases: u32) -> u64 {
-    let mut n = 0u64;
-    let cfg = |c| Config {
-        cases: c,
+fn cfg(cases: u32) -> Config {
+    Config {
+        cases,
         failure_persistence: None,
         ..Config::default()
-    };
+    }
+}
+
+fn run(cases: u32) -> u64 {
+    let f = fixture();
+    let mut n = 0u64;
     let mut runner = TestRunner::new(cfg(cases));
     runner
         .run(
             &(method(), path(), "[a-z=&]{0,20}", range(), auth()),
-            |(m, p, q, r, a)| check_route(&m, &p, &q, r.as_deref(), a.as_deref()),
+            |(m, p, q, r, a)| check_route(&f.hub, &m, &p, &q, r.as_deref(), a.as_deref()),
         )
         .unwrap();
     n += cases as u64;
@@ -406,7 +716,7 @@ fn run(cases: u32) -> u64 {
     runner
         .run(
             &prop_oneof![raw_request(), prop::collection::vec(any::<u8>(), 0..300)],
-            |input| check_stack(&input),
+            |input| check_stack(&f.hub, &input),
         )
         .unwrap();
     n += cases as u64;
@@ -422,6 +732,35 @@ fn run(cases: u32) -> u64 {
         )
         .unwrap();
     n + cases as u64
+}
+
+/// The router and the stack against the hub with a policy and an upstream: the checks of
+/// [`run`], and [`check_policy`] after every input.
+fn run_policy(cases: u32) -> u64 {
+    let p = policy_fixture();
+    let mut runner = TestRunner::new(cfg(cases));
+    runner
+        .run(
+            &(method(), path(), "[a-z=&]{0,20}", range(), auth()),
+            |(m, path, q, r, a)| {
+                let before = policy_state();
+                check_route(&p.hub, &m, &path, &q, r.as_deref(), a.as_deref())?;
+                check_policy(before)
+            },
+        )
+        .unwrap();
+    let mut runner = TestRunner::new(cfg(cases));
+    runner
+        .run(
+            &prop_oneof![raw_request(), prop::collection::vec(any::<u8>(), 0..300)],
+            |input| {
+                let before = policy_state();
+                check_stack(&p.hub, &input)?;
+                check_policy(before)
+            },
+        )
+        .unwrap();
+    2 * cases as u64
 }
 
 /// Decoders: total, and their outputs hold what they promise.
@@ -451,6 +790,21 @@ fn fuzz_router_stack_and_decoders() {
     assert_eq!(fixture().hub.metrics().panics(), 0);
 }
 
+#[test]
+#[ignore = "fails on the code before issue 26 point 3 is fixed (the policy branch): \
+            GET /api/models/org/model/tree/<another commit's sha> fetches that commit of \
+            the locked org/model from the upstream; run it (and remove this) once merged"]
+fn fuzz_policy_and_mirror_routes() {
+    assert_eq!(run_policy(CASES), 2 * CASES as u64);
+    assert_eq!(policy_fixture().hub.metrics().panics(), 0);
+    // The fuzz reached the upstream: up/model was pulled (what the mirror is for).
+    let fetched = lock(&policy_fixture().upstream.fetched);
+    assert!(
+        fetched.iter().any(|(r, _)| r.to_lowercase() == "up/model"),
+        "{fetched:?}"
+    );
+}
+
 /// Regression inputs from issue 11: each answered, nothing panicked.
 #[test]
 fn regression_issue_11_inputs() {
@@ -463,10 +817,11 @@ fn regression_issue_11_inputs() {
         b"GET /org/model/resolve/main/model.safetensors HTTP/1.1\r\nAuthorization: Bearer t0ken\r\nRange: bytes=18446744073709551615-\r\n\r\n",
     ];
     for i in inputs {
-        check_stack(i).unwrap();
+        check_stack(&fixture().hub, i).unwrap();
     }
     let auth = format!("Bearer {TOKEN}");
     check_route(
+        &fixture().hub,
         &Method::GET,
         "/org/model/resolve/main/x%0D%0AInjected:%20yes",
         "",
@@ -475,6 +830,7 @@ fn regression_issue_11_inputs() {
     )
     .unwrap();
     check_route(
+        &fixture().hub,
         &Method::GET,
         "/org/model/resolve/main/%aé",
         "",
@@ -483,6 +839,7 @@ fn regression_issue_11_inputs() {
     )
     .unwrap();
     check_route(
+        &fixture().hub,
         &Method::GET,
         "/org/model/resolve/main/na%C3%AFve.txt",
         "",
@@ -500,9 +857,10 @@ fn soak() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let per = total.div_ceil(3).max(1) as u32;
+    let per = total.div_ceil(5).max(1) as u32;
     let started = std::time::Instant::now();
-    let n = run(per);
+    let n = run(per) + run_policy(per);
+    store_policy().unwrap();
     let panics = fixture().hub.metrics().panics();
     println!(
         "serve fuzz: {n} inputs, {panics} handler panics, {:.0}s",
