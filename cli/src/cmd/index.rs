@@ -13,7 +13,7 @@ pub fn run(ctx: &Ctx, action: IndexAction) -> Result<ExitCode> {
             let store = ctx.open()?;
             let index = ctx.index(&store)?;
             let condemned = store::gc::state::condemned_packs(store.backend().as_ref())?;
-            let r = index.rebuild(store.backend().as_ref(), &condemned, &|w| {
+            let (index, r) = index.rebuild(store.backend().as_ref(), &condemned, &|w| {
                 tracing::warn!("{w}")
             })?;
             println!(
