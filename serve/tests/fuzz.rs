@@ -761,7 +761,60 @@ fn run_policy(cases: u32) -> u64 {
             },
         )
         .unwrap();
-    2 * cases as u64
+    // Well-formed requests with the token, revisions the fixture knows by every name
+    // (ref, sha, prefix, case): the policy's paths themselves, reached in every run
+    // (the shapes above reach them only by chance).
+    let mut runner = TestRunner::new(cfg(cases));
+    runner
+        .run(
+            &(
+                prop_oneof![Just(Method::GET), Just(Method::HEAD)],
+                repo(),
+                known_rev(),
+                prop::sample::select(files().into_iter().map(|(p, _)| p).collect::<Vec<_>>()),
+                0..3usize,
+            ),
+            |(m, repo, rev, file, shape)| {
+                let before = policy_state();
+                let path = match shape {
+                    0 => format!("/{repo}/resolve/{rev}/{file}"),
+                    1 => format!("/api/models/{repo}/tree/{rev}"),
+                    _ => format!("/api/models/{repo}/revision/{rev}"),
+                };
+                let auth = format!("Bearer {TOKEN}").into_bytes();
+                check_route(&p.hub, &m, &path, "", None, Some(&auth))?;
+                check_policy(before)
+            },
+        )
+        .unwrap();
+    3 * cases as u64
+}
+
+/// A revision of the policy fixture by one of its names: a ref, a full sha (in either
+/// case), a prefix of one, or a pull request ref.
+fn known_rev() -> impl Strategy<Value = String> {
+    let shas = [
+        LOCKED,
+        UPSTREAM_MAIN,
+        PULLABLE,
+        INSIDE,
+        SQUATTED,
+        DISALLOWED,
+    ];
+    prop_oneof![
+        2 => Just("main".to_string()),
+        1 => Just("refs%2Fpr%2F1".to_string()),
+        2 => (prop::sample::select(shas.to_vec()), 7..=40usize, any::<bool>()).prop_map(
+            |(sha, n, upper)| {
+                let s = &sha[..n];
+                if upper {
+                    s.to_uppercase()
+                } else {
+                    s.to_string()
+                }
+            }
+        ),
+    ]
 }
 
 /// Decoders: total, and their outputs hold what they promise.
@@ -793,7 +846,7 @@ fn fuzz_router_stack_and_decoders() {
 
 #[test]
 fn fuzz_policy_and_mirror_routes() {
-    assert_eq!(run_policy(CASES), 2 * CASES as u64);
+    assert_eq!(run_policy(CASES), 3 * CASES as u64);
     assert_eq!(policy_fixture().hub.metrics().panics(), 0);
     // The fuzz reached the upstream: up/model was pulled (what the mirror is for).
     let fetched = lock(&policy_fixture().upstream.fetched);
@@ -855,7 +908,7 @@ fn soak() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let per = total.div_ceil(5).max(1) as u32;
+    let per = total.div_ceil(6).max(1) as u32;
     let started = std::time::Instant::now();
     let n = run(per) + run_policy(per);
     store_policy().unwrap();
