@@ -166,7 +166,7 @@ impl Index {
             let msg = e.to_string();
             // Damage first: "block checksum mismatch" contains "lock".
             if is_damage(&e) {
-                Opening::Damaged(index_err(path, e))
+                Damaged(index_err(path, e))
             } else if msg.contains("lock") || msg.contains("Resource temporarily unavailable") {
                 Opening::Failed(StoreError::IndexBusy(path.to_path_buf()))
             } else {
@@ -687,7 +687,7 @@ use Opening::Damaged;
 impl Opening {
     fn into_error(self) -> StoreError {
         match self {
-            Opening::Damaged(e) | Opening::Failed(e) => e,
+            Damaged(e) | Opening::Failed(e) => e,
         }
     }
 }

@@ -60,7 +60,7 @@ pub const WRITE_KIND: &str = "write";
 
 /// Milliseconds since the Unix epoch, by this process's clock ([`crate::clock`]).
 pub fn now_ms() -> u64 {
-    crate::clock::now_ms()
+    clock::now_ms()
 }
 
 /// Who this process is, for lock objects: the host name and the pid namespace
@@ -368,7 +368,7 @@ impl Held {
             "{}-{}-{:?}-{:?}",
             hostname(),
             std::process::id(),
-            std::time::Instant::now(),
+            Instant::now(),
             std::thread::current().id()
         );
         let h = blake3::hash(seed.as_bytes());

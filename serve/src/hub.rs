@@ -175,7 +175,7 @@ impl Hub {
     }
 
     /// The reply to one request.
-    pub fn route(&self, req: &Head) -> Reply {
+    pub fn route(&self, req: &Head<'_>) -> Reply {
         let start = Instant::now();
         let segs = match decode::segments(req.path) {
             Ok(s) => s,

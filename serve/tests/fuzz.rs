@@ -618,7 +618,7 @@ fn check_route(
 fn check_stack(hub: &Arc<Hub>, input: &[u8]) -> Result<(), TestCaseError> {
     let f = fixture();
     let limits = Limits {
-        header_timeout: std::time::Duration::from_secs(5),
+        header_timeout: Duration::from_secs(5),
         ..Limits::default()
     };
     let out = f.rt.block_on(async {

@@ -52,7 +52,7 @@ impl Access {
 impl Hub {
     pub(super) fn resolve(
         &self,
-        req: &Head,
+        req: &Head<'_>,
         org: &str,
         name: &str,
         rev: &str,
@@ -79,7 +79,10 @@ impl Hub {
         r
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one request, each used once"
+    )]
     fn resolve_reply(
         &self,
         req_headers: &HeaderMap,
