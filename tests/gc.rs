@@ -272,7 +272,7 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
             &["--repo", REPO, "--revision", &s.commit(r), "--ref", "tmp"],
         );
         env.ok(&["rm", &rev("tmp")]);
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             for r in ["r1", "r2", "r3"] {
                 let _ = env.run(&["rm", &rev(r)]);
             }

@@ -287,20 +287,16 @@ impl Notes {
             METRICS.upstream_error(op, e);
         }
         let mut warned = lock(&self.warned);
-        match r {
-            Err(UpstreamError::Unavailable(e)) => {
-                if warned.insert(e.clone()) {
-                    tracing::warn!(
-                        "upstream {} failed {what}: {e}; serving what is stored",
-                        self.endpoint
-                    );
-                }
+        if let Err(UpstreamError::Unavailable(e)) = r {
+            if warned.insert(e.clone()) {
+                tracing::warn!(
+                    "upstream {} failed {what}: {e}; serving what is stored",
+                    self.endpoint
+                );
             }
-            _ if !warned.is_empty() => {
-                warned.clear();
-                tracing::info!("upstream {} answers again", self.endpoint);
-            }
-            _ => {}
+        } else if !warned.is_empty() {
+            warned.clear();
+            tracing::info!("upstream {} answers again", self.endpoint);
         }
     }
 }

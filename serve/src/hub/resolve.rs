@@ -95,7 +95,7 @@ impl Hub {
     ) -> Reply {
         let at = match self.locate(org, name, rev) {
             Ok(x) => x,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         self.record_use(&at);
         access.cache = if at.pulled { "miss" } else { "hit" };
@@ -117,7 +117,7 @@ impl Hub {
         let size = at.manifest.files[i].size;
         let (status, from, to) = match byte_range(req_headers, size, &mut h) {
             Ok(x) => x,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         if head {
             h.insert("x-modelcas", HeaderValue::from_static("1"));
@@ -182,7 +182,7 @@ fn byte_range(
     req_headers: &HeaderMap,
     size: u64,
     h: &mut HeaderMap,
-) -> Result<(StatusCode, u64, u64), Reply> {
+) -> Result<(StatusCode, u64, u64), Box<Reply>> {
     let range = req_headers
         .get(header::RANGE)
         .map(|v| v.to_str().ok().and_then(|r| decode::parse_range(r, size)));
@@ -206,7 +206,7 @@ fn byte_range(
             );
             h.remove(header::CONTENT_TYPE);
             r.headers.extend(h.clone());
-            return Err(r);
+            return Err(Box::new(r));
         }
     };
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(to - from));

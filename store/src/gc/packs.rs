@@ -550,7 +550,7 @@ mod tests {
             lock: None,
         };
         let mut listed: BTreeMap<PackId, u64> = [(gone.pack, 1), (kept, 1)].into();
-        gc.delete_condemned(&[moved], &[gone.clone()], &mut listed)
+        gc.delete_condemned(&[moved], std::slice::from_ref(&gone), &mut listed)
             .unwrap();
         assert!(backend
             .stat(&layout::pack_key(&gone.pack))
