@@ -122,9 +122,7 @@ impl Index {
         std::fs::create_dir_all(path).map_err(|e| StoreError::io(path, e))?;
         let idx = match Self::open_db(path) {
             Err(Damaged(why)) => {
-                tracing::warn!(
-                    "{why}; discarding it and learning the store's packs again"
-                );
+                tracing::warn!("{why}; discarding it and learning the store's packs again");
                 discard(path)?;
                 Self::open_db(path).map_err(Opening::into_error)?
             }

@@ -398,7 +398,9 @@ impl Hub {
         if !self.partial(&repo, &c, &tag)? {
             // Completed after a wait for its pull (routed again): the miss that caused it.
             let pulled = match mirror.waited_for_pull(&repo, &c) {
-                Some(outcome) => self.brought(mirror, &repo, &c, &c.to_hex(), outcome).is_ok(),
+                Some(outcome) => self
+                    .brought(mirror, &repo, &c, &c.to_hex(), outcome)
+                    .is_ok(),
                 None => false,
             };
             return Ok((repo, c, tag, pulled));
