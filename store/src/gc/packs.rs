@@ -8,47 +8,17 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::pack_use::PackUse;
 use super::rewrite::{forward_record, rewrite_packs, AllForwards};
 use super::state::{self, Condemned, GcState};
 use super::{GcRun, Rev, DELETE_BATCH, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE};
 use crate::backend::ObjectStore;
-use crate::codec::{self, Kind};
 use crate::failpoint;
 use crate::forward::{self, Forwards};
 use crate::layout;
 use crate::lock;
-use crate::pack::{self, FooterEntry, PackFooter, PackId};
+use crate::pack::{self, PackId};
 use crate::{Result, StoreError};
-
-/// What kept manifests use of one pack: offset → (chunk id, frame length, raw length).
-#[derive(Default)]
-pub(super) struct PackUse {
-    pub(super) frames: BTreeMap<u32, ([u8; 32], u32, u32)>,
-    pub(super) bytes: u64,
-}
-
-impl PackUse {
-    /// Size of a pack holding exactly these frames (header, frames, footer, trailer).
-    pub(super) fn size_if_only_live(&self) -> u64 {
-        let mut at = pack::PACK_HEADER_LEN as u32;
-        let entries: Vec<FooterEntry> = self
-            .frames
-            .values()
-            .map(|(id, frame_len, raw_len)| {
-                let e = FooterEntry {
-                    id: *id,
-                    offset: at,
-                    frame_len: *frame_len,
-                    raw_len: *raw_len,
-                };
-                at = at.saturating_add(*frame_len);
-                e
-            })
-            .collect();
-        let footer = codec::encode(Kind::PackFooter, &PackFooter { entries }, false);
-        at as u64 + footer.len() as u64 + pack::PACK_TRAILER_LEN as u64
-    }
-}
 
 /// What kept revisions use, after forwarding.
 pub(super) struct Liveness {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chunker::ChunkId;
 
-use super::packs::PackUse;
+use super::pack_use::PackUse;
 use super::GcReport;
 use crate::backend::ObjectStore;
 use crate::forward::{self, Forwards, MovedFrame, MovedRecord};
