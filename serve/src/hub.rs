@@ -174,20 +174,28 @@ impl Hub {
             .is_some_and(|t| tokens.contains(t.trim()))
     }
 
+    /// Counts a request, unless its routing stopped to wait for the upstream: its reply is
+    /// a placeholder, and the request is routed again, and counted, once the wait is over.
+    fn count(&self, endpoint: &'static str, status: u16) {
+        if !crate::upstream::flight::stopped() {
+            self.metrics.request(endpoint, status);
+        }
+    }
+
     /// The reply to one request.
     pub fn route(&self, req: &Head<'_>) -> Reply {
         let start = Instant::now();
         let segs = match decode::segments(req.path) {
             Ok(s) => s,
             Err(e) => {
-                self.metrics.request("unknown", 400);
+                self.count("unknown", 400);
                 return Reply::error(StatusCode::BAD_REQUEST, "", &e.to_string(), None);
             }
         };
         let segs: Vec<&str> = segs.iter().map(|s| s.as_str()).collect();
         let (get, head) = (*req.method == Method::GET, *req.method == Method::HEAD);
         if segs == ["metrics"] && get {
-            self.metrics.request("metrics", 200);
+            self.count("metrics", 200);
             let body = repo::metrics::render();
             let mut r = Reply::json(StatusCode::OK, &Value::Null);
             r.body = Body::full(body);
@@ -197,12 +205,12 @@ impl Hub {
             );
         }
         if !self.authorized(req.headers) {
-            self.metrics.request("auth", 401);
+            self.count("auth", 401);
             let msg = "Invalid credentials: send Authorization: Bearer <token>";
             return Reply::error(StatusCode::UNAUTHORIZED, "", msg, None);
         }
         if !get && !head {
-            self.metrics.request("other", 405);
+            self.count("other", 405);
             return Reply::error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "",
@@ -232,7 +240,7 @@ impl Hub {
                 ("unknown", not_found("", &msg, None))
             }
         };
-        self.metrics.request(endpoint, r.status.as_u16());
+        self.count(endpoint, r.status.as_u16());
         r
     }
 

@@ -71,7 +71,7 @@ impl Hub {
         };
         let mut access = access;
         let r = self.resolve_reply(req.headers, org, name, rev, file, head, &mut access);
-        self.metrics.request("resolve", r.status.as_u16());
+        self.count("resolve", r.status.as_u16());
         // A streamed body logs itself when it ends.
         if !matches!(r.body, Body::Stream { .. }) {
             access.log(r.status.as_u16(), 0);
