@@ -152,10 +152,13 @@ fn modified_ms(store: &dyn ObjectStore, key: &str, listed: Option<SystemTime>) -
         Some(t) => Some(t),
         None => store.stat(key)?.and_then(|m| m.modified),
     };
-    t.map(clock::to_ms).ok_or_else(|| StoreError::Backend {
-        op: "list",
-        key: key.to_string(),
-        reason: "the object store reports no modification time: cannot tell a lock's age".into(),
+    t.map(clock::to_ms).ok_or_else(|| {
+        StoreError::from(objects::ObjectError::Backend {
+            op: "list",
+            key: key.to_string(),
+            reason: "the object store reports no modification time: cannot tell a lock's age"
+                .into(),
+        })
     })
 }
 

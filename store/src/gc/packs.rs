@@ -12,7 +12,7 @@ use super::pack_use::PackUse;
 use super::rewrite::{forward_record, rewrite_packs, AllForwards};
 use super::state::{self, Condemned, GcState};
 use super::{GcRun, Rev, DELETE_BATCH, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE};
-use crate::backend::ObjectStore;
+use crate::backend::{ObjectError, ObjectStore};
 use crate::failpoint;
 use crate::forward::{self, Forwards};
 use crate::layout;
@@ -304,21 +304,24 @@ fn write_marked(
             .stat(layout::CONDEMNED_KEY)?
             .and_then(|m| m.modified)
             .map(crate::clock::to_ms)
-            .ok_or_else(|| StoreError::Backend {
-                op: "head",
-                key: layout::CONDEMNED_KEY.into(),
-                reason: "no modification time after writing it".into(),
+            .ok_or_else(|| {
+                StoreError::from(ObjectError::Backend {
+                    op: "head",
+                    key: layout::CONDEMNED_KEY.into(),
+                    reason: "no modification time after writing it".into(),
+                })
             })?;
         if landed <= marked.saturating_add(slack) {
             return Ok(());
         }
         marked = landed;
     }
-    Err(StoreError::Backend {
+    Err(ObjectError::Backend {
         op: "put",
         key: layout::CONDEMNED_KEY.into(),
         reason: "each write landed long after its mark (gc keeps being paused)".into(),
-    })
+    }
+    .into())
 }
 
 #[cfg(test)]
