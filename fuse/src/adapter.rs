@@ -100,8 +100,15 @@ impl ModelFs {
         }
     }
 
-    /// The entries of directory `ino`, "." and ".." first, as both listings give them.
-    fn entries(&self, ino: u64) -> Result<Vec<(String, u64, Kind)>, Errno> {
+    /// Lists directory `ino` for both listings: its entries, "." and ".." first, from
+    /// `offset` on, each passed to `add` with the offset of the entry after it, until `add`
+    /// says the reply is full.
+    fn list(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut add: impl FnMut(u64, &str, u64, Kind) -> Result<bool, Errno>,
+    ) -> Result<(), Errno> {
         let entries = match self.ns.list(ino) {
             Ok(Some(e)) => e,
             Ok(None) => return Err(Errno::ENOTDIR),
@@ -109,7 +116,12 @@ impl ModelFs {
         };
         let mut all = vec![(".".into(), ino, Kind::Dir), ("..".into(), ino, Kind::Dir)];
         all.extend(entries);
-        Ok(all)
+        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+            if add((i + 1) as u64, &name, child, kind)? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Attributes that say only what an inode is, for entries listed with a zero timeout.
@@ -355,20 +367,17 @@ impl Filesystem for ModelFs {
         mut reply: ReplyDirectory,
     ) {
         repo::metrics::mount_request("readdir");
-        let all = match self.entries(ino.0) {
-            Ok(all) => all,
-            Err(e) => return reply.error(e),
-        };
-        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+        let listed = self.list(ino.0, offset, |next, name, child, kind| {
             let kind = match kind {
                 Kind::Dir => FileType::Directory,
                 Kind::File => FileType::RegularFile,
             };
-            if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
-                break;
-            }
+            Ok(reply.add(INodeNo(child), next, kind, name))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     /// A listing with each entry's attributes, so that the kernel asks no LOOKUP for the
@@ -382,10 +391,6 @@ impl Filesystem for ModelFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         repo::metrics::mount_request("readdirplus");
-        let all = match self.entries(ino.0) {
-            Ok(all) => all,
-            Err(e) => return reply.error(e),
-        };
         // The revisions of a repository: their attributes need each one's manifest, so
         // they are listed with stand-ins that expire at once (the kernel asks LOOKUP and
         // GETATTR as it would without READDIRPLUS).
@@ -395,30 +400,24 @@ impl Filesystem for ModelFs {
         } else {
             IMMUTABLE_TTL
         };
-        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+        let listed = self.list(ino.0, offset, |next, name, child, kind| {
             // The kernel links no dentry for "." and ".."; their attributes are not used.
             let (attr, ttl) = if views || name == "." || name == ".." {
                 (self.stand_in(child, kind), Duration::ZERO)
             } else {
                 match self.ns.attr(child) {
                     Ok(Some(a)) => (a, entry_ttl.min(Self::ttl(&a))),
-                    Ok(None) => continue,
-                    Err(e) => return reply.error(eio(e)),
+                    Ok(None) => return Ok(false),
+                    Err(e) => return Err(eio(e)),
                 }
             };
             let attr = self.file_attr(&attr);
-            if reply.add(
-                INodeNo(child),
-                (i + 1) as u64,
-                name,
-                &ttl,
-                &attr,
-                Generation(0),
-            ) {
-                break;
-            }
+            Ok(reply.add(INodeNo(child), next, name, &ttl, &attr, Generation(0)))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {
