@@ -8,6 +8,8 @@
 #      the exact packages of scripts/requirements.txt (the demo generator, the tests with the
 #      real huggingface_hub client, the format reader, the deploy checks). Debian 12 refuses
 #      system-wide pip installs (PEP 668), so nothing is installed outside the venv.
+#   4. The lint gates' tools (.ci/run): the toolchain's clippy and rustfmt components, and
+#      cargo-deny at the version pinned below (built once, with its own lock file).
 # Safe to run repeatedly: a second run checks and does nothing (a second or two).
 # Prints nothing but problems and what it installs; `. scripts/env.sh` then points
 # MODELCAS_PYTHON at the venv's interpreter.
@@ -50,4 +52,26 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$venv/bin/python" -c 'import numpy, safetensors, ml_dtypes, huggingface_hub, zstandard, kubernetes_validate' \
     || fail pip "the venv at $venv cannot import the packages of $req"
   echo "$want" > "$stamp"
+fi
+
+# 4. The lint gates' tools: clippy and rustfmt for the pinned toolchain (rustup, run here,
+#    picks it from rust-toolchain.toml), and cargo-deny, built outside the project's target
+#    directory.
+deny_version=0.20.2
+if command -v rustup >/dev/null 2>&1; then
+  installed=$(rustup component list --installed 2>/dev/null) || fail lint-tools "rustup component list failed"
+  need_comp=()
+  grep -q '^clippy' <<<"$installed" || need_comp+=(clippy)
+  grep -q '^rustfmt' <<<"$installed" || need_comp+=(rustfmt)
+  if [ ${#need_comp[@]} -gt 0 ]; then
+    echo "install-deps: rustup component add ${need_comp[*]}"
+    rustup component add "${need_comp[@]}" || fail lint-tools "rustup component add ${need_comp[*]} failed"
+  fi
+elif ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then
+  fail lint-tools "cargo clippy or cargo fmt is missing and there is no rustup to add them"
+fi
+if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $deny_version" ]; then
+  echo "install-deps: cargo install cargo-deny $deny_version (a few minutes, once)"
+  env -u CARGO_TARGET_DIR cargo install --quiet --locked --version "$deny_version" cargo-deny \
+    || fail lint-tools "cargo install cargo-deny $deny_version failed"
 fi

@@ -265,6 +265,7 @@ fn an_interrupted_import_leaves_nothing_visible_and_can_be_rerun() {
     }
     // Every chunk is in packs now; kill it before it publishes anything.
     assert!(!dst.packs().is_empty());
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     let ls = dst.json(&["ls", "--json"]);

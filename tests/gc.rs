@@ -272,7 +272,7 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
             &["--repo", REPO, "--revision", &s.commit(r), "--ref", "tmp"],
         );
         env.ok(&["rm", &rev("tmp")]);
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             for r in ["r1", "r2", "r3"] {
                 let _ = env.run(&["rm", &rev(r)]);
             }
@@ -288,6 +288,7 @@ fn killed_gc_leaves_a_consistent_store_and_the_next_gc_finishes() {
     for (i, point) in points.iter().enumerate() {
         garbage(i);
         let mut child = paused(&env, &gc_args, point, &pause);
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
         fsck_clean(&env, false);

@@ -120,6 +120,8 @@ fn random_pread_and_mmap_match_the_source() {
             assert!(buf[..n] == src[off..end], "pread {name} at {off}+{len}");
         }
         // mmap the whole file (the safe_open pattern) and compare slices in random order
+        // SAFETY: a read-only private mapping of `src.len()` bytes of `f`, which stays open and
+        // unchanged while the slice is read; unmapped after the last read.
         unsafe {
             let p = libc::mmap(
                 std::ptr::null_mut(),
@@ -243,6 +245,8 @@ fn writes_fail_with_erofs() {
         "link"
     );
     let c = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    // SAFETY: `c` and the name are NUL-terminated and the value a live slice, all
+    // outliving the call.
     let rc = unsafe {
         libc::setxattr(
             c.as_ptr(),
@@ -257,6 +261,7 @@ fn writes_fail_with_erofs() {
         (-1, Some(erofs)),
         "setxattr"
     );
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
     let rc = unsafe { libc::truncate(c.as_ptr(), 0) };
     assert_eq!(
         (rc, std::io::Error::last_os_error().raw_os_error()),
@@ -367,6 +372,7 @@ fn mount_errors_are_clear() {
 #[test]
 fn allow_other_lets_another_user_read() {
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "needs root (to read as another user); the suite runs as root in CI"

@@ -145,16 +145,13 @@ fn opening_a_file_records_the_revisions_last_use() {
     let f = m.p(&format!("{REPO}/main/config.json"));
     assert!(!std::fs::read(&f).unwrap().is_empty());
     // Written from a background thread, at most once a day per process.
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     let bytes = loop {
         if let Ok(b) = env.backend().get(&key) {
             break b;
         }
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(20),
-            "no last-use record"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(t.elapsed() < Duration::from_secs(20), "no last-use record");
+        std::thread::sleep(Duration::from_millis(50));
     };
     let u: store::manifest::UsedObject =
         format::codec::decode(format::codec::Kind::Used, &bytes).unwrap();

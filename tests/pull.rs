@@ -3,7 +3,10 @@
 //! that misbehaves (cut connections, 429, a flipped byte, a token).
 
 mod common;
-#[allow(unused_imports)]
+#[allow(
+    unused_imports,
+    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
+)]
 #[path = "../hubclient/tests/fake/mod.rs"]
 mod fake;
 

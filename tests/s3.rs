@@ -59,6 +59,7 @@ fn read_only_credentials_serve_but_cannot_write() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let served = std::fs::read(&file);
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
     assert_eq!(

@@ -39,7 +39,9 @@ fn snapshot() -> tempfile::TempDir {
 fn names_mounts_uniquely(p: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statx is plain old data, for which all zero bytes are valid.
     let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `sx` ours, both outliving the call.
     let rc = unsafe {
         libc::statx(
             libc::AT_FDCWD,
@@ -400,7 +402,7 @@ fn overwrite_in_place(f: &Path, offset: u64, len: usize) {
 #[test]
 fn a_power_cut_after_an_overwrite_in_place_leaves_no_stamp_to_trust() {
     let env = Env::new();
-    let mut fs = common::loopfs::LoopExt4::new(64);
+    let mut fs = loopfs::LoopExt4::new(64);
     let dir = fs.root().join("snap");
     std::fs::create_dir(&dir).unwrap();
     fill(&dir);
@@ -432,7 +434,7 @@ fn a_power_cut_after_an_overwrite_in_place_leaves_no_stamp_to_trust() {
 #[test]
 fn files_on_a_file_system_mounted_again_or_from_another_device_are_read_again() {
     let env = Env::new();
-    let mut fs = common::loopfs::LoopExt4::new(64);
+    let mut fs = loopfs::LoopExt4::new(64);
     let dir = fs.root().join("snap");
     std::fs::create_dir(&dir).unwrap();
     fill(&dir);
@@ -545,10 +547,17 @@ fn hard_links_share_a_stamp_and_a_write_through_any_of_them_is_seen() {
     assert_ne!(c, checked_out(&env, "b"));
 }
 
+#[allow(
+    trivial_numeric_casts,
+    clippy::unnecessary_cast,
+    reason = "f_type's type differs between targets (i64 here, u32 or i32 elsewhere)"
+)]
 fn fs_type(p: &Path) -> i64 {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statfs is plain old data, for which all zero bytes are valid.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` ours, both outliving the call.
     assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
     st.f_type as i64
 }
@@ -562,6 +571,8 @@ struct Mapping {
 impl Mapping {
     fn new(file: &std::fs::File, len: usize) -> Mapping {
         use std::os::fd::AsRawFd;
+        // SAFETY: a new mapping of an open fd; the kernel checks the arguments, failure is
+        // asserted below.
         let at = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -581,12 +592,14 @@ impl Mapping {
 
     fn write(&self, offset: usize, byte: u8) {
         assert!(offset < self.len);
+        // SAFETY: `offset < len` (asserted), inside the live shared writable mapping.
         unsafe { std::ptr::write_volatile(self.at.add(offset), byte) };
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        // SAFETY: `at` and `len` are the mapping `new` made, unmapped once, here.
         unsafe { libc::munmap(self.at as *mut libc::c_void, self.len) };
     }
 }

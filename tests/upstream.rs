@@ -4,7 +4,10 @@
 //! served (its access log and metrics), what the mirror stored, hit or miss.
 
 mod common;
-#[allow(unused_imports)]
+#[allow(
+    unused_imports,
+    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
+)]
 #[path = "../hubclient/tests/fake/mod.rs"]
 mod fake;
 

@@ -237,7 +237,7 @@ pub enum Command {
     },
     /// Serve the store read-only over a Hugging Face Hub-compatible HTTP API (point
     /// HF_ENDPOINT at it); Prometheus metrics on /metrics.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show the effective configuration (file, environment and flags merged; secrets masked).
     Config {
         #[command(subcommand)]

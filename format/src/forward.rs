@@ -147,7 +147,7 @@ pub fn follow_with<E>(
     offset: u32,
     id: &[u8; 32],
     frame_len: u32,
-    lookup: &mut dyn FnMut(&PackId, u32) -> std::result::Result<Option<Dest>, E>,
+    mut lookup: impl FnMut(&PackId, u32) -> std::result::Result<Option<Dest>, E>,
     through: &mut dyn FnMut(PackId),
 ) -> std::result::Result<(PackId, u32), E> {
     let (mut pack, mut offset) = (pack, offset);

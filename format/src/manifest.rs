@@ -530,7 +530,8 @@ mod decode_tests {
         decode(&key, &bytes).unwrap();
         let elsewhere = layout::manifest_key(&RepoId::parse("other/model").unwrap(), &m.commit);
         assert!(decode(&elsewhere, &bytes).is_err());
-        let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+        type Damage = Box<dyn Fn(&mut Manifest)>;
+        let cases: Vec<(&str, Damage)> = vec![
             (
                 "unsafe file path",
                 Box::new(|m| m.files[0].path = "../x".into()),
@@ -568,7 +569,7 @@ mod decode_tests {
             assert!(err.contains(want), "{want}: {err}");
         }
         // A repository name that would escape its prefix never decodes.
-        let payload = bincode::encode_to_vec(&sample(), bincode::config::standard()).unwrap();
+        let payload = bincode::encode_to_vec(sample(), bincode::config::standard()).unwrap();
         let at = payload.windows(5).position(|w| w == b"model").unwrap();
         let mut evil = payload[..at - 1].to_vec();
         let name = b"model/refs";
@@ -588,7 +589,7 @@ mod decode_tests {
             truncate in any::<bool>(),
         ) {
             let mut payload =
-                bincode::encode_to_vec(&sample(), bincode::config::standard()).unwrap();
+                bincode::encode_to_vec(sample(), bincode::config::standard()).unwrap();
             for (at, byte, op) in edits {
                 let i = at.index(payload.len().max(1));
                 match op {

@@ -137,16 +137,15 @@ impl fmt::Debug for CommitId {
 /// no empty segment, no `..`, at most 200 characters; not 40 hex digits (that would read
 /// as a commit).
 pub fn check_ref_name(name: &str) -> Result<()> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/');
+    let bad_segment = |s: &str| s.is_empty() || s == "." || s == "..";
+    let reads_as_commit = |n: &str| n.len() == 40 && n.bytes().all(|b| b.is_ascii_hexdigit());
     let ok = !name.is_empty()
         && name.len() <= 200
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
-        && !name
-            .split('/')
-            .any(|s| s.is_empty() || s == "." || s == "..")
+        && name.chars().all(allowed)
+        && !name.split('/').any(bad_segment)
         && !name.contains("..")
-        && !(name.len() == 40 && name.bytes().all(|b| b.is_ascii_hexdigit()));
+        && !reads_as_commit(name);
     if ok {
         Ok(())
     } else {

@@ -1,11 +1,11 @@
 //! The fuser `Filesystem` implementation: turns kernel requests into [`Namespace`] lookups
-//! and reads of open files (`crate::handles`), and store errors into errno replies.
+//! and reads of open files (`crate::handles`), and store errors into errno replies
+//! (`crate::errno`).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
@@ -17,7 +17,8 @@ use read::cache::ChunkCache;
 use read::file_cache::FileCache;
 use read::tensor_plan::TensorOrder;
 
-use crate::handles::{read_whole, Handle, InodeOpen, Mode};
+use crate::errno::eio;
+use crate::handles::{read_whole, Handle, InodeOpen, Mode, OpenFiles};
 use crate::namespace::{Attr, Kind, Namespace, Node};
 
 /// Timeout for entries and attributes that never change (inside a commit).
@@ -29,21 +30,10 @@ pub const MAX_READAHEAD: u32 = 16 * 1024 * 1024;
 
 /// The filesystem handed to fuser.
 pub struct ModelFs {
-    pub(crate) ns: Namespace,
-    pub(crate) cache: Arc<ChunkCache>,
-    pub(crate) files: Option<Arc<FileCache>>,
-    pub(crate) handles: Mutex<HashMap<u64, Arc<Handle>>>,
-    pub(crate) inodes: Mutex<HashMap<u64, InodeOpen>>,
-    pub(crate) next_fh: AtomicU64,
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
-    pub(crate) tensor_order: TensorOrder,
-    /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
-    /// when the kernel refuses a backing file (said once in the log).
-    pub(crate) passthrough: AtomicBool,
-    /// Each open file handle holds its revision in use (its last-use record kept fresh
-    /// while it is open: `repo::usage::hold`).
-    pub(crate) uses: Mutex<HashMap<u64, repo::usage::Hold>>,
+    ns: Namespace,
+    open: OpenFiles,
+    uid: u32,
+    gid: u32,
 }
 
 impl ModelFs {
@@ -53,30 +43,23 @@ impl ModelFs {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         ModelFs {
             ns,
-            cache,
-            files: None,
-            handles: Mutex::new(HashMap::new()),
-            inodes: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            open: OpenFiles::new(cache),
             uid,
             gid,
-            tensor_order: TensorOrder::Name,
-            passthrough: AtomicBool::new(false),
-            uses: Mutex::new(HashMap::new()),
         }
     }
 
     /// Serves files the node has whole from `files` (handed to the kernel when
     /// `passthrough` and the kernel allow), and fills it with the files read.
     pub fn with_file_cache(mut self, files: Arc<FileCache>, passthrough: bool) -> ModelFs {
-        self.files = Some(files);
-        self.passthrough = AtomicBool::new(passthrough);
+        self.open.files = Some(files);
+        self.open.passthrough = AtomicBool::new(passthrough);
         self
     }
 
     /// Follows safetensors loaders in `order` (default: name order, as vLLM loads).
     pub fn with_tensor_order(mut self, order: TensorOrder) -> ModelFs {
-        self.tensor_order = order;
+        self.open.tensor_order = order;
         self
     }
 
@@ -117,8 +100,15 @@ impl ModelFs {
         }
     }
 
-    /// The entries of directory `ino`, "." and ".." first, as both listings give them.
-    fn entries(&self, ino: u64) -> Result<Vec<(String, u64, Kind)>, Errno> {
+    /// Lists directory `ino` for both listings: its entries, "." and ".." first, from
+    /// `offset` on, each passed to `add` with the offset of the entry after it, until `add`
+    /// says the reply is full.
+    fn list(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut add: impl FnMut(u64, &str, u64, Kind) -> Result<bool, Errno>,
+    ) -> Result<(), Errno> {
         let entries = match self.ns.list(ino) {
             Ok(Some(e)) => e,
             Ok(None) => return Err(Errno::ENOTDIR),
@@ -126,7 +116,12 @@ impl ModelFs {
         };
         let mut all = vec![(".".into(), ino, Kind::Dir), ("..".into(), ino, Kind::Dir)];
         all.extend(entries);
-        Ok(all)
+        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+            if add((i + 1) as u64, &name, child, kind)? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Attributes that say only what an inode is, for entries listed with a zero timeout.
@@ -142,12 +137,6 @@ impl ModelFs {
     }
 }
 
-pub(crate) fn eio(e: repo::StoreError) -> Errno {
-    repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
-    tracing::error!("mount: {e}");
-    Errno::EIO
-}
-
 impl Filesystem for ModelFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(MAX_READAHEAD);
@@ -155,7 +144,7 @@ impl Filesystem for ModelFs {
         // Listings carry attributes, always (not READDIRPLUS_AUTO, which sends plain
         // READDIRs after the first page and so a LOOKUP per name on them).
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
-        if self.passthrough.load(Ordering::Relaxed) {
+        if self.open.passthrough.load(Ordering::Relaxed) {
             // Depth 2: the file cache may itself be on a stacked filesystem (overlayfs).
             let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(2).is_ok();
@@ -165,7 +154,7 @@ impl Filesystem for ModelFs {
                      are read through the mount"
                 );
             }
-            self.passthrough.store(offered, Ordering::Relaxed);
+            self.open.passthrough.store(offered, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -220,14 +209,14 @@ impl Filesystem for ModelFs {
         };
         // The node's whole file, checked (which can read the whole file) before the lock
         // that every open takes: only when no handle of the inode is open yet.
-        let whole = self.whole_file(ino.0, &tree.manifest.files[i]);
-        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let whole = self.open.whole_file(ino.0, &tree.manifest.files[i]);
+        let mut inodes = self.open.inodes.lock().unwrap_or_else(|p| p.into_inner());
         let mode = match inodes.get(&ino.0) {
             Some(open) => open.mode.clone(),
-            None => self.choose_mode(whole, &reply),
+            None => self.open.choose_mode(whole, &reply),
         };
         let handle = match &mode {
-            Mode::Stream => match self.stream(&tree.manifest, i) {
+            Mode::Stream => match self.open.stream(&tree.manifest, i) {
                 Ok(stream) => Handle::Stream {
                     stream: Arc::new(stream),
                     manifest: tree.manifest.clone(),
@@ -237,8 +226,9 @@ impl Filesystem for ModelFs {
             },
             Mode::Whole(file) | Mode::Passthrough { file, .. } => Handle::Whole(file.clone()),
         };
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles
+        let fh = self.open.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.open
+            .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(fh, Arc::new(handle));
@@ -251,11 +241,12 @@ impl Filesystem for ModelFs {
             .count += 1;
         drop(inodes);
         repo::metrics::METRICS.mount_open_files.inc();
-        self.reply_open(fh, &mode, reply);
+        self.open.reply_open(fh, &mode, reply);
         // After the reply: the open records its revision's use (a moment later, from a
         // background thread) and holds it in use until the handle is released.
         let hold = self.ns.record_use(&tree);
-        self.uses
+        self.open
+            .uses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(fh, hold);
@@ -274,6 +265,7 @@ impl Filesystem for ModelFs {
     ) {
         repo::metrics::mount_request("read");
         let handle = self
+            .open
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -283,9 +275,10 @@ impl Filesystem for ModelFs {
         let result = match handle.as_deref() {
             None => return reply.error(Errno::EBADF),
             Some(Handle::Whole(file)) => read_whole(file, offset, size as usize),
-            Some(Handle::Stream { stream, .. }) => {
-                self.noting_read(|| self.read_stream(ino, fh, stream, offset, size))
-            }
+            Some(Handle::Stream { stream, .. }) => self.open.noting_read(|| {
+                self.open
+                    .read_stream(&self.ns, ino, fh, stream, offset, size)
+            }),
         };
         match result {
             Ok(data) => {
@@ -311,24 +304,26 @@ impl Filesystem for ModelFs {
         reply: ReplyEmpty,
     ) {
         repo::metrics::mount_request("release");
-        self.uses
+        self.open
+            .uses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh.0);
         let handle = self
+            .open
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh.0);
         if let Some(handle) = handle {
             repo::metrics::METRICS.mount_open_files.dec();
-            self.forget_open(ino.0);
+            self.open.forget_open(ino.0);
             if let (
                 Handle::Stream {
                     manifest, index, ..
                 },
                 Some(files),
-            ) = (&*handle, &self.files)
+            ) = (&*handle, &self.open.files)
             {
                 files.request(self.ns.store(), manifest.clone(), *index);
             }
@@ -372,20 +367,17 @@ impl Filesystem for ModelFs {
         mut reply: ReplyDirectory,
     ) {
         repo::metrics::mount_request("readdir");
-        let all = match self.entries(ino.0) {
-            Ok(all) => all,
-            Err(e) => return reply.error(e),
-        };
-        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+        let listed = self.list(ino.0, offset, |next, name, child, kind| {
             let kind = match kind {
                 Kind::Dir => FileType::Directory,
                 Kind::File => FileType::RegularFile,
             };
-            if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
-                break;
-            }
+            Ok(reply.add(INodeNo(child), next, kind, name))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     /// A listing with each entry's attributes, so that the kernel asks no LOOKUP for the
@@ -399,10 +391,6 @@ impl Filesystem for ModelFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         repo::metrics::mount_request("readdirplus");
-        let all = match self.entries(ino.0) {
-            Ok(all) => all,
-            Err(e) => return reply.error(e),
-        };
         // The revisions of a repository: their attributes need each one's manifest, so
         // they are listed with stand-ins that expire at once (the kernel asks LOOKUP and
         // GETATTR as it would without READDIRPLUS).
@@ -412,30 +400,24 @@ impl Filesystem for ModelFs {
         } else {
             IMMUTABLE_TTL
         };
-        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
+        let listed = self.list(ino.0, offset, |next, name, child, kind| {
             // The kernel links no dentry for "." and ".."; their attributes are not used.
             let (attr, ttl) = if views || name == "." || name == ".." {
                 (self.stand_in(child, kind), Duration::ZERO)
             } else {
                 match self.ns.attr(child) {
                     Ok(Some(a)) => (a, entry_ttl.min(Self::ttl(&a))),
-                    Ok(None) => continue,
-                    Err(e) => return reply.error(eio(e)),
+                    Ok(None) => return Ok(false),
+                    Err(e) => return Err(eio(e)),
                 }
             };
             let attr = self.file_attr(&attr);
-            if reply.add(
-                INodeNo(child),
-                (i + 1) as u64,
-                name,
-                &ttl,
-                &attr,
-                Generation(0),
-            ) {
-                break;
-            }
+            Ok(reply.add(INodeNo(child), next, name, &ttl, &attr, Generation(0)))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {

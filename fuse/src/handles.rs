@@ -11,18 +11,25 @@
 //! * **stream**: chunks through the decoded-chunk cache with read-ahead; when the last
 //!   handle of such a file is released, the file cache is asked to make it whole in the
 //!   background, for the next open.
+//!
+//! [`OpenFiles`] owns the handle table, each open inode's mode and each handle's hold on
+//! its revision; the adapter (`crate::adapter`) calls it and replies to the kernel.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use fuser::{BackingId, Errno, FileHandle, FopenFlags, INodeNo, ReplyOpen};
+use read::cache::ChunkCache;
+use read::file_cache::FileCache;
 use read::readahead::FileStream;
 use read::tensor_plan::TensorOrder;
 use repo::manifest::{FileEntry, Manifest};
 
-use crate::adapter::{eio, ModelFs};
+use crate::errno::eio;
+use crate::namespace::Namespace;
 
 /// How the open handles of one inode read it.
 #[derive(Clone)]
@@ -54,7 +61,38 @@ pub(crate) struct InodeOpen {
     pub(crate) mode: Mode,
 }
 
-impl ModelFs {
+/// The mount's open files: how they are read, and their handles.
+pub(crate) struct OpenFiles {
+    pub(crate) cache: Arc<ChunkCache>,
+    pub(crate) files: Option<Arc<FileCache>>,
+    pub(crate) handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    pub(crate) inodes: Mutex<HashMap<u64, InodeOpen>>,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) tensor_order: TensorOrder,
+    /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
+    /// when the kernel refuses a backing file (said once in the log).
+    pub(crate) passthrough: AtomicBool,
+    /// Each open file handle holds its revision in use (its last-use record kept fresh
+    /// while it is open: `repo::usage::hold`).
+    pub(crate) uses: Mutex<HashMap<u64, repo::usage::Hold>>,
+}
+
+impl OpenFiles {
+    /// No open files; reads go through `cache`, safetensors files are followed in name
+    /// order, and there is no file cache (nor passthrough).
+    pub(crate) fn new(cache: Arc<ChunkCache>) -> OpenFiles {
+        OpenFiles {
+            cache,
+            files: None,
+            handles: Mutex::new(HashMap::new()),
+            inodes: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            tensor_order: TensorOrder::Name,
+            passthrough: AtomicBool::new(false),
+            uses: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// A stream over file `i` of `manifest`; for a `.safetensors` file, one that reads its
     /// header and prefetches along the loader's walk (a header it refuses is logged, and the
     /// file is read with sequential read-ahead).
@@ -139,9 +177,11 @@ impl ModelFs {
     }
 
     /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
-    /// the manifest is read again and the read retried once with the new locations.
+    /// the manifest is read again (from `ns`) and the read retried once with the new
+    /// locations.
     pub(crate) fn read_stream(
         &self,
+        ns: &Namespace,
         ino: INodeNo,
         fh: FileHandle,
         stream: &FileStream,
@@ -151,7 +191,7 @@ impl ModelFs {
         match stream.read(offset, size as usize) {
             Ok(data) => Ok(data),
             Err(e) if e.is_not_found() => {
-                let Ok(Some((tree, i))) = self.ns.reload_file(ino.0) else {
+                let Ok(Some((tree, i))) = ns.reload_file(ino.0) else {
                     return Err(eio(e));
                 };
                 let fresh = match self.stream(&tree.manifest, i) {

@@ -6,6 +6,7 @@
 //! `read::file_cache`).
 
 pub mod adapter;
+mod errno;
 mod handles;
 pub mod namespace;
 

@@ -97,6 +97,9 @@ struct Inodes {
     nodes: Vec<Node>, // index = ino - 1
 }
 
+/// A repository's refs, by name, with the commits they point at.
+type RefList = Vec<(String, CommitId)>;
+
 struct Timed<T> {
     at: Instant,
     value: T,
@@ -108,7 +111,7 @@ pub struct Namespace {
     inodes: Mutex<Inodes>,
     trees: Mutex<HashMap<(RepoId, CommitId), Arc<Tree>>>,
     repos: Mutex<Option<Timed<Vec<RepoId>>>>,
-    refs: Mutex<HashMap<RepoId, Timed<Vec<(String, CommitId)>>>>,
+    refs: Mutex<HashMap<RepoId, Timed<RefList>>>,
     mounted_at: u64,
     on_first_entry: Option<EntryHook>,
     /// Revisions a name has been looked up in or listed, for `on_first_entry`.
@@ -218,14 +221,14 @@ impl Namespace {
         Ok(value)
     }
 
-    fn refs(&self, repo: &RepoId) -> Result<Vec<(String, CommitId)>> {
+    fn refs(&self, repo: &RepoId) -> Result<RefList> {
         let mut map = self.refs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = map.get(repo) {
             if t.at.elapsed() < REFRESH {
                 return Ok(t.value.clone());
             }
         }
-        let value: Vec<(String, CommitId)> = self.store.refs(repo)?.into_iter().collect();
+        let value: RefList = self.store.refs(repo)?.into_iter().collect();
         map.insert(
             repo.clone(),
             Timed {

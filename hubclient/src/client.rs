@@ -288,7 +288,7 @@ impl HubClient {
         &self,
         url: &str,
         extra: &[(&str, String)],
-        t: Target,
+        t: Target<'_>,
         total: Option<Duration>,
     ) -> Outcome<Reply> {
         let reply = match self.follow(url, extra, total) {
@@ -343,13 +343,13 @@ impl HubClient {
         &self,
         url: &str,
         extra: &[(&str, String)],
-        t: Target,
+        t: Target<'_>,
     ) -> Result<Reply, Error> {
         self.with_retries(|| self.once(url, extra, t, None))
     }
 
     /// The typed error for an error status.
-    fn status_error(&self, reply: Reply, t: Target) -> Error {
+    fn status_error(&self, reply: Reply, t: Target<'_>) -> Error {
         let (status, url) = (reply.status, reply.url.clone());
         let code = reply.header("x-error-code").unwrap_or("").to_string();
         let message = error_message(reply);

@@ -170,7 +170,7 @@ impl HubClient {
     }
 
     /// GET `url` and read its body (at most [`MAX_JSON_BODY`]), retrying a body cut off.
-    fn get_json(&self, url: &str, t: Target) -> Result<Vec<u8>, Error> {
+    fn get_json(&self, url: &str, t: Target<'_>) -> Result<Vec<u8>, Error> {
         self.get_page(url, t, MAX_JSON_BODY).map(|(body, _)| body)
     }
 
@@ -179,7 +179,7 @@ impl HubClient {
     fn get_page(
         &self,
         url: &str,
-        t: Target,
+        t: Target<'_>,
         limit: u64,
     ) -> Result<(Vec<u8>, Option<String>), Error> {
         let total = Some(self.inner.opts.timeouts.total);

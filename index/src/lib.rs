@@ -122,9 +122,7 @@ impl Index {
         std::fs::create_dir_all(path).map_err(|e| StoreError::io(path, e))?;
         let idx = match Self::open_db(path) {
             Err(Damaged(why)) => {
-                tracing::warn!(
-                    "{why}; discarding it and learning the store's packs again"
-                );
+                tracing::warn!("{why}; discarding it and learning the store's packs again");
                 discard(path)?;
                 Self::open_db(path).map_err(Opening::into_error)?
             }
@@ -166,7 +164,7 @@ impl Index {
             let msg = e.to_string();
             // Damage first: "block checksum mismatch" contains "lock".
             if is_damage(&e) {
-                Opening::Damaged(index_err(path, e))
+                Damaged(index_err(path, e))
             } else if msg.contains("lock") || msg.contains("Resource temporarily unavailable") {
                 Opening::Failed(StoreError::IndexBusy(path.to_path_buf()))
             } else {
@@ -687,7 +685,7 @@ use Opening::Damaged;
 impl Opening {
     fn into_error(self) -> StoreError {
         match self {
-            Opening::Damaged(e) | Opening::Failed(e) => e,
+            Damaged(e) | Opening::Failed(e) => e,
         }
     }
 }

@@ -146,9 +146,7 @@ pub fn check_key(key: &str) -> Result<()> {
             .split('/')
             .any(|s| s.is_empty() || s == "." || s == "..");
     if bad {
-        return Err(crate::ObjectError::Invalid(format!(
-            "invalid object key {key:?}"
-        )));
+        return Err(ObjectError::Invalid(format!("invalid object key {key:?}")));
     }
     Ok(())
 }

@@ -275,13 +275,18 @@ impl WholeFs {
         }
         // SAFETY: statfs is plain old data, filled by the kernel for a valid descriptor.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: the fd is open for `f`'s life and `st` is ours, outliving the call.
         if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
             return Ok(None);
         }
         const EXT4: i64 = 0xEF53;
         const XFS: i64 = 0x5846_5342;
         const BTRFS: i64 = 0x9123_683E;
-        #[allow(clippy::unnecessary_cast)]
+        #[allow(
+            trivial_numeric_casts,
+            clippy::unnecessary_cast,
+            reason = "f_type's type differs between targets (i64 here, u32 or i32 elsewhere)"
+        )]
         let local = matches!(st.f_type as i64, EXT4 | XFS | BTRFS);
         Ok(local.then(|| WholeFs {
             dir: f,
@@ -306,6 +311,7 @@ fn kernel_reports_syncfs_errors() -> bool {
     *NEW_ENOUGH.get_or_init(|| {
         // SAFETY: utsname is plain old data, filled by the kernel.
         let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is ours and outlives the call.
         if unsafe { libc::uname(&mut u) } != 0 {
             return false;
         }

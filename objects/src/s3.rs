@@ -623,22 +623,7 @@ impl ObjectStore for S3Store {
     }
 
     fn size(&self, key: &str) -> Result<Option<u64>> {
-        let full = self.full_key(key)?;
-        self.rt.block_on(async {
-            match self
-                .client
-                .head_object()
-                .bucket(&self.bucket)
-                .key(&full)
-                .send()
-                .await
-            {
-                Ok(o) => Ok(Some(o.content_length().unwrap_or(0).max(0) as u64)),
-                Err(SdkError::ServiceError(se)) if se.raw().status().as_u16() == 404 => Ok(None),
-                Err(e) if is_not_found(&e) => Ok(None),
-                Err(e) => Err(backend_err("head", key, describe(&e))),
-            }
-        })
+        Ok(self.stat(key)?.map(|m| m.size))
     }
 
     fn stat(&self, key: &str) -> Result<Option<ObjectMeta>> {

@@ -10,13 +10,15 @@ fn a_batch_larger_than_the_descriptor_limit_is_stored() {
     let tmp = tempfile::tempdir().unwrap();
     let store = LocalStore::new(tmp.path().join("store"));
     let limit = 256;
-    // SAFETY: setrlimit reads a plain struct; lowering the soft limit is always allowed.
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // SAFETY: getrlimit writes into `lim`, which we own and which lives across the call.
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
     lim.rlim_cur = limit;
+    // SAFETY: setrlimit reads `lim`, which lives across the call; lowering the soft limit is
+    // always allowed.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
     let n = 3 * limit as usize;
     let objects: Vec<(String, Vec<u8>)> = (0..n)

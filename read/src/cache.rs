@@ -243,7 +243,7 @@ impl ChunkCache {
         };
         slot.wait().map_err(|f| {
             if f.missing {
-                StoreError::NotFound(src.key.to_string())
+                StoreError::not_found(src.key.to_string())
             } else {
                 StoreError::CorruptChunk {
                     chunk: src.id.to_hex(),
@@ -344,7 +344,7 @@ impl ChunkCache {
         let reason = e.to_string();
         for (src, slot) in group {
             let err = if e.is_not_found() {
-                StoreError::NotFound(src.key.to_string())
+                StoreError::not_found(src.key.to_string())
             } else {
                 StoreError::Invalid(reason.clone())
             };

@@ -71,7 +71,7 @@ pub fn checkout(
     progress.start("checkout", manifest.total_size());
     // Largest files first so that the long ones start early.
     let mut order: Vec<(usize, &FileEntry)> = manifest.files.iter().enumerate().collect();
-    order.sort_by(|a, b| b.1.size.cmp(&a.1.size));
+    order.sort_by_key(|&(_, f)| std::cmp::Reverse(f.size));
     let results = for_each_file(&order, |i, f| {
         write_one(store, manifest, f, dir, &format!("{prefix}.{i}"), progress)
     });

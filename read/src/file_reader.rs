@@ -519,7 +519,8 @@ mod tests {
         let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
         let m = manifest(&p, &ids, Sha256::digest(&all).into());
         let t = tempfile::tempdir().unwrap();
-        let counting = Arc::new(CountingStore::new(p.backend.clone() as Arc<dyn ObjectStore>));
+        let backend: Arc<dyn ObjectStore> = p.backend.clone();
+        let counting = Arc::new(CountingStore::new(backend));
         let store = p
             .store
             .with_backend(counting.clone())

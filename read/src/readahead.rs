@@ -423,7 +423,7 @@ mod tests {
             ("t2", 2 * t, 3 * t),
             ("t0", 3 * t, 4 * t),
         ];
-        let mut bytes = crate::safetensors::tests::file(&entries, 0);
+        let mut bytes = safetensors::tests::file(&entries, 0);
         let data_start = bytes.len() as u64;
         bytes.extend(noise(4 * t as usize, 99));
         let chunks: Vec<Vec<u8>> = bytes.chunks(4_000).map(|c| c.to_vec()).collect();

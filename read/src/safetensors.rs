@@ -251,7 +251,7 @@ pub(crate) mod tests {
             Err(HeaderError::Length(_))
         ));
         assert_eq!(header_len(&past, 108), Ok(100));
-        assert_eq!(header_len(&u64::MAX.to_le_bytes(), u64::MAX).is_err(), true);
+        assert!(header_len(&u64::MAX.to_le_bytes(), u64::MAX).is_err());
     }
 
     #[test]

@@ -9,22 +9,10 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// An I/O error on a local path.
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The object store failed on a key.
-    #[error("object store: {op} {key}: {reason}")]
-    Backend {
-        op: &'static str,
-        key: String,
-        reason: String,
-    },
-    /// A key that does not exist.
-    #[error("object not found: {0}")]
-    NotFound(String),
+    /// What the object store reported (a missing key, a failed request, a truncated
+    /// object, an invalid key), or an I/O error on a local path ([`StoreError::io`]).
+    #[error(transparent)]
+    Object(#[from] objects::ObjectError),
     /// No store config at the location.
     #[error("no modelcas store at {0} (run `modelcas ingest` to create one)")]
     NoStore(String),
@@ -117,16 +105,18 @@ pub enum StoreError {
 impl StoreError {
     /// Wraps an I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
-        StoreError::Io {
-            path: path.into(),
-            source,
-        }
+        StoreError::Object(objects::ObjectError::io(path, source))
+    }
+
+    /// A missing object at `key`.
+    pub fn not_found(key: impl Into<String>) -> StoreError {
+        StoreError::Object(objects::ObjectError::NotFound(key.into()))
     }
 
     /// Whether this is (or wraps) a missing object.
     pub fn is_not_found(&self) -> bool {
         match self {
-            StoreError::NotFound(_) => true,
+            StoreError::Object(e) => e.is_not_found(),
             StoreError::InFile { source, .. } => source.is_not_found(),
             _ => false,
         }
@@ -148,19 +138,6 @@ impl From<format::FormatError> for StoreError {
             format::FormatError::Corrupt { key, reason } => {
                 StoreError::CorruptObject { key, reason }
             }
-        }
-    }
-}
-
-impl From<objects::ObjectError> for StoreError {
-    fn from(e: objects::ObjectError) -> StoreError {
-        use objects::ObjectError as O;
-        match e {
-            O::Io { path, source } => StoreError::Io { path, source },
-            O::Backend { op, key, reason } => StoreError::Backend { op, key, reason },
-            O::NotFound(key) => StoreError::NotFound(key),
-            O::CorruptObject { key, reason } => StoreError::CorruptObject { key, reason },
-            O::Invalid(s) => StoreError::Invalid(s),
         }
     }
 }

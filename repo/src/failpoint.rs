@@ -114,7 +114,7 @@ mod hooks {
         }
     }
 
-    fn wait_for_go(dir: &std::path::Path, point: &str) {
+    fn wait_for_go(dir: &Path, point: &str) {
         let _ = std::fs::write(dir.join(format!("{point}.reached")), b"");
         let go = dir.join(format!("{point}.go"));
         let start = Instant::now();
@@ -158,7 +158,7 @@ mod hooks {
         let flags: u32 = GOING_FLAGS_NOLOGFLUSH;
         // SAFETY: the ioctl reads one u32 through the pointer, which outlives the call; the
         // fd is open for `f`'s life.
-        let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SHUTDOWN as _, &flags as *const u32) };
+        let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SHUTDOWN as _, &raw const flags) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }

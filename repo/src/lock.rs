@@ -60,7 +60,7 @@ pub const WRITE_KIND: &str = "write";
 
 /// Milliseconds since the Unix epoch, by this process's clock ([`crate::clock`]).
 pub fn now_ms() -> u64 {
-    crate::clock::now_ms()
+    clock::now_ms()
 }
 
 /// Who this process is, for lock objects: the host name and the pid namespace
@@ -152,10 +152,13 @@ fn modified_ms(store: &dyn ObjectStore, key: &str, listed: Option<SystemTime>) -
         Some(t) => Some(t),
         None => store.stat(key)?.and_then(|m| m.modified),
     };
-    t.map(clock::to_ms).ok_or_else(|| StoreError::Backend {
-        op: "list",
-        key: key.to_string(),
-        reason: "the object store reports no modification time: cannot tell a lock's age".into(),
+    t.map(clock::to_ms).ok_or_else(|| {
+        StoreError::from(objects::ObjectError::Backend {
+            op: "list",
+            key: key.to_string(),
+            reason: "the object store reports no modification time: cannot tell a lock's age"
+                .into(),
+        })
     })
 }
 
@@ -368,7 +371,7 @@ impl Held {
             "{}-{}-{:?}-{:?}",
             hostname(),
             std::process::id(),
-            std::time::Instant::now(),
+            Instant::now(),
             std::thread::current().id()
         );
         let h = blake3::hash(seed.as_bytes());

@@ -13,9 +13,7 @@ use crate::{Result, StoreError};
 /// Reads and checks the footer of the pack at `key` (two ranged reads: the trailer, then
 /// the footer).
 pub fn read_footer(store: &dyn ObjectStore, key: &str) -> Result<PackFooter> {
-    let size = store
-        .size(key)?
-        .ok_or_else(|| StoreError::NotFound(key.to_string()))?;
+    let size = store.size(key)?.ok_or_else(|| StoreError::not_found(key))?;
     // A pack too short to have a trailer is refused by decode_trailer before it is read.
     let trailer = match size.checked_sub(PACK_TRAILER_LEN as u64) {
         Some(at) if size >= (PACK_HEADER_LEN + PACK_TRAILER_LEN) as u64 => {

@@ -227,7 +227,8 @@ pub enum Body {
     Full(Option<Bytes>),
     /// `left` bytes from a reader task, started on the first poll (inside the runtime).
     Stream {
-        start: Option<(FileSource, u64, u64)>,
+        /// The source and range the reader task reads (boxed: it is most of the size).
+        start: Option<Box<(FileSource, u64, u64)>>,
         rx: Option<mpsc::Receiver<Result<Bytes, ReadError>>>,
         left: u64,
         sent: u64,
@@ -250,7 +251,7 @@ impl Body {
     /// socket when the body ends or is dropped.
     pub fn stream(src: FileSource, from: u64, to: u64, done: OnDone) -> Body {
         Body::Stream {
-            start: Some((src, from, to)),
+            start: Some(Box::new((src, from, to))),
             rx: None,
             left: to.saturating_sub(from),
             sent: 0,
@@ -279,7 +280,8 @@ impl http_body::Body for Body {
                 if *left == 0 {
                     return Poll::Ready(None);
                 }
-                if let Some((src, from, to)) = start.take() {
+                if let Some(started) = start.take() {
+                    let (src, from, to) = *started;
                     let (tx, r) = mpsc::channel(AHEAD);
                     tokio::spawn(produce(src, from, to, tx));
                     *rx = Some(r);

@@ -174,20 +174,28 @@ impl Hub {
             .is_some_and(|t| tokens.contains(t.trim()))
     }
 
+    /// Counts a request, unless its routing stopped to wait for the upstream: its reply is
+    /// a placeholder, and the request is routed again, and counted, once the wait is over.
+    fn count(&self, endpoint: &'static str, status: u16) {
+        if !crate::upstream::flight::stopped() {
+            self.metrics.request(endpoint, status);
+        }
+    }
+
     /// The reply to one request.
-    pub fn route(&self, req: &Head) -> Reply {
+    pub fn route(&self, req: &Head<'_>) -> Reply {
         let start = Instant::now();
         let segs = match decode::segments(req.path) {
             Ok(s) => s,
             Err(e) => {
-                self.metrics.request("unknown", 400);
+                self.count("unknown", 400);
                 return Reply::error(StatusCode::BAD_REQUEST, "", &e.to_string(), None);
             }
         };
         let segs: Vec<&str> = segs.iter().map(|s| s.as_str()).collect();
         let (get, head) = (*req.method == Method::GET, *req.method == Method::HEAD);
         if segs == ["metrics"] && get {
-            self.metrics.request("metrics", 200);
+            self.count("metrics", 200);
             let body = repo::metrics::render();
             let mut r = Reply::json(StatusCode::OK, &Value::Null);
             r.body = Body::full(body);
@@ -197,12 +205,12 @@ impl Hub {
             );
         }
         if !self.authorized(req.headers) {
-            self.metrics.request("auth", 401);
+            self.count("auth", 401);
             let msg = "Invalid credentials: send Authorization: Bearer <token>";
             return Reply::error(StatusCode::UNAUTHORIZED, "", msg, None);
         }
         if !get && !head {
-            self.metrics.request("other", 405);
+            self.count("other", 405);
             return Reply::error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "",
@@ -232,29 +240,29 @@ impl Hub {
                 ("unknown", not_found("", &msg, None))
             }
         };
-        self.metrics.request(endpoint, r.status.as_u16());
+        self.count(endpoint, r.status.as_u16());
         r
     }
 
     /// The repository id of a request, if it is valid and allowed, as the store spells it
     /// (ids compare without case, as on the Hub).
-    fn repo_id(&self, org: &str, name: &str) -> Result<RepoId, Reply> {
+    fn repo_id(&self, org: &str, name: &str) -> Result<RepoId, Box<Reply>> {
         let shown = format!("{org}/{name}");
         let repo = RepoId::parse(&shown).map_err(|_| repo_missing(&shown))?;
         if !self.policy.allows(&shown) {
             let msg = format!("Repository {shown} is not served here (not in the allow list)");
-            return Err(Reply::error(
+            return Err(Box::new(Reply::error(
                 StatusCode::FORBIDDEN,
                 "RepoNotAllowed",
                 &msg,
                 None,
-            ));
+            )));
         }
         self.spelling(repo)
     }
 
     /// The repository and commit named, or the error reply the client understands.
-    fn locate(&self, org: &str, name: &str, rev: &str) -> Result<Located, Reply> {
+    fn locate(&self, org: &str, name: &str, rev: &str) -> Result<Located, Box<Reply>> {
         let repo = self.repo_id(org, name)?;
         let (repo, commit, tag, pulled) = self.find(repo, rev)?;
         let key = (repo.clone(), commit);
@@ -286,7 +294,11 @@ impl Hub {
     /// repository up and the store lacks the commit or has it in part; with the
     /// repository (its spelling may change if another request stored it meanwhile), the
     /// manifest's tag, and whether it was pulled.
-    fn find(&self, repo: RepoId, rev: &str) -> Result<(RepoId, CommitId, String, bool), Reply> {
+    fn find(
+        &self,
+        repo: RepoId,
+        rev: &str,
+    ) -> Result<(RepoId, CommitId, String, bool), Box<Reply>> {
         let wanted = self.wanted(&repo, rev)?;
         let shown = match wanted {
             policy::Wanted::Commit(c) => c.to_hex(),
@@ -308,9 +320,9 @@ impl Hub {
         // What the store answers when the upstream cannot.
         let fallback = |e: UpstreamError| match self.stored(&repo, &shown) {
             // In flight: the request waits for it and is routed again (not stale data).
-            _ if e == UpstreamError::Pending => Err(upstream_reply(mirror.endpoint(), &e)),
+            _ if e == UpstreamError::Pending => Err(upstream_reply(mirror.endpoint(), &e).into()),
             Ok((c, tag)) => Ok((repo.clone(), c, tag, false)),
-            Err(_) => Err(upstream_reply(mirror.endpoint(), &e)),
+            Err(_) => Err(upstream_reply(mirror.endpoint(), &e).into()),
         };
         let (commit, asked) = match wanted {
             policy::Wanted::Commit(c) if role == Role::Mirrored => (c, false),
@@ -387,14 +399,16 @@ impl Hub {
         repo: RepoId,
         c: CommitId,
         tag: String,
-    ) -> Result<(RepoId, CommitId, String, bool), Reply> {
+    ) -> Result<(RepoId, CommitId, String, bool), Box<Reply>> {
         let Some(mirror) = &self.mirror else {
             return Ok((repo, c, tag, false));
         };
         if !self.partial(&repo, &c, &tag)? {
             // Completed after a wait for its pull (routed again): the miss that caused it.
             let pulled = match mirror.waited_for_pull(&repo, &c) {
-                Some(outcome) => self.brought(mirror, &repo, &c, &c.to_hex(), outcome).is_ok(),
+                Some(outcome) => self
+                    .brought(mirror, &repo, &c, &c.to_hex(), outcome)
+                    .is_ok(),
                 None => false,
             };
             return Ok((repo, c, tag, pulled));
@@ -405,7 +419,7 @@ impl Hub {
                 let (c, tag) = self.stored(&repo, &c.to_hex())?;
                 Ok((repo, c, tag, true))
             }
-            Err(e @ UpstreamError::Pending) => Err(upstream_reply(mirror.endpoint(), &e)),
+            Err(e @ UpstreamError::Pending) => Err(upstream_reply(mirror.endpoint(), &e).into()),
             Err(e) => {
                 tracing::warn!(
                     "{repo}@{} is stored in part and cannot be completed: {e}",
@@ -436,14 +450,14 @@ impl Hub {
     }
 
     /// The stored commit `rev` names, with its manifest's tag, or the not-found reply.
-    fn stored(&self, repo: &RepoId, rev: &str) -> Result<(CommitId, String), Reply> {
+    fn stored(&self, repo: &RepoId, rev: &str) -> Result<(CommitId, String), Box<Reply>> {
         match self.store.resolve_tagged(repo, rev) {
             Ok(c) => Ok(c),
-            Err(StoreError::UnknownRepo(_)) => Err(repo_missing(&repo.to_string())),
-            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => Err(
-                not_found("RevisionNotFound", &format!("Invalid rev id: {rev}"), None),
-            ),
-            Err(e) => Err(internal(e)),
+            Err(StoreError::UnknownRepo(_)) => Err(repo_missing(&repo.to_string()).into()),
+            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
+                Err(not_found("RevisionNotFound", &format!("Invalid rev id: {rev}"), None).into())
+            }
+            Err(e) => Err(internal(e).into()),
         }
     }
 
@@ -479,7 +493,7 @@ impl Hub {
     fn repo_info(&self, org: &str, name: &str, rev: &str) -> Reply {
         let at = match self.locate(org, name, rev) {
             Ok(x) => x,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         self.record_use(&at);
         let m = &at.manifest;
@@ -547,7 +561,7 @@ impl Hub {
     fn tree(&self, org: &str, name: &str, rev: &str, dir: &str, recursive: bool) -> Reply {
         let at = match self.locate(org, name, rev) {
             Ok(x) => x,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         self.record_use(&at);
         let dir = dir.trim_matches('/');
@@ -603,7 +617,7 @@ impl Hub {
         let missing = repo_missing;
         let repo = match self.repo_id(org, name) {
             Ok(r) => r,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         let refs = match self.store.refs(&repo) {
             Ok(r) => r,

@@ -118,9 +118,6 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 impl Metrics {
     /// Counts a request.
     pub fn request(&self, endpoint: &'static str, status: u16) {
-        if crate::upstream::flight::stopped() {
-            return;
-        }
         self.requests
             .get_or_create(&RequestLabels { endpoint, status })
             .inc();
@@ -135,15 +132,8 @@ impl Metrics {
         self.upstream_bytes.inc_by(bytes);
     }
 
-    /// An upstream request failed.
-    pub fn upstream_error(&self, op: &'static str, e: &crate::upstream::UpstreamError) {
-        use crate::upstream::UpstreamError as E;
-        let kind = match e {
-            E::RepoNotFound(_) => "repo_not_found",
-            E::RevisionNotFound(_) => "revision_not_found",
-            E::Unavailable(_) => "unavailable",
-            E::Pending => return,
-        };
+    /// An upstream request (`op`) failed, in the way `kind` names.
+    pub fn upstream_error(&self, op: &'static str, kind: &'static str) {
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels { op, kind })
             .inc();

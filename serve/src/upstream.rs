@@ -71,6 +71,19 @@ pub enum UpstreamError {
     Pending,
 }
 
+impl UpstreamError {
+    /// The failure's `kind` label in the `serve_upstream_errors` metric; none for
+    /// [`UpstreamError::Pending`], which is not a failure.
+    pub fn metric_kind(&self) -> Option<&'static str> {
+        match self {
+            UpstreamError::RepoNotFound(_) => Some("repo_not_found"),
+            UpstreamError::RevisionNotFound(_) => Some("revision_not_found"),
+            UpstreamError::Unavailable(_) => Some("unavailable"),
+            UpstreamError::Pending => None,
+        }
+    }
+}
+
 impl<T: Clone + Send + Sync + 'static> Outcome for Result<T, UpstreamError> {
     fn failed(why: String) -> Self {
         Err(UpstreamError::Unavailable(why))
@@ -283,24 +296,20 @@ struct Notes {
 impl Notes {
     /// Counts a failure and logs it once (per message), and a recovery once.
     fn note<T>(&self, r: &Result<T, UpstreamError>, what: &str, op: &'static str) {
-        if let Err(e) = r {
-            METRICS.upstream_error(op, e);
+        if let Some(kind) = r.as_ref().err().and_then(UpstreamError::metric_kind) {
+            METRICS.upstream_error(op, kind);
         }
         let mut warned = lock(&self.warned);
-        match r {
-            Err(UpstreamError::Unavailable(e)) => {
-                if warned.insert(e.clone()) {
-                    tracing::warn!(
-                        "upstream {} failed {what}: {e}; serving what is stored",
-                        self.endpoint
-                    );
-                }
+        if let Err(UpstreamError::Unavailable(e)) = r {
+            if warned.insert(e.clone()) {
+                tracing::warn!(
+                    "upstream {} failed {what}: {e}; serving what is stored",
+                    self.endpoint
+                );
             }
-            _ if !warned.is_empty() => {
-                warned.clear();
-                tracing::info!("upstream {} answers again", self.endpoint);
-            }
-            _ => {}
+        } else if !warned.is_empty() {
+            warned.clear();
+            tracing::info!("upstream {} answers again", self.endpoint);
         }
     }
 }

@@ -391,7 +391,6 @@ mod http_body_util_shim {
     use std::future::poll_fn;
     use std::pin::Pin;
 
-    use bytes::Bytes;
     use http_body::Body as _;
     use hubserve::body::Body;
 
@@ -403,7 +402,7 @@ mod http_body_util_shim {
                 None => return Ok(out),
                 Some(Ok(f)) => {
                     if let Ok(d) = f.into_data() {
-                        out.extend_from_slice(&Bytes::from(d));
+                        out.extend_from_slice(&d);
                     }
                 }
                 Some(Err(e)) => return Err(e.to_string()),
@@ -618,7 +617,7 @@ fn check_route(
 fn check_stack(hub: &Arc<Hub>, input: &[u8]) -> Result<(), TestCaseError> {
     let f = fixture();
     let limits = Limits {
-        header_timeout: std::time::Duration::from_secs(5),
+        header_timeout: Duration::from_secs(5),
         ..Limits::default()
     };
     let out = f.rt.block_on(async {

@@ -486,7 +486,7 @@ fn read_bundle(
                     .map_err(|e| bad(format!("ref at byte {at}: {e}")))?;
                 crate::names::check_ref_name(&r.name)
                     .map_err(|e| bad(format!("ref at byte {at}: {e}")))?;
-                rx.hold((std::mem::size_of::<BundleRef>() + r.name.len()) as u64, at)?;
+                rx.hold((size_of::<BundleRef>() + r.name.len()) as u64, at)?;
                 rx.refs.push(r);
             }
             KIND_CHUNK => {

@@ -171,7 +171,7 @@ fn check_revisions(
             .and_then(|b| decode_manifest(&key, &b))
         {
             Ok(m) => m,
-            Err(StoreError::NotFound(_)) => continue, // removed meanwhile
+            Err(StoreError::Object(objects::ObjectError::NotFound(_))) => continue, // removed meanwhile
             Err(e) => {
                 report.problem(format!("{key}: {e}"));
                 continue;
@@ -429,7 +429,7 @@ fn forwarding_records(
                 fw.insert(&rec);
                 records.push((p, rec));
             }
-            Err(StoreError::NotFound(_)) => {} // removed by gc meanwhile
+            Err(StoreError::Object(objects::ObjectError::NotFound(_))) => {} // removed by gc meanwhile
             Err(e) => report.problem(e.to_string()),
         }
     }

@@ -33,6 +33,7 @@ impl LoopExt4 {
     /// run as root.
     pub fn new(size_mib: u64) -> LoopExt4 {
         assert_eq!(
+            // SAFETY: geteuid has no preconditions.
             unsafe { libc::geteuid() },
             0,
             "this test needs root (loop devices, mount, EXT4_IOC_SHUTDOWN); it runs as root in CI"
@@ -71,6 +72,7 @@ impl LoopExt4 {
     /// Makes everything written so far durable (`syncfs`).
     pub fn sync(&self) {
         let dir = std::fs::File::open(self.root()).unwrap();
+        // SAFETY: syncfs takes an fd open for `dir`'s life and touches no memory of ours.
         assert_eq!(unsafe { libc::syncfs(dir.as_raw_fd()) }, 0, "syncfs");
     }
 
@@ -148,6 +150,8 @@ impl Drop for LoopExt4 {
 pub fn power_cut(path: &Path) {
     let f = std::fs::File::open(path).unwrap();
     let flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
+    // SAFETY: the ioctl reads one u32 through the pointer, which outlives the call; the fd
+    // is open for `f`'s life.
     let rc = unsafe { libc::ioctl(f.as_raw_fd(), EXT4_IOC_SHUTDOWN as _, &flags) };
     assert_eq!(
         rc,

@@ -1,7 +1,7 @@
 //! Helpers shared by the end-to-end tests: locating the binary, a scratch store per test,
 //! the generated model revisions, and hashing.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "shared by every test binary; each uses a part")]
 
 pub mod gc;
 pub mod loopfs;
@@ -542,7 +542,7 @@ pub fn ingest_rev(env: &Env, r: &str, refs: &[&str]) {
 pub struct Served {
     pub child: std::process::Child,
     pub addr: String,
-    pub log: std::path::PathBuf,
+    pub log: PathBuf,
 }
 
 impl Served {

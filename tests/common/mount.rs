@@ -80,6 +80,7 @@ impl Mount {
 
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let t = Instant::now();
         loop {

@@ -287,7 +287,7 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
         Command::Pull(a) => pull::run(ctx, &a),
         Command::Sync(a) => sync::run(ctx, &a),
         Command::Import { file, json } => bundle::import(ctx, &file, json),
-        Command::Serve(a) => serve::run(ctx, serve::Options::new(ctx, a)?),
+        Command::Serve(a) => serve::run(ctx, serve::Options::new(ctx, *a)?),
         Command::Pin { revision } => gc::pin(ctx, &revision, true),
         Command::Ref {
             repo,

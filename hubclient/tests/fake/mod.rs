@@ -6,7 +6,10 @@
 //! body a byte at a time, paginate the tree, list a huge synthetic tree, or send any
 //! tree body at all.
 
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses a part"
+)]
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};

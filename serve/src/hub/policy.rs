@@ -63,7 +63,7 @@ pub(super) enum Wanted<'a> {
 impl Hub {
     /// The store's spelling of `repo`: the exact one if stored, else one differing only in
     /// case, else `repo` itself.
-    pub(super) fn spelling(&self, repo: RepoId) -> Result<RepoId, Reply> {
+    pub(super) fn spelling(&self, repo: RepoId) -> Result<RepoId, Box<Reply>> {
         let folded = repo.folded();
         {
             let s = lock(&self.names.spellings);
@@ -91,7 +91,11 @@ impl Hub {
     /// unless a request in another case or another process stored it meanwhile: then that
     /// spelling, for the caller to look at again. Serialized, so that two requests in
     /// two cases make one repository.
-    pub(super) fn adopt(&self, repo: &RepoId, upstream: &str) -> Result<Option<RepoId>, Reply> {
+    pub(super) fn adopt(
+        &self,
+        repo: &RepoId,
+        upstream: &str,
+    ) -> Result<Option<RepoId>, Box<Reply>> {
         let mut s = lock(&self.names.spellings);
         let found = self.store.find_repo(repo).map_err(internal)?;
         let known = found.clone().unwrap_or_else(|| repo.clone());
@@ -110,7 +114,7 @@ impl Hub {
     }
 
     /// What the mirror may do with `repo`.
-    pub(super) fn role(&self, repo: &RepoId) -> Result<Role, Reply> {
+    pub(super) fn role(&self, repo: &RepoId) -> Result<Role, Box<Reply>> {
         if self.mirror.is_none() {
             return Ok(Role::Inside);
         }
@@ -134,7 +138,7 @@ impl Hub {
 
     /// What `rev` names in `repo`: a lock pins every ref name to its commit and refuses any
     /// other commit (403 naming the lock), by full sha or prefix, in any case.
-    pub(super) fn wanted<'a>(&self, repo: &RepoId, rev: &'a str) -> Result<Wanted<'a>, Reply> {
+    pub(super) fn wanted<'a>(&self, repo: &RepoId, rev: &'a str) -> Result<Wanted<'a>, Box<Reply>> {
         let hex = !rev.is_empty() && rev.bytes().all(|b| b.is_ascii_hexdigit());
         let lower = rev.to_ascii_lowercase();
         let Some(lock) = self.policy.lock_of(repo) else {
@@ -157,12 +161,12 @@ impl Hub {
             "{repo} is locked to {} by the server's [serve.locks]; revision {rev} is not served",
             lock.to_hex()
         );
-        Err(Reply::error(
+        Err(Box::new(Reply::error(
             StatusCode::FORBIDDEN,
             "RevisionLocked",
             &msg,
             Some(&lock),
-        ))
+        )))
     }
 
     /// Whether stored `commit` (its manifest tagged `tag`) is partial: one GET, then
@@ -172,7 +176,7 @@ impl Hub {
         repo: &RepoId,
         commit: &CommitId,
         tag: &str,
-    ) -> Result<bool, Reply> {
+    ) -> Result<bool, Box<Reply>> {
         let key = (repo.clone(), *commit, tag.to_string());
         if !tag.is_empty() && lock(&self.names.complete).contains(&key) {
             return Ok(false);
@@ -194,7 +198,7 @@ impl Hub {
 
     /// Whether ref `name` of `repo` was set inside (ingest, pull, sync, `modelcas ref`): then
     /// the mirror serves it as stored and never moves it.
-    pub(super) fn set_inside(&self, repo: &RepoId, name: &str) -> Result<bool, Reply> {
+    pub(super) fn set_inside(&self, repo: &RepoId, name: &str) -> Result<bool, Box<Reply>> {
         if repo::names::check_ref_name(name).is_err() {
             return Ok(false);
         }

@@ -52,7 +52,7 @@ impl Access {
 impl Hub {
     pub(super) fn resolve(
         &self,
-        req: &Head,
+        req: &Head<'_>,
         org: &str,
         name: &str,
         rev: &str,
@@ -71,7 +71,7 @@ impl Hub {
         };
         let mut access = access;
         let r = self.resolve_reply(req.headers, org, name, rev, file, head, &mut access);
-        self.metrics.request("resolve", r.status.as_u16());
+        self.count("resolve", r.status.as_u16());
         // A streamed body logs itself when it ends.
         if !matches!(r.body, Body::Stream { .. }) {
             access.log(r.status.as_u16(), 0);
@@ -79,7 +79,10 @@ impl Hub {
         r
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one request, each used once"
+    )]
     fn resolve_reply(
         &self,
         req_headers: &HeaderMap,
@@ -92,7 +95,7 @@ impl Hub {
     ) -> Reply {
         let at = match self.locate(org, name, rev) {
             Ok(x) => x,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         self.record_use(&at);
         access.cache = if at.pulled { "miss" } else { "hit" };
@@ -114,7 +117,7 @@ impl Hub {
         let size = at.manifest.files[i].size;
         let (status, from, to) = match byte_range(req_headers, size, &mut h) {
             Ok(x) => x,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         if head {
             h.insert("x-modelcas", HeaderValue::from_static("1"));
@@ -179,7 +182,7 @@ fn byte_range(
     req_headers: &HeaderMap,
     size: u64,
     h: &mut HeaderMap,
-) -> Result<(StatusCode, u64, u64), Reply> {
+) -> Result<(StatusCode, u64, u64), Box<Reply>> {
     let range = req_headers
         .get(header::RANGE)
         .map(|v| v.to_str().ok().and_then(|r| decode::parse_range(r, size)));
@@ -203,7 +206,7 @@ fn byte_range(
             );
             h.remove(header::CONTENT_TYPE);
             r.headers.extend(h.clone());
-            return Err(r);
+            return Err(Box::new(r));
         }
     };
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(to - from));

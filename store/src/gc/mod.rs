@@ -33,10 +33,12 @@
 //! only removes packs that no manifest references after resolution.
 //!
 //! This module runs the steps in order ([`run`]) and lists revisions; [`retention`]
-//! decides what expires, `expire` does step 3's follow-up, `packs` steps 4 to 7, `rewrite`
-//! the pack rewrite and its forwarding records, [`state`] the condemned list.
+//! decides what expires, `expire` does step 3's follow-up, `packs` steps 4 to 7 (with
+//! `pack_use`, what kept revisions use of each pack), `rewrite` the pack rewrite and its
+//! forwarding records, [`state`] the condemned list.
 
 mod expire;
+mod pack_use;
 mod packs;
 pub mod retention;
 mod rewrite;

@@ -8,47 +8,17 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::pack_use::PackUse;
 use super::rewrite::{forward_record, rewrite_packs, AllForwards};
 use super::state::{self, Condemned, GcState};
 use super::{GcRun, Rev, DELETE_BATCH, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE};
-use crate::backend::ObjectStore;
-use crate::codec::{self, Kind};
+use crate::backend::{ObjectError, ObjectStore};
 use crate::failpoint;
 use crate::forward::{self, Forwards};
 use crate::layout;
 use crate::lock;
-use crate::pack::{self, FooterEntry, PackFooter, PackId};
+use crate::pack::{self, PackId};
 use crate::{Result, StoreError};
-
-/// What kept manifests use of one pack: offset → (chunk id, frame length, raw length).
-#[derive(Default)]
-pub(super) struct PackUse {
-    pub(super) frames: BTreeMap<u32, ([u8; 32], u32, u32)>,
-    pub(super) bytes: u64,
-}
-
-impl PackUse {
-    /// Size of a pack holding exactly these frames (header, frames, footer, trailer).
-    pub(super) fn size_if_only_live(&self) -> u64 {
-        let mut at = pack::PACK_HEADER_LEN as u32;
-        let entries: Vec<FooterEntry> = self
-            .frames
-            .values()
-            .map(|(id, frame_len, raw_len)| {
-                let e = FooterEntry {
-                    id: *id,
-                    offset: at,
-                    frame_len: *frame_len,
-                    raw_len: *raw_len,
-                };
-                at = at.saturating_add(*frame_len);
-                e
-            })
-            .collect();
-        let footer = codec::encode(Kind::PackFooter, &PackFooter { entries }, false);
-        at as u64 + footer.len() as u64 + pack::PACK_TRAILER_LEN as u64
-    }
-}
 
 /// What kept revisions use, after forwarding.
 pub(super) struct Liveness {
@@ -334,21 +304,24 @@ fn write_marked(
             .stat(layout::CONDEMNED_KEY)?
             .and_then(|m| m.modified)
             .map(crate::clock::to_ms)
-            .ok_or_else(|| StoreError::Backend {
-                op: "head",
-                key: layout::CONDEMNED_KEY.into(),
-                reason: "no modification time after writing it".into(),
+            .ok_or_else(|| {
+                StoreError::from(ObjectError::Backend {
+                    op: "head",
+                    key: layout::CONDEMNED_KEY.into(),
+                    reason: "no modification time after writing it".into(),
+                })
             })?;
         if landed <= marked.saturating_add(slack) {
             return Ok(());
         }
         marked = landed;
     }
-    Err(StoreError::Backend {
+    Err(ObjectError::Backend {
         op: "put",
         key: layout::CONDEMNED_KEY.into(),
         reason: "each write landed long after its mark (gc keeps being paused)".into(),
-    })
+    }
+    .into())
 }
 
 #[cfg(test)]
@@ -550,7 +523,7 @@ mod tests {
             lock: None,
         };
         let mut listed: BTreeMap<PackId, u64> = [(gone.pack, 1), (kept, 1)].into();
-        gc.delete_condemned(&[moved], &[gone.clone()], &mut listed)
+        gc.delete_condemned(&[moved], std::slice::from_ref(&gone), &mut listed)
             .unwrap();
         assert!(backend
             .stat(&layout::pack_key(&gone.pack))

@@ -139,7 +139,7 @@ pub fn decide(
 ) -> (Vec<(CommitId, Keep)>, Vec<CommitId>) {
     let mut by_age: Vec<&Candidate> = commits.iter().collect();
     // Newest first, in a total order: exactly `keep_last` are the newest.
-    by_age.sort_by(|a, b| b.order.cmp(&a.order));
+    by_age.sort_by_key(|c| std::cmp::Reverse(c.order));
     let mut kept = Vec::new();
     let mut expired = Vec::new();
     for (rank, c) in by_age.into_iter().enumerate() {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chunker::ChunkId;
 
-use super::packs::PackUse;
+use super::pack_use::PackUse;
 use super::GcReport;
 use crate::backend::ObjectStore;
 use crate::forward::{self, Forwards, MovedFrame, MovedRecord};
@@ -66,13 +66,17 @@ pub(super) fn load_forwards(
     Ok(all)
 }
 
+/// Where the live frames of one rewritten pack went: old offset → (new pack, new offset,
+/// frame length).
+pub(super) type MovedFrames = HashMap<u32, (PackId, u32, u32)>;
+
 /// The forwarding record of `old` after its live frames (`live`) were copied to `frames`
 /// (old offset → new pack, new offset, frame length). Entries of an earlier record of the
 /// same pack (a pack rewritten, then rescued and rewritten again) are kept: manifests
 /// still resolve through them.
 pub(super) fn forward_record(
     old: &PackId,
-    frames: &HashMap<u32, (PackId, u32, u32)>,
+    frames: &MovedFrames,
     live: &PackUse,
     earlier: Option<&MovedRecord>,
 ) -> MovedRecord {
@@ -122,16 +126,16 @@ pub(super) fn rewrite_packs(
     packs: &[(PackId, u64)],
     uses: &HashMap<PackId, PackUse>,
     report: &mut GcReport,
-) -> Result<HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>> {
+) -> Result<HashMap<PackId, MovedFrames>> {
     let backend = store.backend();
     let target = store.config().pack_target.max(1) as usize;
-    let mut moved: HashMap<PackId, HashMap<u32, (PackId, u32, u32)>> = HashMap::new();
+    let mut moved: HashMap<PackId, MovedFrames> = HashMap::new();
     let mut builder = PackBuilder::new();
     // Frames in the open builder: (old pack, old offset, new offset, frame length).
     let mut open: Vec<(PackId, u32, u32, u32)> = Vec::new();
     let seal = |builder: PackBuilder,
                 open: &mut Vec<(PackId, u32, u32, u32)>,
-                moved: &mut HashMap<PackId, HashMap<u32, (PackId, u32, u32)>>,
+                moved: &mut HashMap<PackId, MovedFrames>,
                 report: &mut GcReport|
      -> Result<()> {
         let (id, bytes, _) = builder.finish();

@@ -37,6 +37,10 @@ pub(super) enum Claim {
     },
 }
 
+/// A file's stamp with its content's sha256 and chunk-list digest, as
+/// [`Index::remember_stamps`] records it.
+type StampedFile = (FileStamp, [u8; 32], [u8; 32]);
+
 struct Shared<'a> {
     store: &'a Store,
     index: &'a Index,
@@ -59,7 +63,7 @@ struct Shared<'a> {
     settle: std::time::Duration,
     /// Stamps of the files read whole while they stood still, with their content's sha256
     /// and chunk-list digest, recorded in one write once every file is read.
-    stamps: Mutex<Vec<(FileStamp, [u8; 32], [u8; 32])>>,
+    stamps: Mutex<Vec<StampedFile>>,
     stamper: stamps::Stamper,
     new_chunks: AtomicU64,
     new_chunk_bytes: AtomicU64,

@@ -69,6 +69,7 @@ impl Stamper {
         let mut sx: libc::statx = unsafe { std::mem::zeroed() };
         let asked = libc::STATX_BASIC_STATS | libc::STATX_MNT_ID_UNIQUE;
         let flags = libc::AT_EMPTY_PATH | libc::AT_STATX_SYNC_AS_STAT;
+        // SAFETY: as above: an fd open for `f`'s life, an empty C string, and `sx` ours.
         if unsafe { libc::statx(f.as_raw_fd(), c"".as_ptr(), flags, asked, &mut sx) } != 0 {
             return None;
         }
@@ -111,10 +112,15 @@ fn parse_boot_id(text: &str) -> Option<[u8; 16]> {
 fn on_a_stamped_file_system(f: &File) -> bool {
     // SAFETY: fstatfs writes into the zeroed struct we own; the fd is open for `f`'s life.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open for `f`'s life and `fs` is ours, outliving the call.
     if unsafe { libc::fstatfs(f.as_raw_fd(), &mut fs) } != 0 {
         return false;
     }
-    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
+    #[allow(
+        trivial_numeric_casts,
+        clippy::unnecessary_cast,
+        reason = "f_type's type differs between targets (i64 here, u32 or i32 elsewhere)"
+    )]
     let kind = fs.f_type as i64;
     STAMPED_FILE_SYSTEMS.contains(&kind)
 }
