@@ -15,6 +15,7 @@ use fuser::{
 };
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
+use read::readahead::ReadaheadConfig;
 use read::tensor_plan::TensorOrder;
 
 use crate::handles::{read_whole, Handle, InodeOpen, Mode};
@@ -38,6 +39,8 @@ pub struct ModelFs {
     pub(crate) uid: u32,
     pub(crate) gid: u32,
     pub(crate) tensor_order: TensorOrder,
+    /// The read-ahead of streamed files.
+    pub(crate) readahead: ReadaheadConfig,
     /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
     /// when the kernel refuses a backing file (said once in the log).
     pub(crate) passthrough: AtomicBool,
@@ -61,6 +64,7 @@ impl ModelFs {
             uid,
             gid,
             tensor_order: TensorOrder::Name,
+            readahead: ReadaheadConfig::default(),
             passthrough: AtomicBool::new(false),
             uses: Mutex::new(HashMap::new()),
         }
@@ -71,6 +75,12 @@ impl ModelFs {
     pub fn with_file_cache(mut self, files: Arc<FileCache>, passthrough: bool) -> ModelFs {
         self.files = Some(files);
         self.passthrough = AtomicBool::new(passthrough);
+        self
+    }
+
+    /// Streams files with the read-ahead of `config` (default: [`ReadaheadConfig::default`]).
+    pub fn with_readahead(mut self, config: ReadaheadConfig) -> ModelFs {
+        self.readahead = config;
         self
     }
 

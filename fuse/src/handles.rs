@@ -60,7 +60,7 @@ impl ModelFs {
     /// file is read with sequential read-ahead).
     pub(crate) fn stream(&self, manifest: &Manifest, i: usize) -> repo::Result<FileStream> {
         let file = &manifest.files[i];
-        let stream = FileStream::new(self.cache.clone(), manifest, file)?;
+        let stream = FileStream::new(self.cache.clone(), self.readahead, manifest, file)?;
         if self.tensor_order != TensorOrder::Off && file.path.ends_with(".safetensors") {
             if let Err(e) = stream.follow_safetensors(self.tensor_order) {
                 tracing::debug!("{}: sequential read-ahead only: {e}", file.path);
