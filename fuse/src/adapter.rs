@@ -15,6 +15,7 @@ use fuser::{
 };
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
+use read::readahead::ReadaheadConfig;
 use read::tensor_plan::TensorOrder;
 
 use crate::errno::eio;
@@ -54,6 +55,12 @@ impl ModelFs {
     pub fn with_file_cache(mut self, files: Arc<FileCache>, passthrough: bool) -> ModelFs {
         self.open.files = Some(files);
         self.open.passthrough = AtomicBool::new(passthrough);
+        self
+    }
+
+    /// Streams files with the read-ahead of `config` (default: [`ReadaheadConfig::default`]).
+    pub fn with_readahead(mut self, config: ReadaheadConfig) -> ModelFs {
+        self.open.readahead = config;
         self
     }
 

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use fuser::{BackingId, Errno, FileHandle, FopenFlags, INodeNo, ReplyOpen};
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
-use read::readahead::FileStream;
+use read::readahead::{FileStream, ReadaheadConfig};
 use read::tensor_plan::TensorOrder;
 use repo::manifest::{FileEntry, Manifest};
 
@@ -69,6 +69,8 @@ pub(crate) struct OpenFiles {
     pub(crate) inodes: Mutex<HashMap<u64, InodeOpen>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) tensor_order: TensorOrder,
+    /// The read-ahead of streamed files.
+    pub(crate) readahead: ReadaheadConfig,
     /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
     /// when the kernel refuses a backing file (said once in the log).
     pub(crate) passthrough: AtomicBool,
@@ -88,6 +90,7 @@ impl OpenFiles {
             inodes: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             tensor_order: TensorOrder::Name,
+            readahead: ReadaheadConfig::default(),
             passthrough: AtomicBool::new(false),
             uses: Mutex::new(HashMap::new()),
         }
@@ -98,7 +101,7 @@ impl OpenFiles {
     /// file is read with sequential read-ahead).
     pub(crate) fn stream(&self, manifest: &Manifest, i: usize) -> repo::Result<FileStream> {
         let file = &manifest.files[i];
-        let stream = FileStream::new(self.cache.clone(), manifest, file)?;
+        let stream = FileStream::new(self.cache.clone(), self.readahead, manifest, file)?;
         if self.tensor_order != TensorOrder::Off && file.path.ends_with(".safetensors") {
             if let Err(e) = stream.follow_safetensors(self.tensor_order) {
                 tracing::debug!("{}: sequential read-ahead only: {e}", file.path);

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use read::cache::ChunkCache;
 pub use read::file_cache::FileCache;
+pub use read::readahead::ReadaheadConfig;
 pub use read::tensor_plan::TensorOrder;
 use repo::{CommitId, RepoId, Store};
 
@@ -58,6 +59,8 @@ pub struct MountOptions {
     pub fetch_threads: usize,
     /// The order safetensors loaders are followed in (`Off`: sequential read-ahead only).
     pub tensor_order: TensorOrder,
+    /// Read-ahead windows of streamed files.
+    pub readahead: ReadaheadConfig,
     /// Whole, verified files on the node: served from there, and filled with files read.
     pub file_cache: Option<Arc<FileCache>>,
     /// Hand whole files to the kernel (FUSE passthrough) where it allows.
@@ -73,6 +76,7 @@ impl Default for MountOptions {
             cache_bytes: 64 << 20,
             fetch_threads: 4,
             tensor_order: TensorOrder::Name,
+            readahead: ReadaheadConfig::default(),
             file_cache: None,
             passthrough: true,
         }
@@ -153,7 +157,9 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
     };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    let mut fs = ModelFs::new(ns, cache).with_tensor_order(opts.tensor_order);
+    let mut fs = ModelFs::new(ns, cache)
+        .with_tensor_order(opts.tensor_order)
+        .with_readahead(opts.readahead);
     if let Some(files) = &opts.file_cache {
         fs = fs.with_file_cache(files.clone(), opts.passthrough);
     }

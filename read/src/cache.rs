@@ -209,6 +209,12 @@ impl ChunkCache {
         self.lock().bytes
     }
 
+    /// Decoded bytes of the chunks being fetched now (0: no fetch in flight).
+    #[cfg(test)]
+    pub(crate) fn loading_bytes(&self) -> usize {
+        self.lock().loading_bytes
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }

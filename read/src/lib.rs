@@ -21,6 +21,8 @@
 pub mod cache;
 pub mod checkout;
 pub mod chunk_map;
+#[cfg(test)]
+mod fault_tests;
 pub mod file_cache;
 pub mod file_reader;
 pub mod progress;
@@ -28,6 +30,9 @@ pub mod readahead;
 pub mod reload;
 pub mod safetensors;
 pub mod tensor_plan;
+#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
+pub mod test_faults;
 #[cfg(any(test, feature = "test-util"))]
 #[doc(hidden)]
 pub mod test_pack;

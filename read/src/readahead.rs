@@ -7,11 +7,12 @@
 //! blocks; tokenizer and config files are small reads. The kernel's own read-ahead reorders
 //! requests a little. So:
 //!
-//! * A read counts as sequential when it starts no more than [`BACK_SLACK`] before or
-//!   [`FORWARD_SLACK`] after where the previous read ended; small reorderings do not reset
-//!   the stream.
-//! * While reads stay sequential the window doubles from [`INITIAL_WINDOW`] up to
-//!   [`MAX_WINDOW`] (bounded further by half the cache budget); a random read resets it.
+//! * A read counts as sequential when it starts no more than
+//!   [`ReadaheadConfig::back_slack`] before or [`ReadaheadConfig::forward_slack`] after where
+//!   the previous read ended; small reorderings do not reset the stream.
+//! * While reads stay sequential the window doubles from [`ReadaheadConfig::initial_window`]
+//!   up to [`ReadaheadConfig::max_window`] (bounded further by half the cache budget); a
+//!   random read resets it.
 //! * Chunks in the window ahead are handed to the cache as prefetches, fetched and decoded
 //!   by the cache's workers while the reader consumes earlier ones.
 //! * Offset → chunk is a binary search over the chunks' start offsets.
@@ -19,9 +20,14 @@
 //!   stream reads the header and, while the reader follows the loader's walk (a
 //!   [`TensorPlan`]: tensors in name order, as vLLM visits them), keeps a window of that
 //!   walk in the cache, wherever in the file its tensors lie; the window grows like the
-//!   sequential one, up to [`TENSOR_WINDOW`]. Readers that do not follow the walk (`dd`,
-//!   random reads), reads outside the tensors, and files whose header is refused get the
-//!   sequential read-ahead above.
+//!   sequential one, up to [`ReadaheadConfig::tensor_window`]. Readers that do not follow
+//!   the walk (`dd`, random reads), reads outside the tensors, and files whose header is
+//!   refused get the sequential read-ahead above.
+//!
+//! The windows and slacks are one [`ReadaheadConfig`], given to each stream by whoever
+//! opens it (the mount's and serve's options carry it; its `Default` is what they use).
+//! Read-ahead only decides what to fetch early: whatever the config, every read returns the
+//! file's bytes (or an error), never other bytes.
 
 use std::sync::{Arc, Mutex};
 
@@ -32,18 +38,56 @@ use crate::tensor_plan::{TensorOrder, TensorPlan};
 use repo::manifest::{FileEntry, Manifest};
 use repo::{Result, StoreError};
 
-/// Window after the first sequential read: 8 MiB (a few default chunks).
-pub const INITIAL_WINDOW: u64 = 8 * 1024 * 1024;
-/// Largest window: 256 MiB; on 2 cores the decoder saturates well before.
-pub const MAX_WINDOW: u64 = 256 * 1024 * 1024;
-/// A read starting this far before the previous end still counts as sequential.
-pub const BACK_SLACK: u64 = 1024 * 1024;
-/// A read starting this far after the previous end still counts as sequential.
-pub const FORWARD_SLACK: u64 = 16 * 1024 * 1024;
-/// Bytes of a safetensors loader's walk kept in flight or cached ahead of it: 128 MiB,
-/// hf-mount's largest window; always bounded by half the cache budget (32 MiB with the
-/// default 64 MiB cache), so prefetched chunks do not push out the ones being read.
-pub const TENSOR_WINDOW: u64 = 128 * 1024 * 1024;
+/// The read-ahead windows and the slack of the sequential test, in bytes. `Default` gives
+/// the values the mount and serve use; a field of 0 turns that part off (an initial window
+/// of 0 never prefetches; slacks of 0 count only exactly adjacent reads as sequential).
+/// Every window is further bounded by half the cache budget, so prefetched chunks do not
+/// push out the ones being read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadaheadConfig {
+    /// Window after the first sequential read. Default 8 MiB (a few default chunks).
+    pub initial_window: u64,
+    /// Largest sequential window. Default 256 MiB; on 2 cores the decoder saturates well
+    /// before.
+    pub max_window: u64,
+    /// A read starting this far before the previous end still counts as sequential.
+    /// Default 1 MiB (the kernel's read-ahead reorders requests a little).
+    pub back_slack: u64,
+    /// A read starting this far after the previous end still counts as sequential.
+    /// Default 16 MiB (a loader skipping a small tensor, or a page walk's holes).
+    pub forward_slack: u64,
+    /// Bytes of a safetensors loader's walk kept in flight or cached ahead of it. Default
+    /// 128 MiB, hf-mount's largest window (32 MiB in effect with the default 64 MiB cache).
+    pub tensor_window: u64,
+}
+
+impl Default for ReadaheadConfig {
+    fn default() -> Self {
+        ReadaheadConfig {
+            initial_window: 8 * 1024 * 1024,
+            max_window: 256 * 1024 * 1024,
+            back_slack: 1024 * 1024,
+            forward_slack: 16 * 1024 * 1024,
+            tensor_window: 128 * 1024 * 1024,
+        }
+    }
+}
+
+impl ReadaheadConfig {
+    /// Whether a read starting at `at` continues one that ended at `last`.
+    fn near(&self, at: u64, last: u64) -> bool {
+        at.saturating_add(self.back_slack) >= last && at <= last.saturating_add(self.forward_slack)
+    }
+
+    /// The next window after `window` (0: none yet), doubling up to `cap`.
+    fn grow(&self, window: u64, cap: u64) -> u64 {
+        if window == 0 {
+            self.initial_window.min(cap)
+        } else {
+            window.saturating_mul(2).min(cap)
+        }
+    }
+}
 
 struct State {
     last_end: u64,
@@ -65,20 +109,24 @@ struct State {
 /// One open file of a revision.
 pub struct FileStream {
     cache: Arc<ChunkCache>,
+    config: ReadaheadConfig,
     map: ChunkMap,
     state: Mutex<State>,
     plan: std::sync::OnceLock<TensorPlan>,
 }
 
 impl FileStream {
-    /// A stream over `file` of `manifest`, reading through `cache`.
+    /// A stream over `file` of `manifest`, reading through `cache`, with the read-ahead of
+    /// `config`.
     pub fn new(
         cache: Arc<ChunkCache>,
+        config: ReadaheadConfig,
         manifest: &Manifest,
         file: &FileEntry,
     ) -> Result<FileStream> {
         Ok(FileStream {
             cache,
+            config,
             map: ChunkMap::new(manifest, file)?,
             state: Mutex::new(State {
                 last_end: 0,
@@ -97,6 +145,16 @@ impl FileStream {
     /// File size.
     pub fn size(&self) -> u64 {
         self.map.size()
+    }
+
+    /// The read-ahead this stream was opened with.
+    pub fn config(&self) -> &ReadaheadConfig {
+        &self.config
+    }
+
+    /// Half the cache's budget (at least 1 byte): the bound on every window.
+    fn half_budget(&self) -> u64 {
+        (self.cache.budget() as u64 / 2).max(1)
     }
 
     /// The chunk holding `offset` (below the size), or the last one.
@@ -181,7 +239,7 @@ impl FileStream {
             .plan_streak = true;
         if let Some(plan) = self.plan.get() {
             // Start on the first tensors now: the loader asks for them next.
-            let window = INITIAL_WINDOW.min(self.cache.budget() as u64 / 2).max(1);
+            let window = self.config.initial_window.min(self.half_budget());
             self.plan_ahead(plan, 0, window);
         }
         Ok(layout.tensors.len())
@@ -208,16 +266,16 @@ impl FileStream {
     /// likewise for its offset. Within a tensor both hold; where they differ (a jump from
     /// one tensor to the next in one order and not the other), the order that held wins
     /// and is trusted until the other wins. Trusting the walk and sequential in it: the
-    /// window doubles from [`INITIAL_WINDOW`] up to half the cache budget (at most
-    /// [`TENSOR_WINDOW`]). Otherwise `None`: sequential read-ahead decides (a file-order
-    /// reader, `dd`, and random reads are served as before). The file's sequential state
+    /// window doubles from the config's initial window up to half the cache budget (at most
+    /// its tensor window). Otherwise (or with a window of 0) `None`: sequential read-ahead
+    /// decides (a file-order reader, `dd`, and random reads are served as before). The file's sequential state
     /// is kept up to date either way. A read only starts prefetching along the walk when the
     /// read before it was sequential in the walk too.
     fn follows_plan(&self, pos: u64, offset: u64, end: u64) -> Option<u64> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let near = |at: u64, last: u64| at + BACK_SLACK >= last && at <= last + FORWARD_SLACK;
-        let in_file = (offset == 0 && st.last_end == 0) || near(offset, st.last_end);
-        let in_walk = near(pos, st.plan_last);
+        let c = &self.config;
+        let in_file = (offset == 0 && st.last_end == 0) || c.near(offset, st.last_end);
+        let in_walk = c.near(pos, st.plan_last);
         if in_walk != in_file {
             st.trust_plan = in_walk;
         }
@@ -244,13 +302,10 @@ impl FileStream {
             st.window = 0;
             st.prefetched_to = 0;
         }
-        let cap = TENSOR_WINDOW.min(self.cache.budget() as u64 / 2).max(1);
-        st.plan_window = if st.plan_window == 0 {
-            INITIAL_WINDOW.min(cap)
-        } else {
-            (st.plan_window * 2).min(cap)
-        };
-        Some(st.plan_window)
+        let cap = c.tensor_window.min(self.half_budget());
+        st.plan_window = c.grow(st.plan_window, cap);
+        // A window of 0 (read-ahead off): no prefetch, as for a reader off the walk.
+        (st.plan_window > 0).then_some(st.plan_window)
     }
 
     /// Hands the cache the chunks of the next `window` bytes of the walk after the reader's
@@ -287,15 +342,11 @@ impl FileStream {
     fn plan_prefetch(&self, offset: u64, end: u64) {
         let (from, to) = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let sequential = (offset == 0 && st.last_end == 0)
-                || (offset + BACK_SLACK >= st.last_end && offset <= st.last_end + FORWARD_SLACK);
-            let cap = MAX_WINDOW.min(self.cache.budget() as u64 / 2).max(1);
+            let c = &self.config;
+            let sequential = (offset == 0 && st.last_end == 0) || c.near(offset, st.last_end);
+            let cap = c.max_window.min(self.half_budget());
             if sequential {
-                st.window = if st.window == 0 {
-                    INITIAL_WINDOW.min(cap)
-                } else {
-                    (st.window * 2).min(cap)
-                };
+                st.window = c.grow(st.window, cap);
             } else {
                 st.window = 0;
                 st.prefetched_to = 0;
@@ -337,6 +388,15 @@ mod tests {
 
     /// A file made of `chunks` in one pack, and a stream over it.
     fn stream(chunks: &[Vec<u8>], budget: usize) -> (FileStream, Vec<u8>) {
+        stream_with(chunks, budget, ReadaheadConfig::default())
+    }
+
+    /// [`stream`] with the read-ahead of `config`.
+    fn stream_with(
+        chunks: &[Vec<u8>],
+        budget: usize,
+        config: ReadaheadConfig,
+    ) -> (FileStream, Vec<u8>) {
         let p = one_pack(chunks);
         let file = FileEntry {
             path: "f".into(),
@@ -365,7 +425,8 @@ mod tests {
             published: None,
         };
         let cache = Arc::new(ChunkCache::new(p.store.clone(), budget, 2).unwrap());
-        (FileStream::new(cache, &m, &file).unwrap(), chunks.concat())
+        let s = FileStream::new(cache, config, &m, &file).unwrap();
+        (s, chunks.concat())
     }
 
     #[test]
@@ -411,6 +472,53 @@ mod tests {
         assert!(got == all);
         // After the first reads, chunks ahead were handed to the cache.
         assert!(s.state.lock().unwrap().prefetched_to > 20_000);
+    }
+
+    #[test]
+    fn the_config_sets_the_windows() {
+        // The defaults are the windows the mount and serve have always used.
+        let d = ReadaheadConfig::default();
+        assert_eq!(
+            (
+                d.initial_window,
+                d.max_window,
+                d.back_slack,
+                d.forward_slack,
+                d.tensor_window
+            ),
+            (8 << 20, 256 << 20, 1 << 20, 16 << 20, 128 << 20)
+        );
+        let chunks: Vec<Vec<u8>> = (0..40).map(|i| noise(10_000, i as u64)).collect();
+        let read_all = |s: &FileStream, all: &[u8]| {
+            let mut off = 0u64;
+            let mut ahead = 0u64;
+            while off < all.len() as u64 {
+                let d = s.read(off, 5_000).unwrap();
+                assert!(d[..] == all[off as usize..off as usize + d.len()], "{off}");
+                off += d.len() as u64;
+                ahead = ahead.max(s.state.lock().unwrap().prefetched_to.saturating_sub(off));
+            }
+            ahead
+        };
+        // Windows of 20,000 growing to 40,000 bytes: never more than that ahead of the
+        // reader, although half the budget would allow 500,000.
+        let small = ReadaheadConfig {
+            initial_window: 20_000,
+            max_window: 40_000,
+            ..d
+        };
+        let (s, all) = stream_with(&chunks, 1 << 20, small);
+        assert_eq!(s.config(), &small);
+        let ahead = read_all(&s, &all);
+        assert!((20_000..=40_000).contains(&ahead), "{ahead}");
+        // An initial window of 0: no read-ahead at all, the same bytes.
+        let off = ReadaheadConfig {
+            initial_window: 0,
+            ..d
+        };
+        let (s, all) = stream_with(&chunks, 1 << 20, off);
+        assert_eq!(read_all(&s, &all), 0);
+        assert_eq!(s.state.lock().unwrap().prefetched_to, 0);
     }
 
     /// A safetensors file of four 36,000-byte tensors laid out t3, t1, t2, t0 (so name

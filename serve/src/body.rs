@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use read::cache::ChunkCache;
-use read::readahead::FileStream;
+use read::readahead::{FileStream, ReadaheadConfig};
 use repo::manifest::{FileEntry, Manifest};
 use repo::{CommitId, RepoId, Store, StoreError};
 use tokio::sync::mpsc;
@@ -56,6 +56,7 @@ impl AsRef<[u8]> for Chunk {
 pub struct FileSource {
     store: Store,
     cache: Arc<ChunkCache>,
+    readahead: ReadaheadConfig,
     repo: RepoId,
     commit: CommitId,
     manifest: Arc<Manifest>,
@@ -80,6 +81,7 @@ impl FileSource {
         FileSource {
             store,
             cache,
+            readahead: ReadaheadConfig::default(),
             repo,
             commit,
             manifest,
@@ -88,6 +90,12 @@ impl FileSource {
             reloaded: None,
             retried: false,
         }
+    }
+
+    /// Reads with the read-ahead of `config` (default: [`ReadaheadConfig::default`]).
+    pub fn with_readahead(mut self, config: ReadaheadConfig) -> FileSource {
+        self.readahead = config;
+        self
     }
 
     /// Calls `f` with the manifest loaded again after a missing pack (to refresh a cache).
@@ -132,7 +140,7 @@ impl FileSource {
     fn chunk_at(&mut self, pos: u64, to: u64) -> Result<(u64, Arc<Vec<u8>>), ReadError> {
         if self.stream.is_none() {
             let f = self.entry()?;
-            let stream = FileStream::new(self.cache.clone(), &self.manifest, f)?;
+            let stream = FileStream::new(self.cache.clone(), self.readahead, &self.manifest, f)?;
             self.stream = Some(stream);
         }
         match &self.stream {

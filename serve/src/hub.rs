@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use read::cache::ChunkCache;
+use read::readahead::ReadaheadConfig;
 use repo::manifest::Manifest;
 use repo::{CommitId, RepoId, Store, StoreError};
 use serde_json::{json, Value};
@@ -111,6 +112,8 @@ pub struct Hub {
     store: Store,
     /// Decoded chunks shared by every download (and the read-ahead of each).
     cache: Arc<ChunkCache>,
+    /// The read-ahead windows of each download.
+    readahead: ReadaheadConfig,
     tokens: Option<HashSet<String>>,
     metrics: &'static Metrics,
     manifests: Arc<Mutex<ManifestCache>>,
@@ -140,6 +143,7 @@ impl Hub {
         Hub {
             store,
             cache,
+            readahead: ReadaheadConfig::default(),
             tokens,
             metrics: &METRICS,
             manifests: Arc::new(Mutex::new(HashMap::new())),
@@ -148,6 +152,13 @@ impl Hub {
             mirror: None,
             names: policy::Names::default(),
         }
+    }
+
+    /// The same router, reading downloads with the read-ahead of `config` (default:
+    /// [`ReadaheadConfig::default`]).
+    pub fn with_readahead(mut self, config: ReadaheadConfig) -> Hub {
+        self.readahead = config;
+        self
     }
 
     /// The same router, answering only for the repositories `policy` allows, with its
@@ -487,6 +498,7 @@ impl Hub {
             at.manifest.clone(),
             i,
         )
+        .with_readahead(self.readahead)
         .on_reload(move |m| remember(&cache, key.clone(), String::new(), m))
     }
 

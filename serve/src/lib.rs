@@ -46,6 +46,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use read::cache::ChunkCache;
+pub use read::readahead::ReadaheadConfig;
 use repo::Store;
 
 pub use crate::hub::Hub;
@@ -85,6 +86,8 @@ pub struct ServeOptions {
     pub policy: Policy,
     /// `--upstream`: a pull-through mirror of that Hub.
     pub upstream: Option<UpstreamOptions>,
+    /// Read-ahead windows of downloads.
+    pub readahead: ReadaheadConfig,
 }
 
 /// A bound endpoint.
@@ -113,7 +116,8 @@ impl Server {
             listener,
             hub: Arc::new(
                 Hub::new(store, cache, opts.tokens.clone())
-                    .with_policy(opts.policy.clone(), opts.upstream.clone()),
+                    .with_policy(opts.policy.clone(), opts.upstream.clone())
+                    .with_readahead(opts.readahead),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

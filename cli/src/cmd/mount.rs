@@ -115,6 +115,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
             4
         }),
         tensor_order: tensor_order(o.safetensors_order.as_deref())?,
+        readahead: Default::default(),
         file_cache: file_cache(o)?,
         passthrough: o.passthrough,
     };
