@@ -394,8 +394,17 @@ class ServeUpstream(Case):
         out = [(r["commit"], p, sha) for r in REVS[1:] for p, sha in files_of(r)]
         return out + [("main", p, sha) for p, sha in files_of(REVS[-1])]
 
+    def mirror_args(self, s):
+        """`--upstream` and a config whose `upstream_repos` names the repository: its first
+        revision was imported (set inside), so without it the mirror would never look the
+        repository up upstream (dependency confusion, issue 26 point 4)."""
+        cfg = f"{s.dir}/mirror.toml"
+        with open(cfg, "w") as f:
+            f.write(f'[serve]\nupstream_repos = ["{REPO}"]\n')
+        return ("--config", cfg, "--upstream", self.up.serve.url)
+
     def act(self, s, extra, phase=0):
-        srv = Serve(s, "--upstream", self.up.serve.url, extra=extra)
+        srv = Serve(s, *self.mirror_args(s), extra=extra)
         wrong = 0
         for rev, p, sha in self.requests():
             body = srv.get(REPO, rev, p)
@@ -410,7 +419,7 @@ class ServeUpstream(Case):
 
     def check(self, s, what):
         super().check(s, what)
-        srv = Serve(s, "--upstream", self.up.serve.url)
+        srv = Serve(s, *self.mirror_args(s))
         try:
             for rev, p, sha in self.requests():
                 body = srv.get(REPO, rev, p)
