@@ -670,7 +670,15 @@ fn index_err(path: &Path, e: rocksdb::Error) -> StoreError {
 
 /// Whether RocksDB says its files are damaged (not busy, not an I/O failure).
 fn is_damage(e: &rocksdb::Error) -> bool {
-    matches!(e.kind(), rocksdb::ErrorKind::Corruption)
+    match e.kind() {
+        rocksdb::ErrorKind::Corruption => true,
+        // A `CURRENT` with other bytes names a `MANIFEST-*` that is not there.
+        rocksdb::ErrorKind::IOError => {
+            let m = e.to_string();
+            m.contains("No such file") && m.contains("MANIFEST-")
+        }
+        _ => false,
+    }
 }
 
 /// Why a RocksDB could not be opened.
@@ -784,7 +792,12 @@ mod tests {
     /// damaged) is discarded and made again, empty, instead of failing every command.
     #[test]
     fn an_index_that_cannot_open_is_discarded_and_made_again() {
-        for damage in ["truncate CURRENT", "flip MANIFEST", "empty MANIFEST"] {
+        for damage in [
+            "truncate CURRENT",
+            "other CURRENT",
+            "flip MANIFEST",
+            "empty MANIFEST",
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let (p, id) = closed_index(dir.path());
             match damage {
@@ -792,6 +805,10 @@ mod tests {
                     let f = dir.path().join("CURRENT");
                     let b = std::fs::read(&f).unwrap();
                     std::fs::write(&f, &b[..b.len() / 2]).unwrap();
+                }
+                "other CURRENT" => {
+                    // Names a MANIFEST that does not exist (a flipped digit).
+                    std::fs::write(dir.path().join("CURRENT"), "MANIFEST-999990\n").unwrap();
                 }
                 _ => {
                     let f = files_named(dir.path(), "MANIFEST-").pop().unwrap();
