@@ -16,8 +16,8 @@
 //! file seen through a ref, a sha and a prefix is one inode, and a file opened through a
 //! ref keeps its commit when the ref moves. Directory inodes are keyed by the view they are
 //! reached through, so a directory never has two parents. A View of a ref resolves the ref
-//! again when the cached refs are older than [`REFRESH`]; the adapter gives the children of
-//! such views short entry timeouts so the kernel asks again.
+//! again when the cached refs are older than [`REFRESH`]; the core (`crate::fs`) gives
+//! the children of such views short entry timeouts so the kernel asks again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -113,6 +113,8 @@ pub struct Namespace {
     repos: Mutex<Option<Timed<Vec<RepoId>>>>,
     refs: Mutex<HashMap<RepoId, Timed<RefList>>>,
     mounted_at: u64,
+    /// How long listings of repositories and refs are trusted ([`REFRESH`] by default).
+    refresh: Duration,
     on_first_entry: Option<EntryHook>,
     /// Revisions a name has been looked up in or listed, for `on_first_entry`.
     entered: Mutex<std::collections::HashSet<(RepoId, CommitId)>>,
@@ -155,6 +157,7 @@ impl Namespace {
             repos: Mutex::new(None),
             refs: Mutex::new(HashMap::new()),
             mounted_at: repo::manifest::now_secs(),
+            refresh: REFRESH,
             on_first_entry: None,
             entered: Mutex::new(std::collections::HashSet::new()),
         }
@@ -165,6 +168,13 @@ impl Namespace {
     /// hook must not block.
     pub fn on_first_entry(mut self, hook: EntryHook) -> Namespace {
         self.on_first_entry = Some(hook);
+        self
+    }
+
+    /// Trusts listings of repositories and refs for `refresh` instead of [`REFRESH`]
+    /// (zero: every lookup and listing reads them again; the model tests use it).
+    pub fn with_refresh(mut self, refresh: Duration) -> Namespace {
+        self.refresh = refresh;
         self
     }
 
@@ -209,7 +219,7 @@ impl Namespace {
     fn repos(&self) -> Result<Vec<RepoId>> {
         let mut slot = self.repos.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = slot.as_ref() {
-            if t.at.elapsed() < REFRESH {
+            if t.at.elapsed() < self.refresh {
                 return Ok(t.value.clone());
             }
         }
@@ -224,7 +234,7 @@ impl Namespace {
     fn refs(&self, repo: &RepoId) -> Result<RefList> {
         let mut map = self.refs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = map.get(repo) {
-            if t.at.elapsed() < REFRESH {
+            if t.at.elapsed() < self.refresh {
                 return Ok(t.value.clone());
             }
         }
