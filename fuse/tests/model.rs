@@ -14,6 +14,15 @@
 //! released or unknown handle reads `EBADF`; opens for writing are `EROFS`, of a directory
 //! `EISDIR`.
 //!
+//! Open modes: the core has a node file cache (`read::file_cache::FileCache`) and a
+//! stand-in kernel that takes backing files, or refuses them from some step on (as a
+//! kernel without `CAP_SYS_ADMIN` does). Checked: every handle of an inode has the mode of
+//! the first; a whole or passthrough open is of a file the cache keeps (at least
+//! `MIN_FILE_BYTES`), and a file the cache was filled with opens whole or in passthrough
+//! when none of its handles is open; the backing file handed to the kernel holds exactly
+//! the file's bytes; no passthrough open after the first refusal, and no whole-file open
+//! before it (passthrough is asked for).
+//!
 //! Seeded: [`REGRESSIONS`] first, then [`CASES`] seeds (or `MODEL_SEEDS=N`, or one seed
 //! with `MODEL_SEED=S`); a failing seed is printed with the steps that led to it.
 
@@ -22,8 +31,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use modelfs::fs::{FsError, Kind, MountCore, IMMUTABLE_TTL, MUTABLE_TTL};
+use modelfs::fs::{FsError, Kind, MountCore, OpenHow, IMMUTABLE_TTL, MUTABLE_TTL};
 use modelfs::namespace::{escape_ref, Namespace, ROOT};
+use modelfs::FileCache;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use store::gc::GcOptions;
@@ -39,7 +49,10 @@ const CASES: u64 = 40;
 const STEPS: usize = 300;
 
 const REPOS: [&str; 3] = ["org/alpha", "org/beta", "other/gamma"];
-const PATHS: [&str; 6] = [
+/// The one file large enough for the node file cache (`MIN_FILE_BYTES`), in `org/alpha`.
+const BIG: &str = "weights/big.bin";
+const PATHS: [&str; 7] = [
+    BIG,
     "config.json",
     "model.bin",
     "sub/a.bin",
@@ -66,6 +79,8 @@ struct OpenFile {
     repo: String,
     commit: CommitId,
     bytes: Arc<Vec<u8>>,
+    /// 'P'assthrough, 'W'hole or 'S'tream.
+    how: char,
 }
 
 struct Case {
@@ -74,6 +89,14 @@ struct Case {
     index: Index,
     _index_dir: tempfile::TempDir,
     core: MountCore<()>,
+    files: Arc<FileCache>,
+    _files_dir: tempfile::TempDir,
+    /// The stand-in kernel refuses backing files from this step on.
+    refuse_from: usize,
+    steps: usize,
+    refused: bool,
+    /// Contents the file cache was filled with (by their bytes).
+    filled: BTreeSet<Vec<u8>>,
     model: BTreeMap<String, RepoModel>,
     open: Vec<OpenFile>,
     /// File inodes seen, with their size.
@@ -93,6 +116,8 @@ struct Counts {
     read_bytes: u64,
     reads_of_removed: u64,
     eio_of_removed: u64,
+    /// Opens in passthrough, whole, streamed.
+    modes: [u64; 3],
     gc_runs: u64,
     packs_rewritten: u64,
 }
@@ -155,16 +180,31 @@ fn content(rng: &mut StdRng) -> Vec<u8> {
     v
 }
 
+/// Bytes of the big file: a little more than the file cache's minimum, one byte changed.
+fn big_content(rng: &mut StdRng) -> Vec<u8> {
+    let len = read::file_cache::MIN_FILE_BYTES as usize + rng.gen_range(0..50_000);
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(2246822519).rotate_left(7) as u8)
+        .collect();
+    let at = rng.gen_range(0..len);
+    v[at] = v[at].wrapping_add(1);
+    v
+}
+
 /// A new revision's files: some kept from `base`, some new; never empty, never equal to
 /// `base` (a `rev` file says which revision it is).
-fn revision_files(rng: &mut StdRng, base: Option<&Files>, n: usize) -> Files {
+fn revision_files(rng: &mut StdRng, base: Option<&Files>, n: usize, big: bool) -> Files {
     let mut files = Files::new();
     for p in PATHS {
-        if rng.gen_bool(0.3) {
+        if rng.gen_bool(0.3) || (p == BIG && !big) {
             continue;
         }
         let kept = base.and_then(|b| b.get(p)).filter(|_| rng.gen_bool(0.6));
-        files.insert(p.to_string(), kept.cloned().unwrap_or_else(|| content(rng)));
+        let new = |rng: &mut StdRng| match p {
+            BIG => big_content(rng),
+            _ => content(rng),
+        };
+        files.insert(p.to_string(), kept.cloned().unwrap_or_else(|| new(rng)));
     }
     files.insert(
         format!("rev{}.txt", n % 3),
@@ -175,6 +215,8 @@ fn revision_files(rng: &mut StdRng, base: Option<&Files>, n: usize) -> Files {
 
 impl Case {
     fn new(seed: u64) -> Case {
+        let files_dir = tempfile::tempdir().unwrap();
+        let files = FileCache::open(files_dir.path(), 64 << 20).unwrap();
         let store = memory_store();
         let index_dir = tempfile::tempdir().unwrap();
         let index = Index::open(index_dir.path(), &store.config().store_id).unwrap();
@@ -187,7 +229,8 @@ impl Case {
             let mut last = None;
             for _ in 0..3 {
                 n += 1;
-                let files = Arc::new(revision_files(&mut rng, base.as_deref(), n));
+                let big = repo == REPOS[0];
+                let files = Arc::new(revision_files(&mut rng, base.as_deref(), n, big));
                 let c = commit_id(&mut rng);
                 ingest_files(&store, &index, repo, c, &files);
                 m.commits.insert(c, files.clone());
@@ -208,7 +251,17 @@ impl Case {
             store,
             index,
             _index_dir: index_dir,
-            core: MountCore::new(ns, cache),
+            core: MountCore::new(ns, cache).with_file_cache(files.clone(), true),
+            files,
+            _files_dir: files_dir,
+            refuse_from: if seed.is_multiple_of(3) {
+                STEPS + 1
+            } else {
+                (seed as usize * 7919) % STEPS
+            },
+            steps: 0,
+            refused: false,
+            filled: BTreeSet::new(),
             model,
             open: Vec::new(),
             seen: BTreeMap::new(),
@@ -227,13 +280,15 @@ impl Case {
 
     /// One random step.
     fn step(&mut self) {
+        self.steps += 1;
         match self.rng.gen_range(0..100) {
             0..=29 => self.lookup_path(),
             30..=44 => self.list_random(),
             45..=54 => self.open_random(),
             55..=79 => self.read_random(),
             80..=85 => self.release_random(),
-            86..=88 => self.getattr_seen(),
+            86 => self.getattr_seen(),
+            87..=88 => self.fill_random(),
             89..=91 => self.move_ref(),
             92..=94 => self.remove_revision(),
             95..=96 => self.new_revision(),
@@ -516,7 +571,14 @@ impl Case {
     /// Opens a random path: a file (its handle kept with the bytes it must read), a
     /// directory (`EISDIR`), or a file for writing (`EROFS`).
     fn open_random(&mut self) {
-        let parts = self.random_parts(4);
+        let mut parts = self.random_parts(4);
+        if self.rng.gen_bool(0.3) {
+            // The file the node file cache keeps, often.
+            let rev = self.rev_name(REPOS[0]);
+            parts = ["org", "alpha", &rev, "weights", "big.bin"]
+                .map(String::from)
+                .to_vec();
+        }
         let Some((ino, kind)) = self.walk(&parts) else {
             return;
         };
@@ -530,10 +592,21 @@ impl Case {
             );
             return;
         }
-        let got = self.core.open(ino, libc::O_RDONLY, |_| Ok(()));
+        let bytes = self.model_bytes(&parts);
+        let refuse = self.steps >= self.refuse_from;
+        let mut registered = false;
+        let got = self.core.open(ino, libc::O_RDONLY, |file| {
+            registered = true;
+            check_backing(file, bytes.as_deref());
+            if refuse {
+                return Err(std::io::Error::other("refused"));
+            }
+            Ok(())
+        });
+        self.refused |= registered && refuse;
         self.log.push(format!(
             "open {parts:?} -> {:?}",
-            got.as_ref().map(|o| o.fh)
+            got.as_ref().map(|o| (o.fh, how(&o.how)))
         ));
         if kind == Kind::Dir {
             assert_eq!(
@@ -546,16 +619,69 @@ impl Case {
         let opened = got.unwrap_or_else(|e| panic!("open {parts:?}: {e:?}"));
         self.counts.opens += 1;
         let repo = format!("{}/{}", parts[0], parts[1]);
-        let m = &self.model[&repo];
-        let commit = resolve(m, &parts[2]).unwrap();
-        let bytes = Arc::new(m.commits[&commit][&parts[3..].join("/")].clone());
+        let commit = resolve(&self.model[&repo], &parts[2]).unwrap();
+        let bytes = Arc::new(bytes.unwrap());
+        let how = how(&opened.how);
+        self.check_mode(ino, how, &bytes, &parts);
         self.open.push(OpenFile {
             ino,
             fh: opened.fh,
             repo,
             commit,
             bytes,
+            how,
         });
+    }
+
+    /// The bytes of the file `parts` names in the model (None: not a file).
+    fn model_bytes(&self, parts: &[String]) -> Option<Vec<u8>> {
+        let m = self
+            .model
+            .get(&format!("{}/{}", parts.first()?, parts.get(1)?))?;
+        let commit = resolve(m, parts.get(2)?)?;
+        m.commits[&commit].get(&parts.get(3..)?.join("/")).cloned()
+    }
+
+    /// The mode an open got, against the other handles of the inode, the file cache and
+    /// the stand-in kernel.
+    fn check_mode(&mut self, ino: u64, how: char, bytes: &[u8], parts: &[String]) {
+        if let Some(other) = self.open.iter().find(|f| f.ino == ino) {
+            assert_eq!(
+                how, other.how,
+                "open {parts:?}: another mode than its open handles"
+            );
+            return;
+        }
+        let fits = bytes.len() as u64 >= read::file_cache::MIN_FILE_BYTES;
+        match how {
+            'P' => assert!(fits && !self.refused, "open {parts:?}: passthrough"),
+            'W' => assert!(fits && self.refused, "open {parts:?}: whole file"),
+            _ => assert!(
+                !self.filled.contains(bytes),
+                "open {parts:?}: streamed, yet the file cache has it"
+            ),
+        }
+        self.counts.modes[match how {
+            'P' => 0,
+            'W' => 1,
+            _ => 2,
+        }] += 1;
+    }
+
+    /// Fills the node file cache with the big file of a revision, now.
+    fn fill_random(&mut self) {
+        let repo = REPOS[0];
+        let m = &self.model[repo];
+        let commits: Vec<CommitId> = m.commits.keys().copied().collect();
+        let c = commits[self.rng.gen_range(0..commits.len())];
+        let Some(bytes) = m.commits[&c].get(BIG).cloned() else {
+            return;
+        };
+        let manifest = self.store.manifest(&Self::repo_id(repo), &c).unwrap();
+        let f = manifest.file(BIG).unwrap();
+        self.files.fill(&self.store, &manifest, f).unwrap();
+        self.log.push(format!("fill {repo}@{} {BIG}", c.to_hex()));
+        self.filled.insert(bytes);
     }
 
     /// Reads a random range of a random open file.
@@ -671,7 +797,8 @@ impl Case {
         let repo = self.pick(&REPOS).to_string();
         let n = self.rng.gen_range(100..1_000_000);
         let base = self.model[&repo].commits.values().next().cloned();
-        let files = Arc::new(revision_files(&mut self.rng, base.as_deref(), n));
+        let big = repo == REPOS[0];
+        let files = Arc::new(revision_files(&mut self.rng, base.as_deref(), n, big));
         let c = commit_id(&mut self.rng);
         ingest_files(&self.store, &self.index, &repo, c, &files);
         self.store
@@ -752,6 +879,9 @@ fn mount_core_matches_the_model() {
         all.read_bytes += c.read_bytes;
         all.reads_of_removed += c.reads_of_removed;
         all.eio_of_removed += c.eio_of_removed;
+        for i in 0..3 {
+            all.modes[i] += c.modes[i];
+        }
         all.gc_runs += c.gc_runs;
         all.packs_rewritten += c.packs_rewritten;
     }
@@ -759,4 +889,33 @@ fn mount_core_matches_the_model() {
     // The run exercised what the properties are about.
     assert!(all.found > 0 && all.not_found > 0 && all.listings > 0 && all.opens > 0);
     assert!(all.read_bytes > 0 && all.reads_of_removed > 0 && all.packs_rewritten > 0);
+    assert!(
+        all.modes.iter().all(|&n| n > 0),
+        "every open mode was taken"
+    );
+}
+
+/// The tag of an open's mode.
+fn how(h: &OpenHow<()>) -> char {
+    match h {
+        OpenHow::Passthrough(_) => 'P',
+        OpenHow::Whole => 'W',
+        OpenHow::Stream => 'S',
+    }
+}
+
+/// The backing file the kernel is given holds exactly the file's bytes.
+fn check_backing(file: &std::fs::File, bytes: Option<&[u8]>) {
+    use std::os::unix::fs::FileExt;
+    let bytes = bytes.expect("a backing file for something that is no file");
+    let mut got = vec![0u8; bytes.len() + 1];
+    let mut n = 0;
+    loop {
+        let r = file.read_at(&mut got[n..], n as u64).unwrap();
+        n += r;
+        if r == 0 || n == got.len() {
+            break;
+        }
+    }
+    assert!(got[..n] == *bytes, "the backing file holds other bytes");
 }
