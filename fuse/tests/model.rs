@@ -446,8 +446,7 @@ impl Case {
         if parts.len() == 3 {
             return dir(MUTABLE_TTL);
         }
-        let by_ref = m.refs.contains_key(&parts[2].replace("%2F", "/"));
-        let under_ref = by_ref && parts.len() == 4;
+        let under_ref = self.by_ref(parts) && parts.len() == 4;
         let entry_ttl = if under_ref {
             MUTABLE_TTL
         } else {
@@ -465,6 +464,12 @@ impl Case {
             size,
             entry_ttl,
         })
+    }
+
+    /// Whether the revision of `parts` (org, name, rev, ...) is named by a ref.
+    fn by_ref(&self, parts: &[String]) -> bool {
+        let m = &self.model[&format!("{}/{}", parts[0], parts[1])];
+        m.refs.contains_key(&parts[2].replace("%2F", "/"))
     }
 
     fn random_parts(&mut self, depth: usize) -> Vec<String> {
@@ -535,6 +540,49 @@ impl Case {
         assert_eq!(names, self.model_listing(&parts), "listing of {parts:?}");
         let from = self.rng.gen_range(0..=got.len());
         assert_eq!(self.core.listing(ino, from as u64).unwrap(), got[from..]);
+        let entry_ttl = match parts.len() {
+            0..=2 => MUTABLE_TTL,
+            3 if self.by_ref(&parts) => MUTABLE_TTL,
+            _ => IMMUTABLE_TTL,
+        };
+        self.check_plus(ino, parts.len() == 2, entry_ttl, &got);
+    }
+
+    /// The listing with attributes: the same entries, each with its own attributes and the
+    /// shorter of the two timeouts, or a stand-in that expires at once (the revisions of a
+    /// repository, "." and "..").
+    fn check_plus(
+        &mut self,
+        ino: u64,
+        repo: bool,
+        entry_ttl: Duration,
+        listed: &[modelfs::fs::DirEntry],
+    ) {
+        let mut plus = Vec::new();
+        let done = self.core.readdirplus(ino, 0, |e, a, ttl| {
+            plus.push((e, a, ttl));
+            false
+        });
+        assert_eq!(done, Ok(()));
+        let entries: Vec<_> = plus.iter().map(|(e, _, _)| e.clone()).collect();
+        assert_eq!(
+            entries, listed,
+            "readdirplus lists other entries than readdir"
+        );
+        for (e, a, ttl) in plus {
+            assert_eq!((a.ino, a.kind), (e.ino, e.kind));
+            if repo || e.name == "." || e.name == ".." {
+                assert_eq!(ttl, Duration::ZERO, "stand-in {}", e.name);
+                continue;
+            }
+            assert_eq!(Ok(a), self.core.getattr(e.ino), "attributes of {}", e.name);
+            let attr_ttl = if a.immutable {
+                IMMUTABLE_TTL
+            } else {
+                MUTABLE_TTL
+            };
+            assert_eq!(ttl, attr_ttl.min(entry_ttl), "timeout of {}", e.name);
+        }
     }
 
     fn model_listing(&self, parts: &[String]) -> BTreeMap<String, bool> {
