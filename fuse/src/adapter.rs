@@ -18,7 +18,7 @@ use read::file_cache::FileCache;
 use read::readahead::ReadaheadConfig;
 use read::tensor_plan::TensorOrder;
 
-use crate::fs::{Attr, FsError, Kind, MountCore, OpenHow};
+use crate::fs::{attr_ttl, Attr, FsError, Kind, MountCore, OpenHow};
 use crate::namespace::Namespace;
 
 /// Largest read the kernel may send (and read-ahead it may do): 16 MiB.
@@ -146,7 +146,7 @@ impl Filesystem for ModelFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         repo::metrics::mount_request("getattr");
         match self.core.getattr(ino.0) {
-            Ok(a) => reply.attr(&MountCore::<BackingId>::attr_ttl(&a), &self.file_attr(&a)),
+            Ok(a) => reply.attr(&attr_ttl(&a), &self.file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -43,6 +43,15 @@ pub const IMMUTABLE_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Timeout for what can change: listings of repos and refs, entries under a ref.
 pub const MUTABLE_TTL: Duration = Duration::from_secs(1);
 
+/// The timeout of attributes `a`: long for what never changes (inside a commit).
+pub fn attr_ttl(a: &Attr) -> Duration {
+    if a.immutable {
+        IMMUTABLE_TTL
+    } else {
+        MUTABLE_TTL
+    }
+}
+
 /// What a request answers, or why not.
 pub type FsResult<T> = Result<T, FsError>;
 
@@ -132,15 +141,6 @@ impl<B> MountCore<B> {
         self.open.passthrough.store(offered, Ordering::Relaxed);
     }
 
-    /// The timeout of attributes `a`.
-    pub fn attr_ttl(a: &Attr) -> Duration {
-        if a.immutable {
-            IMMUTABLE_TTL
-        } else {
-            MUTABLE_TTL
-        }
-    }
-
     /// The timeout of the names found in directory `ino`.
     fn entry_ttl(&self, ino: u64) -> Duration {
         if self.ns.children_may_change(ino) {
@@ -159,7 +159,7 @@ impl<B> MountCore<B> {
         match found {
             Ok(Some(Some(attr))) => Ok(Entry {
                 attr,
-                attr_ttl: Self::attr_ttl(&attr),
+                attr_ttl: attr_ttl(&attr),
                 entry_ttl: self.entry_ttl(parent),
             }),
             Ok(_) => Err(FsError::NotFound),
@@ -245,7 +245,7 @@ impl<B> MountCore<B> {
                 (stand_in(e.ino, e.kind), Duration::ZERO)
             } else {
                 match self.ns.attr(e.ino) {
-                    Ok(Some(a)) => (a, entry_ttl.min(Self::attr_ttl(&a))),
+                    Ok(Some(a)) => (a, entry_ttl.min(attr_ttl(&a))),
                     Ok(None) => return Ok(false),
                     Err(err) => return Err(eio(err)),
                 }
