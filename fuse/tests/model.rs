@@ -518,10 +518,18 @@ impl Case {
         let got = self.core.listing(ino, 0);
         self.log.push(format!("list {parts:?}"));
         self.counts.listings += 1;
+        let write = *self.pick(&[libc::O_WRONLY, libc::O_RDWR]);
+        assert_eq!(self.core.opendir(ino, write), Err(FsError::ReadOnly));
         if kind == Kind::File {
             assert_eq!(got, Err(FsError::NotDir), "listing of file {parts:?}");
+            assert_eq!(self.core.opendir(ino, libc::O_RDONLY), Err(FsError::NotDir));
             return;
         }
+        assert_eq!(
+            self.core.opendir(ino, libc::O_RDONLY),
+            Ok(()),
+            "opendir {parts:?}"
+        );
         let got = got.unwrap_or_else(|e| panic!("listing {parts:?}: {e:?}"));
         assert_eq!(got[0].name, ".");
         assert_eq!(got[1].name, "..");
@@ -829,7 +837,17 @@ impl Case {
         if m.commits.len() < 2 {
             return;
         }
-        let commits: Vec<CommitId> = m.commits.keys().copied().collect();
+        let mut commits: Vec<CommitId> = m.commits.keys().copied().collect();
+        let open: Vec<CommitId> = self
+            .open
+            .iter()
+            .filter(|f| f.repo == repo)
+            .map(|f| f.commit)
+            .collect();
+        if self.rng.gen_bool(0.5) && commits.iter().any(|c| open.contains(c)) {
+            // One that a handle has open: its reads are then checked too.
+            commits.retain(|c| open.contains(c));
+        }
         let c = commits[self.rng.gen_range(0..commits.len())];
         self.store
             .remove_commit(&Self::repo_id(&repo), &c, true)
