@@ -1,40 +1,46 @@
-//! The fuser `Filesystem` implementation: turns kernel requests into [`Namespace`] lookups
-//! and reads of open files (`crate::handles`), and store errors into errno replies
-//! (`crate::errno`).
+//! The fuser `Filesystem` implementation: only translates kernel requests into calls of
+//! the mount's core ([`MountCore`]: namespace, open files, reads, listings) and its plain
+//! answers into kernel replies; it owns the kernel's side alone (init, the `stat` layout,
+//! the passthrough registration of backing files).
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
 };
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
 use read::readahead::ReadaheadConfig;
 use read::tensor_plan::TensorOrder;
 
-use crate::errno::eio;
-use crate::handles::{read_whole, Handle, InodeOpen, Mode, OpenFiles};
-use crate::namespace::{Attr, Kind, Namespace, Node};
+use crate::fs::{attr_ttl, Attr, FsError, Kind, MountCore, OpenHow};
+use crate::namespace::Namespace;
 
-/// Timeout for entries and attributes that never change (inside a commit).
-const IMMUTABLE_TTL: Duration = Duration::from_secs(24 * 3600);
-/// Timeout for what can change: listings of repos and refs, entries under a ref.
-const MUTABLE_TTL: Duration = Duration::from_secs(1);
 /// Largest read the kernel may send (and read-ahead it may do): 16 MiB.
 pub const MAX_READAHEAD: u32 = 16 * 1024 * 1024;
 
 /// The filesystem handed to fuser.
 pub struct ModelFs {
-    ns: Namespace,
-    open: OpenFiles,
+    core: MountCore<BackingId>,
     uid: u32,
     gid: u32,
+}
+
+/// The kernel's errno for a core error.
+fn errno(e: FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
 }
 
 impl ModelFs {
@@ -43,8 +49,7 @@ impl ModelFs {
         // SAFETY: getuid/getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         ModelFs {
-            ns,
-            open: OpenFiles::new(cache),
+            core: MountCore::new(ns, cache),
             uid,
             gid,
         }
@@ -53,20 +58,19 @@ impl ModelFs {
     /// Serves files the node has whole from `files` (handed to the kernel when
     /// `passthrough` and the kernel allow), and fills it with the files read.
     pub fn with_file_cache(mut self, files: Arc<FileCache>, passthrough: bool) -> ModelFs {
-        self.open.files = Some(files);
-        self.open.passthrough = AtomicBool::new(passthrough);
+        self.core = self.core.with_file_cache(files, passthrough);
         self
     }
 
     /// Streams files with the read-ahead of `config` (default: [`ReadaheadConfig::default`]).
     pub fn with_readahead(mut self, config: ReadaheadConfig) -> ModelFs {
-        self.open.readahead = config;
+        self.core = self.core.with_readahead(config);
         self
     }
 
     /// Follows safetensors loaders in `order` (default: name order, as vLLM loads).
     pub fn with_tensor_order(mut self, order: TensorOrder) -> ModelFs {
-        self.open.tensor_order = order;
+        self.core = self.core.with_tensor_order(order);
         self
     }
 
@@ -98,50 +102,6 @@ impl ModelFs {
             blksize: 1024 * 1024,
         }
     }
-
-    fn ttl(a: &Attr) -> Duration {
-        if a.immutable {
-            IMMUTABLE_TTL
-        } else {
-            MUTABLE_TTL
-        }
-    }
-
-    /// Lists directory `ino` for both listings: its entries, "." and ".." first, from
-    /// `offset` on, each passed to `add` with the offset of the entry after it, until `add`
-    /// says the reply is full.
-    fn list(
-        &self,
-        ino: u64,
-        offset: u64,
-        mut add: impl FnMut(u64, &str, u64, Kind) -> Result<bool, Errno>,
-    ) -> Result<(), Errno> {
-        let entries = match self.ns.list(ino) {
-            Ok(Some(e)) => e,
-            Ok(None) => return Err(Errno::ENOTDIR),
-            Err(e) => return Err(eio(e)),
-        };
-        let mut all = vec![(".".into(), ino, Kind::Dir), ("..".into(), ino, Kind::Dir)];
-        all.extend(entries);
-        for (i, (name, child, kind)) in all.into_iter().enumerate().skip(offset as usize) {
-            if add((i + 1) as u64, &name, child, kind)? {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Attributes that say only what an inode is, for entries listed with a zero timeout.
-    fn stand_in(&self, ino: u64, kind: Kind) -> Attr {
-        Attr {
-            ino,
-            kind,
-            size: 0,
-            executable: true,
-            mtime: 0,
-            immutable: false,
-        }
-    }
 }
 
 impl Filesystem for ModelFs {
@@ -151,7 +111,7 @@ impl Filesystem for ModelFs {
         // Listings carry attributes, always (not READDIRPLUS_AUTO, which sends plain
         // READDIRs after the first page and so a LOOKUP per name on them).
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
-        if self.open.passthrough.load(Ordering::Relaxed) {
+        if self.core.passthrough() {
             // Depth 2: the file cache may itself be on a stacked filesystem (overlayfs).
             let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(2).is_ok();
@@ -161,7 +121,7 @@ impl Filesystem for ModelFs {
                      are read through the mount"
                 );
             }
-            self.open.passthrough.store(offered, Ordering::Relaxed);
+            self.core.set_passthrough(offered);
         }
         Ok(())
     }
@@ -171,92 +131,37 @@ impl Filesystem for ModelFs {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        match self
-            .ns
-            .lookup(parent.0, name)
-            .and_then(|i| i.map(|i| self.ns.attr(i)).transpose())
-        {
-            Ok(Some(Some(a))) => {
-                let entry_ttl = if self.ns.children_may_change(parent.0) {
-                    MUTABLE_TTL
-                } else {
-                    IMMUTABLE_TTL
-                };
-                // fuser's argument order: attribute timeout, then entry timeout.
-                reply.entry_with_ttls(
-                    &Self::ttl(&a),
-                    &entry_ttl,
-                    &self.file_attr(&a),
-                    Generation(0),
-                )
-            }
-            Ok(_) => reply.error(Errno::ENOENT),
-            Err(e) => reply.error(eio(e)),
+        match self.core.lookup(parent.0, name) {
+            // fuser's argument order: attribute timeout, then entry timeout.
+            Ok(e) => reply.entry_with_ttls(
+                &e.attr_ttl,
+                &e.entry_ttl,
+                &self.file_attr(&e.attr),
+                Generation(0),
+            ),
+            Err(e) => reply.error(errno(e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         repo::metrics::mount_request("getattr");
-        match self.ns.attr(ino.0) {
-            Ok(Some(a)) => reply.attr(&Self::ttl(&a), &self.file_attr(&a)),
-            Ok(None) => reply.error(Errno::ENOENT),
-            Err(e) => reply.error(eio(e)),
+        match self.core.getattr(ino.0) {
+            Ok(a) => reply.attr(&attr_ttl(&a), &self.file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
         }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         repo::metrics::mount_request("open");
-        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-            return reply.error(Errno::EROFS);
+        let opened = match self.core.open(ino.0, flags.0, |f| reply.open_backing(f)) {
+            Ok(opened) => opened,
+            Err(e) => return reply.error(errno(e)),
+        };
+        let fh = FileHandle(opened.fh);
+        match &opened.how {
+            OpenHow::Passthrough(id) => reply.opened_passthrough(fh, FopenFlags::empty(), id),
+            OpenHow::Whole | OpenHow::Stream => reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE),
         }
-        let (tree, i) = match self.ns.file(ino.0) {
-            Ok(Some(found)) => found,
-            Ok(None) => return reply.error(Errno::EISDIR),
-            Err(e) => return reply.error(eio(e)),
-        };
-        // The node's whole file, checked (which can read the whole file) before the lock
-        // that every open takes: only when no handle of the inode is open yet.
-        let whole = self.open.whole_file(ino.0, &tree.manifest.files[i]);
-        let mut inodes = self.open.inodes.lock().unwrap_or_else(|p| p.into_inner());
-        let mode = match inodes.get(&ino.0) {
-            Some(open) => open.mode.clone(),
-            None => self.open.choose_mode(whole, &reply),
-        };
-        let handle = match &mode {
-            Mode::Stream => match self.open.stream(&tree.manifest, i) {
-                Ok(stream) => Handle::Stream {
-                    stream: Arc::new(stream),
-                    manifest: tree.manifest.clone(),
-                    index: i,
-                },
-                Err(e) => return reply.error(eio(e)),
-            },
-            Mode::Whole(file) | Mode::Passthrough { file, .. } => Handle::Whole(file.clone()),
-        };
-        let fh = self.open.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.open
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, Arc::new(handle));
-        inodes
-            .entry(ino.0)
-            .or_insert(InodeOpen {
-                count: 0,
-                mode: mode.clone(),
-            })
-            .count += 1;
-        drop(inodes);
-        repo::metrics::METRICS.mount_open_files.inc();
-        self.open.reply_open(fh, &mode, reply);
-        // After the reply: the open records its revision's use (a moment later, from a
-        // background thread) and holds it in use until the handle is released.
-        let hold = self.ns.record_use(&tree);
-        self.open
-            .uses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, hold);
     }
 
     fn read(
@@ -271,32 +176,9 @@ impl Filesystem for ModelFs {
         reply: ReplyData,
     ) {
         repo::metrics::mount_request("read");
-        let handle = self
-            .open
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh.0)
-            .cloned();
-        let started = std::time::Instant::now();
-        let result = match handle.as_deref() {
-            None => return reply.error(Errno::EBADF),
-            Some(Handle::Whole(file)) => read_whole(file, offset, size as usize),
-            Some(Handle::Stream { stream, .. }) => self.open.noting_read(|| {
-                self.open
-                    .read_stream(&self.ns, ino, fh, stream, offset, size)
-            }),
-        };
-        match result {
-            Ok(data) => {
-                let m = &*repo::metrics::METRICS;
-                repo::metrics::add(&m.mount_reads, 1);
-                repo::metrics::add(&m.mount_read_bytes, data.len() as u64);
-                m.mount_read_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                reply.data(&data)
-            }
-            Err(e) => reply.error(e),
+        match self.core.read(ino.0, fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(e)),
         }
     }
 
@@ -311,30 +193,7 @@ impl Filesystem for ModelFs {
         reply: ReplyEmpty,
     ) {
         repo::metrics::mount_request("release");
-        self.open
-            .uses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
-        let handle = self
-            .open
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
-        if let Some(handle) = handle {
-            repo::metrics::METRICS.mount_open_files.dec();
-            self.open.forget_open(ino.0);
-            if let (
-                Handle::Stream {
-                    manifest, index, ..
-                },
-                Some(files),
-            ) = (&*handle, &self.open.files)
-            {
-                files.request(self.ns.store(), manifest.clone(), *index);
-            }
-        }
+        self.core.release(ino.0, fh.0);
         reply.ok();
     }
 
@@ -354,14 +213,9 @@ impl Filesystem for ModelFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         repo::metrics::mount_request("opendir");
-        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
-            return reply.error(Errno::EROFS);
-        }
-        match self.ns.attr(ino.0) {
-            Ok(Some(a)) if a.kind == Kind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Ok(Some(_)) => reply.error(Errno::ENOTDIR),
-            Ok(None) => reply.error(Errno::ENOENT),
-            Err(e) => reply.error(eio(e)),
+        match self.core.opendir(ino.0, flags.0) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
         }
     }
 
@@ -374,16 +228,12 @@ impl Filesystem for ModelFs {
         mut reply: ReplyDirectory,
     ) {
         repo::metrics::mount_request("readdir");
-        let listed = self.list(ino.0, offset, |next, name, child, kind| {
-            let kind = match kind {
-                Kind::Dir => FileType::Directory,
-                Kind::File => FileType::RegularFile,
-            };
-            Ok(reply.add(INodeNo(child), next, kind, name))
+        let listed = self.core.readdir(ino.0, offset, |e| {
+            Ok(reply.add(INodeNo(e.ino), e.next, file_type(e.kind), &e.name))
         });
         match listed {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(errno(e)),
         }
     }
 
@@ -398,32 +248,13 @@ impl Filesystem for ModelFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         repo::metrics::mount_request("readdirplus");
-        // The revisions of a repository: their attributes need each one's manifest, so
-        // they are listed with stand-ins that expire at once (the kernel asks LOOKUP and
-        // GETATTR as it would without READDIRPLUS).
-        let views = matches!(self.ns.node(ino.0), Some(Node::Repo(_)));
-        let entry_ttl = if self.ns.children_may_change(ino.0) {
-            MUTABLE_TTL
-        } else {
-            IMMUTABLE_TTL
-        };
-        let listed = self.list(ino.0, offset, |next, name, child, kind| {
-            // The kernel links no dentry for "." and ".."; their attributes are not used.
-            let (attr, ttl) = if views || name == "." || name == ".." {
-                (self.stand_in(child, kind), Duration::ZERO)
-            } else {
-                match self.ns.attr(child) {
-                    Ok(Some(a)) => (a, entry_ttl.min(Self::ttl(&a))),
-                    Ok(None) => return Ok(false),
-                    Err(e) => return Err(eio(e)),
-                }
-            };
+        let listed = self.core.readdirplus(ino.0, offset, |e, attr, ttl| {
             let attr = self.file_attr(&attr);
-            Ok(reply.add(INodeNo(child), next, name, &ttl, &attr, Generation(0)))
+            reply.add(INodeNo(e.ino), e.next, &e.name, &ttl, &attr, Generation(0))
         });
         match listed {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(errno(e)),
         }
     }
 

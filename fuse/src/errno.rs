@@ -1,11 +1,41 @@
-//! Store errors as the errno the mount answers: `EIO`, counted in the mount's read errors
-//! and logged.
+//! The errors the mount answers, as plain values ([`FsError`], its `errno` for the
+//! kernel), and store errors turned into `EIO`: counted in the mount's read errors and
+//! logged.
 
-use fuser::Errno;
+/// Why a request of the mount fails; [`FsError::errno`] is what the kernel is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsError {
+    /// `ENOENT`: no such name or inode.
+    NotFound,
+    /// `ENOTDIR`: a listing of something that is not a directory.
+    NotDir,
+    /// `EISDIR`: an open of something that is not a file.
+    IsDir,
+    /// `EROFS`: an open for writing, or any change.
+    ReadOnly,
+    /// `EBADF`: a read of a handle that is not open.
+    BadHandle,
+    /// `EIO`: the store failed (logged and counted).
+    Io,
+}
+
+impl FsError {
+    /// The errno the kernel is given.
+    pub fn errno(self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::BadHandle => libc::EBADF,
+            FsError::Io => libc::EIO,
+        }
+    }
+}
 
 /// `EIO` for a store error, counted and logged.
-pub(crate) fn eio(e: repo::StoreError) -> Errno {
+pub(crate) fn eio(e: repo::StoreError) -> FsError {
     repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
     tracing::error!("mount: {e}");
-    Errno::EIO
+    FsError::Io
 }

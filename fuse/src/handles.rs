@@ -13,7 +13,9 @@
 //!   background, for the next open.
 //!
 //! [`OpenFiles`] owns the handle table, each open inode's mode and each handle's hold on
-//! its revision; the adapter (`crate::adapter`) calls it and replies to the kernel.
+//! its revision; the core (`crate::fs`) calls it. No kernel types here: the kernel's
+//! backing-file id is a type parameter `B`, registered through a function the adapter
+//! gives to an open.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -21,26 +23,37 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fuser::{BackingId, Errno, FileHandle, FopenFlags, INodeNo, ReplyOpen};
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
 use read::readahead::{FileStream, ReadaheadConfig};
 use read::tensor_plan::TensorOrder;
 use repo::manifest::{FileEntry, Manifest};
 
-use crate::errno::eio;
+use crate::errno::{eio, FsError};
 use crate::namespace::Namespace;
 
-/// How the open handles of one inode read it.
-#[derive(Clone)]
-pub(crate) enum Mode {
+/// How the open handles of one inode read it; `B` is the kernel's backing-file id.
+pub(crate) enum Mode<B> {
     /// Through the chunk cache.
     Stream,
     /// From a whole file of the node's file cache, by `pread`.
     Whole(Arc<File>),
     /// By the kernel from that file (`id` registered with it); the file answers any read
     /// that still reaches us.
-    Passthrough { id: Arc<BackingId>, file: Arc<File> },
+    Passthrough { id: Arc<B>, file: Arc<File> },
+}
+
+impl<B> Clone for Mode<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Mode::Stream => Mode::Stream,
+            Mode::Whole(file) => Mode::Whole(file.clone()),
+            Mode::Passthrough { id, file } => Mode::Passthrough {
+                id: id.clone(),
+                file: file.clone(),
+            },
+        }
+    }
 }
 
 /// One open file handle.
@@ -56,17 +69,17 @@ pub(crate) enum Handle {
 }
 
 /// The open handles of an inode and the way they read it.
-pub(crate) struct InodeOpen {
+pub(crate) struct InodeOpen<B> {
     pub(crate) count: usize,
-    pub(crate) mode: Mode,
+    pub(crate) mode: Mode<B>,
 }
 
 /// The mount's open files: how they are read, and their handles.
-pub(crate) struct OpenFiles {
+pub(crate) struct OpenFiles<B> {
     pub(crate) cache: Arc<ChunkCache>,
     pub(crate) files: Option<Arc<FileCache>>,
     pub(crate) handles: Mutex<HashMap<u64, Arc<Handle>>>,
-    pub(crate) inodes: Mutex<HashMap<u64, InodeOpen>>,
+    pub(crate) inodes: Mutex<HashMap<u64, InodeOpen<B>>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) tensor_order: TensorOrder,
     /// The read-ahead of streamed files.
@@ -79,10 +92,10 @@ pub(crate) struct OpenFiles {
     pub(crate) uses: Mutex<HashMap<u64, repo::usage::Hold>>,
 }
 
-impl OpenFiles {
+impl<B> OpenFiles<B> {
     /// No open files; reads go through `cache`, safetensors files are followed in name
     /// order, and there is no file cache (nor passthrough).
-    pub(crate) fn new(cache: Arc<ChunkCache>) -> OpenFiles {
+    pub(crate) fn new(cache: Arc<ChunkCache>) -> OpenFiles<B> {
         OpenFiles {
             cache,
             files: None,
@@ -126,14 +139,18 @@ impl OpenFiles {
     }
 
     /// How to open an inode that has no open handle: from `whole`, the node's whole file
-    /// (handed to the kernel when it takes it), else by streaming.
-    pub(crate) fn choose_mode(&self, whole: Option<File>, reply: &ReplyOpen) -> Mode {
+    /// (handed to the kernel by `register` when it takes it), else by streaming.
+    pub(crate) fn choose_mode(
+        &self,
+        whole: Option<File>,
+        register: impl FnOnce(&File) -> std::io::Result<B>,
+    ) -> Mode<B> {
         let Some(file) = whole else {
             return Mode::Stream;
         };
         let file = Arc::new(file);
         if self.passthrough.load(Ordering::Relaxed) {
-            match reply.open_backing(&*file) {
+            match register(&file) {
                 Ok(id) => {
                     return Mode::Passthrough {
                         id: Arc::new(id),
@@ -151,6 +168,11 @@ impl OpenFiles {
             }
         }
         Mode::Whole(file)
+    }
+
+    /// The handle table.
+    pub(crate) fn lock_handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
+        self.handles.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// One handle of `ino` fewer; the inode's mode (and its backing file) goes with the last.
@@ -185,16 +207,16 @@ impl OpenFiles {
     pub(crate) fn read_stream(
         &self,
         ns: &Namespace,
-        ino: INodeNo,
-        fh: FileHandle,
+        ino: u64,
+        fh: u64,
         stream: &FileStream,
         offset: u64,
         size: u32,
-    ) -> Result<Vec<u8>, Errno> {
+    ) -> Result<Vec<u8>, FsError> {
         match stream.read(offset, size as usize) {
             Ok(data) => Ok(data),
             Err(e) if e.is_not_found() => {
-                let Ok(Some((tree, i))) = ns.reload_file(ino.0) else {
+                let Ok(Some((tree, i))) = ns.reload_file(ino) else {
                     return Err(eio(e));
                 };
                 let fresh = match self.stream(&tree.manifest, i) {
@@ -206,7 +228,7 @@ impl OpenFiles {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(
-                        fh.0,
+                        fh,
                         Arc::new(Handle::Stream {
                             stream: fresh,
                             manifest: tree.manifest.clone(),
@@ -219,24 +241,20 @@ impl OpenFiles {
         }
     }
 
-    /// Answers an open in `mode`.
-    pub(crate) fn reply_open(&self, fh: u64, mode: &Mode, reply: ReplyOpen) {
+    /// Counts an open in `mode` in the mount's metrics.
+    pub(crate) fn count_open(mode: &Mode<B>) {
         match mode {
-            Mode::Passthrough { id, .. } => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1);
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
+            Mode::Passthrough { .. } => {
+                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1)
             }
-            Mode::Whole(_) => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1);
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
-            }
-            Mode::Stream => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Mode::Whole(_) => repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1),
+            Mode::Stream => {}
         }
     }
 }
 
 /// Up to `size` bytes at `offset` of a whole file on the node.
-pub(crate) fn read_whole(file: &File, offset: u64, size: usize) -> Result<Vec<u8>, Errno> {
+pub(crate) fn read_whole(file: &File, offset: u64, size: usize) -> Result<Vec<u8>, FsError> {
     let mut buf = vec![0u8; size];
     let mut got = 0;
     while got < size {
@@ -247,7 +265,7 @@ pub(crate) fn read_whole(file: &File, offset: u64, size: usize) -> Result<Vec<u8
             Err(e) => {
                 repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
                 tracing::error!("mount: reading a whole file of the node's file cache: {e}");
-                return Err(Errno::EIO);
+                return Err(FsError::Io);
             }
         }
     }

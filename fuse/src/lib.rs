@@ -1,12 +1,15 @@
 //! The FUSE adapter of modelcas: presents the store's revisions as plain read-only
 //! directories. It is thin on purpose: [`namespace`] maps inodes to repos, refs, commits and
-//! paths (no kernel types, testable alone), [`adapter`] answers kernel requests with it,
-//! and the read logic (offset → chunk, read-ahead, the decoded-chunk cache, the node's
+//! paths, [`fs`] is the file system without the kernel (namespace, open files and their
+//! modes, reads, listings, all plain values: tested by a reference model in
+//! `tests/model.rs`), [`adapter`] only translates kernel requests into its calls, and the
+//! read logic (offset → chunk, read-ahead, the decoded-chunk cache, the node's
 //! whole-file cache) lives in the read crate (`read::readahead`, `read::cache`,
 //! `read::file_cache`).
 
 pub mod adapter;
 mod errno;
+pub mod fs;
 mod handles;
 pub mod namespace;
 

@@ -16,8 +16,8 @@
 //! file seen through a ref, a sha and a prefix is one inode, and a file opened through a
 //! ref keeps its commit when the ref moves. Directory inodes are keyed by the view they are
 //! reached through, so a directory never has two parents. A View of a ref resolves the ref
-//! again when the cached refs are older than [`REFRESH`]; the adapter gives the children of
-//! such views short entry timeouts so the kernel asks again.
+//! again when the cached refs are older than [`REFRESH`]; the core (`crate::fs`) gives
+//! the children of such views short entry timeouts so the kernel asks again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -113,6 +113,8 @@ pub struct Namespace {
     repos: Mutex<Option<Timed<Vec<RepoId>>>>,
     refs: Mutex<HashMap<RepoId, Timed<RefList>>>,
     mounted_at: u64,
+    /// How long listings of repositories and refs are trusted ([`REFRESH`] by default).
+    refresh: Duration,
     on_first_entry: Option<EntryHook>,
     /// Revisions a name has been looked up in or listed, for `on_first_entry`.
     entered: Mutex<std::collections::HashSet<(RepoId, CommitId)>>,
@@ -155,6 +157,7 @@ impl Namespace {
             repos: Mutex::new(None),
             refs: Mutex::new(HashMap::new()),
             mounted_at: repo::manifest::now_secs(),
+            refresh: REFRESH,
             on_first_entry: None,
             entered: Mutex::new(std::collections::HashSet::new()),
         }
@@ -165,6 +168,13 @@ impl Namespace {
     /// hook must not block.
     pub fn on_first_entry(mut self, hook: EntryHook) -> Namespace {
         self.on_first_entry = Some(hook);
+        self
+    }
+
+    /// Trusts listings of repositories and refs for `refresh` instead of [`REFRESH`]
+    /// (zero: every lookup and listing reads them again; the model tests use it).
+    pub fn with_refresh(mut self, refresh: Duration) -> Namespace {
+        self.refresh = refresh;
         self
     }
 
@@ -209,7 +219,7 @@ impl Namespace {
     fn repos(&self) -> Result<Vec<RepoId>> {
         let mut slot = self.repos.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = slot.as_ref() {
-            if t.at.elapsed() < REFRESH {
+            if t.at.elapsed() < self.refresh {
                 return Ok(t.value.clone());
             }
         }
@@ -224,7 +234,7 @@ impl Namespace {
     fn refs(&self, repo: &RepoId) -> Result<RefList> {
         let mut map = self.refs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = map.get(repo) {
-            if t.at.elapsed() < REFRESH {
+            if t.at.elapsed() < self.refresh {
                 return Ok(t.value.clone());
             }
         }
@@ -547,4 +557,158 @@ pub fn escape_ref(name: &str) -> String {
 
 fn unescape_ref(name: &str) -> String {
     name.replace("%2F", "/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use store::ingest::{ingest, IngestOptions, NoProgress};
+    use store::source::{discover, DiscoverOptions};
+    use store::{ChunkParams, CreateOptions, Index, MemoryStore};
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    /// A memory store with `org/model` at commits A (`main`) and B, each with
+    /// `config.json` and `sub/w.bin` (other bytes in each).
+    fn store() -> (Store, RepoId) {
+        let opts = CreateOptions {
+            chunk: ChunkParams::tiny(),
+            pack_target: 64 * 1024,
+        };
+        let store = Store::open_or_create(Arc::new(MemoryStore::new()), opts).unwrap();
+        let idx = tempfile::tempdir().unwrap();
+        let index = Index::open(idx.path(), &store.config().store_id).unwrap();
+        let repo = RepoId::parse("org/model").unwrap();
+        for (c, refs) in [(A, vec!["main".to_string()]), (B, vec![])] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir(dir.path().join("sub")).unwrap();
+            std::fs::write(
+                dir.path().join("config.json"),
+                format!("{{\"c\": \"{c}\"}}"),
+            )
+            .unwrap();
+            std::fs::write(dir.path().join("sub/w.bin"), c.repeat(100)).unwrap();
+            let opts = DiscoverOptions {
+                repo: Some(repo.clone()),
+                revision: Some(CommitId::parse(c).unwrap()),
+                refs,
+            };
+            let snaps = discover(dir.path(), &opts).unwrap().snapshots;
+            ingest(
+                &store,
+                &index,
+                &snaps,
+                IngestOptions::default(),
+                &NoProgress,
+            )
+            .unwrap();
+        }
+        (store, repo)
+    }
+
+    /// The inode of `path` (names separated by `/`) from the root.
+    fn walk(ns: &Namespace, path: &str) -> Option<u64> {
+        path.split('/')
+            .try_fold(ROOT, |ino, name| ns.lookup(ino, name).unwrap())
+    }
+
+    #[test]
+    fn a_file_through_a_ref_a_sha_a_prefix_and_upper_case_is_one_inode() {
+        let (store, _) = store();
+        let ns = Namespace::full(store);
+        let by_ref = walk(&ns, "org/model/main/sub/w.bin").unwrap();
+        for rev in [A, &A[..7], &A.to_ascii_uppercase()] {
+            assert_eq!(
+                walk(&ns, &format!("org/model/{rev}/sub/w.bin")),
+                Some(by_ref)
+            );
+        }
+        assert_ne!(walk(&ns, &format!("org/model/{B}/sub/w.bin")), Some(by_ref));
+        let a = ns.attr(by_ref).unwrap().unwrap();
+        assert_eq!((a.kind, a.size, a.immutable), (Kind::File, 4000, true));
+    }
+
+    #[test]
+    fn a_ref_is_read_again_after_the_refresh_and_a_file_keeps_its_commit() {
+        let (store, repo) = store();
+        let ns = Namespace::full(store.clone()).with_refresh(Duration::from_secs(3600));
+        let fresh = Namespace::full(store.clone()).with_refresh(Duration::ZERO);
+        let old = walk(&ns, "org/model/main/config.json").unwrap();
+        let old_fresh = walk(&fresh, "org/model/main/config.json").unwrap();
+        store
+            .set_ref(&repo, "main", &CommitId::parse(B).unwrap())
+            .unwrap();
+        // Within the refresh the ref's commit is the one read before.
+        assert_eq!(walk(&ns, "org/model/main/config.json"), Some(old));
+        // Read again: another file, while the inode seen before keeps commit A.
+        let new = walk(&fresh, "org/model/main/config.json").unwrap();
+        assert_ne!(new, old_fresh);
+        let (tree, _) = fresh.file(old_fresh).unwrap().unwrap();
+        assert_eq!(tree.manifest.commit.to_hex(), A);
+        let (tree, _) = fresh.file(new).unwrap().unwrap();
+        assert_eq!(tree.manifest.commit.to_hex(), B);
+    }
+
+    #[test]
+    fn a_ref_with_slashes_is_listed_escaped_and_found_by_that_name() {
+        let (store, repo) = store();
+        store
+            .set_ref(&repo, "refs/pr/1", &CommitId::parse(B).unwrap())
+            .unwrap();
+        let ns = Namespace::full(store);
+        let repo_ino = walk(&ns, "org/model").unwrap();
+        let names: Vec<String> = ns
+            .list(repo_ino)
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(names, ["main", "refs%2Fpr%2F1", A, B]);
+        assert!(walk(&ns, "org/model/refs%2Fpr%2F1/sub/w.bin").is_some());
+        assert_eq!(walk(&ns, "org/model/refs/pr"), None);
+    }
+
+    #[test]
+    fn unknown_names_are_none_and_inodes_are_never_reused() {
+        let (store, _) = store();
+        let ns = Namespace::full(store);
+        for path in [
+            "nope",
+            "org/nope",
+            "org/model/nope",
+            "org/model/main/nope",
+            "org/model/main/config.json/x",
+        ] {
+            assert_eq!(walk(&ns, path), None, "{path}");
+        }
+        let first = walk(&ns, "org/model/main/sub").unwrap();
+        let other = walk(&ns, &format!("org/model/{B}/sub")).unwrap();
+        assert_ne!(first, other);
+        assert_eq!(walk(&ns, "org/model/main/sub"), Some(first));
+        assert_eq!(ns.attr(u64::MAX).unwrap(), None);
+        assert_eq!(
+            ns.list(walk(&ns, "org/model/main/config.json").unwrap())
+                .unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_single_revision_is_the_root() {
+        let (store, repo) = store();
+        let ns = Namespace::single(store, repo, CommitId::parse(B).unwrap());
+        let names: Vec<String> = ns
+            .list(ROOT)
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(names, ["config.json", "sub"]);
+        assert!(!ns.children_may_change(ROOT));
+        let f = walk(&ns, "sub/w.bin").unwrap();
+        assert_eq!(ns.attr(f).unwrap().unwrap().size, 4000);
+    }
 }

@@ -1,0 +1,987 @@
+//! The mount's core (`modelfs::fs::MountCore`) against a reference model, without the
+//! kernel: random sequences of lookup / getattr / readdir / open / read / release over
+//! three repositories in a memory store, with refs moved and deleted, revisions ingested
+//! and removed, and gc run (rewriting every pack with a dead byte, deleting condemned packs
+//! at once, so packs move under open files) between the steps.
+//!
+//! The model is what each path must show: per repository its commits (each a map of path
+//! to bytes) and its refs. Checked: every lookup finds exactly what the model has (kind,
+//! size, timeouts: long inside a commit named by sha, short under a ref), or `ENOENT`;
+//! getattr agrees with lookup, and an inode once seen keeps its attributes; listings
+//! (root, organisation, repository, every directory of a revision) equal the model, and a
+//! listing from an offset is the tail of the whole; reads are byte-exact while the revision
+//! is in the model, and byte-exact or `EIO` once it is removed (never other bytes); a
+//! released or unknown handle reads `EBADF`; opens for writing are `EROFS`, of a directory
+//! `EISDIR`.
+//!
+//! Open modes: the core has a node file cache (`read::file_cache::FileCache`) and a
+//! stand-in kernel that takes backing files, or refuses them from some step on (as a
+//! kernel without `CAP_SYS_ADMIN` does). Checked: every handle of an inode has the mode of
+//! the first; a whole or passthrough open is of a file the cache keeps (at least
+//! `MIN_FILE_BYTES`), and a file the cache was filled with opens whole or in passthrough
+//! when none of its handles is open; the backing file handed to the kernel holds exactly
+//! the file's bytes; no passthrough open after the first refusal, and no whole-file open
+//! before it (passthrough is asked for).
+//!
+//! Seeded: [`REGRESSIONS`] first, then [`CASES`] seeds (or `MODEL_SEEDS=N`, or one seed
+//! with `MODEL_SEED=S`); a failing seed is printed with the steps that led to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use modelfs::fs::{FsError, Kind, MountCore, OpenHow, IMMUTABLE_TTL, MUTABLE_TTL};
+use modelfs::namespace::{escape_ref, Namespace, ROOT};
+use modelfs::FileCache;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use store::gc::GcOptions;
+use store::ingest::{ingest, IngestOptions, NoProgress};
+use store::source::{discover, DiscoverOptions};
+use store::{ChunkParams, CommitId, CreateOptions, Index, MemoryStore, RepoId, Store};
+
+/// Seeds that once failed; run first, always.
+const REGRESSIONS: &[u64] = &[];
+/// Random seeds in a normal run.
+const CASES: u64 = 40;
+/// Steps per case.
+const STEPS: usize = 300;
+
+const REPOS: [&str; 3] = ["org/alpha", "org/beta", "other/gamma"];
+/// The one file large enough for the node file cache (`MIN_FILE_BYTES`), in `org/alpha`.
+const BIG: &str = "weights/big.bin";
+const PATHS: [&str; 7] = [
+    BIG,
+    "config.json",
+    "model.bin",
+    "sub/a.bin",
+    "sub/deep/b.txt",
+    "sub/deep/c.bin",
+    "weights/w.bin",
+];
+const REF_NAMES: [&str; 3] = ["main", "dev", "refs/pr/1"];
+
+type Files = BTreeMap<String, Vec<u8>>;
+
+#[derive(Default)]
+struct RepoModel {
+    commits: BTreeMap<CommitId, Arc<Files>>,
+    refs: BTreeMap<String, CommitId>,
+    /// Commits removed (their names must no longer resolve).
+    removed: BTreeSet<CommitId>,
+}
+
+/// An open handle and what it must read.
+struct OpenFile {
+    ino: u64,
+    fh: u64,
+    repo: String,
+    commit: CommitId,
+    bytes: Arc<Vec<u8>>,
+    /// 'P'assthrough, 'W'hole or 'S'tream.
+    how: char,
+}
+
+struct Case {
+    rng: StdRng,
+    store: Store,
+    index: Index,
+    _index_dir: tempfile::TempDir,
+    core: MountCore<()>,
+    files: Arc<FileCache>,
+    _files_dir: tempfile::TempDir,
+    /// The stand-in kernel refuses backing files from this step on.
+    refuse_from: usize,
+    steps: usize,
+    refused: bool,
+    /// Contents the file cache was filled with (by their bytes).
+    filled: BTreeSet<Vec<u8>>,
+    model: BTreeMap<String, RepoModel>,
+    open: Vec<OpenFile>,
+    /// File inodes seen, with their size.
+    seen: BTreeMap<u64, u64>,
+    log: Vec<String>,
+    counts: Counts,
+}
+
+/// What the steps did, to show that a run covers what it claims.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    found: u64,
+    not_found: u64,
+    listings: u64,
+    opens: u64,
+    reads: u64,
+    read_bytes: u64,
+    reads_of_removed: u64,
+    eio_of_removed: u64,
+    /// Opens in passthrough, whole, streamed.
+    modes: [u64; 3],
+    gc_runs: u64,
+    packs_rewritten: u64,
+}
+
+fn memory_store() -> Store {
+    let opts = CreateOptions {
+        chunk: ChunkParams::tiny(),
+        pack_target: 48 * 1024,
+    };
+    Store::open_or_create(Arc::new(MemoryStore::new()), opts).unwrap()
+}
+
+/// Writes `files` in a temporary directory and ingests it as revision `commit` of `repo`.
+fn ingest_files(store: &Store, index: &Index, repo: &str, commit: CommitId, files: &Files) {
+    let dir = tempfile::tempdir().unwrap();
+    for (p, data) in files {
+        let path = dir.path().join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    }
+    let opts = DiscoverOptions {
+        repo: Some(RepoId::parse(repo).unwrap()),
+        revision: Some(commit),
+        refs: Vec::new(),
+    };
+    let snaps = discover(dir.path(), &opts).unwrap().snapshots;
+    let opts = IngestOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    ingest(store, index, &snaps, opts, &NoProgress).unwrap();
+}
+
+/// A random commit id.
+fn commit_id(rng: &mut StdRng) -> CommitId {
+    let hex: String = (0..40)
+        .map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap())
+        .collect();
+    CommitId::parse(&hex).unwrap()
+}
+
+/// Bytes a file may have: runs copied from a shared source (so revisions share chunks),
+/// with some noise.
+fn content(rng: &mut StdRng) -> Vec<u8> {
+    let len = match rng.gen_range(0..10) {
+        0 => 0,
+        1..=3 => rng.gen_range(1..2000),
+        _ => rng.gen_range(2000..40_000),
+    };
+    let seed: u8 = rng.gen_range(0..4);
+    let mut v: Vec<u8> = (0..len)
+        .map(|i: usize| ((i as u32).wrapping_mul(2654435761) >> (13 + seed)) as u8)
+        .collect();
+    for _ in 0..rng.gen_range(0..4) {
+        if !v.is_empty() {
+            let at = rng.gen_range(0..v.len());
+            v[at] = rng.gen();
+        }
+    }
+    v
+}
+
+/// Bytes of the big file: a little more than the file cache's minimum, one byte changed.
+fn big_content(rng: &mut StdRng) -> Vec<u8> {
+    let len = read::file_cache::MIN_FILE_BYTES as usize + rng.gen_range(0..50_000);
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(2246822519).rotate_left(7) as u8)
+        .collect();
+    let at = rng.gen_range(0..len);
+    v[at] = v[at].wrapping_add(1);
+    v
+}
+
+/// A new revision's files: some kept from `base`, some new; never empty, never equal to
+/// `base` (a `rev` file says which revision it is).
+fn revision_files(rng: &mut StdRng, base: Option<&Files>, n: usize, big: bool) -> Files {
+    let mut files = Files::new();
+    for p in PATHS {
+        if rng.gen_bool(0.3) || (p == BIG && !big) {
+            continue;
+        }
+        let kept = base.and_then(|b| b.get(p)).filter(|_| rng.gen_bool(0.6));
+        let new = |rng: &mut StdRng| match p {
+            BIG => big_content(rng),
+            _ => content(rng),
+        };
+        files.insert(p.to_string(), kept.cloned().unwrap_or_else(|| new(rng)));
+    }
+    files.insert(
+        format!("rev{}.txt", n % 3),
+        format!("revision {n}\n").into_bytes(),
+    );
+    files
+}
+
+impl Case {
+    fn new(seed: u64) -> Case {
+        let files_dir = tempfile::tempdir().unwrap();
+        let files = FileCache::open(files_dir.path(), 64 << 20).unwrap();
+        let store = memory_store();
+        let index_dir = tempfile::tempdir().unwrap();
+        let index = Index::open(index_dir.path(), &store.config().store_id).unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut model = BTreeMap::new();
+        let mut n = 0;
+        for repo in REPOS {
+            let mut m = RepoModel::default();
+            let mut base: Option<Arc<Files>> = None;
+            let mut last = None;
+            for _ in 0..3 {
+                n += 1;
+                let big = repo == REPOS[0];
+                let files = Arc::new(revision_files(&mut rng, base.as_deref(), n, big));
+                let c = commit_id(&mut rng);
+                ingest_files(&store, &index, repo, c, &files);
+                m.commits.insert(c, files.clone());
+                base = Some(files);
+                last = Some(c);
+            }
+            let last = last.unwrap();
+            store
+                .set_ref(&RepoId::parse(repo).unwrap(), "main", &last)
+                .unwrap();
+            m.refs.insert("main".into(), last);
+            model.insert(repo.to_string(), m);
+        }
+        let cache = Arc::new(read::cache::ChunkCache::new(store.clone(), 96 * 1024, 2).unwrap());
+        let ns = Namespace::full(store.clone()).with_refresh(Duration::ZERO);
+        Case {
+            rng,
+            store,
+            index,
+            _index_dir: index_dir,
+            core: MountCore::new(ns, cache).with_file_cache(files.clone(), true),
+            files,
+            _files_dir: files_dir,
+            refuse_from: if seed.is_multiple_of(3) {
+                STEPS + 1
+            } else {
+                (seed as usize * 7919) % STEPS
+            },
+            steps: 0,
+            refused: false,
+            filled: BTreeSet::new(),
+            model,
+            open: Vec::new(),
+            seen: BTreeMap::new(),
+            log: Vec::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.rng.gen_range(0..items.len())]
+    }
+
+    fn repo_id(repo: &str) -> RepoId {
+        RepoId::parse(repo).unwrap()
+    }
+
+    /// One random step.
+    fn step(&mut self) {
+        self.steps += 1;
+        match self.rng.gen_range(0..100) {
+            0..=29 => self.lookup_path(),
+            30..=44 => self.list_random(),
+            45..=54 => self.open_random(),
+            55..=79 => self.read_random(),
+            80..=85 => self.release_random(),
+            86 => self.getattr_seen(),
+            87..=88 => self.fill_random(),
+            89..=91 => self.move_ref(),
+            92..=94 => self.remove_revision(),
+            95..=96 => self.new_revision(),
+            _ => self.gc(),
+        }
+    }
+}
+
+/// What a revision name shows in the model: its commit, or None (`ENOENT`).
+fn resolve(m: &RepoModel, name: &str) -> Option<CommitId> {
+    let unescaped = name.replace("%2F", "/");
+    if let Some(c) = m.refs.get(&unescaped) {
+        return Some(*c);
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower.len() < 7 || !lower.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let found: Vec<&CommitId> = m
+        .commits
+        .keys()
+        .filter(|c| c.to_hex().starts_with(&lower))
+        .collect();
+    (found.len() == 1).then(|| *found[0])
+}
+
+/// The entries of directory `dir` ("" for the top) of a revision: name → is a directory.
+fn model_dir(files: &Files, dir: &str) -> Option<BTreeMap<String, bool>> {
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut out = BTreeMap::new();
+    for p in files.keys() {
+        if let Some(rest) = p.strip_prefix(&prefix) {
+            match rest.split_once('/') {
+                Some((d, _)) => out.insert(d.to_string(), true),
+                None => out.insert(rest.to_string(), false),
+            };
+        }
+    }
+    (dir.is_empty() || !out.is_empty()).then_some(out)
+}
+
+/// What a path inside a revision is: Some(Some(size)) a file, Some(None) a directory.
+fn model_path(files: &Files, path: &str) -> Option<Option<u64>> {
+    if let Some(b) = files.get(path) {
+        return Some(Some(b.len() as u64));
+    }
+    model_dir(files, path).map(|_| None)
+}
+
+impl Case {
+    /// A revision name to try: a ref (present or not), a full sha (lower or upper case, of
+    /// a present or removed commit), a prefix, or garbage.
+    fn rev_name(&mut self, repo: &str) -> String {
+        let m = &self.model[repo];
+        let mut shas: Vec<CommitId> = m.commits.keys().copied().collect();
+        shas.extend(m.removed.iter().copied());
+        let sha = shas[self.rng.gen_range(0..shas.len())].to_hex();
+        match self.rng.gen_range(0..7) {
+            0 | 1 => escape_ref(self.pick::<&str>(&REF_NAMES)),
+            2 | 3 => sha,
+            4 => sha.to_ascii_uppercase(),
+            5 => sha[..12].to_string(),
+            _ => "nope".to_string(),
+        }
+    }
+
+    /// A path inside a revision: a file, a directory, or something absent.
+    fn inner_path(&mut self) -> String {
+        let p = self.pick(&PATHS).to_string();
+        match self.rng.gen_range(0..6) {
+            0 => p.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or(p),
+            1 => format!("{p}/x"),
+            2 => "rev1.txt".into(),
+            3 => "".into(),
+            _ => p,
+        }
+    }
+
+    /// Walks `parts` from the root by lookups, each checked against `expect` for that
+    /// prefix; returns the last inode found.
+    fn walk(&mut self, parts: &[String]) -> Option<(u64, Kind)> {
+        let mut ino = ROOT;
+        let mut kind = Kind::Dir;
+        for (i, name) in parts.iter().enumerate() {
+            let want = self.expect(&parts[..=i]);
+            let got = self.core.lookup(ino, name);
+            self.log.push(format!(
+                "lookup {:?} -> {:?}",
+                &parts[..=i],
+                got.as_ref().map(|e| e.attr)
+            ));
+            match (want, got) {
+                (None, Err(FsError::NotFound)) => {
+                    self.counts.not_found += 1;
+                    return None;
+                }
+                (Some(want), Ok(e)) => {
+                    assert_eq!(e.attr.kind, want.kind, "kind of {parts:?}");
+                    if let Some(size) = want.size {
+                        assert_eq!(e.attr.size, size, "size of {parts:?}");
+                        self.seen.insert(e.attr.ino, size);
+                    }
+                    assert_eq!(e.entry_ttl, want.entry_ttl, "entry timeout of {parts:?}");
+                    let ttl = if e.attr.immutable {
+                        IMMUTABLE_TTL
+                    } else {
+                        MUTABLE_TTL
+                    };
+                    assert_eq!(e.attr_ttl, ttl);
+                    assert_eq!(
+                        self.core.getattr(e.attr.ino),
+                        Ok(e.attr),
+                        "getattr of {parts:?}"
+                    );
+                    ino = e.attr.ino;
+                    kind = e.attr.kind;
+                    self.counts.found += 1;
+                }
+                (want, got) => panic!("lookup {parts:?}: model {want:?}, core {got:?}"),
+            }
+        }
+        Some((ino, kind))
+    }
+
+    /// What the model says `parts` (from the root) is.
+    fn expect(&self, parts: &[String]) -> Option<Want> {
+        let dir = |entry_ttl| {
+            Some(Want {
+                kind: Kind::Dir,
+                size: None,
+                entry_ttl,
+            })
+        };
+        match parts {
+            [org] => self
+                .model
+                .keys()
+                .any(|r| r.split('/').next() == Some(org))
+                .then_some(())?,
+            [org, name] => self
+                .model
+                .contains_key(&format!("{org}/{name}"))
+                .then_some(())?,
+            _ => {}
+        }
+        if parts.len() < 3 {
+            return dir(MUTABLE_TTL);
+        }
+        let m = &self.model[&format!("{}/{}", parts[0], parts[1])];
+        let commit = resolve(m, &parts[2])?;
+        if parts.len() == 3 {
+            return dir(MUTABLE_TTL);
+        }
+        let under_ref = self.by_ref(parts) && parts.len() == 4;
+        let entry_ttl = if under_ref {
+            MUTABLE_TTL
+        } else {
+            IMMUTABLE_TTL
+        };
+        let path = parts[3..].join("/");
+        let size = model_path(&m.commits[&commit], &path)?;
+        let kind = if size.is_some() {
+            Kind::File
+        } else {
+            Kind::Dir
+        };
+        Some(Want {
+            kind,
+            size,
+            entry_ttl,
+        })
+    }
+
+    /// Whether the revision of `parts` (org, name, rev, ...) is named by a ref.
+    fn by_ref(&self, parts: &[String]) -> bool {
+        let m = &self.model[&format!("{}/{}", parts[0], parts[1])];
+        m.refs.contains_key(&parts[2].replace("%2F", "/"))
+    }
+
+    fn random_parts(&mut self, depth: usize) -> Vec<String> {
+        let repo = self.pick(&REPOS).to_string();
+        let (org, name) = repo.split_once('/').unwrap();
+        let mut parts = vec![org.to_string(), name.to_string()];
+        if self.rng.gen_bool(0.05) {
+            parts[self.rng.gen_range(0..2)] = "absent".into();
+        }
+        if depth > 2 {
+            parts.push(self.rev_name(&repo));
+        }
+        if depth > 3 {
+            let inner = self.inner_path();
+            parts.extend(inner.split('/').filter(|s| !s.is_empty()).map(String::from));
+        }
+        parts
+    }
+
+    fn lookup_path(&mut self) {
+        let depth = self.rng.gen_range(1..=4);
+        let parts = self.random_parts(depth);
+        self.walk(&parts);
+    }
+}
+
+#[derive(Debug)]
+struct Want {
+    kind: Kind,
+    size: Option<u64>,
+    entry_ttl: Duration,
+}
+
+impl Case {
+    /// Lists a random directory and checks it against the model.
+    fn list_random(&mut self) {
+        let depth = self.rng.gen_range(0..=4);
+        let parts = if depth == 0 {
+            Vec::new()
+        } else {
+            self.random_parts(depth)
+        };
+        let Some((ino, kind)) = self.walk(&parts) else {
+            return;
+        };
+        let got = self.core.listing(ino, 0);
+        self.log.push(format!("list {parts:?}"));
+        self.counts.listings += 1;
+        let write = *self.pick(&[libc::O_WRONLY, libc::O_RDWR]);
+        assert_eq!(self.core.opendir(ino, write), Err(FsError::ReadOnly));
+        if kind == Kind::File {
+            assert_eq!(got, Err(FsError::NotDir), "listing of file {parts:?}");
+            assert_eq!(self.core.opendir(ino, libc::O_RDONLY), Err(FsError::NotDir));
+            return;
+        }
+        assert_eq!(
+            self.core.opendir(ino, libc::O_RDONLY),
+            Ok(()),
+            "opendir {parts:?}"
+        );
+        let got = got.unwrap_or_else(|e| panic!("listing {parts:?}: {e:?}"));
+        assert_eq!(got[0].name, ".");
+        assert_eq!(got[1].name, "..");
+        for (i, e) in got.iter().enumerate() {
+            assert_eq!(e.next, i as u64 + 1);
+        }
+        let names: BTreeMap<String, bool> = got[2..]
+            .iter()
+            .map(|e| (e.name.clone(), e.kind == Kind::Dir))
+            .collect();
+        assert_eq!(
+            names.len(),
+            got.len() - 2,
+            "names listed twice in {parts:?}"
+        );
+        assert_eq!(names, self.model_listing(&parts), "listing of {parts:?}");
+        let from = self.rng.gen_range(0..=got.len());
+        assert_eq!(self.core.listing(ino, from as u64).unwrap(), got[from..]);
+        let entry_ttl = match parts.len() {
+            0..=2 => MUTABLE_TTL,
+            3 if self.by_ref(&parts) => MUTABLE_TTL,
+            _ => IMMUTABLE_TTL,
+        };
+        self.check_plus(ino, parts.len() == 2, entry_ttl, &got);
+    }
+
+    /// The listing with attributes: the same entries, each with its own attributes and the
+    /// shorter of the two timeouts, or a stand-in that expires at once (the revisions of a
+    /// repository, "." and "..").
+    fn check_plus(
+        &mut self,
+        ino: u64,
+        repo: bool,
+        entry_ttl: Duration,
+        listed: &[modelfs::fs::DirEntry],
+    ) {
+        let mut plus = Vec::new();
+        let done = self.core.readdirplus(ino, 0, |e, a, ttl| {
+            plus.push((e, a, ttl));
+            false
+        });
+        assert_eq!(done, Ok(()));
+        let entries: Vec<_> = plus.iter().map(|(e, _, _)| e.clone()).collect();
+        assert_eq!(
+            entries, listed,
+            "readdirplus lists other entries than readdir"
+        );
+        for (e, a, ttl) in plus {
+            assert_eq!((a.ino, a.kind), (e.ino, e.kind));
+            if repo || e.name == "." || e.name == ".." {
+                assert_eq!(ttl, Duration::ZERO, "stand-in {}", e.name);
+                continue;
+            }
+            assert_eq!(Ok(a), self.core.getattr(e.ino), "attributes of {}", e.name);
+            let attr_ttl = if a.immutable {
+                IMMUTABLE_TTL
+            } else {
+                MUTABLE_TTL
+            };
+            assert_eq!(ttl, attr_ttl.min(entry_ttl), "timeout of {}", e.name);
+        }
+    }
+
+    fn model_listing(&self, parts: &[String]) -> BTreeMap<String, bool> {
+        let dirs = |names: Vec<String>| names.into_iter().map(|n| (n, true)).collect();
+        match parts {
+            [] => dirs(
+                self.model
+                    .keys()
+                    .map(|r| r.split('/').next().unwrap().to_string())
+                    .collect(),
+            ),
+            [org] => dirs(
+                self.model
+                    .keys()
+                    .filter_map(|r| r.strip_prefix(&format!("{org}/")).map(String::from))
+                    .collect(),
+            ),
+            [org, name] => {
+                let m = &self.model[&format!("{org}/{name}")];
+                let mut names: Vec<String> = m.refs.keys().map(|r| escape_ref(r)).collect();
+                names.extend(m.commits.keys().map(|c| c.to_hex()));
+                dirs(names)
+            }
+            _ => {
+                let m = &self.model[&format!("{}/{}", parts[0], parts[1])];
+                let commit = resolve(m, &parts[2]).unwrap();
+                model_dir(&m.commits[&commit], &parts[3..].join("/")).unwrap()
+            }
+        }
+    }
+}
+
+impl Case {
+    /// Opens a random path: a file (its handle kept with the bytes it must read), a
+    /// directory (`EISDIR`), or a file for writing (`EROFS`).
+    fn open_random(&mut self) {
+        let mut parts = self.random_parts(4);
+        if self.rng.gen_bool(0.3) {
+            // The file the node file cache keeps, often.
+            let rev = self.rev_name(REPOS[0]);
+            parts = ["org", "alpha", &rev, "weights", "big.bin"]
+                .map(String::from)
+                .to_vec();
+        }
+        let Some((ino, kind)) = self.walk(&parts) else {
+            return;
+        };
+        if self.rng.gen_bool(0.1) {
+            let flags = *self.pick(&[libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC]);
+            let got = self.core.open(ino, flags, |_| Ok(()));
+            assert_eq!(
+                got.err().map(|e| e.errno()),
+                Some(libc::EROFS),
+                "open {parts:?} for writing"
+            );
+            return;
+        }
+        let bytes = self.model_bytes(&parts);
+        let refuse = self.steps >= self.refuse_from;
+        let mut registered = false;
+        let got = self.core.open(ino, libc::O_RDONLY, |file| {
+            registered = true;
+            check_backing(file, bytes.as_deref());
+            if refuse {
+                return Err(std::io::Error::other("refused"));
+            }
+            Ok(())
+        });
+        self.refused |= registered && refuse;
+        self.log.push(format!(
+            "open {parts:?} -> {:?}",
+            got.as_ref().map(|o| (o.fh, how(&o.how)))
+        ));
+        if kind == Kind::Dir {
+            assert_eq!(
+                got.err(),
+                Some(FsError::IsDir),
+                "open of directory {parts:?}"
+            );
+            return;
+        }
+        let opened = got.unwrap_or_else(|e| panic!("open {parts:?}: {e:?}"));
+        self.counts.opens += 1;
+        let repo = format!("{}/{}", parts[0], parts[1]);
+        let commit = resolve(&self.model[&repo], &parts[2]).unwrap();
+        let bytes = Arc::new(bytes.unwrap());
+        let how = how(&opened.how);
+        self.check_mode(ino, how, &bytes, &parts);
+        self.open.push(OpenFile {
+            ino,
+            fh: opened.fh,
+            repo,
+            commit,
+            bytes,
+            how,
+        });
+    }
+
+    /// The bytes of the file `parts` names in the model (None: not a file).
+    fn model_bytes(&self, parts: &[String]) -> Option<Vec<u8>> {
+        let m = self
+            .model
+            .get(&format!("{}/{}", parts.first()?, parts.get(1)?))?;
+        let commit = resolve(m, parts.get(2)?)?;
+        m.commits[&commit].get(&parts.get(3..)?.join("/")).cloned()
+    }
+
+    /// The mode an open got, against the other handles of the inode, the file cache and
+    /// the stand-in kernel.
+    fn check_mode(&mut self, ino: u64, how: char, bytes: &[u8], parts: &[String]) {
+        if let Some(other) = self.open.iter().find(|f| f.ino == ino) {
+            assert_eq!(
+                how, other.how,
+                "open {parts:?}: another mode than its open handles"
+            );
+            return;
+        }
+        let fits = bytes.len() as u64 >= read::file_cache::MIN_FILE_BYTES;
+        match how {
+            'P' => assert!(fits && !self.refused, "open {parts:?}: passthrough"),
+            'W' => assert!(fits && self.refused, "open {parts:?}: whole file"),
+            _ => assert!(
+                !self.filled.contains(bytes),
+                "open {parts:?}: streamed, yet the file cache has it"
+            ),
+        }
+        self.counts.modes[match how {
+            'P' => 0,
+            'W' => 1,
+            _ => 2,
+        }] += 1;
+    }
+
+    /// Fills the node file cache with the big file of a revision, now.
+    fn fill_random(&mut self) {
+        let repo = REPOS[0];
+        let m = &self.model[repo];
+        let commits: Vec<CommitId> = m.commits.keys().copied().collect();
+        let c = commits[self.rng.gen_range(0..commits.len())];
+        let Some(bytes) = m.commits[&c].get(BIG).cloned() else {
+            return;
+        };
+        let manifest = self.store.manifest(&Self::repo_id(repo), &c).unwrap();
+        let f = manifest.file(BIG).unwrap();
+        self.files.fill(&self.store, &manifest, f).unwrap();
+        self.log.push(format!("fill {repo}@{} {BIG}", c.to_hex()));
+        self.filled.insert(bytes);
+    }
+
+    /// Reads a random range of a random open file.
+    fn read_random(&mut self) {
+        if self.open.is_empty() {
+            return self.open_random();
+        }
+        let i = self.rng.gen_range(0..self.open.len());
+        let len = self.open[i].bytes.len() as u64;
+        let offset = match self.rng.gen_range(0..4) {
+            0 => 0,
+            1 => len + self.rng.gen_range(0..100),
+            _ => self.rng.gen_range(0..=len),
+        };
+        let size = self.rng.gen_range(0..70_000u32);
+        let f = &self.open[i];
+        let got = self.core.read(f.ino, f.fh, offset, size);
+        self.log.push(format!(
+            "read fh {} [{offset}, +{size}) of {len} -> {:?}",
+            f.fh,
+            got.as_ref().map(|d| d.len())
+        ));
+        let from = (offset.min(len)) as usize;
+        let to = (offset.saturating_add(size as u64).min(len)) as usize;
+        let removed = !self.model[&f.repo].commits.contains_key(&f.commit);
+        self.counts.reads += 1;
+        self.counts.reads_of_removed += removed as u64;
+        match got {
+            Err(FsError::Io) if removed => self.counts.eio_of_removed += 1,
+            Ok(data) => {
+                assert!(
+                    data == f.bytes[from..to],
+                    "read fh {} [{offset}, +{size}): wrong bytes",
+                    f.fh
+                );
+                self.counts.read_bytes += data.len() as u64;
+            }
+            Err(e) => panic!("read fh {} [{offset}, +{size}): {e:?}", f.fh),
+        }
+    }
+
+    /// Releases a random open handle; it then reads `EBADF`.
+    fn release_random(&mut self) {
+        if self.open.is_empty() {
+            return;
+        }
+        let i = self.rng.gen_range(0..self.open.len());
+        let f = self.open.swap_remove(i);
+        self.log.push(format!("release fh {}", f.fh));
+        self.core.release(f.ino, f.fh);
+        assert_eq!(self.core.read(f.ino, f.fh, 0, 10), Err(FsError::BadHandle));
+        assert_eq!(self.core.open_handles(), self.open.len());
+    }
+
+    /// A file inode seen before keeps its attributes (even once its revision is removed).
+    fn getattr_seen(&mut self) {
+        let seen: Vec<(u64, u64)> = self.seen.iter().map(|(i, s)| (*i, *s)).collect();
+        if seen.is_empty() {
+            return;
+        }
+        let (ino, size) = *self.pick(&seen);
+        let a = self
+            .core
+            .getattr(ino)
+            .unwrap_or_else(|e| panic!("getattr {ino}: {e:?}"));
+        assert_eq!((a.kind, a.size, a.immutable), (Kind::File, size, true));
+        assert_eq!(self.core.getattr(u64::MAX), Err(FsError::NotFound));
+    }
+}
+
+impl Case {
+    /// Sets a ref to a random commit of its repository, or deletes it.
+    fn move_ref(&mut self) {
+        let repo = self.pick(&REPOS).to_string();
+        let name = self.pick(&REF_NAMES).to_string();
+        let id = Self::repo_id(&repo);
+        let m = self.model.get_mut(&repo).unwrap();
+        if self.rng.gen_bool(0.2) {
+            if m.refs.remove(&name).is_some() {
+                self.store.delete_ref(&id, &name).unwrap();
+            }
+            self.log.push(format!("delete ref {repo} {name}"));
+            return;
+        }
+        let commits: Vec<CommitId> = m.commits.keys().copied().collect();
+        let c = commits[self.rng.gen_range(0..commits.len())];
+        self.store.set_ref(&id, &name, &c).unwrap();
+        m.refs.insert(name.clone(), c);
+        self.log
+            .push(format!("set ref {repo} {name} -> {}", c.to_hex()));
+    }
+
+    /// Removes a revision (and the refs to it), keeping one per repository.
+    fn remove_revision(&mut self) {
+        let repo = self.pick(&REPOS).to_string();
+        let m = self.model.get_mut(&repo).unwrap();
+        if m.commits.len() < 2 {
+            return;
+        }
+        let mut commits: Vec<CommitId> = m.commits.keys().copied().collect();
+        let open: Vec<CommitId> = self
+            .open
+            .iter()
+            .filter(|f| f.repo == repo)
+            .map(|f| f.commit)
+            .collect();
+        if self.rng.gen_bool(0.5) && commits.iter().any(|c| open.contains(c)) {
+            // One that a handle has open: its reads are then checked too.
+            commits.retain(|c| open.contains(c));
+        }
+        let c = commits[self.rng.gen_range(0..commits.len())];
+        self.store
+            .remove_commit(&Self::repo_id(&repo), &c, true)
+            .unwrap();
+        m.commits.remove(&c);
+        m.refs.retain(|_, r| *r != c);
+        m.removed.insert(c);
+        self.log.push(format!("remove {repo}@{}", c.to_hex()));
+    }
+
+    /// Ingests a new revision of a repository and points `main` at it.
+    fn new_revision(&mut self) {
+        let repo = self.pick(&REPOS).to_string();
+        let n = self.rng.gen_range(100..1_000_000);
+        let base = self.model[&repo].commits.values().next().cloned();
+        let big = repo == REPOS[0];
+        let files = Arc::new(revision_files(&mut self.rng, base.as_deref(), n, big));
+        let c = commit_id(&mut self.rng);
+        ingest_files(&self.store, &self.index, &repo, c, &files);
+        self.store
+            .set_ref(&Self::repo_id(&repo), "main", &c)
+            .unwrap();
+        let m = self.model.get_mut(&repo).unwrap();
+        m.commits.insert(c, files);
+        m.refs.insert("main".into(), c);
+        self.log
+            .push(format!("ingest {repo}@{} as main", c.to_hex()));
+    }
+
+    /// Two gc runs: every pack with a dead byte rewritten, the condemned deleted at once.
+    fn gc(&mut self) {
+        let opts = GcOptions {
+            grace: Duration::ZERO,
+            rewrite_below: 1.0,
+            ..Default::default()
+        };
+        for _ in 0..2 {
+            let report = store::gc::run(&self.store, None, &opts, &|_| {}).unwrap();
+            self.counts.packs_rewritten += report.packs_rewritten as u64;
+        }
+        self.counts.gc_runs += 1;
+        self.log.push("gc x2".into());
+    }
+}
+
+/// Runs one seed; on failure, prints it with the last steps and panics.
+fn run_seed(seed: u64) -> Counts {
+    let mut case = Case::new(seed);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        for _ in 0..STEPS {
+            case.step();
+        }
+        // Every handle released: none left open.
+        while !case.open.is_empty() {
+            case.release_random();
+        }
+    }));
+    if let Err(e) = result {
+        let tail = case.log.len().saturating_sub(40);
+        eprintln!("model: seed {seed} FAILED (add it to REGRESSIONS); last steps:");
+        for l in &case.log[tail..] {
+            eprintln!("  {l}");
+        }
+        std::panic::resume_unwind(e);
+    }
+    case.counts
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("MODEL_SEED") {
+        return vec![s.parse().expect("MODEL_SEED: a number")];
+    }
+    let n = std::env::var("MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(CASES);
+    let base: u64 = 0x6d6f_64656c;
+    REGRESSIONS
+        .iter()
+        .copied()
+        .chain((0..n).map(|i| base + i))
+        .collect()
+}
+
+#[test]
+fn mount_core_matches_the_model() {
+    let mut all = Counts::default();
+    for seed in seeds() {
+        let c = run_seed(seed);
+        all.found += c.found;
+        all.not_found += c.not_found;
+        all.listings += c.listings;
+        all.opens += c.opens;
+        all.reads += c.reads;
+        all.read_bytes += c.read_bytes;
+        all.reads_of_removed += c.reads_of_removed;
+        all.eio_of_removed += c.eio_of_removed;
+        for i in 0..3 {
+            all.modes[i] += c.modes[i];
+        }
+        all.gc_runs += c.gc_runs;
+        all.packs_rewritten += c.packs_rewritten;
+    }
+    eprintln!("model: {all:?}");
+    // The run exercised what the properties are about.
+    assert!(all.found > 0 && all.not_found > 0 && all.listings > 0 && all.opens > 0);
+    assert!(all.read_bytes > 0 && all.reads_of_removed > 0 && all.packs_rewritten > 0);
+    assert!(
+        all.modes.iter().all(|&n| n > 0),
+        "every open mode was taken"
+    );
+}
+
+/// The tag of an open's mode.
+fn how(h: &OpenHow<()>) -> char {
+    match h {
+        OpenHow::Passthrough(_) => 'P',
+        OpenHow::Whole => 'W',
+        OpenHow::Stream => 'S',
+    }
+}
+
+/// The backing file the kernel is given holds exactly the file's bytes.
+fn check_backing(file: &std::fs::File, bytes: Option<&[u8]>) {
+    use std::os::unix::fs::FileExt;
+    let bytes = bytes.expect("a backing file for something that is no file");
+    let mut got = vec![0u8; bytes.len() + 1];
+    let mut n = 0;
+    loop {
+        let r = file.read_at(&mut got[n..], n as u64).unwrap();
+        n += r;
+        if r == 0 || n == got.len() {
+            break;
+        }
+    }
+    assert!(got[..n] == *bytes, "the backing file holds other bytes");
+}
