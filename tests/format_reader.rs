@@ -859,3 +859,114 @@ fn decodes_locks_and_leases_as_modelcas_reports_them() {
     assert_eq!(gc(&env, &[])["stale_locks_removed"], 1);
     assert_eq!(reader_locks(&env), vec![]);
 }
+
+/// Runs `format_reader.py STORE ARGS...`, asserting that it fails with status 1 and an
+/// error naming `names`; returns the error.
+fn reader_refuses(env: &Env, args: &[&str], names: &str) -> String {
+    let out = common::python()
+        .arg(common::repo_root().join("tests/format_reader.py"))
+        .arg(&env.location)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(err.contains(names), "{args:?}: {err} does not name {names}");
+    err
+}
+
+#[test]
+fn refuses_damaged_footers_pins_records_locks_and_condemned_lists() {
+    let env = small_pack_env();
+    let repo = "fr-org/damage";
+    let (a, b) = (
+        "a000000000000000000000000000000000000001",
+        "b000000000000000000000000000000000000002",
+    );
+    ingest_files(&env, repo, a, "old", &[("f.bin", noise(100_000, 1))]);
+    ingest_files(&env, repo, b, "main", &[("f.bin", noise(100_000, 2))]);
+    env.ok(&["pin", &format!("{repo}@{b}")]);
+    modelcas_cat(&env, repo, b, "f.bin");
+    env.ok(&["rm", &format!("{repo}@{a}"), "--force"]);
+    gc(&env, &["--keep-last", "0"]);
+    let root = Path::new(&env.location);
+    let damage = |key: &str, f: &dyn Fn(&mut Vec<u8>)| {
+        let path = root.join(key);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let good = bytes.clone();
+        f(&mut bytes);
+        std::fs::write(&path, &bytes).unwrap();
+        move || std::fs::write(&path, &good).unwrap()
+    };
+    let flip_at = |at: usize| move |b: &mut Vec<u8>| b[at] ^= 0x01;
+
+    // Every object decodes while intact.
+    let pack = reader_lines(&env, &["packs"])[0]
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let pack_key = format!("packs/{}/{pack}", &pack[..2]);
+    for args in [
+        &["pins", repo][..],
+        &["used", repo],
+        &["condemned"],
+        &["footer", &pack],
+    ] {
+        assert!(!reader_lines(&env, args).is_empty(), "{args:?}");
+    }
+
+    // A pack: its trailer's footer length past the start, its end magic, its footer's
+    // checksum, a footer entry moved off its frame.
+    let size = std::fs::metadata(root.join(&pack_key)).unwrap().len() as usize;
+    let undo = damage(&pack_key, &|b| {
+        b[size - 12..size - 8].copy_from_slice(&u32::MAX.to_le_bytes())
+    });
+    reader_refuses(&env, &["packs"], &pack_key);
+    undo();
+    let undo = damage(&pack_key, &flip_at(size - 1));
+    reader_refuses(&env, &["footer", &pack], "no end magic");
+    undo();
+    let footer_len = {
+        let b = std::fs::read(root.join(&pack_key)).unwrap();
+        u32::from_le_bytes(b[size - 12..size - 8].try_into().unwrap()) as usize
+    };
+    let undo = damage(&pack_key, &flip_at(size - 12 - footer_len + 20));
+    reader_refuses(&env, &["packs"], "checksum mismatch");
+    undo();
+    // The pack header's version.
+    let undo = damage(&pack_key, &flip_at(8));
+    reader_refuses(&env, &["footer", &pack], "pack version");
+    undo();
+    assert!(!reader_lines(&env, &["footer", &pack]).is_empty());
+
+    // One flipped byte in the payload of a pin, a last-use record, the condemned list.
+    for (key, args) in [
+        (format!("repos/{repo}/pins/{b}"), vec!["pins", repo]),
+        (format!("repos/{repo}/used/{b}"), vec!["used", repo]),
+        ("gc/condemned".to_string(), vec!["condemned"]),
+    ] {
+        let undo = damage(&key, &flip_at(13));
+        reader_refuses(&env, &args, &key);
+        undo();
+        assert!(!reader_lines(&env, &args).is_empty(), "{key} restored");
+    }
+    // A pin stored under another commit's key: it describes another commit.
+    let other = format!("repos/{repo}/pins/{a}");
+    std::fs::copy(
+        root.join(format!("repos/{repo}/pins/{b}")),
+        root.join(&other),
+    )
+    .unwrap();
+    reader_refuses(&env, &["pins", repo], "describes commit");
+    std::fs::remove_file(root.join(&other)).unwrap();
+
+    // A lock cut short.
+    std::fs::create_dir_all(root.join("locks")).unwrap();
+    let pin = std::fs::read(root.join(format!("repos/{repo}/pins/{b}"))).unwrap();
+    std::fs::write(root.join("locks/ingest-00000000000000aa"), &pin[..20]).unwrap();
+    reader_refuses(&env, &["locks"], "locks/ingest-00000000000000aa");
+    // Another kind's object under a lock key: refused by its magic.
+    std::fs::write(root.join("locks/ingest-00000000000000aa"), &pin).unwrap();
+    reader_refuses(&env, &["locks"], "magic");
+}
