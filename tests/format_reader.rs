@@ -970,3 +970,96 @@ fn refuses_damaged_footers_pins_records_locks_and_condemned_lists() {
     std::fs::write(root.join("locks/ingest-00000000000000aa"), &pin).unwrap();
     reader_refuses(&env, &["locks"], "magic");
 }
+
+/// The objects of docs/format/vectors.md: each label line `` `KEY`, N bytes ``, then the
+/// fenced block of bare hex below it.
+fn vector_objects() -> Vec<(String, Vec<u8>)> {
+    let path = common::repo_root().join("docs/format/vectors.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = doc.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let Some(key) = l
+            .strip_prefix('`')
+            .and_then(|r| r.split_once("`, "))
+            .filter(|(_, rest)| rest.contains(" bytes"))
+            .map(|(k, _)| k)
+        else {
+            continue;
+        };
+        assert_eq!(lines[i + 2], "```", "{key}: the hex block");
+        let hex: String = lines[i + 3..]
+            .iter()
+            .take_while(|l| **l != "```")
+            .copied()
+            .collect();
+        out.push((key.to_string(), hex::decode(hex).unwrap()));
+    }
+    out
+}
+
+#[test]
+fn reads_the_objects_of_the_test_vectors() {
+    // A store of exactly the vectors' objects (the forwarding record's target pack is not
+    // among them; the pack it forwards from is, so it is never followed).
+    let tmp = tempfile::tempdir().unwrap();
+    let objects = vector_objects();
+    let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys.len(), 5, "{keys:?}");
+    for (key, bytes) in &objects {
+        let path = tmp.path().join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    let env = Env {
+        location: tmp.path().to_str().unwrap().to_string(),
+        tmp,
+        s3: None,
+        read_only: false,
+    };
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    assert_eq!(reader_lines(&env, &["repos"]), vec!["org/name"]);
+    assert_eq!(reader_lines(&env, &["commits", "org/name"]), vec![commit]);
+    assert_eq!(
+        reader_lines(&env, &["refs", "org/name"]),
+        vec![format!("main {commit}")]
+    );
+    // The inputs of the vectors (the table at the top of vectors.md).
+    let inputs: Vec<(&str, Vec<u8>)> = vec![
+        ("a.txt", b"hi\n".to_vec()),
+        ("b.txt", b"hello world, ".repeat(24)),
+        (
+            "c.bin",
+            (0..32u32)
+                .flat_map(|i| [(i * 37 % 256) as u8, 0x3c])
+                .collect(),
+        ),
+    ];
+    let listed: Vec<String> = inputs
+        .iter()
+        .map(|(p, b)| format!("{} {} {p}", sha256_hex(b), b.len()))
+        .collect();
+    assert_eq!(reader_lines(&env, &["files", "org/name", "main"]), listed);
+    for (path, bytes) in &inputs {
+        let got = reader(&env, &["--blake3-chunks", "cat", "org/name", commit, path]);
+        assert_eq!(&got, bytes, "{path}");
+        // and modelcas reads the document's objects the same
+        assert_eq!(
+            &modelcas_cat(&env, "org/name", "main", path),
+            bytes,
+            "{path}"
+        );
+    }
+    let pack = "225860231f9dc73a657069d5c56e4f5ca67324df0e008dc2c79a9f3c502cc82c";
+    assert_eq!(
+        reader_lines(&env, &["packs"]),
+        vec![format!("{pack} 310 3")]
+    );
+    let footer = reader_lines(&env, &["--blake3-chunks", "footer", pack]);
+    let offsets: Vec<&str> = footer
+        .iter()
+        .map(|l| l.split(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(offsets, ["16", "62", "127"]);
+    assert!(reader_lines(&env, &["condemned"]).is_empty());
+}
