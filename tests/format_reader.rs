@@ -1005,7 +1005,7 @@ fn reads_the_objects_of_the_test_vectors() {
     let tmp = tempfile::tempdir().unwrap();
     let objects = vector_objects();
     let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys.len(), 5, "{keys:?}");
+    assert_eq!(keys.len(), 7, "{keys:?}");
     for (key, bytes) in &objects {
         let path = tmp.path().join(key);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1024,6 +1024,26 @@ fn reads_the_objects_of_the_test_vectors() {
         reader_lines(&env, &["refs", "org/name"]),
         vec![format!("main {commit}")]
     );
+    // The pin and the last-use record, as the reader and modelcas see them.
+    assert_eq!(
+        reader_lines(&env, &["pins", "org/name"]),
+        vec![format!("{commit} 1796264278")]
+    );
+    // (fsck reports a problem here: the forwarding record's target pack is not among the
+    // vectors; its count of pins stands.)
+    let fsck: serde_json::Value =
+        serde_json::from_slice(&env.run(&["fsck", "--json"]).stdout).unwrap();
+    assert_eq!(fsck["pins"], 1, "{fsck:#}");
+    let used = reader_lines(&env, &["used", "org/name"]);
+    let f: Vec<&str> = used[0].split(' ').collect();
+    assert_eq!(
+        (used.len(), f[0], f[1], f[3]),
+        (1, commit, "1796264278", "cat")
+    );
+    let mtime_ms: u64 = f[2].parse().unwrap();
+    let ls = env.json(&["ls", "org/name", "--json"]);
+    assert_eq!(ls["commits"][0]["last_used"], mtime_ms / 1000);
+    // (modelcas's `cat` below is a use: it writes the record again.)
     // The inputs of the vectors (the table at the top of vectors.md).
     let inputs: Vec<(&str, Vec<u8>)> = vec![
         ("a.txt", b"hi\n".to_vec()),

@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use format::codec::{self, Kind};
 use format::forward::{self, MovedFrame, MovedRecord};
 use format::manifest::{self, ChunkRef, FileEntry, Manifest, Published, RefObject, StoreConfig};
+use format::manifest::{PinObject, UsedObject};
 use format::pack::{self, FooterEntry, PackBuilder, PackId};
 use format::{frame, layout, ChunkId, CommitId, RepoId};
 
@@ -462,6 +463,54 @@ fn check_ref(items: &mut VecDeque<Item>) -> usize {
     1
 }
 
+/// The key's repository and commit, `repos/<org>/<name>/<part>/<commit>`.
+fn commit_key(label: &str, part: &str) -> (RepoId, CommitId) {
+    let (repo, commit) = (key(label).strip_prefix("repos/").unwrap())
+        .split_once(&format!("/{part}/"))
+        .unwrap();
+    (
+        RepoId::parse(repo).unwrap(),
+        CommitId::parse(commit).unwrap(),
+    )
+}
+
+fn check_pin(items: &mut VecDeque<Item>) -> usize {
+    let (label, raw, dump) = take_vector(items);
+    let (repo, commit) = commit_key(&label, "pins");
+    assert_eq!(layout::pin_key(&repo, &commit), key(&label));
+    let mut c = Cursor::new(&dump);
+    let (version, flags) = c.header("magic", Kind::Pin.magic());
+    let pin = PinObject {
+        commit: CommitId(c.arr("commit")),
+        pinned_at: c.uint("pinned_at"),
+    };
+    c.checksum(0, &raw);
+    c.done();
+    assert_eq!(pin.commit, commit, "the payload repeats the key's commit");
+    assert_eq!(version, Kind::Pin.version());
+    both_ways(Kind::Pin, &pin, flags, &raw);
+    1
+}
+
+fn check_used(items: &mut VecDeque<Item>) -> usize {
+    let (label, raw, dump) = take_vector(items);
+    let (repo, commit) = commit_key(&label, "used");
+    assert_eq!(layout::used_key(&repo, &commit), key(&label));
+    let mut c = Cursor::new(&dump);
+    let (version, flags) = c.header("magic", Kind::Used.magic());
+    let used = UsedObject {
+        commit: CommitId(c.arr("commit")),
+        used_at: c.uint("used_at"),
+        by: c.string("by"),
+    };
+    c.checksum(0, &raw);
+    c.done();
+    assert_eq!(used.commit, commit, "the payload repeats the key's commit");
+    assert_eq!(version, Kind::Used.version());
+    both_ways(Kind::Used, &used, flags, &raw);
+    1
+}
+
 /// The frames of the pack dump: (offset, frame bytes), each header's fields checked.
 fn pack_frames(c: &mut Cursor<'_>, raw: &[u8]) -> Vec<(u32, Vec<u8>)> {
     let mut frames = Vec::new();
@@ -693,9 +742,10 @@ fn check_moved(items: &mut VecDeque<Item>) -> usize {
     1
 }
 
-/// How many vectors the section held when this test was written (config, ref, pack,
-/// manifest, version 2's `published`, forwarding record): fewer means one was lost.
-const VECTORS: usize = 6;
+/// How many vectors the sections held when this test was written (config, ref, pack,
+/// manifest, version 2's `published`, forwarding record, pin, last-use record): fewer
+/// means one was lost.
+const VECTORS: usize = 8;
 
 /// How many vectors the sections hold, counted without the parser above: an object's
 /// label line (`` `KEY`, N bytes ``) each, and each dump that starts past offset 0 (a
@@ -749,6 +799,8 @@ fn every_vector_of_the_format_document_matches_the_code() {
                 "Pack" => check_pack(&mut items),
                 "Manifest" => check_manifest(&mut items),
                 "Forwarding" => check_moved(&mut items),
+                "Pin" => check_pin(&mut items),
+                "Last-use" => check_used(&mut items),
                 other => panic!("{section}: no check for the vectors of {other:?}: add one"),
             };
             assert!(
