@@ -137,3 +137,62 @@ fn the_slug_is_githubs() {
         "bundles-modelcas-export--modelcas-import"
     );
 }
+
+/// The index (docs/FORMAT.md) says on which page each section that other files name as
+/// "docs/FORMAT.md, *section*" now is: every name of its table must be a heading of that
+/// page (or, for a part of a section, in its text), so that the table moves with them.
+#[test]
+fn the_index_names_sections_that_are_on_the_pages_it_gives() {
+    let index_path = root().join("docs/FORMAT.md");
+    let index = std::fs::read_to_string(&index_path).unwrap();
+    let table: Vec<&str> = index
+        .lines()
+        .skip_while(|l| !l.starts_with("| section | page |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(table.len() >= 6, "the index lost its section table");
+    let mut checked = 0;
+    for row in table {
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+        let pages: Vec<PathBuf> = links(cells[1])
+            .iter()
+            .map(|t| root().join("docs").join(t.split('#').next().unwrap()))
+            .collect();
+        let pages = if pages.is_empty() {
+            vec![index_path.clone()]
+        } else {
+            pages
+        };
+        let texts: Vec<String> = pages
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect();
+        for name in cells[0].split("; ") {
+            let (name, parts) = match name.split_once(" (") {
+                Some((n, rest)) => (n, rest.trim_end_matches(')').split(", ").collect()),
+                None => (name, Vec::new()),
+            };
+            let heading = |t: &String| {
+                prose(t).iter().any(|l| {
+                    l.starts_with('#') && l.trim_start_matches('#').trim_start().starts_with(name)
+                })
+            };
+            assert!(
+                texts.iter().any(heading),
+                "{name:?}: no such heading on {pages:?}"
+            );
+            for part in parts {
+                assert!(
+                    texts.iter().any(|t| t.contains(part)),
+                    "{part:?}: not on {pages:?}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 30,
+        "only {checked} sections in the index's table"
+    );
+}
