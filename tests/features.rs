@@ -1,4 +1,4 @@
-//! The store's feature list (docs/FORMAT.md, "Feature list"): a store that names a format
+//! The store's feature list (docs/format/bytes.md, "Feature list"): a store that names a format
 //! feature this build does not implement is refused, with the feature named and nothing
 //! changed, by every writer (ingest, import, gc, rm, pin, ref) when the feature is needed
 //! to write, and by readers too when it is needed to read.

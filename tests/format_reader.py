@@ -1,27 +1,42 @@
 #!/usr/bin/env python3
-"""A reader of modelcas stores written from docs/FORMAT.md alone.
+"""A reader of modelcas stores written from the format specification alone (docs/FORMAT.md,
+the index, and its pages docs/format/bytes.md, bucket.md, protocols.md).
 
 It is the proof that the document is enough to implement the format: it uses the Python
 standard library and the `zstandard` package only (no Rust, no bincode library), reads a
-store kept in a local directory (the default backend, FORMAT.md "The local directory
-store"), and follows the document's sections by name.
+store kept in a local directory (the default backend, bucket.md "The local directory
+store"), and follows the specification's sections by name.
 
     format_reader.py STORE_DIR repos                     one ORG/NAME a line
     format_reader.py STORE_DIR commits ORG/NAME          one commit (40 hex) a line
     format_reader.py STORE_DIR refs ORG/NAME             "REF COMMIT" a line
     format_reader.py STORE_DIR files ORG/NAME REV        "SHA256 SIZE PATH" a line
     format_reader.py STORE_DIR cat ORG/NAME REV PATH     the file's bytes on stdout
+    format_reader.py STORE_DIR packs                     "PACK SIZE ENTRIES" a line
+    format_reader.py STORE_DIR footer PACK               "CHUNK OFFSET FRAME_LEN RAW_LEN" a line
+    format_reader.py STORE_DIR pins ORG/NAME             "COMMIT PINNED_AT" a line
+    format_reader.py STORE_DIR used ORG/NAME             "COMMIT USED_AT MTIME_MS BY" a line
+    format_reader.py STORE_DIR locks                     "KEY KIND PID STARTED_MS REFRESHED_MS
+                                                           TTL_MS MTIME_MS STATE HOST" a line
+    format_reader.py STORE_DIR condemned                 "written_ms MS", then
+                                                           "PACK MARKED_MS SIZE CHUNKS LIVE_CHUNKS" a line
+
+`packs` checks every pack's header, trailer and footer (bytes.md "Packs"); `footer` also
+decodes every frame the footer lists and checks its length (and its chunk id, as `cat`
+does). MTIME_MS is the object's modification time (the file's mtime, ms since the epoch):
+what counts for last-use records and lock ages (protocols.md). STATE is `held` or `stale`
+(protocols.md "Locks and leases"); HOST, last, may hold spaces.
 
 REV is a ref name or a full commit (40 hex digits). Everything is checked as FORMAT.md
 says a reader must: envelope magic, version, flags and BLAKE3 checksum, exact decoding,
-the manifest checks ("Checked at decode"), every frame ("Frames", "Decoding"), and each
+the manifest checks (bytes.md "Checked at decode"), every frame ("Frames", "Decoding"), and each
 file's sha256. Chunk ids (BLAKE3 of each chunk) are checked with the `blake3` package
 when it is installed; without it they are checked only with `--blake3-chunks` (this
 file's own BLAKE3, in pure Python, about 1 MB/s), and otherwise the file's sha256 from
 the manifest stands in for them (the whole file is then held in memory and written only
 once it matches). Envelope checksums, small objects, always use the pure-Python BLAKE3
 when the package is missing. A missing pack is read through the forwarding records
-(`moved/`, FORMAT.md "Forwarding records", "Resolution").
+(`moved/`, bytes.md "Forwarding records", "Resolution").
 
 Exit status: 0 success, 1 an error (one line on stderr), 2 bad usage.
 """
@@ -32,6 +47,7 @@ import os
 import re
 import struct
 import sys
+import time
 
 import zstandard
 
@@ -42,7 +58,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 class FormatError(Exception):
-    """Something in the store is not as FORMAT.md says it must be."""
+    """Something in the store is not as the specification says it must be."""
 
 
 # --- BLAKE3-256 (the default, unkeyed hash), pure Python --------------------------------
@@ -132,7 +148,7 @@ def blake3(data):
     return blake3_pure(data)
 
 
-# --- bincode 2 standard() (FORMAT.md "Payload encoding") --------------------------------
+# --- bincode 2 standard() (bytes.md "Payload encoding") ---------------------------------
 
 # Widest varint tag each unsigned type accepts: 0xfb u16, 0xfc u32, 0xfd u64, 0xfe u128.
 _TAG_WIDTH = {0xFB: 2, 0xFC: 4, 0xFD: 8, 0xFE: 16}
@@ -246,7 +262,7 @@ def open_envelope(data, magic, what, newest=1):
     return p
 
 
-# --- Names (FORMAT.md "Bucket layout") ---------------------------------------------------
+# --- Names (bucket.md "Bucket layout") ---------------------------------------------------
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -310,7 +326,7 @@ MAX_CHUNK_LEN = 16 * 1024 * 1024
 
 
 def decode_features(data):
-    """The feature list: (to_read, to_write), names checked as FORMAT.md says."""
+    """The feature list: (to_read, to_write), names checked as bytes.md says."""
     p = open_envelope(data, b"MCASFEAT", "features")
     to_read = p.vec(lambda: p.string(), 1)
     to_write = p.vec(lambda: p.string(), 1)
@@ -330,7 +346,7 @@ def check_path(path):
 
 
 def decode_manifest(data, key, org, name, commit_hex):
-    """The manifest at `key`, decoded and checked (FORMAT.md "Checked at decode")."""
+    """The manifest at `key`, decoded and checked (bytes.md "Checked at decode")."""
     p = open_envelope(data, b"MCASMANI", key, newest=2)
 
     def chunk_ref():
@@ -412,10 +428,93 @@ def decode_moved(data, key, pack_id):
     return rec
 
 
+def decode_pin(data, key):
+    """A pin (bytes.md "Pins"): {commit, pinned_at}."""
+    p = open_envelope(data, b"MCASPIN\0", key)
+    r = {"commit": p.array(20), "pinned_at": p.u64()}
+    p.end()
+    return r
+
+
+def decode_used(data, key):
+    """A last-use record (bytes.md "Last-use records"): {commit, used_at, by}."""
+    p = open_envelope(data, b"MCASUSED", key)
+    r = {"commit": p.array(20), "used_at": p.u64(), "by": p.string()}
+    p.end()
+    return r
+
+
+def decode_lock(data, key):
+    """A lock or lease (bytes.md "Locks and leases")."""
+    p = open_envelope(data, b"MCASLOCK", key)
+    r = {"kind": p.string(), "host": p.string(), "pid": p.u32(), "started_ms": p.u64(),
+         "refreshed_ms": p.u64(), "ttl_ms": p.u64()}
+    p.end()
+    return r
+
+
+def decode_condemned(data, key):
+    """The condemned list (bytes.md "Condemned list"): (entries, written_ms)."""
+    p = open_envelope(data, b"MCASGCST", key)
+
+    def entry():
+        return {"pack": p.array(32), "marked_ms": p.u64(), "size": p.u64(),
+                "chunks": p.u32(), "live_chunks": p.u32()}
+
+    entries = p.vec(entry, 36)
+    written_ms = p.u64()
+    p.end()
+    return entries, written_ms
+
+
+PACK_HEADER = 16
+PACK_TRAILER = 12
+
+
+def decode_pack_footer(read_at, size, what):
+    """The footer entries of a pack of `size` bytes (bytes.md "Packs"); `read_at(offset,
+    length)` reads the pack. Checks the header, the trailer, the footer envelope and that
+    the entries' frames lie back to back from the header to the footer."""
+    if size < PACK_HEADER + PACK_TRAILER:
+        raise FormatError(f"{what}: {size} bytes is too short for a pack")
+    header = read_at(0, PACK_HEADER)
+    if header[:8] != b"MCASPACK":
+        raise FormatError(f"{what}: pack magic {header[:8]!r}")
+    version, r16, r32 = struct.unpack_from("<HHI", header, 8)
+    if version != 1 or r16 or r32:
+        raise FormatError(f"{what}: pack version {version} (reserved {r16}, {r32})")
+    footer_len, end = struct.unpack("<I8s", read_at(size - PACK_TRAILER, PACK_TRAILER))
+    if end != b"MCASPEND":
+        raise FormatError(f"{what}: no end magic")
+    if footer_len > size - PACK_HEADER - PACK_TRAILER:
+        raise FormatError(f"{what}: footer_len {footer_len} larger than the pack")
+    footer_at = size - PACK_TRAILER - footer_len
+    p = open_envelope(read_at(footer_at, footer_len), b"MCASPFTR", f"{what} footer")
+
+    def entry():
+        return {"id": p.array(32), "offset": p.u32(), "frame_len": p.u32(),
+                "raw_len": p.u32()}
+
+    entries = p.vec(entry, 35)
+    p.end()
+    at = PACK_HEADER
+    for e in entries:
+        if e["offset"] < PACK_HEADER or e["offset"] + e["frame_len"] > footer_at:
+            raise FormatError(f"{what}: entry at {e['offset']} outside the frames")
+        if e["frame_len"] < 16 or e["raw_len"] > MAX_CHUNK_LEN:
+            raise FormatError(f"{what}: entry at {e['offset']}: impossible lengths")
+        if e["offset"] != at:
+            raise FormatError(f"{what}: entry at {e['offset']}, the previous frame ends at {at}")
+        at = e["offset"] + e["frame_len"]
+    if at != footer_at:
+        raise FormatError(f"{what}: the frames end at {at}, the footer starts at {footer_at}")
+    return entries
+
+
 # --- Frames ------------------------------------------------------------------------------
 
 def decode_frame(frame, what):
-    """The chunk a frame holds (FORMAT.md "Frames", "Decoding")."""
+    """The chunk a frame holds (bytes.md "Frames", "Decoding")."""
     if len(frame) < 16:
         raise FormatError(f"{what}: frame of {len(frame)} bytes is shorter than its header")
     codec, flags, _reserved, raw_len, body_len, aux = struct.unpack_from("<BBHIII", frame, 0)
@@ -506,7 +605,7 @@ class Store:
                     out.append(f"{rel}/{f}")
         return sorted(out)
 
-    # Listing (FORMAT.md "The local directory store", "Listing what a store holds").
+    # Listing (bucket.md "The local directory store", "Listing what a store holds").
 
     def repos(self):
         found = set()
@@ -548,7 +647,7 @@ class Store:
             raise FormatError(f"{org}/{name}: no commit {commit}")
         return decode_manifest(data, key, org, name, commit)
 
-    # Reading chunks (FORMAT.md "Reading a file", "Forwarding records").
+    # Reading chunks (bytes.md "Reading a file", "Forwarding records").
 
     def moved_entry(self, pack_id, offset):
         if pack_id not in self.moved:
@@ -618,19 +717,138 @@ class Store:
         for data in held:
             out.write(data)
 
+    # Packs, pins, last-use records, locks and the condemned list (bytes.md; their keys,
+    # bucket.md "Bucket layout").
+
+    def mtime_ms(self, key):
+        """The object's modification time by the store's clock: the file's mtime, in ms."""
+        return os.stat(self.path(key)).st_mtime_ns // 1_000_000
+
+    def packs(self):
+        """(pack id, size, footer entries) of every pack; a key that is not a pack key
+        (two-digit directory not the id's first digits) is ignored."""
+        out = []
+        for key in self.list("packs/"):
+            parts = key.split("/")
+            if len(parts) != 3 or not _HEX64.fullmatch(parts[2]) or parts[1] != parts[2][:2]:
+                continue
+            size = os.path.getsize(self.path(key))
+            entries = decode_pack_footer(lambda o, n, k=key: self.get_range(k, o, n), size, key)
+            out.append((parts[2], size, entries))
+        return out
+
+    def footer(self, pack_hex):
+        """The footer entries of one pack, every frame decoded and checked against them."""
+        if not _HEX64.fullmatch(pack_hex):
+            raise FormatError(f"not a pack id: {pack_hex!r}")
+        key = pack_key(bytes.fromhex(pack_hex))
+        data = self.get(key)
+        if data is None:
+            raise FormatError(f"no pack {key}")
+        entries = decode_pack_footer(lambda o, n: data[o:o + n], len(data), key)
+        for e in entries:
+            what = f"{key}: frame at {e['offset']}"
+            chunk = decode_frame(data[e["offset"]:e["offset"] + e["frame_len"]], what)
+            if len(chunk) != e["raw_len"]:
+                raise FormatError(f"{what}: {len(chunk)} bytes, the footer says {e['raw_len']}")
+            if self.check_chunks and blake3(chunk) != e["id"]:
+                raise FormatError(f"{what}: content does not match the chunk id")
+        return entries
+
+    def commit_records(self, org, name, part, decode):
+        """The records `repos/<org>/<name>/<part>/<40 hex>`: (commit, decoded, mtime_ms);
+        each must describe the commit of its key."""
+        prefix = f"repos/{org}/{name}/{part}/"
+        out = []
+        for key in self.list(prefix):
+            commit = key[len(prefix):]
+            if not _HEX40.fullmatch(commit):
+                continue
+            rec = decode(self.get(key), key)
+            if rec["commit"].hex() != commit:
+                raise FormatError(f"{key}: describes commit {rec['commit'].hex()}")
+            out.append((commit, rec, self.mtime_ms(key)))
+        return out
+
+    def locks(self):
+        """(key, lock, mtime_ms, stale) of every lock and lease, by the rules of
+        protocols.md "Locks and leases": the store's clock (here the kernel's) is read
+        before the listing; stale when at least ttl_ms old, or held by a process of this
+        host and pid namespace that no longer exists."""
+        now_ms = time.time_ns() // 1_000_000
+        out = []
+        for key in self.list("locks/"):
+            kind = key[len("locks/"):].split("-", 1)[0]
+            if kind not in ("gc", "ingest", "write") or "-" not in key:
+                continue
+            data = self.get(key)
+            if data is None:
+                continue  # released meanwhile
+            lock = decode_lock(data, key)
+            mtime = self.mtime_ms(key)
+            stale = now_ms - mtime >= lock["ttl_ms"] or (
+                lock["host"] == this_host() and not os.path.exists(f"/proc/{lock['pid']}"))
+            out.append((key, lock, mtime, stale))
+        return out
+
+    def condemned(self):
+        """The condemned list: (entries, written_ms); absent means empty."""
+        data = self.get("gc/condemned")
+        if data is None:
+            return [], None
+        return decode_condemned(data, "gc/condemned")
+
+
+def this_host():
+    """What a lock's `host` is for a process of this machine and pid namespace (bytes.md
+    "Locks and leases")."""
+    try:
+        with open("/proc/sys/kernel/hostname") as f:
+            host = f.read().strip()
+    except OSError:
+        host = "unknown"
+    try:
+        return f"{host} {os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return host
+
 
 USAGE = """usage: format_reader.py [--blake3-chunks] STORE_DIR repos
        format_reader.py [--blake3-chunks] STORE_DIR commits ORG/NAME
        format_reader.py [--blake3-chunks] STORE_DIR refs ORG/NAME
        format_reader.py [--blake3-chunks] STORE_DIR files ORG/NAME REV
-       format_reader.py [--blake3-chunks] STORE_DIR cat ORG/NAME REV PATH"""
+       format_reader.py [--blake3-chunks] STORE_DIR cat ORG/NAME REV PATH
+       format_reader.py [--blake3-chunks] STORE_DIR packs
+       format_reader.py [--blake3-chunks] STORE_DIR footer PACK
+       format_reader.py [--blake3-chunks] STORE_DIR pins ORG/NAME
+       format_reader.py [--blake3-chunks] STORE_DIR used ORG/NAME
+       format_reader.py [--blake3-chunks] STORE_DIR locks
+       format_reader.py [--blake3-chunks] STORE_DIR condemned"""
+
+
+def store_lines(store, cmd, rest):
+    """The output lines of the store-wide commands."""
+    if cmd == "packs":
+        return [f"{p} {size} {len(entries)}" for p, size, entries in store.packs()]
+    if cmd == "footer":
+        return [f"{e['id'].hex()} {e['offset']} {e['frame_len']} {e['raw_len']}"
+                for e in store.footer(rest[0])]
+    if cmd == "locks":
+        return [f"{key} {lk['kind']} {lk['pid']} {lk['started_ms']} {lk['refreshed_ms']} "
+                f"{lk['ttl_ms']} {mtime} {'stale' if stale else 'held'} {lk['host']}"
+                for key, lk, mtime, stale in store.locks()]
+    entries, written_ms = store.condemned()
+    return ([] if written_ms is None else [f"written_ms {written_ms}"]) + [
+        f"{e['pack'].hex()} {e['marked_ms']} {e['size']} {e['chunks']} {e['live_chunks']}"
+        for e in entries]
 
 
 def main(argv):
     args = list(argv)
     force_chunks = "--blake3-chunks" in args
     args = [a for a in args if a != "--blake3-chunks"]
-    arity = {"repos": 0, "commits": 1, "refs": 1, "files": 2, "cat": 3}
+    arity = {"repos": 0, "commits": 1, "refs": 1, "files": 2, "cat": 3, "packs": 0,
+             "footer": 1, "pins": 1, "used": 1, "locks": 0, "condemned": 0}
     if len(args) < 2 or args[1] not in arity or len(args) != 2 + arity[args[1]]:
         print(USAGE, file=sys.stderr)
         return 2
@@ -642,6 +860,11 @@ def main(argv):
             for r in store.repos():
                 out.write(f"{r}\n".encode())
             return 0
+        if cmd in ("packs", "footer", "locks", "condemned"):
+            for line in store_lines(store, cmd, rest):
+                out.write(f"{line}\n".encode())
+            out.flush()
+            return 0
         org, name = parse_repo(rest[0])
         if cmd == "commits":
             for c in store.commits(org, name):
@@ -649,6 +872,12 @@ def main(argv):
         elif cmd == "refs":
             for ref, c in store.refs(org, name).items():
                 out.write(f"{ref} {c}\n".encode())
+        elif cmd == "pins":
+            for c, pin, _ in store.commit_records(org, name, "pins", decode_pin):
+                out.write(f"{c} {pin['pinned_at']}\n".encode())
+        elif cmd == "used":
+            for c, u, mtime in store.commit_records(org, name, "used", decode_used):
+                out.write(f"{c} {u['used_at']} {mtime} {u['by']}\n".encode())
         elif cmd == "files":
             m = store.manifest(org, name, store.resolve(org, name, rest[1]))
             for f in m["files"]:

@@ -1,9 +1,11 @@
-//! docs/FORMAT.md is enough to read a store: `tests/format_reader.py`, a reader written
-//! from the document alone (Python standard library and the `zstandard` package, no Rust,
-//! no bincode library), lists repositories, commits and refs and reads every file of every
-//! revision byte for byte as `modelcas` does: on the generated series, on a store whose
-//! frames use all three codecs, and after gc rewrote packs and deleted the old ones (so it
-//! must follow the forwarding records).
+//! The format specification (docs/FORMAT.md and docs/format/) is enough to read a store:
+//! `tests/format_reader.py`, a reader written from the document alone (Python standard
+//! library and the `zstandard` package, no Rust, no bincode library), lists repositories,
+//! commits and refs and reads every file of every revision byte for byte as `modelcas`
+//! does: on the generated series, on a store whose frames use all three codecs, and after
+//! gc rewrote packs and deleted the old ones (so it must follow the forwarding records).
+//! It also decodes pack footers, pins, last-use records, locks and leases, and the
+//! condemned list, and every decoded field is compared with what `modelcas` reports.
 //!
 //! The reader reads the local directory store only, so every test here builds its own
 //! store in a local directory, whatever `MODELCAS_TEST_BACKEND` says: in `.ci/run`'s S3
@@ -369,4 +371,715 @@ fn honours_the_feature_list() {
         !out.status.success() && err.contains("sparse-packs"),
         "{err}"
     );
+}
+
+// --- Pack footers, pins, last-use records, locks and the condemned list -----------------
+//
+// The reader decodes each from docs/format/bytes.md alone; these tests make real ones with
+// the binary and compare every decoded field with what the binary reports of them (`stats`,
+// `gc --json`, `fsck --json`, `ls --json`, `pin`'s output) or with what the test itself
+// knows (the pids it spawned, the files' sizes, the clock around each command).
+
+/// Milliseconds since the Unix epoch by this machine's clock: the local store's clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The local store's own clock stamps mtimes with the kernel's coarse clock, which may lag
+/// the fine one by a tick: the slack allowed below a window's start.
+const TICK_MS: u64 = 20;
+
+/// A local store with 16 KiB average chunks and 64 KiB packs, so that a few hundred KiB
+/// span several packs.
+fn small_pack_env() -> Env {
+    let env = local_env();
+    std::fs::remove_dir_all(&env.location).unwrap();
+    env.ok(&["init", "--chunk-avg", "16384", "--pack-size", "65536"]);
+    env
+}
+
+/// Random bytes (incompressible: raw frames), reproducible.
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen()).collect()
+}
+
+/// Ingests `files` as REPO@COMMIT with the ref `name`, one thread (packs in file order).
+fn ingest_files(env: &Env, repo: &str, commit: &str, name: &str, files: &[(&str, Vec<u8>)]) {
+    let dir = env.path(&format!("src-{commit}"));
+    for (path, bytes) in files {
+        std::fs::create_dir_all(dir.join(path).parent().unwrap()).unwrap();
+        std::fs::write(dir.join(path), bytes).unwrap();
+    }
+    env.ingest(
+        &dir,
+        &[
+            "--threads",
+            "1",
+            "--repo",
+            repo,
+            "--revision",
+            commit,
+            "--ref",
+            name,
+        ],
+    );
+}
+
+/// The reader's `packs`: pack id → (size, footer entries).
+fn reader_packs(env: &Env) -> BTreeMap<String, (u64, u64)> {
+    reader_lines(env, &["packs"])
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f.len(), 3, "{l}");
+            (
+                f[0].to_string(),
+                (f[1].parse().unwrap(), f[2].parse().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// One line of the reader's `condemned`.
+#[derive(Debug)]
+struct CondemnedLine {
+    pack: String,
+    marked_ms: u64,
+    size: u64,
+    chunks: u64,
+    live_chunks: u64,
+}
+
+#[test]
+fn decodes_pack_footers_and_the_condemned_list_as_modelcas_reports_them() {
+    let env = small_pack_env();
+    let repo = "fr-org/packs";
+    let (a, b) = (
+        "a000000000000000000000000000000000000001",
+        "b000000000000000000000000000000000000002",
+    );
+    let shared = noise(150_000, 1);
+    ingest_files(
+        &env,
+        repo,
+        a,
+        "old",
+        &[
+            ("a1.bin", noise(150_000, 2)),
+            ("shared.bin", shared.clone()),
+        ],
+    );
+    ingest_files(
+        &env,
+        repo,
+        b,
+        "main",
+        &[("b1.bin", noise(150_000, 3)), ("shared.bin", shared)],
+    );
+
+    // Footers: what the binary's figures (from the manifests and the pack listing) say.
+    let packs = reader_packs(&env);
+    let stats = env.json(&["stats", "--json"]);
+    assert!(packs.len() >= 4, "{packs:?}: too few packs to prove much");
+    assert_eq!(packs.len() as u64, stats["packs"].as_u64().unwrap());
+    let sizes: u64 = packs.values().map(|p| p.0).sum();
+    assert_eq!(sizes, stats["stored_bytes"].as_u64().unwrap());
+    for (id, (size, _)) in &packs {
+        let path = Path::new(&env.location).join(format!("packs/{}/{id}", &id[..2]));
+        assert_eq!(std::fs::metadata(path).unwrap().len(), *size, "{id}");
+    }
+    // Each chunk is stored once (the second ingest deduplicated the shared file), and every
+    // stored chunk is referenced: the footers list exactly the distinct chunks.
+    let (mut chunks, mut raw, mut framed) = (BTreeSet::new(), 0u64, 0u64);
+    for (id, (_, entries)) in &packs {
+        let lines = reader_lines(&env, &["--blake3-chunks", "footer", id]);
+        assert_eq!(lines.len() as u64, *entries, "{id}");
+        for l in lines {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert!(chunks.insert(f[0].to_string()), "chunk {} twice", f[0]);
+            framed += f[2].parse::<u64>().unwrap();
+            raw += f[3].parse::<u64>().unwrap();
+        }
+    }
+    assert_eq!(
+        chunks.len() as u64,
+        stats["unique_chunks"].as_u64().unwrap()
+    );
+    assert_eq!(raw, stats["unique_bytes"].as_u64().unwrap());
+    assert_eq!(framed, stats["compressed_bytes"].as_u64().unwrap());
+    assert!(
+        reader_lines(&env, &["condemned"]).is_empty(),
+        "no gc ran: no list"
+    );
+
+    // The condemned list: the packs only `a` used are condemned, the ones it shared with
+    // `b` rewritten (their live frames copied) and condemned too.
+    env.ok(&["rm", &format!("{repo}@{a}"), "--force"]);
+    let t0 = now_ms();
+    let report = gc(&env, &["--keep-last", "0", "--rewrite-below", "1"]);
+    let t1 = now_ms();
+    let n = |k: &str| report[k].as_u64().unwrap();
+    assert!(
+        n("packs_condemned") > 0 && n("packs_rewritten") > 0,
+        "the test needs both kinds of condemned pack: {report:#}"
+    );
+    let lines = reader_lines(&env, &["condemned"]);
+    let written_ms: u64 = lines[0]
+        .strip_prefix("written_ms ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (t0 - TICK_MS..=t1).contains(&written_ms),
+        "{written_ms} not in {t0}..{t1}"
+    );
+    let list: Vec<CondemnedLine> = lines[1..]
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let u = |i: usize| f[i].parse::<u64>().unwrap();
+            CondemnedLine {
+                pack: f[0].to_string(),
+                marked_ms: u(1),
+                size: u(2),
+                chunks: u(3),
+                live_chunks: u(4),
+            }
+        })
+        .collect();
+    let (dead, rewritten): (Vec<&CondemnedLine>, Vec<&CondemnedLine>) =
+        list.iter().partition(|c| c.live_chunks == 0);
+    assert_eq!(dead.len() as u64, n("packs_condemned"), "{list:?}");
+    assert_eq!(rewritten.len() as u64, n("packs_rewritten"), "{list:?}");
+    assert_eq!(
+        dead.iter().map(|c| c.size).sum::<u64>(),
+        n("bytes_condemned")
+    );
+    assert_eq!(
+        rewritten.iter().map(|c| c.size).sum::<u64>(),
+        n("bytes_rewritten")
+    );
+    assert_eq!(
+        rewritten.iter().map(|c| c.live_chunks).sum::<u64>(),
+        n("chunks_copied")
+    );
+    for c in &list {
+        let (size, entries) = packs[&c.pack];
+        assert_eq!(c.size, size, "{c:?}: size");
+        // A dead pack counts its footer's entries; a rewritten one, in both fields, its
+        // live frames (docs/format/bytes.md, "Condemned list").
+        if c.live_chunks == 0 {
+            assert_eq!(c.chunks, entries, "{c:?}: the footer's entries");
+        } else {
+            assert_eq!(c.chunks, c.live_chunks, "{c:?}");
+            assert!(c.live_chunks < entries, "{c:?}: all {entries} frames live");
+        }
+        assert!(
+            (t0 - TICK_MS..=t1).contains(&c.marked_ms),
+            "{c:?} not in {t0}..{t1}"
+        );
+    }
+    let fsck = env.json(&["fsck", "--json"]);
+    assert_eq!(fsck["condemned_packs"].as_u64().unwrap(), list.len() as u64);
+    // The rewrite's new packs have footers the reader reads too.
+    assert_eq!(
+        reader_packs(&env).len() as u64,
+        env.json(&["stats", "--json"])["packs"].as_u64().unwrap()
+    );
+}
+
+#[test]
+fn decodes_pins_and_last_use_records_as_modelcas_reports_them() {
+    let env = small_pack_env();
+    let repo = "fr-org/pins";
+    let (a, b, c) = (
+        "a000000000000000000000000000000000000001",
+        "b000000000000000000000000000000000000002",
+        "c000000000000000000000000000000000000003",
+    );
+    for (commit, seed) in [(a, 1), (b, 2), (c, 3)] {
+        ingest_files(
+            &env,
+            repo,
+            commit,
+            "main",
+            &[("f.bin", noise(20_000, seed))],
+        );
+    }
+    let secs = || now_ms() / 1000;
+
+    // Pins: the commit `pin` reports, pinned at a second within the command.
+    let t0 = secs();
+    let out = env.ok(&["pin", &format!("{repo}@{b}")]);
+    let t1 = secs();
+    assert_eq!(out.trim(), format!("pinned {repo}@{b}"));
+    let pins = reader_lines(&env, &["pins", repo]);
+    assert_eq!(pins.len(), 1, "{pins:?}");
+    let (commit, at) = pins[0].split_once(' ').unwrap();
+    assert_eq!(commit, b);
+    assert!(
+        (t0..=t1).contains(&at.parse().unwrap()),
+        "{at} not in {t0}..{t1}"
+    );
+    env.ok(&["pin", &format!("{repo}@{a}")]);
+    env.ok(&["unpin", &format!("{repo}@{b}")]);
+    let pins = reader_lines(&env, &["pins", repo]);
+    assert_eq!(pins.len(), 1, "{pins:?}");
+    assert!(pins[0].starts_with(&format!("{a} ")), "{pins:?}");
+    assert_eq!(env.json(&["fsck", "--json"])["pins"], 1);
+
+    // Last-use records: one per commit read, naming the command; what counts (and what
+    // `ls` reports as last used) is the object's modification time.
+    assert!(reader_lines(&env, &["used", repo]).is_empty());
+    let t0 = now_ms();
+    modelcas_cat(&env, repo, a, "f.bin");
+    let out = env.path("checkout");
+    env.ok(&["checkout", &format!("{repo}@{b}"), out.to_str().unwrap()]);
+    let t1 = now_ms();
+    let used: BTreeMap<String, (u64, u64, String)> = reader_lines(&env, &["used", repo])
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(4, ' ').collect();
+            let u = |i: usize| f[i].parse::<u64>().unwrap();
+            (f[0].to_string(), (u(1), u(2), f[3].to_string()))
+        })
+        .collect();
+    let want: Vec<(&str, &str)> = vec![(a, "cat"), (b, "checkout")];
+    assert_eq!(
+        used.iter()
+            .map(|(c, u)| (c.as_str(), u.2.as_str()))
+            .collect::<Vec<_>>(),
+        want
+    );
+    let ls = env.json(&["ls", repo, "--json"]);
+    for row in ls["commits"].as_array().unwrap() {
+        let commit = row["commit"].as_str().unwrap();
+        match used.get(commit) {
+            Some((used_at, mtime_ms, _)) => {
+                assert!(
+                    (t0 / 1000..=t1 / 1000).contains(used_at),
+                    "{commit}: {used_at}"
+                );
+                assert!(
+                    (t0 - TICK_MS..=t1).contains(mtime_ms),
+                    "{commit}: {mtime_ms}"
+                );
+                assert_eq!(row["last_used"], mtime_ms / 1000, "{commit}");
+            }
+            None => assert!(row["last_used"].is_null(), "{commit}: {row}"),
+        }
+    }
+    assert_eq!(ls["commits"].as_array().unwrap().len(), 3);
+}
+
+/// What a lock's `host` is for a process of this machine and pid namespace.
+fn this_host() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    format!("{} {}", host.trim(), ns.display())
+}
+
+/// One line of the reader's `locks`.
+#[derive(Debug, PartialEq)]
+struct LockLine {
+    key: String,
+    kind: String,
+    pid: u32,
+    started_ms: u64,
+    refreshed_ms: u64,
+    ttl_ms: u64,
+    mtime_ms: u64,
+    state: String,
+    host: String,
+}
+
+fn reader_locks(env: &Env) -> Vec<LockLine> {
+    reader_lines(env, &["locks"])
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(9, ' ').collect();
+            let u = |i: usize| f[i].parse::<u64>().unwrap();
+            LockLine {
+                key: f[0].into(),
+                kind: f[1].into(),
+                pid: f[2].parse().unwrap(),
+                started_ms: u(3),
+                refreshed_ms: u(4),
+                ttl_ms: u(5),
+                mtime_ms: u(6),
+                state: f[7].into(),
+                host: f[8].into(),
+            }
+        })
+        .collect()
+}
+
+/// `fsck`'s notes on locks: key → (state, kind, host, pid).
+fn fsck_locks(env: &Env) -> BTreeMap<String, (String, String, String, u32)> {
+    let fsck = env.json(&["fsck", "--json"]);
+    let mut out = BTreeMap::new();
+    for note in fsck["notes"].as_array().unwrap() {
+        let note = note.as_str().unwrap();
+        let Some((key, rest)) = note
+            .split_once(": ")
+            .filter(|(k, _)| k.starts_with("locks/"))
+        else {
+            continue;
+        };
+        // "held, gc by HOST pid PID, started N s ago, refreshed N s ago"
+        let (state, rest) = rest.split_once(", ").unwrap();
+        let (kind, rest) = rest.split_once(" by ").unwrap();
+        let (holder, _) = rest.split_once(", started").unwrap();
+        let (host, pid) = holder.rsplit_once(" pid ").unwrap();
+        out.insert(
+            key.to_string(),
+            (state.into(), kind.into(), host.into(), pid.parse().unwrap()),
+        );
+    }
+    out
+}
+
+#[test]
+fn decodes_locks_and_leases_as_modelcas_reports_them() {
+    let env = small_pack_env();
+    let repo = "fr-org/locks";
+    let (a, b) = (
+        "a000000000000000000000000000000000000001",
+        "b000000000000000000000000000000000000002",
+    );
+    ingest_files(&env, repo, a, "main", &[("f.bin", noise(20_000, 1))]);
+    let src = env.path("src-b");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f.bin"), noise(20_000, 2)).unwrap();
+    let pause = env.path("pause");
+
+    // One holder of each kind, each stopped while it holds its object.
+    let t0 = now_ms();
+    let mut gc_cmd = env.cmd();
+    gc_cmd.args(["gc", "--grace", "0s"]);
+    let gc_child = common::spawn_paused(&mut gc_cmd, "gc-after-listing", &pause);
+    let mut ingest_cmd = env.cmd();
+    ingest_cmd
+        .arg("ingest")
+        .arg(&src)
+        .args(["--repo", repo, "--revision", b]);
+    let ingest_child = common::spawn_paused(&mut ingest_cmd, "ingest-before-manifests", &pause);
+    let mut pin_cmd = env.cmd();
+    pin_cmd.args(["pin", &format!("{repo}@{a}")]);
+    let pin_child = common::spawn_paused(&mut pin_cmd, "pin-after-check", &pause);
+    let t1 = now_ms();
+
+    let locks = reader_locks(&env);
+    let host = this_host();
+    let want = [
+        ("gc", gc_child.id(), 600_000),
+        ("ingest", ingest_child.id(), 600_000),
+        ("write", pin_child.id(), 60_000),
+    ];
+    assert_eq!(locks.len(), 3, "{locks:#?}");
+    for (l, (kind, pid, ttl_ms)) in locks.iter().zip(want) {
+        assert!(l.key.starts_with(&format!("locks/{kind}-")), "{l:?}");
+        let id = &l.key[format!("locks/{kind}-").len()..];
+        assert!(
+            id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{l:?}"
+        );
+        assert_eq!(
+            (l.kind.as_str(), l.pid, l.ttl_ms),
+            (kind, pid, ttl_ms),
+            "{l:?}"
+        );
+        assert_eq!((l.host.as_str(), l.state.as_str()), (host.as_str(), "held"));
+        // Not refreshed yet: `started_ms` is still 0, the object's mtime is the start.
+        assert_eq!(l.started_ms, 0, "{l:?}");
+        assert!(
+            (t0 - TICK_MS..=t1).contains(&l.mtime_ms),
+            "{l:?}: {t0}..{t1}"
+        );
+        assert!((t0..=t1).contains(&l.refreshed_ms), "{l:?}: {t0}..{t1}");
+    }
+    let reported = fsck_locks(&env);
+    let decoded: BTreeMap<String, (String, String, String, u32)> = locks
+        .iter()
+        .map(|l| {
+            let v = (l.state.clone(), l.kind.clone(), l.host.clone(), l.pid);
+            (l.key.clone(), v)
+        })
+        .collect();
+    assert_eq!(decoded, reported);
+
+    for (point, child) in [
+        ("pin-after-check", pin_child),
+        ("ingest-before-manifests", ingest_child),
+        ("gc-after-listing", gc_child),
+    ] {
+        common::go_on(&pause, point);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        reader_locks(&env),
+        vec![],
+        "every holder released its object"
+    );
+
+    // A holder killed: its lease stays behind, stale (same host, its process gone).
+    let mut ingest_cmd = env.cmd();
+    ingest_cmd
+        .arg("ingest")
+        .arg(&src)
+        .args(["--repo", repo, "--revision", b]);
+    let mut killed = common::spawn_paused(&mut ingest_cmd, "ingest-after-lease", &pause);
+    let pid = killed.id();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let locks = reader_locks(&env);
+    assert_eq!(locks.len(), 1, "{locks:#?}");
+    assert_eq!(
+        (
+            locks[0].kind.as_str(),
+            locks[0].pid,
+            locks[0].state.as_str()
+        ),
+        ("ingest", pid, "stale")
+    );
+    let reported = fsck_locks(&env);
+    assert_eq!(
+        reported[&locks[0].key],
+        ("stale".to_string(), "ingest".to_string(), host, pid)
+    );
+    assert_eq!(gc(&env, &[])["stale_locks_removed"], 1);
+    assert_eq!(reader_locks(&env), vec![]);
+}
+
+/// Runs `format_reader.py STORE ARGS...`, asserting that it fails with status 1 and an
+/// error naming `names`; returns the error.
+fn reader_refuses(env: &Env, args: &[&str], names: &str) -> String {
+    let out = common::python()
+        .arg(common::repo_root().join("tests/format_reader.py"))
+        .arg(&env.location)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(err.contains(names), "{args:?}: {err} does not name {names}");
+    err
+}
+
+#[test]
+fn refuses_damaged_footers_pins_records_locks_and_condemned_lists() {
+    let env = small_pack_env();
+    let repo = "fr-org/damage";
+    let (a, b) = (
+        "a000000000000000000000000000000000000001",
+        "b000000000000000000000000000000000000002",
+    );
+    ingest_files(&env, repo, a, "old", &[("f.bin", noise(100_000, 1))]);
+    ingest_files(&env, repo, b, "main", &[("f.bin", noise(100_000, 2))]);
+    env.ok(&["pin", &format!("{repo}@{b}")]);
+    modelcas_cat(&env, repo, b, "f.bin");
+    env.ok(&["rm", &format!("{repo}@{a}"), "--force"]);
+    gc(&env, &["--keep-last", "0"]);
+    let root = Path::new(&env.location);
+    let damage = |key: &str, f: &dyn Fn(&mut Vec<u8>)| {
+        let path = root.join(key);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let good = bytes.clone();
+        f(&mut bytes);
+        std::fs::write(&path, &bytes).unwrap();
+        move || std::fs::write(&path, &good).unwrap()
+    };
+    let flip_at = |at: usize| move |b: &mut Vec<u8>| b[at] ^= 0x01;
+
+    // Every object decodes while intact.
+    let pack = reader_lines(&env, &["packs"])[0]
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let pack_key = format!("packs/{}/{pack}", &pack[..2]);
+    for args in [
+        &["pins", repo][..],
+        &["used", repo],
+        &["condemned"],
+        &["footer", &pack],
+    ] {
+        assert!(!reader_lines(&env, args).is_empty(), "{args:?}");
+    }
+
+    // A pack: its trailer's footer length past the start, its end magic, its footer's
+    // checksum, a footer entry moved off its frame.
+    let size = std::fs::metadata(root.join(&pack_key)).unwrap().len() as usize;
+    let undo = damage(&pack_key, &|b| {
+        b[size - 12..size - 8].copy_from_slice(&u32::MAX.to_le_bytes())
+    });
+    reader_refuses(&env, &["packs"], &pack_key);
+    undo();
+    let undo = damage(&pack_key, &flip_at(size - 1));
+    reader_refuses(&env, &["footer", &pack], "no end magic");
+    undo();
+    let footer_len = {
+        let b = std::fs::read(root.join(&pack_key)).unwrap();
+        u32::from_le_bytes(b[size - 12..size - 8].try_into().unwrap()) as usize
+    };
+    let undo = damage(&pack_key, &flip_at(size - 12 - footer_len + 20));
+    reader_refuses(&env, &["packs"], "checksum mismatch");
+    undo();
+    // The pack header's version.
+    let undo = damage(&pack_key, &flip_at(8));
+    reader_refuses(&env, &["footer", &pack], "pack version");
+    undo();
+    assert!(!reader_lines(&env, &["footer", &pack]).is_empty());
+
+    // One flipped byte in the payload of a pin, a last-use record, the condemned list.
+    for (key, args) in [
+        (format!("repos/{repo}/pins/{b}"), vec!["pins", repo]),
+        (format!("repos/{repo}/used/{b}"), vec!["used", repo]),
+        ("gc/condemned".to_string(), vec!["condemned"]),
+    ] {
+        let undo = damage(&key, &flip_at(13));
+        reader_refuses(&env, &args, &key);
+        undo();
+        assert!(!reader_lines(&env, &args).is_empty(), "{key} restored");
+    }
+    // A pin stored under another commit's key: it describes another commit.
+    let other = format!("repos/{repo}/pins/{a}");
+    std::fs::copy(
+        root.join(format!("repos/{repo}/pins/{b}")),
+        root.join(&other),
+    )
+    .unwrap();
+    reader_refuses(&env, &["pins", repo], "describes commit");
+    std::fs::remove_file(root.join(&other)).unwrap();
+
+    // A lock cut short.
+    std::fs::create_dir_all(root.join("locks")).unwrap();
+    let pin = std::fs::read(root.join(format!("repos/{repo}/pins/{b}"))).unwrap();
+    std::fs::write(root.join("locks/ingest-00000000000000aa"), &pin[..20]).unwrap();
+    reader_refuses(&env, &["locks"], "locks/ingest-00000000000000aa");
+    // Another kind's object under a lock key: refused by its magic.
+    std::fs::write(root.join("locks/ingest-00000000000000aa"), &pin).unwrap();
+    reader_refuses(&env, &["locks"], "magic");
+}
+
+/// The objects of docs/format/vectors.md: each label line `` `KEY`, N bytes ``, then the
+/// fenced block of bare hex below it.
+fn vector_objects() -> Vec<(String, Vec<u8>)> {
+    let path = common::repo_root().join("docs/format/vectors.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = doc.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let Some(key) = l
+            .strip_prefix('`')
+            .and_then(|r| r.split_once("`, "))
+            .filter(|(_, rest)| rest.contains(" bytes"))
+            .map(|(k, _)| k)
+        else {
+            continue;
+        };
+        assert_eq!(lines[i + 2], "```", "{key}: the hex block");
+        let hex: String = lines[i + 3..]
+            .iter()
+            .take_while(|l| **l != "```")
+            .copied()
+            .collect();
+        out.push((key.to_string(), hex::decode(hex).unwrap()));
+    }
+    out
+}
+
+#[test]
+fn reads_the_objects_of_the_test_vectors() {
+    // A store of exactly the vectors' objects (the forwarding record's target pack is not
+    // among them; the pack it forwards from is, so it is never followed).
+    let tmp = tempfile::tempdir().unwrap();
+    let objects = vector_objects();
+    let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys.len(), 7, "{keys:?}");
+    for (key, bytes) in &objects {
+        let path = tmp.path().join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    let env = Env {
+        location: tmp.path().to_str().unwrap().to_string(),
+        tmp,
+        s3: None,
+        read_only: false,
+    };
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    assert_eq!(reader_lines(&env, &["repos"]), vec!["org/name"]);
+    assert_eq!(reader_lines(&env, &["commits", "org/name"]), vec![commit]);
+    assert_eq!(
+        reader_lines(&env, &["refs", "org/name"]),
+        vec![format!("main {commit}")]
+    );
+    // The pin and the last-use record, as the reader and modelcas see them.
+    assert_eq!(
+        reader_lines(&env, &["pins", "org/name"]),
+        vec![format!("{commit} 1796264278")]
+    );
+    // (fsck reports a problem here: the forwarding record's target pack is not among the
+    // vectors; its count of pins stands.)
+    let fsck: serde_json::Value =
+        serde_json::from_slice(&env.run(&["fsck", "--json"]).stdout).unwrap();
+    assert_eq!(fsck["pins"], 1, "{fsck:#}");
+    let used = reader_lines(&env, &["used", "org/name"]);
+    let f: Vec<&str> = used[0].split(' ').collect();
+    assert_eq!(
+        (used.len(), f[0], f[1], f[3]),
+        (1, commit, "1796264278", "cat")
+    );
+    let mtime_ms: u64 = f[2].parse().unwrap();
+    let ls = env.json(&["ls", "org/name", "--json"]);
+    assert_eq!(ls["commits"][0]["last_used"], mtime_ms / 1000);
+    // (modelcas's `cat` below is a use: it writes the record again.)
+    // The inputs of the vectors (the table at the top of vectors.md).
+    let inputs: Vec<(&str, Vec<u8>)> = vec![
+        ("a.txt", b"hi\n".to_vec()),
+        ("b.txt", b"hello world, ".repeat(24)),
+        (
+            "c.bin",
+            (0..32u32)
+                .flat_map(|i| [(i * 37 % 256) as u8, 0x3c])
+                .collect(),
+        ),
+    ];
+    let listed: Vec<String> = inputs
+        .iter()
+        .map(|(p, b)| format!("{} {} {p}", sha256_hex(b), b.len()))
+        .collect();
+    assert_eq!(reader_lines(&env, &["files", "org/name", "main"]), listed);
+    for (path, bytes) in &inputs {
+        let got = reader(&env, &["--blake3-chunks", "cat", "org/name", commit, path]);
+        assert_eq!(&got, bytes, "{path}");
+        // and modelcas reads the document's objects the same
+        assert_eq!(
+            &modelcas_cat(&env, "org/name", "main", path),
+            bytes,
+            "{path}"
+        );
+    }
+    let pack = "225860231f9dc73a657069d5c56e4f5ca67324df0e008dc2c79a9f3c502cc82c";
+    assert_eq!(
+        reader_lines(&env, &["packs"]),
+        vec![format!("{pack} 310 3")]
+    );
+    let footer = reader_lines(&env, &["--blake3-chunks", "footer", pack]);
+    let offsets: Vec<&str> = footer
+        .iter()
+        .map(|l| l.split(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(offsets, ["16", "62", "127"]);
+    assert!(reader_lines(&env, &["condemned"]).is_empty());
 }

@@ -8,7 +8,7 @@ pub const MAX_CHUNK_LEN: u32 = fastcdc::v2020::MAXIMUM_MAX as u32;
 /// Minimum, average (target) and maximum chunk sizes in bytes.
 ///
 /// The defaults (128 KiB / 512 KiB / 2 MiB) were chosen from measurements on the generated
-/// model revisions; `docs/FORMAT.md` ("Chunking parameters") gives the figures and the
+/// model revisions; `docs/format/bytes.md` ("Chunking parameters") gives the figures and the
 /// reasoning. Changing them changes every boundary, so a store records the parameters it
 /// was created with and every writer uses those.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -235,7 +235,8 @@ mod tests {
 
     #[test]
     fn golden_boundaries_tiny_params() {
-        // If these change, chunk boundaries changed: that is a format change (docs/FORMAT.md).
+        // If these change, chunk boundaries changed: that is a format change
+        // (docs/format/bytes.md, "Chunking").
         let data = splitmix(64 * 1024, 7);
         let b = boundaries(&data, ChunkParams::tiny(), 1 << 20, 0);
         let lens: Vec<usize> = b.iter().map(|x| x.1).collect();

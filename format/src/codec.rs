@@ -11,7 +11,7 @@
 //! integers), zstd-compressed when flag bit 0 is set. Decoding checks the magic, refuses a
 //! version newer than this build knows, checks the BLAKE3 trailer, and caps the decoded
 //! size so that a hostile length cannot make us allocate without bound.
-//! `docs/FORMAT.md` ("Object envelope") is the specification.
+//! `docs/format/bytes.md` ("Object envelope") is the specification.
 
 use bincode::{Decode, Encode};
 

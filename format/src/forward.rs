@@ -9,8 +9,9 @@
 //! with the same chunk id and frame length, repeatedly (a copy may be copied again), at
 //! most [`MAX_HOPS`] times and never around a cycle. A reference with no matching entry
 //! stays where the manifest says: that pack is then still in use, and gc keeps (rescues)
-//! it. `docs/FORMAT.md` ("Forwarding records") is the specification and the safety
-//! argument; this module owns the record, its lookup and [`resolve_locations`].
+//! it. `docs/format/bytes.md` and `docs/format/protocols.md` ("Forwarding records") are
+//! the specification and the safety argument; this module owns the record, its lookup and
+//! [`resolve_locations`].
 
 use std::collections::{HashMap, HashSet};
 

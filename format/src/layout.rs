@@ -1,4 +1,4 @@
-//! Object keys: the bucket layout shared by every backend (`docs/FORMAT.md`, "Bucket
+//! Object keys: the bucket layout shared by every backend (`docs/format/bucket.md`, "Bucket
 //! layout").
 //!
 //! ```text

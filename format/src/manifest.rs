@@ -614,7 +614,7 @@ mod decode_tests {
 mod version_tests {
     use super::*;
 
-    /// The version 1 manifest of docs/FORMAT.md's test vectors, as modelcas wrote it.
+    /// The version 1 manifest of the test vectors (docs/format/vectors.md), as modelcas wrote it.
     const V1: &str = "4d4341534d414e490100010028b52ffd603500a90900036f7267046e616d6501\
         23456789abcdef0123456789abcdef01234567fc702d0e6b05706c61696e0122\
         5860231f9dc73a657069d5c56e4f5ca67324df0e008dc2c79a9f3c502cc82c03\
@@ -653,7 +653,7 @@ mod version_tests {
         let back = decode(KEY, &bytes).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.order(Some(0)), (1_796_091_248_123, 42, m.commit.0));
-        // The example of docs/FORMAT.md's test vectors: the 19 bytes after `files`.
+        // The example of the test vectors (docs/format/vectors.md): the 19 bytes after `files`.
         m.published = Some(Published {
             store_ms: 1_796_091_248_123,
             seq: 1_796_091_248_124,

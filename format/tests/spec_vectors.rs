@@ -1,8 +1,13 @@
-//! The test vectors of docs/FORMAT.md ("Test vectors"), executed: this test reads the
-//! document, takes every hex block and every annotated dump of that section, and checks
-//! them against this crate both ways: the value the annotations describe encodes to exactly
-//! the bytes shown, and the bytes shown decode to that value. Editing a byte, an annotated
-//! value or the code breaks it.
+//! The test vectors of the format specification (docs/format/vectors.md, and a "Test
+//! vectors" section of any page of docs/format/), executed: this test reads every such
+//! section, takes every hex block and every annotated dump in it, and checks them against
+//! this crate both ways: the value the annotations describe encodes to exactly the bytes
+//! shown, and the bytes shown decode to that value. Editing a byte, an annotated value or
+//! the code breaks it.
+//!
+//! A "Test vectors" section is a heading (any level) whose text starts with `Test vectors`,
+//! up to the next heading of the same or a higher level; its subsections are the headings
+//! one level below, each checked by the function its title names.
 //!
 //! The document's shapes, as parsed here:
 //! * a label line ``` `KEY`, N bytes ``` (or `... these N bytes:` for a payload), then a
@@ -12,14 +17,18 @@
 //!   varint), `name [u8; N]` a byte array, `'text'` a string's bytes, `(continued)` more
 //!   bytes of the line above, `magic XXXX` a magic, `checksum: ...` a BLAKE3-256.
 //!
-//! Every fenced block of the section must be consumed by a check (the `modelcas ingest`
-//! command line aside), so a vector the parser skips fails the test.
+//! Every fenced block of those sections must be consumed by a check (the `modelcas ingest`
+//! command line aside), so a vector the parser skips, or a page whose vectors have no
+//! check, fails the test. A block whose fence has an info string (```` ```xet-merkle ````)
+//! holds vectors in another shape: it counts as consumed only when a test file of the
+//! workspace names that tag and that page (see [`claimed`]).
 
 use std::collections::VecDeque;
 
 use format::codec::{self, Kind};
 use format::forward::{self, MovedFrame, MovedRecord};
 use format::manifest::{self, ChunkRef, FileEntry, Manifest, Published, RefObject, StoreConfig};
+use format::manifest::{PinObject, UsedObject};
 use format::pack::{self, FooterEntry, PackBuilder, PackId};
 use format::{frame, layout, ChunkId, CommitId, RepoId};
 
@@ -156,6 +165,8 @@ fn parse_dump(lines: &[String]) -> Vec<Field> {
 /// A fenced block of the section, with the text line before it.
 struct Block {
     label: String,
+    /// The fence's info string (```` ```TAG ````), empty for none.
+    tag: String,
     lines: Vec<String>,
 }
 
@@ -167,18 +178,92 @@ enum Item {
         dump: Vec<Field>,
     },
     Dump(Vec<Field>),
+    /// A block with an info string: vectors another test reads (see [`claimed`]).
+    Tagged(String),
     Other(Block),
 }
 
-/// The subsections of "Test vectors" (title, items), and how many fenced blocks it has.
-fn read_section() -> (Vec<(String, VecDeque<Item>)>, usize) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/FORMAT.md");
-    let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut lines = doc.lines().skip_while(|l| *l != "## Test vectors");
-    assert!(lines.next().is_some(), "no \"## Test vectors\" section");
+/// The directory of the specification's pages.
+fn spec_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/format")
+}
+
+/// Whether a test other than this one reads the blocks tagged `tag` of `page`: a file
+/// under `tests/` of the workspace or of one of its crates names both the tag (quoted) and
+/// the page. Vectors in a format this test does not parse (the Xet hashes' generator
+/// lines, say) are so executed by the test of the crate they belong to; a block tagged
+/// with a name no test reads fails this test like an unchecked hex block.
+fn claimed(page: &str, tag: &str) -> bool {
+    let root = spec_dir().join("../..");
+    let mut dirs = vec![root.join("tests")];
+    for e in std::fs::read_dir(&root).unwrap() {
+        dirs.push(e.unwrap().path().join("tests"));
+    }
+    let quoted = format!("\"{tag}\"");
+    dirs.iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs") && !p.ends_with("spec_vectors.rs"))
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .any(|text| text.contains(&quoted) && text.contains(page))
+}
+
+/// A heading outside fenced blocks: (level, text).
+fn heading(line: &str) -> Option<(usize, &str)> {
+    let level = line.bytes().take_while(|&b| b == b'#').count();
+    let text = line.get(level..)?.strip_prefix(' ')?;
+    (1..=6).contains(&level).then_some((level, text))
+}
+
+/// Every "Test vectors" section of every page of docs/format/: (page and title, heading
+/// level, the section's lines after its heading).
+fn vector_sections() -> Vec<(String, usize, Vec<String>)> {
+    let dir = spec_dir();
+    let mut pages: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    pages.sort();
+    let mut out = Vec::new();
+    for page in pages {
+        let doc = std::fs::read_to_string(&page).unwrap();
+        let name = page.file_name().unwrap().to_string_lossy().to_string();
+        let (mut fenced, mut current): (bool, Option<(String, usize, Vec<String>)>) = (false, None);
+        for line in doc.lines() {
+            let h = if fenced { None } else { heading(line) };
+            if line.starts_with("```") {
+                fenced = !fenced;
+            }
+            if let Some((level, text)) = h {
+                if current.as_ref().is_some_and(|c| level <= c.1) {
+                    out.extend(current.take());
+                }
+                if current.is_none() && text.starts_with("Test vectors") {
+                    current = Some((format!("{name}: {text}"), level, Vec::new()));
+                    continue;
+                }
+            }
+            if let Some(c) = current.as_mut() {
+                c.2.push(line.to_string());
+            }
+        }
+        out.extend(current);
+    }
+    assert!(
+        out.iter().any(|s| s.0.starts_with("vectors.md: ")),
+        "no \"Test vectors\" section in docs/format/vectors.md"
+    );
+    out
+}
+
+/// The subsections of one "Test vectors" section (title, items), and how many fenced
+/// blocks it has.
+fn read_section(level: usize, lines: &[String]) -> (Vec<(String, VecDeque<Item>)>, usize) {
     let (mut subs, mut fences) = (vec![(String::new(), Vec::new())], 0usize);
     let (mut label, mut open): (String, Option<Block>) = (String::new(), None);
-    for line in lines.take_while(|l| !l.starts_with("## ")) {
+    for line in lines {
         if line.starts_with("```") {
             fences += 1;
             match open.take() {
@@ -186,13 +271,15 @@ fn read_section() -> (Vec<(String, VecDeque<Item>)>, usize) {
                 None => {
                     open = Some(Block {
                         label: label.clone(),
+                        tag: line.trim_start_matches('`').trim().to_string(),
                         lines: Vec::new(),
                     })
                 }
             }
         } else if let Some(b) = open.as_mut() {
             b.lines.push(line.to_string());
-        } else if let Some(t) = line.strip_prefix("### ") {
+        } else if let Some((l, t)) = heading(line) {
+            assert_eq!(l, level + 1, "a heading two levels down: {line:?}");
             subs.push((t.to_string(), Vec::new()));
         } else if !line.trim().is_empty() {
             label = line.to_string();
@@ -216,7 +303,9 @@ fn items(blocks: Vec<Block>) -> VecDeque<Item> {
     let mut out = VecDeque::new();
     let mut it = blocks.into_iter().peekable();
     while let Some(b) = it.next() {
-        if b.lines.iter().all(|l| is_hex(l)) {
+        if !b.tag.is_empty() {
+            out.push_back(Item::Tagged(b.tag));
+        } else if b.lines.iter().all(|l| is_hex(l)) {
             let raw = unhex(&b.lines.concat());
             let dump = it.next_if(is_dump).expect("a hex block without its dump");
             let dump = parse_dump(&dump.lines);
@@ -401,6 +490,54 @@ fn check_ref(items: &mut VecDeque<Item>) -> usize {
     c.done();
     assert_eq!(version, Kind::Ref.version());
     both_ways(Kind::Ref, &r, flags, &raw);
+    1
+}
+
+/// The key's repository and commit, `repos/<org>/<name>/<part>/<commit>`.
+fn commit_key(label: &str, part: &str) -> (RepoId, CommitId) {
+    let (repo, commit) = (key(label).strip_prefix("repos/").unwrap())
+        .split_once(&format!("/{part}/"))
+        .unwrap();
+    (
+        RepoId::parse(repo).unwrap(),
+        CommitId::parse(commit).unwrap(),
+    )
+}
+
+fn check_pin(items: &mut VecDeque<Item>) -> usize {
+    let (label, raw, dump) = take_vector(items);
+    let (repo, commit) = commit_key(&label, "pins");
+    assert_eq!(layout::pin_key(&repo, &commit), key(&label));
+    let mut c = Cursor::new(&dump);
+    let (version, flags) = c.header("magic", Kind::Pin.magic());
+    let pin = PinObject {
+        commit: CommitId(c.arr("commit")),
+        pinned_at: c.uint("pinned_at"),
+    };
+    c.checksum(0, &raw);
+    c.done();
+    assert_eq!(pin.commit, commit, "the payload repeats the key's commit");
+    assert_eq!(version, Kind::Pin.version());
+    both_ways(Kind::Pin, &pin, flags, &raw);
+    1
+}
+
+fn check_used(items: &mut VecDeque<Item>) -> usize {
+    let (label, raw, dump) = take_vector(items);
+    let (repo, commit) = commit_key(&label, "used");
+    assert_eq!(layout::used_key(&repo, &commit), key(&label));
+    let mut c = Cursor::new(&dump);
+    let (version, flags) = c.header("magic", Kind::Used.magic());
+    let used = UsedObject {
+        commit: CommitId(c.arr("commit")),
+        used_at: c.uint("used_at"),
+        by: c.string("by"),
+    };
+    c.checksum(0, &raw);
+    c.done();
+    assert_eq!(used.commit, commit, "the payload repeats the key's commit");
+    assert_eq!(version, Kind::Used.version());
+    both_ways(Kind::Used, &used, flags, &raw);
     1
 }
 
@@ -635,69 +772,84 @@ fn check_moved(items: &mut VecDeque<Item>) -> usize {
     1
 }
 
-/// How many vectors the section held when this test was written (config, ref, pack,
-/// manifest, version 2's `published`, forwarding record): fewer means one was lost.
-const VECTORS: usize = 6;
+/// How many vectors the sections held when this test was written (config, ref, pack,
+/// manifest, version 2's `published`, forwarding record, pin, last-use record): fewer
+/// means one was lost.
+const VECTORS: usize = 8;
 
-/// How many vectors the section holds, counted without the parser above: an object's
+/// How many vectors the sections hold, counted without the parser above: an object's
 /// label line (`` `KEY`, N bytes ``) each, and each dump that starts past offset 0 (a
 /// field added to an object shown whole).
-fn vectors_present() -> usize {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/FORMAT.md");
-    let doc = std::fs::read_to_string(path).unwrap();
-    let section = doc
-        .split("\n## Test vectors\n")
-        .nth(1)
-        .expect("the section");
-    let section = section.split("\n## ").next().unwrap();
-    let lines: Vec<&str> = section.lines().collect();
-    let labels = lines
-        .iter()
-        .filter(|l| l.starts_with('`') && !l.starts_with("```") && l.contains(" bytes"))
-        .count();
-    let (mut open, mut partial) = (false, 0);
-    for w in lines.windows(2) {
-        if w[0].starts_with("```") {
-            open = !open;
-            let off = w[1]
-                .get(..4)
-                .filter(|o| o.bytes().all(|b| b.is_ascii_hexdigit()));
-            if open && off.is_some_and(|o| o != "0000") && w[1].get(4..6) == Some("  ") {
-                partial += 1;
+fn vectors_present(sections: &[(String, usize, Vec<String>)]) -> usize {
+    let mut n = 0;
+    for (_, _, lines) in sections {
+        n += lines
+            .iter()
+            .filter(|l| l.starts_with('`') && !l.starts_with("```") && l.contains(" bytes"))
+            .count();
+        let mut open = false;
+        for w in lines.windows(2) {
+            if w[0].starts_with("```") {
+                open = !open;
+                let off = w[1]
+                    .get(..4)
+                    .filter(|o| o.bytes().all(|b| b.is_ascii_hexdigit()));
+                if open && off.is_some_and(|o| o != "0000") && w[1].get(4..6) == Some("  ") {
+                    n += 1;
+                }
             }
         }
     }
-    labels + partial
+    n
 }
 
 #[test]
 fn every_vector_of_the_format_document_matches_the_code() {
-    let (subs, fences) = read_section();
-    let (mut checked, mut blocks) = (0, 0);
-    for (title, mut items) in subs {
-        blocks += items
-            .iter()
-            .map(|i| match i {
-                Item::Vector { .. } => 2,
-                _ => 1,
-            })
-            .sum::<usize>();
-        checked += match title.split([' ', ':']).next().unwrap() {
-            "" => match items.pop_front() {
-                Some(Item::Other(b)) if b.lines[0].starts_with("modelcas ingest") => 0,
-                _ => panic!("the introduction holds the ingest command line only"),
-            },
-            "Store" => check_config(&mut items),
-            "Ref" => check_ref(&mut items),
-            "Pack" => check_pack(&mut items),
-            "Manifest" => check_manifest(&mut items),
-            "Forwarding" => check_moved(&mut items),
-            other => panic!("no check for the vectors of {other:?}: add one"),
-        };
-        assert!(items.is_empty(), "{title}: blocks left unchecked");
+    let sections = vector_sections();
+    let (mut checked, mut blocks, mut fences) = (0, 0, 0);
+    for (section, level, lines) in &sections {
+        let (subs, n) = read_section(*level, lines);
+        fences += n;
+        let page = section.split(':').next().unwrap();
+        for (title, mut items) in subs {
+            blocks += items
+                .iter()
+                .map(|i| match i {
+                    Item::Vector { .. } => 2,
+                    _ => 1,
+                })
+                .sum::<usize>();
+            items.retain(|i| match i {
+                Item::Tagged(tag) => {
+                    let ok = claimed(page, tag);
+                    assert!(ok, "{section}: no test reads the `{tag}` block of {page}");
+                    false
+                }
+                _ => true,
+            });
+            checked += match title.split([' ', ':']).next().unwrap() {
+                "" => match items.pop_front() {
+                    None => 0,
+                    Some(Item::Other(b)) if b.lines[0].starts_with("modelcas ingest") => 0,
+                    _ => panic!("{section}: the introduction holds the ingest command line only"),
+                },
+                "Store" => check_config(&mut items),
+                "Ref" => check_ref(&mut items),
+                "Pack" => check_pack(&mut items),
+                "Manifest" => check_manifest(&mut items),
+                "Forwarding" => check_moved(&mut items),
+                "Pin" => check_pin(&mut items),
+                "Last-use" => check_used(&mut items),
+                other => panic!("{section}: no check for the vectors of {other:?}: add one"),
+            };
+            assert!(
+                items.is_empty(),
+                "{section}, {title}: blocks left unchecked"
+            );
+        }
     }
     assert_eq!(blocks, fences, "every fenced block was read");
-    let present = vectors_present();
+    let present = vectors_present(&sections);
     assert!(
         present >= VECTORS,
         "the document lost vectors: {present} < {VECTORS}"

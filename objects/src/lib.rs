@@ -3,7 +3,7 @@
 //! directory, memory, a request-counting wrapper, and S3 (cargo feature `s3`, which pulls
 //! in the AWS SDK; the mount and serve crates build without it).
 //!
-//! Keys are `/`-separated relative names (see `docs/FORMAT.md`, "Bucket layout"). The
+//! Keys are `/`-separated relative names (see `docs/format/bucket.md`, "Bucket layout"). The
 //! contract every implementation keeps:
 //! * `put` is atomic: a reader sees either no object or the whole object, never a prefix
 //!   (the local store writes a temporary file and renames it; S3 PUT is atomic).

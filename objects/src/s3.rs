@@ -1,7 +1,7 @@
 //! The S3 object store (aws-sdk-s3 on a small tokio runtime), for AWS S3 and S3-compatible
 //! servers (MinIO, Ceph RGW, Garage).
 //!
-//! * Location: `s3://bucket/prefix`; every key of `docs/FORMAT.md` lives under `prefix/`.
+//! * Location: `s3://bucket/prefix`; every key of `docs/format/bucket.md` lives under `prefix/`.
 //! * Endpoint, region and path-style addressing come from [`S3Options`]; credentials from
 //!   the standard AWS chain (environment, profile, web identity, container and instance
 //!   metadata). TLS uses rustls with the system roots plus, when `AWS_CA_BUNDLE` names a

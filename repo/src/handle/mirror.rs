@@ -1,5 +1,5 @@
 //! What the pull-through mirror (`serve --upstream`) and `pull` record in the [`Store`]
-//! (`docs/FORMAT.md`, "Mirror records"): which repositories the mirror brought from its
+//! (`docs/format/protocols.md`, "Mirror records"): which repositories the mirror brought from its
 //! upstream, which refs its resolution set (the only refs it may move), which commits are
 //! stored with only some of their files; and finding a repository whatever the case of its
 //! name (the Hub compares ids without ASCII case).

@@ -1,5 +1,5 @@
 //! Refs and pins of the [`Store`]: listing them, and writing them under a write lease so
-//! that a gc expiring the commit they name cannot interleave (`docs/FORMAT.md`, "Garbage
+//! that a gc expiring the commit they name cannot interleave (`docs/format/protocols.md`, "Garbage
 //! collection").
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,7 +34,7 @@ impl Store {
 
     /// Takes a write lease: held while a pin, ref or rm checks a commit and writes what
     /// names it, so that a gc expiring that commit waits for it before it lists refs and
-    /// pins again (`docs/FORMAT.md`, "Garbage collection").
+    /// pins again (`docs/format/protocols.md`, "Garbage collection").
     pub(super) fn write_lease(&self) -> Result<Held> {
         Held::write_lease(self.backend.clone(), lock::WRITE_LEASE_TTL)
     }

@@ -1,6 +1,6 @@
 //! After gc deletes expired manifests: waiting for the pin, ref and rm commands that were
 //! running (their write leases), then putting back each expired manifest a ref or pin now
-//! wants, only where its key is absent (FORMAT.md, "Garbage collection", step 3).
+//! wants, only where its key is absent (docs/format/protocols.md, "Garbage collection", step 3).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};

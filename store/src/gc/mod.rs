@@ -1,5 +1,5 @@
 //! Garbage collection: expire revisions by policy and reclaim the packs no kept revision
-//! needs, safely beside running ingests and mounts. The design (`docs/FORMAT.md`,
+//! needs, safely beside running ingests and mounts. The design (`docs/format/protocols.md`,
 //! "Garbage collection") in short:
 //!
 //! 1. Take the gc lock (`locks/gc-*`): one gc at a time.

@@ -1,4 +1,4 @@
-//! gc's work on packs, steps 4 to 7 of the protocol in docs/FORMAT.md ("Garbage
+//! gc's work on packs, steps 4 to 7 of the protocol in docs/format/protocols.md ("Garbage
 //! collection"): which frames the kept revisions use, through the forwarding records
 //! (liveness); phase two, deleting packs condemned long enough ago that no lease can still
 //! use them; phase one, condemning unreferenced packs and rewriting mostly dead ones; and
@@ -265,7 +265,7 @@ pub(super) fn liveness(kept: &[Rev], forwards: &Forwards) -> Result<Liveness> {
 }
 
 /// Step 5: the forwarding records whose old pack is already gone and that no kept
-/// manifest follows: never needed again (FORMAT.md, "Forwarding records").
+/// manifest follows: never needed again (docs/format/protocols.md, "Forwarding records").
 pub(super) fn unneeded_forwards(
     forwards: &AllForwards,
     listed: &BTreeMap<PackId, u64>,

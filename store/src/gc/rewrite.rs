@@ -1,6 +1,6 @@
 //! gc's pack rewrite: copying the live frames of mostly dead packs into new packs, and the
-//! forwarding records (`moved/`, FORMAT.md "Forwarding records") that say where each copied
-//! frame went, so that manifests are never written again.
+//! forwarding records (`moved/`, docs/format/protocols.md "Forwarding records") that say
+//! where each copied frame went, so that manifests are never written again.
 
 use std::collections::{BTreeMap, HashMap};
 

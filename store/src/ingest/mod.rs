@@ -50,7 +50,7 @@ pub use crate::progress::{NoProgress, Progress};
 
 /// Brings `index` up to date with the bucket, as every writer does before it dedups
 /// against it: gc's condemned list is read first and its packs count as gone
-/// (docs/FORMAT.md, "Garbage collection").
+/// (docs/format/protocols.md, "Garbage collection").
 pub fn sync_index(store: &Store, index: &Index, warn: &dyn Fn(String)) -> Result<SyncReport> {
     let backend = store.backend();
     let condemned = crate::gc::state::condemned_packs(backend.as_ref())?;
@@ -144,7 +144,7 @@ pub struct IngestReport {
     /// Their bytes.
     pub bytes_read: u64,
     /// Of those, files taken unread: the index knew them unchanged since an earlier read
-    /// (docs/FORMAT.md, "Files taken unread"), and every chunk of theirs is still stored.
+    /// (docs/format/node.md, "Files taken unread"), and every chunk of theirs is still stored.
     pub files_unchanged: usize,
     /// Bytes of those files.
     pub bytes_unchanged: u64,
@@ -276,7 +276,7 @@ pub fn ingest_from(
     // stale may have deleted packs these manifests name.
     lease.check()?;
     stamp_published(store, &mut manifests)?;
-    // One batch: each manifest atomic and durable, the syncs shared (docs/FORMAT.md).
+    // One batch: each manifest atomic and durable, the syncs shared (docs/format/protocols.md).
     let new_manifests: Vec<(String, Vec<u8>)> = manifests
         .iter()
         .filter(|(_, _, new)| *new)
@@ -308,7 +308,7 @@ pub fn ingest_from(
 
 /// Sets when the new manifests are published: the store's clock read now (one request),
 /// and each its own sequence number, so that revisions of one batch, and of ingests within
-/// one tick of the store's clock, are ordered (docs/FORMAT.md, "Manifests").
+/// one tick of the store's clock, are ordered (docs/format/bytes.md, "Manifests").
 fn stamp_published(store: &Store, manifests: &mut [(&Snapshot, Manifest, bool)]) -> Result<()> {
     if !manifests.iter().any(|(_, _, new)| *new) {
         return Ok(());

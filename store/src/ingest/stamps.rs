@@ -1,6 +1,6 @@
 //! What ingest learns of a source file on disk without reading it: its stamp
 //! ([`FileStamp`]), taken from the open file, and whether a stamp may be recorded, so that
-//! a later ingest can take the file unread (docs/FORMAT.md, "Files taken unread").
+//! a later ingest can take the file unread (docs/format/node.md, "Files taken unread").
 //!
 //! A stamp is bound to the boot and the mount it was taken in: the times a write sets can
 //! live in memory only while its data is already durable, and a crash then leaves the new
