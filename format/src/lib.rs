@@ -3,6 +3,7 @@
 //! (or a tool that inspects a bucket) links this crate alone: no object store, no index,
 //! no RocksDB, no AWS SDK.
 //!
+//! * [`chunk`] — [`ChunkId`], the name of a chunk everywhere, and [`MAX_CHUNK_LEN`].
 //! * [`codec`] — the one envelope (magic, version, checksum) around every persisted object.
 //! * [`frame`] — how one chunk is compressed (raw, zstd, or the bf16 byte-plane codec).
 //! * [`pack`] — packs: frames grouped into one object with a self-describing footer.
@@ -14,6 +15,7 @@
 //!   writes a store.
 //! * [`layout`] — the object keys of everything above.
 
+pub mod chunk;
 pub mod codec;
 pub mod features;
 pub mod forward;
@@ -23,7 +25,7 @@ pub mod manifest;
 pub mod names;
 pub mod pack;
 
-pub use chunker::ChunkId;
+pub use chunk::{ChunkId, ParseChunkIdError, MAX_CHUNK_LEN};
 pub use names::{CommitId, RepoId};
 
 /// A value that does not parse, or bytes that do not decode as the format says.

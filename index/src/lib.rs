@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use bincode::{Decode, Encode};
-use chunker::ChunkId;
+use format::ChunkId;
 use rocksdb::{ColumnFamilyDescriptor, Options, WriteBatch, DB};
 
 use repo::backend::ObjectStore;

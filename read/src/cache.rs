@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_channel::{unbounded, Sender};
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use repo::pack;
 use repo::Store;

@@ -23,7 +23,7 @@ use crate::readahead::{FileStream, ReadaheadConfig};
 use crate::tensor_plan::TensorOrder;
 use crate::test_faults::{Faults, FaultyStore};
 use crate::test_pack::noise;
-use chunker::ChunkId;
+use format::ChunkId;
 use repo::backend::{MemoryStore, ObjectStore};
 use repo::forward::{MovedFrame, MovedRecord};
 use repo::manifest::{ChunkRef, FileEntry, Manifest};

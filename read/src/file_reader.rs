@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::chunk_map::ChunkMap;
 use crate::progress::Progress;
-use chunker::ChunkId;
+use format::ChunkId;
 use repo::frame;
 use repo::manifest::{FileEntry, Manifest};
 use repo::Store;
@@ -423,7 +423,7 @@ mod tests {
     use super::*;
     use crate::progress::NoProgress;
     use crate::test_pack::{noise, one_pack};
-    use chunker::ChunkId;
+    use format::ChunkId;
     use repo::manifest::ChunkRef;
     use repo::names::{CommitId, RepoId};
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use crate::cache::ChunkSource;
 use repo::backend::{MemoryStore, ObjectStore};

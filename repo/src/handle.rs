@@ -20,7 +20,7 @@ use crate::names::{CommitId, RepoId};
 use crate::pack;
 use crate::pack::{PackId, DEFAULT_PACK_TARGET};
 use crate::{Result, StoreError};
-use chunker::ChunkId;
+use format::ChunkId;
 
 mod mirror;
 mod refs;
@@ -74,8 +74,7 @@ impl Store {
                 key: layout::CONFIG_KEY.into(),
                 reason: e.to_string(),
             })?;
-        config
-            .chunk_params()
+        ChunkParams::of_config(&config)
             .validate()
             .map_err(|e| StoreError::CorruptObject {
                 key: layout::CONFIG_KEY.into(),

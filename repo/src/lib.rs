@@ -43,7 +43,6 @@ pub mod backend {
 pub use format::{codec, frame, layout, names};
 
 pub use backend::{LocalStore, MemoryStore, ObjectStore};
-pub use chunker::{ChunkId, ChunkParams};
 pub use error::{Result, StoreError};
 pub use handle::{CreateOptions, Store};
 pub use names::{CommitId, RepoId};

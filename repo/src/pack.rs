@@ -4,7 +4,7 @@
 
 pub use format::pack::*;
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use crate::backend::ObjectStore;
 use crate::frame;

@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
 use bincode::{Decode, Encode};
-use chunker::ChunkId;
+use format::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::index::Index;
@@ -282,7 +282,7 @@ pub struct ImportReport {
 const MAX_REF_RECORD: u64 = 4096;
 /// Largest chunk record: id, raw length, and a frame of the largest chunk (a frame's body
 /// is never longer than its chunk: the encoder stores a chunk raw rather than grow it).
-const MAX_CHUNK_RECORD: u64 = 36 + crate::frame::HEADER_LEN as u64 + chunker::MAX_CHUNK_LEN as u64;
+const MAX_CHUNK_RECORD: u64 = 36 + crate::frame::HEADER_LEN as u64 + format::MAX_CHUNK_LEN as u64;
 /// Memory the manifests and refs of one bundle may take while the import holds them
 /// (they are needed until every chunk has arrived). A manifest of a 1 TB model with
 /// 512 KiB chunks takes about 100 MiB; a larger transfer must be split into several
@@ -563,10 +563,10 @@ impl Packer {
         let raw_len = u32::from_le_bytes(payload[32..36].try_into().unwrap_or([0; 4]));
         let frame = &payload[36..];
         let cid = ChunkId(id);
-        if raw_len > chunker::MAX_CHUNK_LEN {
+        if raw_len > format::MAX_CHUNK_LEN {
             return Err(bad(format!(
                 "chunk {cid} at byte {at} claims {raw_len} bytes, more than any chunk ({})",
-                chunker::MAX_CHUNK_LEN
+                format::MAX_CHUNK_LEN
             )));
         }
         let data = pack::decode_checked(frame, &cid, "bundle", at)

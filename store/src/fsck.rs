@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chunker::ChunkId;
+use format::ChunkId;
 use serde::Serialize;
 
 use crate::forward::{self, Forwards, MovedRecord};

@@ -42,6 +42,8 @@ pub use ::repo::{
 
 pub use ::index::Index;
 pub use ::repo::{
-    ChunkId, ChunkParams, CommitId, CreateOptions, LocalStore, MemoryStore, ObjectStore, RepoId,
-    Result, Store, StoreError,
+    CommitId, CreateOptions, LocalStore, MemoryStore, ObjectStore, RepoId, Result, Store,
+    StoreError,
 };
+pub use chunker::ChunkParams;
+pub use format::ChunkId;

@@ -5,11 +5,11 @@
 //! the bundle an export writes, the record the index stores), so the move cannot have
 //! changed a byte.
 
-use chunker::ChunkId;
 use format::codec::{self, Kind};
 use format::layout;
 use format::names::{CommitId, RepoId};
 use format::pack::PackId;
+use format::ChunkId;
 use objects::{MemoryStore, ObjectStore};
 use repo::lock::LockObject;
 use store::gc::state::{self, Condemned, GcState};

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use super::pack_use::PackUse;
 use super::GcReport;

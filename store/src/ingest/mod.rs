@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::failpoint;

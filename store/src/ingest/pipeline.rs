@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chunker::{ChunkId, ChunkParams, StreamChunker};
+use chunker::{ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use format::ChunkId;
 use sha2::{Digest, Sha256};
 
 use super::{stamps, IngestOptions, IngestReport, Opener, Source};
@@ -108,7 +109,7 @@ pub(super) fn run_pipeline(
     report: &mut IngestReport,
 ) -> Result<(Vec<FileResult>, HashMap<ChunkId, ChunkLoc>)> {
     let (workers, readers) = (opts.threads.max(1), opts.readers.max(1));
-    let params = store.config().chunk_params();
+    let params = ChunkParams::of_config(store.config());
     let mut shared = Shared::new(store, index, opener, readers);
     (shared.reread, shared.settle) = (opts.reread, opts.settle);
     let results = run_threads(&shared, sources, (readers, workers), params, progress);
