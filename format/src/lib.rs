@@ -13,6 +13,7 @@
 //! * [`names`] — repository ids, commit ids and ref names, checked when parsed or decoded.
 //! * [`features`] — the store's feature list, which a binary checks before it reads or
 //!   writes a store.
+//! * [`lock`] — lock and lease objects (`locks/`).
 //! * [`layout`] — the object keys of everything above.
 
 pub mod chunk;
@@ -21,6 +22,7 @@ pub mod features;
 pub mod forward;
 pub mod frame;
 pub mod layout;
+pub mod lock;
 pub mod manifest;
 pub mod names;
 pub mod pack;

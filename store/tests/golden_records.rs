@@ -7,11 +7,11 @@
 
 use format::codec::{self, Kind};
 use format::layout;
+use format::lock::LockObject;
 use format::names::{CommitId, RepoId};
 use format::pack::PackId;
 use format::ChunkId;
 use objects::{MemoryStore, ObjectStore};
-use repo::lock::LockObject;
 use store::gc::state::{self, Condemned, GcState};
 
 fn lock() -> LockObject {

@@ -333,12 +333,13 @@ mod tests {
     use crate::backend::MemoryStore;
     use crate::forward::{MovedFrame, MovedRecord};
     use crate::gc::{GcOptions, GcReport};
-    use crate::lock::{Listed, LockObject};
+    use crate::lock::Listed;
     use crate::manifest::Manifest;
     use crate::manifest::{ChunkRef, FileEntry};
     use crate::names::{CommitId, RepoId};
     use crate::repo::CreateOptions;
     use crate::repo::Store;
+    use format::lock::LockObject;
 
     fn chunk(id: u8, pack: u32, offset: u32, frame_len: u32) -> ChunkRef {
         ChunkRef {
