@@ -481,7 +481,7 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
     let (ref_at, bref) = owned.iter().enumerate().find(|(_, r)| r.0 == 2).unwrap();
     let m: store::manifest::Manifest = decode(Kind::Manifest, &manifest.1).unwrap();
     let plain_manifest = encode(Kind::Manifest, &m, false);
-    let r: store::bundle::BundleRef = decode(Kind::BundleRef, &bref.1).unwrap();
+    let r: format::bundle::BundleRef = decode(Kind::BundleRef, &bref.1).unwrap();
     let plain_ref = encode(Kind::BundleRef, &r, false);
     let replaced = |i: usize, payload: Vec<u8>| {
         let mut v = owned.clone();

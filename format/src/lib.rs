@@ -13,14 +13,17 @@
 //! * [`names`] — repository ids, commit ids and ref names, checked when parsed or decoded.
 //! * [`features`] — the store's feature list, which a binary checks before it reads or
 //!   writes a store.
-//! * [`lock`] — lock and lease objects (`locks/`).
+//! * [`lock`] — lock and lease objects (`locks/`); [`gc`] — gc's condemned list.
+//! * [`bundle`] — the wire format of transfer bundles and the refs they carry.
 //! * [`layout`] — the object keys of everything above.
 
+pub mod bundle;
 pub mod chunk;
 pub mod codec;
 pub mod features;
 pub mod forward;
 pub mod frame;
+pub mod gc;
 pub mod layout;
 pub mod lock;
 pub mod manifest;

@@ -5,14 +5,16 @@
 //! the bundle an export writes, the record the index stores), so the move cannot have
 //! changed a byte.
 
+use format::bundle::BundleRef;
 use format::codec::{self, Kind};
+use format::gc::{Condemned, GcState};
 use format::layout;
 use format::lock::LockObject;
 use format::names::{CommitId, RepoId};
 use format::pack::PackId;
 use format::ChunkId;
 use objects::{MemoryStore, ObjectStore};
-use store::gc::state::{self, Condemned, GcState};
+use store::gc::state;
 
 fn lock() -> LockObject {
     LockObject {
@@ -78,7 +80,7 @@ const BUNDLE_REF: &str = "4d4341534252454601000000036f7267056d6f64656c046d61696e
 
 #[test]
 fn bundle_ref_bytes() {
-    let r = store::bundle::BundleRef {
+    let r = BundleRef {
         repo: RepoId::parse("org/model").unwrap(),
         name: "main".into(),
         commit: CommitId([0x11; 20]),
@@ -86,7 +88,7 @@ fn bundle_ref_bytes() {
     let bytes = codec::encode(Kind::BundleRef, &r, false);
     assert_eq!(hex::encode(&bytes), BUNDLE_REF);
     assert_eq!(
-        codec::decode::<store::bundle::BundleRef>(Kind::BundleRef, &bytes).unwrap(),
+        codec::decode::<BundleRef>(Kind::BundleRef, &bytes).unwrap(),
         r
     );
 }

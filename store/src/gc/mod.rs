@@ -65,8 +65,8 @@ use crate::pack::PackId;
 use crate::repo::{decode_manifest, Store};
 use crate::Result;
 
+use format::gc::Condemned;
 use retention::{Candidate, Keep, Retention};
-use state::Condemned;
 
 /// Default grace period between condemning a pack and deleting it.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::pack_use::PackUse;
 use super::rewrite::{forward_record, rewrite_packs, AllForwards};
-use super::state::{self, Condemned, GcState};
+use super::state;
 use super::{GcRun, Rev, DELETE_BATCH, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE};
 use crate::backend::{ObjectError, ObjectStore};
 use crate::failpoint;
@@ -19,6 +19,7 @@ use crate::layout;
 use crate::lock;
 use crate::pack::{self, PackId};
 use crate::{Result, StoreError};
+use format::gc::{Condemned, GcState};
 
 /// What kept revisions use, after forwarding.
 pub(super) struct Liveness {
