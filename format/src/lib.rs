@@ -15,6 +15,8 @@
 //!   writes a store.
 //! * [`lock`] — lock and lease objects (`locks/`); [`gc`] — gc's condemned list.
 //! * [`bundle`] — the wire format of transfer bundles and the refs they carry.
+//! * [`index`] — the values of a node's local index (a cache, rebuildable from the bucket):
+//!   chunk locations, pack records, files' chunk lists, stamp records.
 //! * [`layout`] — the object keys of everything above.
 
 pub mod bundle;
@@ -24,6 +26,7 @@ pub mod features;
 pub mod forward;
 pub mod frame;
 pub mod gc;
+pub mod index;
 pub mod layout;
 pub mod lock;
 pub mod manifest;

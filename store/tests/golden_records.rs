@@ -8,6 +8,7 @@
 use format::bundle::BundleRef;
 use format::codec::{self, Kind};
 use format::gc::{Condemned, GcState};
+use format::index::{chunk_list_digest, FileStamp};
 use format::layout;
 use format::lock::LockObject;
 use format::names::{CommitId, RepoId};
@@ -133,11 +134,8 @@ fn index_records_bytes() {
         .unwrap()
         .unwrap();
     assert_eq!(hex::encode(&files), FILE_RECORD);
-    assert_eq!(
-        hex::encode(index::chunk_list_digest(&chunks())),
-        CHUNK_LIST_DIGEST
-    );
-    let st = index::FileStamp {
+    assert_eq!(hex::encode(chunk_list_digest(&chunks())), CHUNK_LIST_DIGEST);
+    let st = FileStamp {
         boot_id: [0xB0; 16],
         mount_id: 1 << 33,
         dev: 2049,

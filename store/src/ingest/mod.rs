@@ -30,7 +30,7 @@ use format::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::failpoint;
-use crate::index::{ChunkLoc, Index, SyncReport};
+use crate::index::{Index, SyncReport};
 use crate::layout;
 use crate::lock::{self, Held};
 use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest, Published};
@@ -39,6 +39,7 @@ use crate::pack::PackId;
 use crate::repo::Store;
 use crate::source::Snapshot;
 use crate::{Result, StoreError};
+use format::index::ChunkLoc;
 
 mod pipeline;
 mod stamps;
@@ -74,7 +75,7 @@ pub struct IngestOptions {
     pub keep_partial: bool,
     /// Read every file, even one the index recorded as unchanged since it was last read
     /// (same boot and mount, device, inode, size, mtime and ctime; see
-    /// [`crate::index::FileStamp`]).
+    /// [`format::index::FileStamp`]).
     pub reread: bool,
     /// How long a file must have been still (its mtime and ctime that far in the past when
     /// it is read) for its stamp to be recorded: [`SETTLE`].

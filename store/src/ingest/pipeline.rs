@@ -15,12 +15,13 @@ use sha2::{Digest, Sha256};
 
 use super::{stamps, IngestOptions, IngestReport, Opener, Source};
 use crate::frame;
-use crate::index::{chunk_list_digest, ChunkLoc, FileStamp, Index};
+use crate::index::Index;
 use crate::layout;
 use crate::pack::{PackBuilder, PackId};
 use crate::progress::Progress;
 use crate::repo::Store;
 use crate::{Result, StoreError};
+use format::index::{chunk_list_digest, ChunkLoc, FileStamp};
 
 /// Where a chunk seen in this session lives.
 #[derive(Clone, Copy, Debug)]
