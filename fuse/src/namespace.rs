@@ -562,9 +562,13 @@ fn unescape_ref(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use store::ingest::{ingest, IngestOptions, NoProgress};
+    use chunker::ChunkParams;
+    use index::Index;
+    use objects::MemoryStore;
+    use read::progress::NoProgress;
+    use repo::CreateOptions;
+    use store::ingest::{ingest, IngestOptions};
     use store::source::{discover, DiscoverOptions};
-    use store::{ChunkParams, CreateOptions, Index, MemoryStore};
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";

@@ -1,9 +1,9 @@
 //! Golden bytes of the persisted records whose types moved into the `format` crate (issue
 //! 27 point 3): the lock object, the condemned list, a bundle's framing and ref, and the
 //! local index's `files/` and `stamps/` records. The vectors were taken from the code
-//! before the move and are checked through the writers' own paths (the object a gc writes,
-//! the bundle an export writes, the record the index stores), so the move cannot have
-//! changed a byte.
+//! before the move (commit 2926524, on the code before it) and are checked
+//! through the writers' own paths (the object a gc writes, the bundle an export writes, the
+//! record the index stores), so the move cannot have changed a byte.
 
 use format::bundle::BundleRef;
 use format::codec::{self, Kind};
@@ -107,11 +107,11 @@ fn empty_bundle_bytes() {
     .unwrap();
     let mut out = Vec::new();
     let spec = store::bundle::ExportSpec::default();
-    store::bundle::export(&store, &spec, &mut out, &store::ingest::NoProgress).unwrap();
+    store::bundle::export(&store, &spec, &mut out, &read::progress::NoProgress).unwrap();
     assert_eq!(hex::encode(&out), EMPTY_BUNDLE);
     let index = index::Index::open(dir.path(), &store.config().store_id).unwrap();
     let r =
-        store::bundle::import(&store, &index, &mut &out[..], &store::ingest::NoProgress).unwrap();
+        store::bundle::import(&store, &index, &mut &out[..], &read::progress::NoProgress).unwrap();
     assert_eq!((r.revisions.len(), r.chunks), (0, 0));
 }
 

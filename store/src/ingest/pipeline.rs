@@ -14,14 +14,14 @@ use format::ChunkId;
 use sha2::{Digest, Sha256};
 
 use super::{stamps, IngestOptions, IngestReport, Opener, Source};
-use crate::frame;
-use crate::index::Index;
-use crate::layout;
-use crate::pack::{PackBuilder, PackId};
-use crate::progress::Progress;
-use crate::repo::Store;
-use crate::{Result, StoreError};
+use format::frame;
 use format::index::{chunk_list_digest, ChunkLoc, FileStamp};
+use format::layout;
+use index::Index;
+use read::progress::Progress;
+use repo::handle::Store;
+use repo::pack::{PackBuilder, PackId};
+use repo::{Result, StoreError};
 
 /// Where a chunk seen in this session lives.
 #[derive(Clone, Copy, Debug)]
