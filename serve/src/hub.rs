@@ -538,12 +538,12 @@ impl Hub {
         if let Some(id) = known {
             return Ok(id);
         }
-        let mut blob = etag::GitBlob::new(f.size);
+        let mut blob = gitblob::GitBlob::new(f.size);
         self.source(at, i).copy_range(0, f.size, &mut |b: Bytes| {
             blob.update(&b);
             true
         })?;
-        let id = blob.finish();
+        let id = blob.finish_hex();
         self.blob_ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -561,7 +561,7 @@ impl Hub {
         if etag::is_lfs(&f.path, f.size) {
             let sha = f.sha256_hex();
             let pointer = etag::lfs_pointer(&sha, f.size);
-            let oid = etag::git_blob_id(pointer.as_bytes());
+            let oid = gitblob::git_blob_id(pointer.as_bytes());
             let lfs = json!({ "oid": sha, "size": f.size, "pointerSize": pointer.len() });
             Ok((oid, sha, Some(lfs)))
         } else {
@@ -601,7 +601,7 @@ impl Hub {
                 let d = format!("{prefix}{}", parts[..k].join("/"));
                 if dirs.insert(d.clone()) {
                     let oid =
-                        etag::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
+                        gitblob::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
                     entries.push(json!({ "type": "directory", "oid": oid, "path": d }));
                 }
             }
