@@ -23,8 +23,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use format::{CommitId, RepoId};
 use read::tree::{Child, Tree};
-use repo::{CommitId, RepoId, Store, StoreError};
+use repo::{Store, StoreError};
 
 /// How long listings of repositories and refs are trusted before being read again.
 pub const REFRESH: Duration = Duration::from_secs(2);

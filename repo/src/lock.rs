@@ -32,10 +32,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use format::lock::{self as lock_object, LockObject};
 
-use crate::backend::ObjectStore;
 use crate::clock;
-use crate::layout;
 use crate::{Result, StoreError};
+use format::layout;
+use objects::ObjectStore;
 
 /// Default time to live of gc locks and ingest leases.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
@@ -460,7 +460,7 @@ impl Drop for Held {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryStore;
+    use objects::MemoryStore;
 
     /// A memory store whose clock moves only when told.
     fn frozen() -> (Arc<MemoryStore>, Arc<dyn ObjectStore>) {

@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
+use format::{CommitId, RepoId};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use read::cache::ChunkCache;
 use read::readahead::ReadaheadConfig;
 use repo::manifest::Manifest;
-use repo::{CommitId, RepoId, Store, StoreError};
+use repo::{Store, StoreError};
 use serde_json::{json, Value};
 
 use crate::body::{Body, FileSource};

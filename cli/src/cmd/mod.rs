@@ -57,7 +57,7 @@ impl Ctx {
             Arc::new(LocalStore::new(PathBuf::from(loc)))
         };
         // Every request shows up in /metrics (a few atomic adds each).
-        Ok(Arc::new(repo::backend::MeteredStore::new(inner)))
+        Ok(Arc::new(repo::MeteredStore::new(inner)))
     }
 
     /// Opens an existing store (reading commands), with the node-local chunk cache when the
