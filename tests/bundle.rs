@@ -107,11 +107,11 @@ fn export_import_and_have() {
 
 /// Chunk id → raw length, over a revision.
 fn chunk_sizes(env: &Env, commit: &str) -> std::collections::HashMap<[u8; 32], u64> {
-    let store = store::Store::open(env.backend()).unwrap();
+    let store = repo::Store::open(env.backend()).unwrap();
     let m = store
         .manifest(
-            &store::RepoId::parse(REPO).unwrap(),
-            &store::CommitId::parse(commit).unwrap(),
+            &format::RepoId::parse(REPO).unwrap(),
+            &format::CommitId::parse(commit).unwrap(),
         )
         .unwrap();
     m.files
@@ -460,7 +460,7 @@ fn with_repo(object: &[u8], org: &str, name: &str) -> Vec<u8> {
 /// short) are each refused with an error naming the problem, and change nothing.
 #[test]
 fn regression_hostile_bundles_are_refused_and_change_nothing() {
-    use store::codec::{decode, encode, Kind};
+    use format::codec::{decode, encode, Kind};
     let src = Env::new();
     ingest_series(&src);
     let good = src.path("r1.bundle");
@@ -479,9 +479,9 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
         .collect();
     let (manifest_at, manifest) = owned.iter().enumerate().find(|(_, r)| r.0 == 1).unwrap();
     let (ref_at, bref) = owned.iter().enumerate().find(|(_, r)| r.0 == 2).unwrap();
-    let m: store::manifest::Manifest = decode(Kind::Manifest, &manifest.1).unwrap();
+    let m: format::manifest::Manifest = decode(Kind::Manifest, &manifest.1).unwrap();
     let plain_manifest = encode(Kind::Manifest, &m, false);
-    let r: store::bundle::BundleRef = decode(Kind::BundleRef, &bref.1).unwrap();
+    let r: format::bundle::BundleRef = decode(Kind::BundleRef, &bref.1).unwrap();
     let plain_ref = encode(Kind::BundleRef, &r, false);
     let replaced = |i: usize, payload: Vec<u8>| {
         let mut v = owned.clone();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::mount::{metric, scrape, Mount};
 use common::{ingest_rev, series, sha256_file, Env};
 use rand::{Rng, SeedableRng};
-use store::file_cache::MIN_FILE_BYTES;
+use read::file_cache::MIN_FILE_BYTES;
 
 const REPO: &str = "demo-org/demo-llm";
 

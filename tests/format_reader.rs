@@ -18,9 +18,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use common::{ingest_series, series, Env};
+use format::{CommitId, RepoId};
 use rand::{Rng, SeedableRng};
+use repo::Store;
 use sha2::{Digest, Sha256};
-use store::{CommitId, RepoId, Store};
 
 const REPO: &str = "demo-org/demo-llm";
 
@@ -218,7 +219,7 @@ fn codecs_used(env: &Env, repo: &str, commit: &str) -> BTreeSet<u8> {
     let mut codecs = BTreeSet::new();
     for f in &m.files {
         for c in &f.chunks {
-            let key = store::layout::pack_key(&m.packs[c.pack as usize]);
+            let key = format::layout::pack_key(&m.packs[c.pack as usize]);
             let bytes = std::fs::read(Path::new(&env.location).join(&key)).unwrap();
             codecs.insert(bytes[c.offset as usize]);
         }
@@ -321,7 +322,7 @@ fn follows_forwarding_records_after_gc_deleted_the_packs_a_manifest_names() {
         .iter()
         .filter(|p| {
             !Path::new(&env.location)
-                .join(store::layout::pack_key(p))
+                .join(format::layout::pack_key(p))
                 .exists()
         })
         .count();

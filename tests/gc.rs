@@ -14,8 +14,9 @@ use common::gc::{
     REPO,
 };
 use common::{fsck_clean, ingest_rev, ingest_series, series, Env};
-use store::pack::read_footer;
-use store::{CommitId, RepoId, Store};
+use format::{CommitId, RepoId};
+use repo::pack::read_footer;
+use repo::Store;
 
 /// Chunk id → frame length of every chunk a revision references.
 fn chunks_of(env: &Env, commit: &str) -> HashMap<[u8; 32], u32> {
@@ -366,7 +367,7 @@ fn a_revision_reads_through_forwarding_records_after_its_packs_are_deleted() {
     assert!(
         m.packs
             .iter()
-            .any(|p| !present.contains(&store::layout::pack_key(p))),
+            .any(|p| !present.contains(&format::layout::pack_key(p))),
         "no pack of r4's manifest was deleted: the test proves nothing"
     );
     verifies(&env, "r4");

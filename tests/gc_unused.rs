@@ -53,7 +53,7 @@ fn used_by(env: &Env, commit: &str) -> String {
     let t = Instant::now();
     loop {
         if let Ok(b) = env.backend().get(&used_key(commit)) {
-            let u: store::manifest::UsedObject =
+            let u: format::manifest::UsedObject =
                 format::codec::decode(format::codec::Kind::Used, &b).unwrap();
             assert_eq!(u.commit.to_hex(), commit);
             return u.by;

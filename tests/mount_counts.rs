@@ -153,7 +153,7 @@ fn opening_a_file_records_the_revisions_last_use() {
         assert!(t.elapsed() < Duration::from_secs(20), "no last-use record");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let u: store::manifest::UsedObject =
+    let u: format::manifest::UsedObject =
         format::codec::decode(format::codec::Kind::Used, &bytes).unwrap();
     assert_eq!((u.commit.to_hex(), u.by.as_str()), (c1, "mount"));
 }
@@ -176,7 +176,7 @@ fn a_mount_stopped_right_after_an_open_still_records_the_use() {
         .backend()
         .get(&key)
         .expect("no last-use record after the stop");
-    let u: store::manifest::UsedObject =
+    let u: format::manifest::UsedObject =
         format::codec::decode(format::codec::Kind::Used, &bytes).unwrap();
     assert_eq!(u.by, "mount");
 }

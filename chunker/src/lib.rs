@@ -8,12 +8,13 @@
 //!   config so that every writer of one store cuts identical boundaries.
 //! * [`StreamChunker`] — streams any [`std::io::Read`] with a fixed-size buffer (memory is
 //!   bounded by the buffer, whatever the input size) and yields [`Chunk`]s.
-//! * [`ChunkId`] — a 32-byte BLAKE3 digest of the uncompressed chunk.
+//!
+//! A chunk is named by its [`format::ChunkId`] (a 32-byte BLAKE3 digest of the
+//! uncompressed chunk) and is at most [`format::MAX_CHUNK_LEN`] long: both belong to the
+//! persisted format, which this crate depends on, not the reverse.
 
-mod id;
 mod params;
 mod stream;
 
-pub use id::{ChunkId, ParseChunkIdError};
-pub use params::{ChunkParams, ParamsError, MAX_CHUNK_LEN};
+pub use params::{ChunkParams, ParamsError};
 pub use stream::{Chunk, StreamChunker};

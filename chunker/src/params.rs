@@ -1,9 +1,11 @@
 //! Chunk size parameters and their validation.
 
-/// The largest chunk any valid [`ChunkParams`] can cut (`max` is at most this): 16 MiB,
-/// FastCDC 2020's upper bound for its maximum size. Readers refuse a chunk, frame or
-/// manifest entry claiming more, before allocating for it.
-pub const MAX_CHUNK_LEN: u32 = fastcdc::v2020::MAXIMUM_MAX as u32;
+use format::MAX_CHUNK_LEN;
+
+// The largest chunk any valid [`ChunkParams`] can cut (`max` is at most this) is FastCDC
+// 2020's upper bound for its maximum size, which the format fixes as the largest chunk
+// every reader accepts: the two must never differ.
+const _: () = assert!(MAX_CHUNK_LEN as usize == fastcdc::v2020::MAXIMUM_MAX);
 
 /// Minimum, average (target) and maximum chunk sizes in bytes.
 ///
@@ -51,6 +53,15 @@ impl Default for ChunkParams {
 }
 
 impl ChunkParams {
+    /// The parameters a store was created with (its config, `MCASCONF`), unchecked.
+    pub fn of_config(config: &format::manifest::StoreConfig) -> Self {
+        ChunkParams {
+            min: config.chunk_min,
+            avg: config.chunk_avg,
+            max: config.chunk_max,
+        }
+    }
+
     /// Tiny sizes (1/4/16 KiB) so that tests hit many boundaries with little data.
     pub fn tiny() -> Self {
         ChunkParams {

@@ -11,7 +11,9 @@ use std::io::{self, Read};
 
 use fastcdc::v2020::{cut, select_masks, Normalization};
 
-use crate::{ChunkId, ChunkParams};
+use format::ChunkId;
+
+use crate::ChunkParams;
 
 /// The smallest buffer used, so that reads from files are large.
 const MIN_BUFFER: usize = 8 * 1024 * 1024;

@@ -16,7 +16,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     tune_malloc();
-    store::failpoint::setup();
+    repo::failpoint::setup();
     let cli = args::Cli::parse();
     match cmd::run(cli) {
         Ok(code) => code,

@@ -1,4 +1,4 @@
-//! Exposing the process metrics (`store::metrics`): an HTTP listener for `/metrics`
+//! Exposing the process metrics (`repo::metrics`): an HTTP listener for `/metrics`
 //! (`--metrics-listen`) and a text file written at exit (`--metrics-file`, for the
 //! node_exporter textfile collector: batch jobs end before a scrape).
 
@@ -15,7 +15,7 @@ pub fn serve(addr: &str) -> Result<()> {
 /// Writes the metrics to `path` atomically (a temporary file renamed into place).
 pub fn write_file(path: &Path) -> Result<()> {
     let tmp = path.with_extension("prom.tmp");
-    std::fs::write(&tmp, store::metrics::render_text_format())
+    std::fs::write(&tmp, repo::metrics::render_text_format())
         .with_context(|| format!("--metrics-file {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("--metrics-file {}", path.display()))?;
     Ok(())

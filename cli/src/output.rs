@@ -7,7 +7,7 @@ pub fn bytes(n: u64) -> String {
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc(secs: u64) -> String {
-    store::manifest::utc_string(secs)
+    repo::manifest::utc_string(secs)
 }
 
 #[cfg(test)]

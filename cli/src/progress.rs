@@ -1,7 +1,7 @@
 //! Progress bars (indicatif on stderr) behind the store's `Progress` trait.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use store::ingest::Progress;
+use read::progress::Progress;
 
 /// A byte progress bar; hidden with `--quiet` or when stderr is not a terminal.
 pub struct Bar {

@@ -3,6 +3,7 @@
 //! (or a tool that inspects a bucket) links this crate alone: no object store, no index,
 //! no RocksDB, no AWS SDK.
 //!
+//! * [`chunk`] — [`ChunkId`], the name of a chunk everywhere, and [`MAX_CHUNK_LEN`].
 //! * [`codec`] — the one envelope (magic, version, checksum) around every persisted object.
 //! * [`frame`] — how one chunk is compressed (raw, zstd, or the bf16 byte-plane codec).
 //! * [`pack`] — packs: frames grouped into one object with a self-describing footer.
@@ -12,18 +13,29 @@
 //! * [`names`] — repository ids, commit ids and ref names, checked when parsed or decoded.
 //! * [`features`] — the store's feature list, which a binary checks before it reads or
 //!   writes a store.
+//! * [`lock`] — lock and lease objects (`locks/`); [`gc`] — gc's condemned list.
+//! * [`bundle`] — the wire format of transfer bundles and the refs they carry.
+//! * [`index`] — the values of a node's local index (a cache, rebuildable from the bucket):
+//!   chunk locations, pack records, files' chunk lists, stamp records.
+//! * [`node`] — node-local state beside the index: the node file cache's marker.
 //! * [`layout`] — the object keys of everything above.
 
+pub mod bundle;
+pub mod chunk;
 pub mod codec;
 pub mod features;
 pub mod forward;
 pub mod frame;
+pub mod gc;
+pub mod index;
 pub mod layout;
+pub mod lock;
 pub mod manifest;
 pub mod names;
+pub mod node;
 pub mod pack;
 
-pub use chunker::ChunkId;
+pub use chunk::{ChunkId, ParseChunkIdError, MAX_CHUNK_LEN};
 pub use names::{CommitId, RepoId};
 
 /// A value that does not parse, or bytes that do not decode as the format says.

@@ -7,8 +7,8 @@
 //! no global index. Stored under `repos/<org>/<name>/manifests/<commit>` in the object
 //! envelope (codec.rs) with magic `MCASMANI`, zstd-compressed payload.
 
+use crate::ChunkId;
 use bincode::{Decode, Encode};
-use chunker::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::layout;
@@ -159,7 +159,7 @@ impl Manifest {
     ///   NUL), strictly sorted (so unique), and no path is a directory of another;
     /// * every chunk points into the pack table, at or after a pack's header, with a frame
     ///   at least a frame header long, ending within 4 GiB, and a chunk of at most
-    ///   [`chunker::MAX_CHUNK_LEN`] bytes;
+    ///   [`crate::MAX_CHUNK_LEN`] bytes;
     /// * every file's size is the sum of its chunks' lengths.
     ///
     /// The repository id was checked when it was decoded ([`RepoId`]'s decoder).
@@ -203,7 +203,7 @@ impl Manifest {
             {
                 return bad("frame offset or length impossible in a pack");
             }
-            if c.raw_len > chunker::MAX_CHUNK_LEN {
+            if c.raw_len > crate::MAX_CHUNK_LEN {
                 return bad("longer than any chunk");
             }
             size += c.raw_len as u64;
@@ -360,17 +360,6 @@ pub struct StoreConfig {
     pub pack_target: u32,
 }
 
-impl StoreConfig {
-    /// The chunking parameters.
-    pub fn chunk_params(&self) -> chunker::ChunkParams {
-        chunker::ChunkParams {
-            min: self.chunk_min,
-            avg: self.chunk_avg,
-            max: self.chunk_max,
-        }
-    }
-}
-
 /// Decodes a manifest read from `key` (a bucket key, or a description such as a bundle
 /// record's position) and checks it: the one way any reader gets a [`Manifest`] from
 /// bytes. Beyond the envelope's checks, the repository id passes [`RepoId::parse`]'s rules
@@ -513,7 +502,7 @@ mod decode_tests {
             let mut sum = 0u64;
             for c in &f.chunks {
                 assert!((c.pack as usize) < m.packs.len());
-                assert!(c.raw_len <= chunker::MAX_CHUNK_LEN);
+                assert!(c.raw_len <= crate::MAX_CHUNK_LEN);
                 assert!(c.offset >= 16 && c.frame_len >= 16);
                 sum += c.raw_len as u64;
             }

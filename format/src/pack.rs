@@ -11,8 +11,8 @@
 //! `modelcas index rebuild` reads only the last bytes of each pack. Reading them from an
 //! object store is the store crate's job; this module decodes and checks the bytes.
 
+use crate::ChunkId;
 use bincode::{Decode, Encode};
-use chunker::ChunkId;
 
 use crate::codec::{self, Kind};
 use crate::frame;
@@ -178,7 +178,7 @@ pub fn decode_footer(key: &str, footer_at: u64, bytes: &[u8]) -> Result<PackFoot
                 e.offset
             )));
         }
-        if e.raw_len > chunker::MAX_CHUNK_LEN || (e.frame_len as usize) < frame::HEADER_LEN {
+        if e.raw_len > crate::MAX_CHUNK_LEN || (e.frame_len as usize) < frame::HEADER_LEN {
             return Err(corrupt(format!(
                 "footer entry at offset {} claims a frame of {} bytes for {} bytes of chunk",
                 e.offset, e.frame_len, e.raw_len

@@ -5,7 +5,7 @@
 //! Whatever the bytes, `decode` and `decode_into` return an error or bytes of the length the
 //! header declares, never panic, agree with each other, and allocate no block larger than
 //! the declared length (and nothing beyond small error messages once the declared length
-//! is over [`chunker::MAX_CHUNK_LEN`]), counted by this test binary's global allocator.
+//! is over [`format::MAX_CHUNK_LEN`]), counted by this test binary's global allocator.
 //! Damage a frame cannot detect by itself (a flipped byte of a raw body, of a zstd section
 //! without a checksum) gives other bytes of the right length; the reader's BLAKE3 check
 //! refuses those. Damage that only touches the header, cuts the frame or extends it gives
@@ -77,7 +77,7 @@ fn counted<T>(f: impl FnOnce() -> T) -> (T, usize, usize) {
 
 /// Allocations any call may make whatever it decodes: error messages and the like.
 const SLACK: usize = 4096;
-const CAP: usize = chunker::MAX_CHUNK_LEN as usize;
+const CAP: usize = format::MAX_CHUNK_LEN as usize;
 
 /// Chunk bytes of one of the kinds the encoder treats differently: noise (raw), text
 /// (zstd), bf16-like weights (bg2, one or both planes compressed), zeros, a few bytes.

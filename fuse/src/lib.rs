@@ -17,12 +17,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use format::{CommitId, RepoId};
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use read::cache::ChunkCache;
 pub use read::file_cache::FileCache;
 pub use read::readahead::ReadaheadConfig;
 pub use read::tensor_plan::TensorOrder;
-use repo::{CommitId, RepoId, Store};
+use repo::Store;
 
 use crate::adapter::ModelFs;
 use crate::namespace::Namespace;

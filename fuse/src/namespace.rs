@@ -23,8 +23,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use format::{CommitId, RepoId};
 use read::tree::{Child, Tree};
-use repo::{CommitId, RepoId, Store, StoreError};
+use repo::{Store, StoreError};
 
 /// How long listings of repositories and refs are trusted before being read again.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -562,9 +563,13 @@ fn unescape_ref(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use store::ingest::{ingest, IngestOptions, NoProgress};
+    use chunker::ChunkParams;
+    use index::Index;
+    use objects::MemoryStore;
+    use read::progress::NoProgress;
+    use repo::CreateOptions;
+    use store::ingest::{ingest, IngestOptions};
     use store::source::{discover, DiscoverOptions};
-    use store::{ChunkParams, CreateOptions, Index, MemoryStore};
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";

@@ -31,15 +31,20 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chunker::ChunkParams;
+use format::{CommitId, RepoId};
+use index::Index;
 use modelfs::fs::{FsError, Kind, MountCore, OpenHow, IMMUTABLE_TTL, MUTABLE_TTL};
 use modelfs::namespace::{escape_ref, Namespace, ROOT};
 use modelfs::FileCache;
+use objects::MemoryStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use read::progress::NoProgress;
+use repo::{CreateOptions, Store};
 use store::gc::GcOptions;
-use store::ingest::{ingest, IngestOptions, NoProgress};
+use store::ingest::{ingest, IngestOptions};
 use store::source::{discover, DiscoverOptions};
-use store::{ChunkParams, CommitId, CreateOptions, Index, MemoryStore, RepoId, Store};
 
 /// Seeds that once failed; run first, always.
 const REGRESSIONS: &[u64] = &[];

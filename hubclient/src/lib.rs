@@ -46,4 +46,4 @@ pub use download::{Download, MAX_RESUMES};
 pub use error::Error;
 pub use options::{endpoint, token, HubOptions, ListingLimits, Timeouts, DEFAULT_ENDPOINT};
 pub use revision::{RemoteFile, Revision, MAX_JSON_BODY, MAX_PAGES};
-pub use verify::{git_blob_id, Digests, Verifier, Verifying};
+pub use verify::{Digests, Verifier, Verifying};

@@ -3,14 +3,15 @@
 //! file is not in LFS), and [`RemoteFile::check`] compares the [`Digests`] with the tree
 //! entry. Nothing is buffered; what to do on a mismatch is the caller's decision.
 //!
-//! The git blob id is `sha1("blob {len}\0" || content)`: its header needs the length
-//! before the content, so the verifier is made for the size the tree states, and a file
-//! of another length is reported as a size mismatch first.
+//! The git blob id (the `gitblob` crate, shared with serve) is `sha1("blob {len}\0" ||
+//! content)`: its header needs the length before the content, so the verifier is made for
+//! the size the tree states, and a file of another length is reported as a size mismatch
+//! first.
 
 use std::io::{self, Read, Write};
 
-use sha1::{Digest, Sha1};
-use sha2::Sha256;
+use gitblob::GitBlob;
+use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::revision::RemoteFile;
@@ -29,7 +30,7 @@ pub struct Digests {
 #[derive(Clone)]
 pub struct Verifier {
     sha256: Sha256,
-    git: Option<Sha1>,
+    git: Option<GitBlob>,
     size: u64,
 }
 
@@ -37,11 +38,7 @@ impl Verifier {
     /// A verifier for content expected to be `expected_size` bytes long; with `git_oid`,
     /// it also computes the git blob id.
     pub fn new(expected_size: u64, git_oid: bool) -> Verifier {
-        let git = git_oid.then(|| {
-            let mut h = Sha1::new();
-            h.update(format!("blob {expected_size}\0").as_bytes());
-            h
-        });
+        let git = git_oid.then(|| GitBlob::new(expected_size));
         Verifier {
             sha256: Sha256::new(),
             git,
@@ -67,7 +64,7 @@ impl Verifier {
         Digests {
             size: self.size,
             sha256: self.sha256.finalize().into(),
-            git_oid: self.git.map(|g| g.finalize().into()),
+            git_oid: self.git.map(GitBlob::finish),
         }
     }
 }
@@ -144,25 +141,21 @@ impl RemoteFile {
     }
 }
 
-/// The git blob id of `data`, as 40 lowercase hex digits.
-pub fn git_blob_id(data: &[u8]) -> String {
-    let mut v = Verifier::new(data.len() as u64, true);
-    v.update(data);
-    v.finish().git_oid.map(hex::encode).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn git_ids_match_git() {
-        // `printf 'hello\n' | git hash-object --stdin`, and the empty blob.
+    fn the_verifier_computes_the_git_blob_id() {
+        let mut v = Verifier::new(6, true);
+        v.update(b"hel");
+        v.update(b"lo\n");
+        let got = v.finish().git_oid.map(hex::encode);
         assert_eq!(
-            git_blob_id(b"hello\n"),
-            "ce013625030ba8dba906f756967f9e9ca394464a"
+            got.as_deref(),
+            Some("ce013625030ba8dba906f756967f9e9ca394464a")
         );
-        assert_eq!(git_blob_id(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
+        assert_eq!(Verifier::new(6, false).finish().git_oid, None);
     }
 
     #[test]
@@ -171,7 +164,7 @@ mod tests {
         let small = RemoteFile {
             path: "a.txt".into(),
             size: 6,
-            git_oid: git_blob_id(data),
+            git_oid: gitblob::git_blob_id(data),
             sha256: None,
         };
         let mut v = Verifier::for_file(&small);

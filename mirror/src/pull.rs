@@ -18,14 +18,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use format::manifest::Manifest;
+use format::{CommitId, RepoId};
 use hubclient::{HubClient, RemoteFile, Verifier};
+use index::Index;
 use read::cache::ChunkSource;
 use read::chunk_map::ChunkMap;
-use store::index::Index;
-use store::ingest::{ingest_from, IngestOptions, Opener, Progress};
-use store::manifest::Manifest;
+use read::progress::Progress;
+use repo::{Store, StoreError};
+use store::ingest::{ingest_from, IngestOptions, Opener};
 use store::source::{Snapshot, SourceFile};
-use store::{CommitId, RepoId, Store, StoreError};
 
 use crate::select::Selection;
 use crate::slots::{Permit, Slots};
@@ -181,7 +183,7 @@ pub fn pull(
 
 /// A pull is a use of the revision (for `gc --unused-for`); a failure is only a warning.
 fn record_use(store: &Store, repo: &RepoId, commit: &CommitId) {
-    if let Err(e) = store::usage::record(store, repo, commit, "pull") {
+    if let Err(e) = repo::usage::record(store, repo, commit, "pull") {
         tracing::warn!(%repo, commit = %commit.to_hex(), "cannot record last use: {e}");
     }
 }
@@ -333,7 +335,7 @@ impl<'a> HubOpener<'a> {
 }
 
 impl Opener for HubOpener<'_> {
-    fn open(&self, source: &Path) -> store::Result<Box<dyn Read + Send + '_>> {
+    fn open(&self, source: &Path) -> repo::Result<Box<dyn Read + Send + '_>> {
         let unknown = || StoreError::Invalid(format!("pull: no plan for {}", source.display()));
         match self.plans.get(source).ok_or_else(unknown)? {
             Plan::Download(f) => {
@@ -408,7 +410,7 @@ fn stored_copy(
     let sources = chunks
         .into_iter()
         .map(|(id, l)| ChunkSource {
-            key: store::layout::pack_key(&l.pack).into(),
+            key: format::layout::pack_key(&l.pack).into(),
             id,
             offset: l.offset as u64,
             frame_len: l.frame_len,

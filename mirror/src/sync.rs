@@ -25,12 +25,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use format::names::check_ref_name;
+use format::{CommitId, RepoId};
 use hubclient::HubClient;
+use index::Index;
+use read::progress::Progress;
+use repo::{Store, StoreError};
 use serde::{Deserialize, Serialize};
-use store::index::Index;
-use store::ingest::Progress;
-use store::names::check_ref_name;
-use store::{CommitId, RepoId, Store, StoreError};
 
 use crate::pull::{pull, PullOptions, PullReport};
 use crate::select::Selection;

@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_channel::{unbounded, Sender};
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use repo::pack;
 use repo::Store;
@@ -346,7 +346,7 @@ impl ChunkCache {
     }
 
     /// Every chunk of a group whose ranged read failed gets the failure.
-    fn fail_all(&self, group: &[(ChunkSource, Arc<Slot>)], e: &repo::backend::ObjectError) {
+    fn fail_all(&self, group: &[(ChunkSource, Arc<Slot>)], e: &objects::ObjectError) {
         let reason = e.to_string();
         for (src, slot) in group {
             let err = if e.is_not_found() {
@@ -468,7 +468,7 @@ impl ChunkCache {
 mod tests {
     use super::*;
     use crate::test_pack::{noise, one_pack};
-    use repo::backend::ObjectStore;
+    use objects::ObjectStore;
 
     fn chunks(n: usize, len: usize) -> Vec<Vec<u8>> {
         (0..n).map(|i| noise(len, i as u64)).collect()

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::ChunkSource;
-use repo::layout;
+use format::layout;
 use repo::manifest::{FileEntry, Manifest};
 use repo::{Result, StoreError};
 

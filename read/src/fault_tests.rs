@@ -23,13 +23,14 @@ use crate::readahead::{FileStream, ReadaheadConfig};
 use crate::tensor_plan::TensorOrder;
 use crate::test_faults::{Faults, FaultyStore};
 use crate::test_pack::noise;
-use chunker::ChunkId;
-use repo::backend::{MemoryStore, ObjectStore};
+use format::names::{CommitId, RepoId};
+use format::ChunkId;
+use format::{frame, layout};
+use objects::{MemoryStore, ObjectStore};
 use repo::forward::{MovedFrame, MovedRecord};
 use repo::manifest::{ChunkRef, FileEntry, Manifest};
-use repo::names::{CommitId, RepoId};
 use repo::pack::{FooterEntry, PackBuilder, PackId};
-use repo::{frame, layout, CreateOptions, Store};
+use repo::{CreateOptions, Store};
 
 /// Seeds that once failed, run before the others.
 const REGRESSIONS: &[u64] = &[];

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use format::node::{FILE_CACHE_MARK, FILE_CACHE_MARK_NAME};
 use repo::lru_dir::LruDir;
 use repo::manifest::{FileEntry, Manifest};
 use repo::metrics::{self, METRICS};
@@ -51,9 +52,6 @@ use crate::progress::NoProgress;
 pub mod verify;
 
 use verify::{Checks, Claim, Stamp, Verdict};
-
-/// The content of `<dir>/FORMAT`, which marks a directory as a file cache of this layout.
-pub const FORMAT_MARK: &[u8] = b"MCASFILES 1\n";
 
 /// Files smaller than this are never kept whole (see the module's doc): configs,
 /// tokenizer configs and indexes are read through the mount; weights are kept.
@@ -126,9 +124,9 @@ impl FileCache {
         fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| StoreError::io(dir, e))?;
-        let mark = dir.join("FORMAT");
+        let mark = dir.join(FILE_CACHE_MARK_NAME);
         match fs::read(&mark) {
-            Ok(m) if m == FORMAT_MARK => {}
+            Ok(m) if m == FILE_CACHE_MARK => {}
             Ok(m) => {
                 return Err(StoreError::BadSource {
                     path: dir.to_path_buf(),
@@ -136,11 +134,11 @@ impl FileCache {
                         "not a file cache of this version (FORMAT holds {:?}, expected {:?}); \
                          point --file-cache elsewhere or empty the directory",
                         String::from_utf8_lossy(&m[..m.len().min(32)]),
-                        String::from_utf8_lossy(FORMAT_MARK),
+                        String::from_utf8_lossy(FILE_CACHE_MARK),
                     ),
                 })
             }
-            Err(_) => fs::write(&mark, FORMAT_MARK).map_err(|e| StoreError::io(&mark, e))?,
+            Err(_) => fs::write(&mark, FILE_CACHE_MARK).map_err(|e| StoreError::io(&mark, e))?,
         }
         let lru = LruDir::open(dir, max_bytes)?;
         metrics::set(&METRICS.file_cache_bytes, lru.bytes());
@@ -501,7 +499,10 @@ mod tests {
         assert!(!cache.fill(&store, &manifest, f).unwrap(), "filled once");
         let mode = fs::metadata(cache.dir()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
-        assert_eq!(fs::read(cache.dir().join("FORMAT")).unwrap(), FORMAT_MARK);
+        assert_eq!(
+            fs::read(cache.dir().join("FORMAT")).unwrap(),
+            FILE_CACHE_MARK
+        );
     }
 
     #[test]

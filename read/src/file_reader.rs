@@ -16,8 +16,8 @@ use sha2::{Digest, Sha256};
 
 use crate::chunk_map::ChunkMap;
 use crate::progress::Progress;
-use chunker::ChunkId;
-use repo::frame;
+use format::frame;
+use format::ChunkId;
 use repo::manifest::{FileEntry, Manifest};
 use repo::Store;
 use repo::{Result, StoreError};
@@ -423,9 +423,9 @@ mod tests {
     use super::*;
     use crate::progress::NoProgress;
     use crate::test_pack::{noise, one_pack};
-    use chunker::ChunkId;
+    use format::names::{CommitId, RepoId};
+    use format::ChunkId;
     use repo::manifest::ChunkRef;
-    use repo::names::{CommitId, RepoId};
 
     /// A revision of one file made of `chunks` (in one pack), with the chunk ids and the
     /// file's sha256 as given.
@@ -511,7 +511,7 @@ mod tests {
 
     #[test]
     fn with_a_node_cache_adjacent_missing_frames_are_fetched_together_and_kept() {
-        use repo::backend::{CountingStore, ObjectStore};
+        use objects::{CountingStore, ObjectStore};
         use repo::disk_cache::DiskCache;
         let chunks: Vec<Vec<u8>> = (0..12u64).map(|i| noise(100_000, i)).collect();
         let p = one_pack(&chunks);

@@ -383,8 +383,8 @@ impl FileStream {
 mod tests {
     use super::*;
     use crate::test_pack::{noise, one_pack};
+    use format::names::{CommitId, RepoId};
     use repo::manifest::{ChunkRef, FileEntry};
-    use repo::names::{CommitId, RepoId};
 
     /// A file made of `chunks` in one pack, and a stream over it.
     fn stream(chunks: &[Vec<u8>], budget: usize) -> (FileStream, Vec<u8>) {

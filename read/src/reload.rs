@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use format::{CommitId, RepoId};
 use repo::manifest::{FileEntry, Manifest};
-use repo::{CommitId, RepoId, Result, Store};
+use repo::{Result, Store};
 
 /// The commit's manifest, read again and resolved through gc's forwarding records, with
 /// the index of the file `was` in it, if that file is still there with the same size and

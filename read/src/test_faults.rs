@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use repo::backend::{ObjectError, ObjectMeta, ObjectStore, Result, Temporary};
+use objects::{ObjectError, ObjectMeta, ObjectStore, Result, Temporary};
 
 /// How often each fault is injected, in parts per thousand of read calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use crate::cache::ChunkSource;
-use repo::backend::{MemoryStore, ObjectStore};
-use repo::frame;
-use repo::layout;
+use format::frame;
+use format::layout;
+use objects::{MemoryStore, ObjectStore};
 use repo::pack::{FooterEntry, PackBuilder, PackId};
 use repo::{CreateOptions, Store};
 
@@ -52,8 +52,8 @@ impl OnePack {
     /// A manifest of `files` whose only pack is this one.
     pub fn manifest(&self, files: Vec<repo::manifest::FileEntry>) -> repo::manifest::Manifest {
         repo::manifest::Manifest {
-            repo: repo::names::RepoId::parse("a/b").unwrap(),
-            commit: repo::names::CommitId([1; 20]),
+            repo: format::names::RepoId::parse("a/b").unwrap(),
+            commit: format::names::CommitId([1; 20]),
             ingested_at: 0,
             source: "test".into(),
             packs: vec![self.pack],
@@ -99,8 +99,8 @@ pub fn one_pack(chunks: &[Vec<u8>]) -> OnePack {
 /// A store in memory holding one file of `data` (cut into 16 KiB chunks, one pack), and the
 /// manifest of a revision with that file (`f`, with its sha256).
 pub fn one_file_store(data: &[u8]) -> (Store, repo::manifest::Manifest) {
+    use format::names::{CommitId, RepoId};
     use repo::manifest::{ChunkRef, FileEntry, Manifest};
-    use repo::names::{CommitId, RepoId};
     use sha2::Digest;
     let chunks: Vec<Vec<u8>> = data.chunks(16 << 10).map(|c| c.to_vec()).collect();
     let p = one_pack(&chunks);

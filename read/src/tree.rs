@@ -82,8 +82,8 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use format::names::{CommitId, RepoId};
     use repo::manifest::FileEntry;
-    use repo::names::{CommitId, RepoId};
 
     #[test]
     fn nested_paths() {

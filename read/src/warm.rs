@@ -93,7 +93,7 @@ mod tests {
         let (cache, m) = revision(&[&[2], &[3, 4, 5], &[0], &[1]], &chunks);
         assert_eq!(warm_small_files(&cache, &m), 3);
         for (i, c) in chunks.iter().enumerate() {
-            let held = cache.holds(&chunker::ChunkId::of(c));
+            let held = cache.holds(&format::ChunkId::of(c));
             assert_eq!(held, i < 3, "chunk {i}");
         }
         // Warming again hands nothing new over, and the bytes read right.
@@ -113,7 +113,7 @@ mod tests {
         let (cache, m) = revision(&refs, &chunks);
         assert_eq!(warm_small_files(&cache, &m), MAX_FILES);
         for (i, c) in chunks.iter().enumerate() {
-            assert_eq!(cache.holds(&chunker::ChunkId::of(c)), i < MAX_FILES, "{i}");
+            assert_eq!(cache.holds(&format::ChunkId::of(c)), i < MAX_FILES, "{i}");
         }
     }
 

@@ -4,7 +4,7 @@
 //!
 //! Nothing that decides safety or retention compares this clock with another host's: lock
 //! and lease ages, condemned-pack marks, last use and `gc --keep-within` are judged by the
-//! object store's clock ([`crate::ObjectStore::now`] and objects' modification times), see
+//! object store's clock ([`objects::ObjectStore::now`] and objects' modification times), see
 //! `docs/format/protocols.md`, "Locks and leases", and `docs/format/bytes.md`, "Manifests".
 //!
 //! Test hooks, only in builds with the `failpoints` feature (release binaries ignore the

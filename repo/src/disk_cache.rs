@@ -12,7 +12,7 @@
 use std::fs;
 use std::path::Path;
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use crate::lru_dir::LruDir;
 use crate::Result;

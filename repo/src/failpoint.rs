@@ -11,7 +11,7 @@
 //!
 //! Crash steps, for tests that kill a process at every moment that matters rather than at
 //! a moment guessed from a timer: each object-store mutation (put, deferred put, sync of
-//! deferred puts, delete; see `backend::MeteredStore`) passes the fail point
+//! deferred puts, delete; see `MeteredStore`) passes the fail point
 //! [`MUTATION`], a numbered step. With `MODELCAS_CRASH_AT_STEP=N` the process kills itself
 //! with SIGKILL just before step N (counting from 1), exactly as `kill -9` would; with
 //! `MODELCAS_STEP_COUNT=FILE` it writes the number of steps taken so far to FILE after each

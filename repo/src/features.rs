@@ -2,9 +2,9 @@
 //! one place every command goes through, from [`crate::Store::open`] (to read) and from
 //! taking any lock or lease (to write).
 
-use crate::backend::ObjectStore;
-use crate::layout;
 use crate::{Result, StoreError};
+use format::layout;
+use objects::ObjectStore;
 
 /// Refuses with [`StoreError::NeedsNewerVersion`] when the store lists a feature this
 /// build does not implement: one needed to read it, or (with `write`) to write to it.

@@ -6,10 +6,10 @@ pub use format::forward::*;
 
 use std::collections::HashSet;
 
-use crate::backend::ObjectStore;
-use crate::layout;
 use crate::pack::PackId;
 use crate::Result;
+use format::layout;
+use objects::ObjectStore;
 
 /// Reads the record of `pack`; `None` when there is none.
 pub fn read(store: &dyn ObjectStore, pack: &PackId) -> Result<Option<MovedRecord>> {

@@ -10,17 +10,17 @@ use std::time::Instant;
 
 use chunker::ChunkParams;
 
-use crate::backend::ObjectStore;
-use crate::codec::{self, Kind};
 use crate::disk_cache::DiskCache;
 use crate::forward::{self, Dest, Forwards};
-use crate::layout;
 use crate::manifest::{now_secs, Manifest, StoreConfig};
-use crate::names::{CommitId, RepoId};
 use crate::pack;
 use crate::pack::{PackId, DEFAULT_PACK_TARGET};
 use crate::{Result, StoreError};
-use chunker::ChunkId;
+use format::codec::{self, Kind};
+use format::layout;
+use format::names::{CommitId, RepoId};
+use format::ChunkId;
+use objects::ObjectStore;
 
 mod mirror;
 mod refs;
@@ -74,8 +74,7 @@ impl Store {
                 key: layout::CONFIG_KEY.into(),
                 reason: e.to_string(),
             })?;
-        config
-            .chunk_params()
+        ChunkParams::of_config(&config)
             .validate()
             .map_err(|e| StoreError::CorruptObject {
                 key: layout::CONFIG_KEY.into(),
@@ -223,7 +222,7 @@ impl Store {
     }
 
     /// The same store reached through another backend (a wrapper of this one, such as
-    /// [`crate::backend::CountingStore`]).
+    /// [`objects::CountingStore`]).
     pub fn with_backend(&self, backend: Arc<dyn ObjectStore>) -> Store {
         Store {
             backend,
@@ -368,7 +367,7 @@ impl Store {
         Ok(self.resolve_tagged(repo, rev)?.0)
     }
 
-    /// [`Store::resolve`], with the tag ([`crate::backend::ObjectMeta::tag`]) of the commit's manifest
+    /// [`Store::resolve`], with the tag ([`objects::ObjectMeta::tag`]) of the commit's manifest
     /// object from the same listing ("" when the manifest is missing). The tag changes when
     /// a commit is removed and ingested again, so a cache of manifests that keeps the tag
     /// with each never serves a replaced one.

@@ -1,11 +1,12 @@
 //! A modelcas store opened for use: everything a reader or a small writer (`ref`, `pin`,
 //! `rm`) needs, and nothing of ingest, gc or the local index.
 //!
-//! * [`backend`] — the object stores (the `objects` crate) and [`backend::MeteredStore`],
-//!   which records every request in the metrics.
-//! * the `format` crate, re-exported as [`codec`], [`frame`], [`layout`], [`names`], and
-//!   inside [`pack`], [`manifest`], [`forward`] — every persisted byte, without I/O.
-//! * [`pack`], [`forward`] — reading pack footers, frames and forwarding records.
+//! * [`MeteredStore`] — an object store (the `objects` crate) that records every request
+//!   in the metrics.
+//! * [`pack`], [`forward`], [`manifest`] — reading pack footers, frames and forwarding
+//!   records; each also re-exports its `format` module (`format::pack`, ...), whose types
+//!   it reads. Everything else of `format` (every persisted byte, without I/O) and of
+//!   `objects` is imported from those crates under their own names.
 //! * [`handle`] — [`Store`]: open or create, the feature list, repositories, refs, pins
 //!   and commits, resolving revisions, reading one verified chunk (through the node cache,
 //!   [`disk_cache`]); [`lru_dir`] — the size-limited directory of entries behind the node's
@@ -33,17 +34,6 @@ pub mod metrics;
 pub mod pack;
 pub mod usage;
 
-/// The object stores (the `objects` crate), and the metered wrapper.
-pub mod backend {
-    pub use crate::metered::MeteredStore;
-    pub use objects::*;
-}
-
-/// The persisted formats (the `format` crate), under the paths the rest of the code uses.
-pub use format::{codec, frame, layout, names};
-
-pub use backend::{LocalStore, MemoryStore, ObjectStore};
-pub use chunker::{ChunkId, ChunkParams};
 pub use error::{Result, StoreError};
 pub use handle::{CreateOptions, Store};
-pub use names::{CommitId, RepoId};
+pub use metered::MeteredStore;

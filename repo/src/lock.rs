@@ -30,13 +30,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use bincode::{Decode, Encode};
+use format::lock::{self as lock_object, LockObject};
 
-use crate::backend::ObjectStore;
 use crate::clock;
-use crate::codec::{self, Kind};
-use crate::layout;
 use crate::{Result, StoreError};
+use format::layout;
+use objects::ObjectStore;
 
 /// Default time to live of gc locks and ingest leases.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
@@ -75,25 +74,6 @@ pub fn hostname() -> String {
         Ok(ns) => format!("{host} {}", ns.display()),
         Err(_) => host,
     }
-}
-
-/// The persisted lock or lease (`MCASLOCK`).
-#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-pub struct LockObject {
-    /// `gc` or `ingest`.
-    pub kind: String,
-    /// Host name and pid namespace of the holder (see [`hostname`]).
-    pub host: String,
-    /// Process id of the holder.
-    pub pid: u32,
-    /// When it was taken, by the store's clock (ms since the epoch): the modification
-    /// time of its first write. 0 in that first write (the holder learns the time from
-    /// the store afterwards): then the object's own modification time is the start.
-    pub started_ms: u64,
-    /// Last refresh by the holder's clock (ms since the epoch). Informational only.
-    pub refreshed_ms: u64,
-    /// Time to live after a refresh (ms).
-    pub ttl_ms: u64,
 }
 
 /// A lock object as listed: its key, its content and when the store last wrote it.
@@ -173,7 +153,7 @@ pub fn list(store: &dyn ObjectStore, kind: &str) -> Result<Vec<Listed>> {
             Err(e) => return Err(e.into()),
         };
         let lock: LockObject =
-            codec::decode(Kind::Lock, &bytes).map_err(|e| StoreError::CorruptObject {
+            lock_object::decode(&bytes).map_err(|e| StoreError::CorruptObject {
                 key: obj.key.clone(),
                 reason: format!("{e} (remove it if no modelcas process is running)"),
             })?;
@@ -238,7 +218,7 @@ impl Shared {
         obj.refreshed_ms = now_ms();
         let written = self
             .store
-            .put(&self.key, &codec::encode(Kind::Lock, &obj, false))
+            .put(&self.key, &lock_object::encode(&obj))
             .and_then(|()| self.store.stat(&self.key));
         match written {
             Ok(Some(meta)) => {
@@ -290,7 +270,7 @@ impl Shared {
             other => other?,
         };
         let obj: LockObject =
-            codec::decode(Kind::Lock, &bytes).map_err(|e| StoreError::CorruptObject {
+            lock_object::decode(&bytes).map_err(|e| StoreError::CorruptObject {
                 key: self.key.clone(),
                 reason: e.to_string(),
             })?;
@@ -385,7 +365,7 @@ impl Held {
             refreshed_ms: now_ms(),
             ttl_ms: ttl.as_millis() as u64,
         };
-        store.put(&key, &codec::encode(Kind::Lock, &template, false))?;
+        store.put(&key, &lock_object::encode(&template))?;
         let started = store
             .stat(&key)
             .map_err(StoreError::from)
@@ -480,7 +460,7 @@ impl Drop for Held {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryStore;
+    use objects::MemoryStore;
 
     /// A memory store whose clock moves only when told.
     fn frozen() -> (Arc<MemoryStore>, Arc<dyn ObjectStore>) {
@@ -507,9 +487,7 @@ mod tests {
     }
 
     fn put_lock(store: &dyn ObjectStore, key: &str, obj: &LockObject) {
-        store
-            .put(key, &codec::encode(Kind::Lock, obj, false))
-            .unwrap();
+        store.put(key, &lock_object::encode(obj)).unwrap();
     }
 
     #[test]

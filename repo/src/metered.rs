@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{ObjectError, ObjectMeta, ObjectStore, Temporary};
 use crate::metrics::METRICS;
 use objects::Result;
+use objects::{ObjectError, ObjectMeta, ObjectStore, Temporary};
 
 /// An object store whose requests show up in `/metrics`.
 pub struct MeteredStore {

@@ -4,11 +4,11 @@
 
 pub use format::pack::*;
 
-use chunker::ChunkId;
+use format::ChunkId;
 
-use crate::backend::ObjectStore;
-use crate::frame;
 use crate::{Result, StoreError};
+use format::frame;
+use objects::ObjectStore;
 
 /// Reads and checks the footer of the pack at `key` (two ranged reads: the trailer, then
 /// the footer).
@@ -100,7 +100,7 @@ fn corrupt_chunk(id: &ChunkId, key: &str, offset: u64, reason: String) -> StoreE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryStore;
+    use objects::MemoryStore;
 
     #[test]
     fn build_and_read_back() {

@@ -27,12 +27,12 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::codec::{self, Kind};
 use crate::handle::Store;
-use crate::layout;
 use crate::manifest::UsedObject;
-use crate::names::{CommitId, RepoId};
 use crate::{clock, Result};
+use format::codec::{self, Kind};
+use format::layout;
+use format::names::{CommitId, RepoId};
 
 /// How often a process rewrites the record of a revision it keeps using.
 pub const REFRESH: Duration = Duration::from_secs(600);

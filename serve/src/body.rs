@@ -17,11 +17,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use format::{CommitId, RepoId};
 use http_body::{Frame, SizeHint};
 use read::cache::ChunkCache;
 use read::readahead::{FileStream, ReadaheadConfig};
 use repo::manifest::{FileEntry, Manifest};
-use repo::{CommitId, RepoId, Store, StoreError};
+use repo::{Store, StoreError};
 use tokio::sync::mpsc;
 
 /// Chunks decoded ahead of the socket.

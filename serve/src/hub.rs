@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
+use format::{CommitId, RepoId};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use read::cache::ChunkCache;
 use read::readahead::ReadaheadConfig;
 use repo::manifest::Manifest;
-use repo::{CommitId, RepoId, Store, StoreError};
+use repo::{Store, StoreError};
 use serde_json::{json, Value};
 
 use crate::body::{Body, FileSource};
@@ -538,12 +539,12 @@ impl Hub {
         if let Some(id) = known {
             return Ok(id);
         }
-        let mut blob = etag::GitBlob::new(f.size);
+        let mut blob = gitblob::GitBlob::new(f.size);
         self.source(at, i).copy_range(0, f.size, &mut |b: Bytes| {
             blob.update(&b);
             true
         })?;
-        let id = blob.finish();
+        let id = blob.finish_hex();
         self.blob_ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -561,7 +562,7 @@ impl Hub {
         if etag::is_lfs(&f.path, f.size) {
             let sha = f.sha256_hex();
             let pointer = etag::lfs_pointer(&sha, f.size);
-            let oid = etag::git_blob_id(pointer.as_bytes());
+            let oid = gitblob::git_blob_id(pointer.as_bytes());
             let lfs = json!({ "oid": sha, "size": f.size, "pointerSize": pointer.len() });
             Ok((oid, sha, Some(lfs)))
         } else {
@@ -601,7 +602,7 @@ impl Hub {
                 let d = format!("{prefix}{}", parts[..k].join("/"));
                 if dirs.insert(d.clone()) {
                     let oid =
-                        etag::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
+                        gitblob::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
                     entries.push(json!({ "type": "directory", "oid": oid, "path": d }));
                 }
             }

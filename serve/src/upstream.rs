@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use repo::{CommitId, RepoId};
+use format::{CommitId, RepoId};
 
 use crate::metrics::METRICS;
 use flight::{Flights, Outcome, Pool};

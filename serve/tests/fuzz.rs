@@ -26,17 +26,22 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use chunker::ChunkParams;
+use format::{CommitId, RepoId};
 use http::{HeaderMap, HeaderValue, Method};
 use http_body_util_shim::collect;
 use hubserve::body::Body;
 use hubserve::decode;
 use hubserve::hub::{Head, Hub};
 use hubserve::{Limits, Policy, Upstream, UpstreamError, UpstreamOptions};
+use index::Index;
+use objects::MemoryStore;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use store::ingest::{ingest, IngestOptions, NoProgress};
+use read::progress::NoProgress;
+use repo::{CreateOptions, Store};
+use store::ingest::{ingest, IngestOptions};
 use store::source::{discover, DiscoverOptions};
-use store::{ChunkParams, CommitId, CreateOptions, Index, MemoryStore, RepoId, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Cases per property in a normal run.
@@ -97,7 +102,7 @@ fn ingest_dir(
     repo: &str,
     revision: Option<CommitId>,
     refs: &[&str],
-) -> store::Result<()> {
+) -> repo::Result<()> {
     let opts = DiscoverOptions {
         repo: Some(RepoId::parse(repo).unwrap()),
         revision,

@@ -1,14 +1,8 @@
 //! Transfer bundles: one stream holding revisions' manifests, refs and the chunks the other
 //! side lacks, for closed networks (`docs/FORMAT.md`, "Bundles").
 //!
-//! ```text
-//! bundle  = "MCASBNDL" || version u16 LE (1) || flags u16 LE (0) || record* || end
-//! record  = kind u8 || length u64 LE || payload
-//!   1 manifest  the manifest object as stored (envelope MCASMANI)
-//!   2 ref       envelope MCASBREF of BundleRef { repo, name, commit }
-//!   3 chunk     chunk id (32) || raw length u32 LE || frame
-//! end     = kind 0xFF || length 40 || records u64 LE || BLAKE3 of every byte before `end`
-//! ```
+//! The wire format (header, records, the end record, [`BundleRef`]) is `format::bundle`;
+//! this module writes and reads it.
 //!
 //! Export streams chunks straight from packs (bounded memory). Import checks every chunk
 //! against its id as it arrives and writes it into new packs, which nothing references
@@ -27,42 +21,19 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
-use bincode::{Decode, Encode};
-use chunker::ChunkId;
-
-use crate::codec::{self, Kind};
-use crate::index::Index;
-use crate::layout;
-use crate::lock::{self, Held};
-use crate::manifest::{ChunkRef, FileEntry, Manifest};
-use crate::names::{CommitId, RepoId};
-use crate::pack::{self, PackBuilder, PackId};
-use crate::progress::Progress;
-use crate::read;
-use crate::repo::{decode_manifest, Store};
-use crate::{Result, StoreError};
-
-/// First bytes of a bundle.
-pub const BUNDLE_MAGIC: &[u8; 8] = b"MCASBNDL";
-/// Bundle format version.
-pub const BUNDLE_VERSION: u16 = 1;
-const KIND_MANIFEST: u8 = 1;
-const KIND_REF: u8 = 2;
-const KIND_CHUNK: u8 = 3;
-const KIND_END: u8 = 0xFF;
-/// Largest record accepted (a manifest of a very large repository; frames are far smaller).
-const MAX_RECORD: u64 = 1 << 30;
-
-/// A ref carried by a bundle (`MCASBREF`).
-#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-pub struct BundleRef {
-    /// Repository.
-    pub repo: RepoId,
-    /// Ref name.
-    pub name: String,
-    /// Commit it points at.
-    pub commit: CommitId,
-}
+use format::bundle::{self as wire, BundleRef, KIND_CHUNK, KIND_END, KIND_MANIFEST, KIND_REF};
+use format::codec::{self, Kind};
+use format::layout;
+use format::manifest::{ChunkRef, FileEntry, Manifest};
+use format::names::{CommitId, RepoId};
+use format::{ChunkId, MAX_CHUNK_LEN};
+use index::Index;
+use read::file_reader;
+use read::progress::Progress;
+use repo::handle::{decode_manifest, Store};
+use repo::lock::{self, Held};
+use repo::pack::{self, PackBuilder, PackId};
+use repo::{Result, StoreError};
 
 /// What to export.
 #[derive(Clone, Debug, Default)]
@@ -108,8 +79,7 @@ impl<W: Write> Tee<W> {
 
     fn record(&mut self, kind: u8, parts: &[&[u8]]) -> std::io::Result<()> {
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        self.put(&[kind])?;
-        self.put(&len.to_le_bytes())?;
+        self.put(&wire::record_head(kind, len))?;
         for p in parts {
             self.put(p)?;
         }
@@ -151,9 +121,7 @@ pub fn export(
         bytes: 0,
     };
     let mut records: u64 = 0;
-    w.put(BUNDLE_MAGIC).map_err(out_err)?;
-    w.put(&BUNDLE_VERSION.to_le_bytes()).map_err(out_err)?;
-    w.put(&0u16.to_le_bytes()).map_err(out_err)?;
+    w.put(&wire::header()).map_err(out_err)?;
     for (_, bytes) in &manifests {
         w.record(KIND_MANIFEST, &[bytes]).map_err(out_err)?;
         records += 1;
@@ -165,7 +133,7 @@ pub fn export(
                 name: name.clone(),
                 commit: *commit,
             };
-            w.record(KIND_REF, &[&codec::encode(Kind::BundleRef, &r, false)])
+            w.record(KIND_REF, &[&wire::encode_ref(&r)])
                 .map_err(out_err)?;
             records += 1;
             report.refs += 1;
@@ -206,18 +174,13 @@ pub fn export(
     }
     send_run(store, &mut run, &mut w, &mut records, &mut report)?;
     progress.finish();
-    let digest = w.hasher.finalize();
-    let mut end = Vec::with_capacity(40);
-    end.extend_from_slice(&records.to_le_bytes());
-    end.extend_from_slice(digest.as_bytes());
+    let end = wire::end_payload(records, w.hasher.finalize().as_bytes());
     // The end record is not part of its own checksum.
-    w.inner.write_all(&[KIND_END]).map_err(out_err)?;
-    w.inner
-        .write_all(&(end.len() as u64).to_le_bytes())
-        .map_err(out_err)?;
+    let head = wire::record_head(KIND_END, end.len() as u64);
+    w.inner.write_all(&head).map_err(out_err)?;
     w.inner.write_all(&end).map_err(out_err)?;
     w.inner.flush().map_err(out_err)?;
-    report.bytes = w.bytes + 1 + 8 + end.len() as u64;
+    report.bytes = w.bytes + (head.len() + end.len()) as u64;
     Ok(report)
 }
 
@@ -247,8 +210,11 @@ fn send_run<W: Write>(
         let frame = &bytes[at..at + c.frame_len as usize];
         // Never send a damaged chunk: the import would refuse the whole bundle.
         pack::decode_checked(frame, &c.chunk_id(), &key, c.offset as u64)?;
-        w.record(KIND_CHUNK, &[&c.id, &c.raw_len.to_le_bytes(), frame])
-            .map_err(out_err)?;
+        w.record(
+            KIND_CHUNK,
+            &[&wire::chunk_prefix(&c.chunk_id(), c.raw_len), frame],
+        )
+        .map_err(out_err)?;
         *records += 1;
         report.chunks += 1;
         report.chunk_raw_bytes += c.raw_len as u64;
@@ -277,12 +243,6 @@ pub struct ImportReport {
     pub bundle_bytes: u64,
 }
 
-/// Largest ref record: an envelope of a repo id (two parts of at most 96 bytes), a ref
-/// name (at most 200 bytes) and a commit, with room to spare.
-const MAX_REF_RECORD: u64 = 4096;
-/// Largest chunk record: id, raw length, and a frame of the largest chunk (a frame's body
-/// is never longer than its chunk: the encoder stores a chunk raw rather than grow it).
-const MAX_CHUNK_RECORD: u64 = 36 + crate::frame::HEADER_LEN as u64 + chunker::MAX_CHUNK_LEN as u64;
 /// Memory the manifests and refs of one bundle may take while the import holds them
 /// (they are needed until every chunk has arrived). A manifest of a 1 TB model with
 /// 512 KiB chunks takes about 100 MiB; a larger transfer must be split into several
@@ -357,10 +317,10 @@ pub fn import(
     let mut rx = Received::default();
     read_bundle(store, index, input, progress, &mut rx)?;
     check_conflicts(store, &rx)?;
-    crate::failpoint::pause("import-after-chunks");
+    repo::failpoint::pause("import-after-chunks");
     for m in &rx.manifests {
         let relocated = relocate(m, index)?;
-        let v = read::verify(store, &relocated, progress);
+        let v = file_reader::verify(store, &relocated, progress);
         if let Some(p) = v.problems.first() {
             return Err(bad(format!(
                 "{}@{}: {} (and {} more problems)",
@@ -411,17 +371,6 @@ fn footprint(m: &Manifest) -> u64 {
     (size_of::<Manifest>() + m.source.len() + m.packs.len() * size_of::<PackId>() + files) as u64
 }
 
-/// The largest payload a record of `kind` may declare.
-fn record_cap(kind: u8) -> Option<u64> {
-    match kind {
-        KIND_MANIFEST => Some(MAX_RECORD),
-        KIND_REF => Some(MAX_REF_RECORD),
-        KIND_CHUNK => Some(MAX_CHUNK_RECORD),
-        KIND_END => Some(40),
-        _ => None,
-    }
-}
-
 /// Reads every record up to the end record, storing new chunks in new packs; checks the
 /// checksum, the record count, and that nothing follows.
 fn read_bundle(
@@ -436,17 +385,9 @@ fn read_bundle(
         hasher: blake3::Hasher::new(),
         bytes: 0,
     };
-    let mut header = [0u8; 12];
+    let mut header = [0u8; wire::HEADER_LEN];
     src.exact(&mut header, true)?;
-    if &header[..8] != BUNDLE_MAGIC {
-        return Err(bad("not a modelcas bundle (bad magic)".into()));
-    }
-    let version = u16::from_le_bytes([header[8], header[9]]);
-    if version != BUNDLE_VERSION {
-        return Err(bad(format!(
-            "bundle format version {version}; this modelcas reads version {BUNDLE_VERSION}"
-        )));
-    }
+    wire::check_header(&header).map_err(|e| bad(e.to_string()))?;
     let mut packs = Packer {
         builder: PackBuilder::new(),
         pending: HashSet::new(),
@@ -455,17 +396,16 @@ fn read_bundle(
     let mut records: u64 = 0;
     progress.start("import", 0);
     loop {
-        let mut head = [0u8; 9];
+        let mut head = [0u8; wire::RECORD_HEAD_LEN];
         let at = src.bytes;
         src.exact(&mut head[..1], false)?;
-        let kind = head[0];
-        let hashed = kind != KIND_END;
+        let hashed = head[0] != KIND_END;
         if hashed {
             src.hasher.update(&head[..1]);
         }
         src.exact(&mut head[1..], hashed)?;
-        let len = u64::from_le_bytes(head[1..9].try_into().unwrap_or([0; 8]));
-        let Some(cap) = record_cap(kind) else {
+        let (kind, len) = wire::parse_record_head(&head);
+        let Some(cap) = wire::record_cap(kind) else {
             return Err(bad(format!("unknown record kind {kind} at byte {at}")));
         };
         if len > cap {
@@ -482,9 +422,7 @@ fn read_bundle(
                 rx.manifests.push(m);
             }
             KIND_REF => {
-                let r: BundleRef = codec::decode(Kind::BundleRef, &payload)
-                    .map_err(|e| bad(format!("ref at byte {at}: {e}")))?;
-                crate::names::check_ref_name(&r.name)
+                let r = wire::decode_ref(&payload)
                     .map_err(|e| bad(format!("ref at byte {at}: {e}")))?;
                 rx.hold((size_of::<BundleRef>() + r.name.len()) as u64, at)?;
                 rx.refs.push(r);
@@ -498,7 +436,8 @@ fn read_bundle(
                 packs.chunk(store, index, &payload, at, &mut rx.report, progress)?;
             }
             _ => {
-                end_record(&payload, src.hasher.finalize(), records)?;
+                wire::check_end(&payload, src.hasher.finalize().as_bytes(), records)
+                    .map_err(|e| bad(e.to_string()))?;
                 break;
             }
         }
@@ -517,23 +456,6 @@ fn read_bundle(
     packs.seal(store, index, &mut rx.report)?;
     progress.finish();
     Ok(store.backend().sync_deferred()?)
-}
-
-/// Checks the end record against the checksum and the count of the records before it.
-fn end_record(payload: &[u8], digest: blake3::Hash, records: u64) -> Result<()> {
-    if payload.len() != 40 {
-        return Err(bad("malformed end record".into()));
-    }
-    let count = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
-    if &payload[8..] != digest.as_bytes() {
-        return Err(bad("checksum mismatch: the bundle was altered".into()));
-    }
-    if count != records {
-        return Err(bad(format!(
-            "the end record counts {count} records, the bundle has {records}"
-        )));
-    }
-    Ok(())
 }
 
 /// New chunks on their way into packs.
@@ -555,18 +477,13 @@ impl Packer {
         report: &mut ImportReport,
         progress: &dyn Progress,
     ) -> Result<()> {
-        if payload.len() < 36 {
+        let Some((cid, raw_len, frame)) = wire::parse_chunk(payload) else {
             return Err(bad(format!("chunk record at byte {at} is too short")));
-        }
-        let mut id = [0u8; 32];
-        id.copy_from_slice(&payload[..32]);
-        let raw_len = u32::from_le_bytes(payload[32..36].try_into().unwrap_or([0; 4]));
-        let frame = &payload[36..];
-        let cid = ChunkId(id);
-        if raw_len > chunker::MAX_CHUNK_LEN {
+        };
+        let id = cid.0;
+        if raw_len > MAX_CHUNK_LEN {
             return Err(bad(format!(
-                "chunk {cid} at byte {at} claims {raw_len} bytes, more than any chunk ({})",
-                chunker::MAX_CHUNK_LEN
+                "chunk {cid} at byte {at} claims {raw_len} bytes, more than any chunk ({MAX_CHUNK_LEN})"
             )));
         }
         let data = pack::decode_checked(frame, &cid, "bundle", at)
@@ -604,7 +521,7 @@ impl Packer {
         self.pending.clear();
         report.packs_written += 1;
         report.pack_bytes_written += bytes.len() as u64;
-        crate::failpoint::pause("import-after-pack");
+        repo::failpoint::pause("import-after-pack");
         Ok(())
     }
 }

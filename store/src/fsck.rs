@@ -22,18 +22,18 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chunker::ChunkId;
+use format::ChunkId;
 use serde::Serialize;
 
-use crate::forward::{self, Forwards, MovedRecord};
 use crate::gc::{self, state};
-use crate::layout;
-use crate::lock;
-use crate::manifest::Manifest;
-use crate::names::{CommitId, RepoId};
-use crate::pack::{self, FooterEntry, PackId};
-use crate::repo::{decode_manifest, Store};
-use crate::{Result, StoreError};
+use format::layout;
+use format::manifest::Manifest;
+use format::names::{CommitId, RepoId};
+use repo::forward::{self, Forwards, MovedRecord};
+use repo::handle::{decode_manifest, Store};
+use repo::lock;
+use repo::pack::{self, FooterEntry, PackId};
+use repo::{Result, StoreError};
 
 /// Problems listed in full; beyond this only counted.
 const MAX_LISTED: usize = 200;
@@ -519,8 +519,8 @@ fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckRepo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forward::MovedFrame;
-    use crate::manifest::{ChunkRef, FileEntry};
+    use format::manifest::{ChunkRef, FileEntry};
+    use repo::forward::MovedFrame;
 
     fn chunk(id: u8, pack: u32, offset: u32) -> ChunkRef {
         ChunkRef {

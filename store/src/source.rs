@@ -13,8 +13,8 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::names::{check_ref_name, CommitId, RepoId};
-use crate::{Result, StoreError};
+use format::names::{check_ref_name, CommitId, RepoId};
+use repo::{Result, StoreError};
 
 /// One file to ingest.
 #[derive(Clone, Debug)]

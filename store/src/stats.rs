@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::layout;
-use crate::repo::Store;
-use crate::Result;
+use format::layout;
+use repo::handle::Store;
+use repo::Result;
 
 /// Figures for a whole store.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -5,12 +5,17 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use chunker::ChunkParams;
+use format::RepoId;
+use index::Index;
+use objects::{MemoryStore, ObjectStore};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use store::ingest::{ingest, IngestOptions, NoProgress};
-use store::read::{verify, FileReader};
+use read::file_reader::{verify, FileReader};
+use read::progress::NoProgress;
+use repo::{CreateOptions, Store};
+use store::ingest::{ingest, IngestOptions};
 use store::source::{discover, DiscoverOptions};
-use store::{ChunkParams, CreateOptions, Index, MemoryStore, ObjectStore, RepoId, Store};
 
 fn tiny_store(backend: Arc<MemoryStore>) -> Store {
     Store::open_or_create(
@@ -211,7 +216,7 @@ fn interrupted_at_every_put_leaves_nothing_visible_and_rerun_completes() {
             .unwrap()
             .iter()
             .map(|o| {
-                store::pack::read_footer(backend.as_ref(), &o.key)
+                repo::pack::read_footer(backend.as_ref(), &o.key)
                     .unwrap()
                     .entries
                     .len()

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use store::backend::{ObjectStore, S3Options, S3Store};
+use objects::{ObjectStore, S3Options, S3Store};
 
 /// Serves HEADs: `present` (14 bytes), `broken` (403), anything else 404. Records each
 /// request's first line.

@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use store::backend::{ObjectStore, S3Options, S3Store};
+use objects::{ObjectStore, S3Options, S3Store};
 
 #[test]
 fn throttling_is_retried_and_counted() {
@@ -49,7 +49,7 @@ fn throttling_is_retried_and_counted() {
     };
     let s3 = S3Store::new("s3://bucket/prefix", &opts).unwrap();
     let retries = || {
-        store::metrics::render()
+        repo::metrics::render()
             .lines()
             .find(|l| l.starts_with("modelcas_backend_retries_total "))
             .and_then(|l| l.rsplit(' ').next())

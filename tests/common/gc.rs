@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::process::Child;
 
-use store::{CommitId, RepoId, Store};
+use format::{CommitId, RepoId};
+
+use repo::Store;
 
 use super::Env;
 
@@ -85,7 +87,7 @@ pub fn release(child: Child, point: &str, dir: &Path) {
 }
 
 /// The manifest of `commit` of the test repository, read from the store.
-pub fn manifest_of(env: &Env, commit: &str) -> store::manifest::Manifest {
+pub fn manifest_of(env: &Env, commit: &str) -> format::manifest::Manifest {
     Store::open(env.backend())
         .unwrap()
         .manifest(

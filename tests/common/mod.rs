@@ -300,19 +300,19 @@ impl Env {
     }
 
     /// The store's object store, opened directly (to inspect or damage objects).
-    pub fn backend(&self) -> std::sync::Arc<dyn store::ObjectStore> {
+    pub fn backend(&self) -> std::sync::Arc<dyn objects::ObjectStore> {
         match &self.s3 {
             Some(s) => {
                 std::env::set_var("AWS_ACCESS_KEY_ID", &s.key_id);
                 std::env::set_var("AWS_SECRET_ACCESS_KEY", &s.secret);
-                let opts = store::backend::S3Options {
+                let opts = objects::S3Options {
                     endpoint: Some(s.endpoint.clone()),
                     region: Some(s.region.clone()),
                     path_style: Some(true),
                 };
-                std::sync::Arc::new(store::backend::S3Store::new(&self.location, &opts).unwrap())
+                std::sync::Arc::new(objects::S3Store::new(&self.location, &opts).unwrap())
             }
-            None => std::sync::Arc::new(store::LocalStore::new(&self.location)),
+            None => std::sync::Arc::new(objects::LocalStore::new(&self.location)),
         }
     }
 

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use format::{CommitId, RepoId};
 use store::bundle::ExportSpec;
-use store::{CommitId, RepoId};
 
 use super::Ctx;
 use crate::output::bytes;
@@ -68,7 +68,7 @@ pub fn export(
     let store = ctx.open_plain()?;
     let mut spec = ExportSpec::default();
     for r in revisions {
-        let (repo, rev) = store::names::parse_repo_rev(r)?;
+        let (repo, rev) = format::names::parse_repo_rev(r)?;
         let commit = store.resolve(&repo, &rev)?;
         let refs = if store.refs(&repo)?.contains_key(&rev) {
             vec![rev]
@@ -144,7 +144,7 @@ pub fn import(ctx: &Ctx, file: &Path, json: bool) -> Result<ExitCode> {
             .num_threads(super::REMOTE_READ_THREADS)
             .build_global();
     }
-    let store = store::Store::open_or_create(backend, store::CreateOptions::default())?;
+    let store = repo::Store::open_or_create(backend, repo::CreateOptions::default())?;
     let index = ctx.index(&store)?;
     let bar = Bar::new(ctx.quiet || json);
     let report = if file.as_os_str() == "-" {

@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use format::RepoId;
 use store::gc::retention::{check_unused_for, parse_duration, Policy};
 use store::gc::{GcOptions, GcReport};
-use store::RepoId;
 
 use super::Ctx;
 pub use crate::args::GcArgs;
@@ -77,16 +77,16 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
     let warn = |w: String| tracing::warn!("{w}");
     let report = match store::gc::run(&store, cache, &opts, &warn) {
         Ok(r) => r,
-        Err(e @ store::StoreError::LockHeld { .. }) => {
+        Err(e @ repo::StoreError::LockHeld { .. }) => {
             eprintln!("modelcas: error: {e}");
             return Ok(ExitCode::from(EXIT_LOCKED));
         }
         Err(e) => return Err(e.into()),
     };
-    let m = &*store::metrics::METRICS;
-    store::metrics::add(&m.gc_reclaimed_bytes, report.bytes_reclaimed);
-    store::metrics::add(&m.gc_expired_revisions, report.expired.len() as u64);
-    store::metrics::set(&m.gc_stored_bytes, report.bytes_stored);
+    let m = &*repo::metrics::METRICS;
+    repo::metrics::add(&m.gc_reclaimed_bytes, report.bytes_reclaimed);
+    repo::metrics::add(&m.gc_expired_revisions, report.expired.len() as u64);
+    repo::metrics::set(&m.gc_stored_bytes, report.bytes_stored);
     m.gc_duration.set(report.duration_ms as f64 / 1000.0);
     tracing::info!(
         expired = report.expired.len(),
@@ -190,7 +190,7 @@ fn print_report(r: &GcReport, opts: &GcOptions) {
 /// `modelcas rm`.
 pub fn rm(ctx: &Ctx, spec: &str, force: bool) -> Result<ExitCode> {
     let store = ctx.open_plain()?;
-    let (repo, rev) = store::names::parse_repo_rev(spec)?;
+    let (repo, rev) = format::names::parse_repo_rev(spec)?;
     if store.refs(&repo)?.contains_key(&rev) {
         let commit = store.delete_ref(&repo, &rev)?;
         println!("deleted ref {repo}@{rev} (was {commit})");

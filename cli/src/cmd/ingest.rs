@@ -4,10 +4,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use format::{CommitId, RepoId};
+use read::progress::Progress;
+use repo::{CreateOptions, Store};
 use serde_json::json;
-use store::ingest::{IngestOptions, IngestReport, Progress};
+use store::ingest::{IngestOptions, IngestReport};
 use store::source::{discover, DiscoverOptions};
-use store::{CommitId, CreateOptions, RepoId, Store};
 
 use super::Ctx;
 use crate::output::bytes;
@@ -54,7 +56,7 @@ pub fn run(
         reread,
         ..Default::default()
     };
-    if let Some(settle) = store::failpoint::settle_override() {
+    if let Some(settle) = repo::failpoint::settle_override() {
         iopts.settle = settle;
     }
     if let Some(t) = threads {
@@ -74,10 +76,10 @@ pub fn run(
 
 /// Records the ingest in the metrics and the log.
 fn record(report: &IngestReport, started: std::time::Instant) {
-    let m = &*store::metrics::METRICS;
-    store::metrics::add(&m.ingest_bytes, report.bytes_read);
-    store::metrics::add(&m.ingest_new_bytes, report.new_chunk_bytes);
-    store::metrics::add(
+    let m = &*repo::metrics::METRICS;
+    repo::metrics::add(&m.ingest_bytes, report.bytes_read);
+    repo::metrics::add(&m.ingest_new_bytes, report.new_chunk_bytes);
+    repo::metrics::add(
         &m.ingest_dedup_bytes,
         report.bytes_read.saturating_sub(report.new_chunk_bytes),
     );

@@ -3,8 +3,9 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use format::RepoId;
+use repo::Store;
 use serde_json::json;
-use store::{RepoId, Store};
 
 use super::Ctx;
 use crate::output::{bytes, utc};
@@ -84,9 +85,9 @@ fn commits(store: &Store, t: &str, json: bool) -> Result<()> {
     let commits = store.commits(&repo)?;
     let refs = store.refs(&repo)?;
     if commits.is_empty() && refs.is_empty() {
-        return Err(store::StoreError::UnknownRepo(repo.to_string()).into());
+        return Err(repo::StoreError::UnknownRepo(repo.to_string()).into());
     }
-    let used = store::usage::last_used(store, &repo)?;
+    let used = repo::usage::last_used(store, &repo)?;
     let mut rows = Vec::new();
     for c in &commits {
         let m = store.manifest(&repo, c)?;

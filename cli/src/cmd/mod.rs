@@ -17,8 +17,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use ::index::Index;
 use anyhow::{bail, Context, Result};
-use store::{Index, LocalStore, ObjectStore, RepoId, Store};
+use format::RepoId;
+use objects::{LocalStore, ObjectStore};
+use repo::Store;
 
 use crate::args::{Cli, Command};
 
@@ -33,7 +36,7 @@ pub struct Ctx {
     pub store_arg: Option<String>,
     pub cache_dir: Option<PathBuf>,
     pub cache_size: Option<String>,
-    pub s3: store::backend::S3Options,
+    pub s3: objects::S3Options,
     pub index_dir: Option<PathBuf>,
     pub quiet: bool,
     pub config: crate::config::Config,
@@ -47,14 +50,14 @@ impl Ctx {
             _ => default_store_dir()?.display().to_string(),
         };
         let inner: Arc<dyn ObjectStore> = if loc.starts_with("s3://") {
-            Arc::new(store::backend::S3Store::new(&loc, &self.s3)?)
+            Arc::new(objects::S3Store::new(&loc, &self.s3)?)
         } else if loc.contains("://") {
             bail!("--store {loc}: unknown scheme (use a directory path)");
         } else {
             Arc::new(LocalStore::new(PathBuf::from(loc)))
         };
         // Every request shows up in /metrics (a few atomic adds each).
-        Ok(Arc::new(store::backend::MeteredStore::new(inner)))
+        Ok(Arc::new(repo::MeteredStore::new(inner)))
     }
 
     /// Opens an existing store (reading commands), with the node-local chunk cache when the
@@ -84,7 +87,7 @@ impl Ctx {
                 .join("modelcas/chunks")
                 .join(hex_id(&store.config().store_id)),
         };
-        Ok(store.with_disk_cache(store::disk_cache::DiskCache::open(&dir, size)?))
+        Ok(store.with_disk_cache(repo::disk_cache::DiskCache::open(&dir, size)?))
     }
 
     /// Opens an existing store without the node-local chunk cache (maintenance commands).
@@ -123,7 +126,7 @@ pub fn open_index(dir: &std::path::Path, store: &Store) -> Result<Index> {
     let mut told = false;
     loop {
         match Index::open(dir, &store.config().store_id) {
-            Err(store::StoreError::IndexBusy(p)) if start.elapsed() < INDEX_WAIT => {
+            Err(repo::StoreError::IndexBusy(p)) if start.elapsed() < INDEX_WAIT => {
                 if !told {
                     tracing::info!(
                         "index {} is in use by another modelcas process; waiting",
@@ -167,14 +170,14 @@ fn default_store_dir() -> Result<PathBuf> {
 }
 
 /// Parses `ORG/NAME@REV` and resolves REV.
-pub fn resolve(store: &Store, spec: &str) -> Result<(RepoId, store::CommitId)> {
-    let (repo, rev) = store::names::parse_repo_rev(spec)?;
+pub fn resolve(store: &Store, spec: &str) -> Result<(RepoId, format::CommitId)> {
+    let (repo, rev) = format::names::parse_repo_rev(spec)?;
     let commit = store.resolve(&repo, &rev)?;
     Ok((repo, commit))
 }
 
 fn init(ctx: &Ctx, chunk_avg: u32, pack_size: u32) -> Result<ExitCode> {
-    let chunk = store::ChunkParams::around(chunk_avg);
+    let chunk = chunker::ChunkParams::around(chunk_avg);
     chunk
         .validate()
         .with_context(|| format!("--chunk-avg {chunk_avg}"))?;
@@ -184,12 +187,12 @@ fn init(ctx: &Ctx, chunk_avg: u32, pack_size: u32) -> Result<ExitCode> {
     let backend = ctx.backend()?;
     match Store::open(backend.clone()) {
         Ok(_) => bail!("a store already exists at {}", backend.location()),
-        Err(store::StoreError::NoStore(_)) => {}
+        Err(repo::StoreError::NoStore(_)) => {}
         Err(e) => return Err(e.into()),
     }
     let s = Store::open_or_create(
         backend,
-        store::CreateOptions {
+        repo::CreateOptions {
             chunk,
             pack_target: pack_size as usize,
         },
@@ -223,7 +226,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         store_arg: config.store.clone(),
         cache_dir: config.cache_dir.clone(),
         cache_size: config.cache_size.clone(),
-        s3: store::backend::S3Options {
+        s3: objects::S3Options {
             endpoint: config.endpoint_url.clone(),
             region: config.region.clone(),
             path_style: config.path_style,

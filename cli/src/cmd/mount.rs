@@ -135,7 +135,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
     loop {
         if mounted.is_finished() {
             tracing::info!("{} was unmounted", mountpoint.display());
-            store::usage::flush_background();
+            repo::usage::flush_background();
             return Ok(ExitCode::SUCCESS);
         }
         if let Some(sig) = wait_signal(&signals, Duration::from_millis(200)) {
@@ -149,7 +149,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         lazy_unmount(mountpoint);
     }
     // Last-use records still waiting (a file opened in the last second) are written now.
-    store::usage::flush_background();
+    repo::usage::flush_background();
     Ok(ExitCode::SUCCESS)
 }
 

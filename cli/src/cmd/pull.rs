@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use format::RepoId;
 use hubclient::{HubClient, HubOptions};
 use mirror::{PullOptions, PullReport};
-use store::{CreateOptions, RepoId, Store};
+use repo::{CreateOptions, Store};
 
 use super::Ctx;
 use crate::args::PullArgs;

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use read::file_reader::{self, FileReader};
+use read::progress::NoProgress;
 use serde_json::json;
-use store::ingest::NoProgress;
-use store::read::{self, FileReader};
 
 use super::{resolve, Ctx};
 use crate::output::bytes;
@@ -18,7 +18,7 @@ pub fn checkout(ctx: &Ctx, spec: &str, dir: &Path) -> Result<ExitCode> {
     let (repo, commit) = resolve(&store, spec)?;
     let m = store.manifest(&repo, &commit)?;
     let start = std::time::Instant::now();
-    let r = read::checkout(&store, &m, dir, &Bar::new(ctx.quiet))?;
+    let r = file_reader::checkout(&store, &m, dir, &Bar::new(ctx.quiet))?;
     record_use(&store, &repo, &commit, "checkout");
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     println!(
@@ -35,7 +35,7 @@ pub fn cat(ctx: &Ctx, spec: &str, path: &str) -> Result<ExitCode> {
     let store = ctx.open()?;
     let (repo, commit) = resolve(&store, spec)?;
     let m = store.manifest(&repo, &commit)?;
-    let f = m.file(path).ok_or_else(|| store::StoreError::NoSuchFile {
+    let f = m.file(path).ok_or_else(|| repo::StoreError::NoSuchFile {
         repo: repo.to_string(),
         commit: commit.to_hex(),
         path: path.to_string(),
@@ -52,8 +52,8 @@ pub fn cat(ctx: &Ctx, spec: &str, path: &str) -> Result<ExitCode> {
 }
 
 /// Records the revision's last use (for `gc --unused-for`); a failure is only a warning.
-fn record_use(store: &store::Store, repo: &store::RepoId, commit: &store::CommitId, by: &str) {
-    if let Err(e) = store::usage::record(store, repo, commit, by) {
+fn record_use(store: &repo::Store, repo: &format::RepoId, commit: &format::CommitId, by: &str) {
+    if let Err(e) = repo::usage::record(store, repo, commit, by) {
         tracing::warn!("{repo}@{commit}: cannot record last use: {e}");
     }
 }
@@ -62,7 +62,7 @@ pub fn verify(ctx: &Ctx, spec: &str, json: bool) -> Result<ExitCode> {
     let store = ctx.open()?;
     let (repo, commit) = resolve(&store, spec)?;
     let m = store.manifest(&repo, &commit)?;
-    let r = read::verify(&store, &m, &Bar::new(ctx.quiet || json));
+    let r = file_reader::verify(&store, &m, &Bar::new(ctx.quiet || json));
     if json {
         let problems: Vec<_> = r
             .problems

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+use format::{CommitId, RepoId};
 use hubserve::{Limits, Policy, UpstreamOptions};
+use repo::{CreateOptions, Store};
 use store::gc::retention::parse_duration;
-use store::{CommitId, CreateOptions, RepoId, Store};
 
 use super::Ctx;
 use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs};

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use hubclient::{HubClient, HubOptions};
 use mirror::{SyncList, SyncReport};
-use store::{CreateOptions, Store};
+use repo::{CreateOptions, Store};
 
 use super::Ctx;
 use crate::args::SyncArgs;

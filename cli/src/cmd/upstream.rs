@@ -13,12 +13,14 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use format::{CommitId, RepoId};
 use hubclient::{HubClient, HubOptions, ListingLimits, Timeouts};
 use hubserve::{Upstream, UpstreamError};
+use index::Index;
 use mirror::slots::Slots;
 use mirror::{PullError, PullOptions};
-use store::ingest::NoProgress;
-use store::{CommitId, Index, RepoId, Store};
+use read::progress::NoProgress;
+use repo::Store;
 
 /// Requests for metadata are retried once: a request waits on it, and a down upstream
 /// should fall back to the store quickly.

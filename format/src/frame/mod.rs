@@ -273,11 +273,11 @@ fn parse(frame: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     let body_len = le32(&frame[8..12]);
     let aux = le32(&frame[12..16]);
     let body = &frame[HEADER_LEN..];
-    if raw_len > chunker::MAX_CHUNK_LEN as usize {
+    if raw_len > crate::MAX_CHUNK_LEN as usize {
         // Checked before anything is allocated for the chunk.
         return Err(format!(
             "frame claims a chunk of {raw_len} bytes, more than any chunk ({})",
-            chunker::MAX_CHUNK_LEN
+            crate::MAX_CHUNK_LEN
         ));
     }
     if body.len() != body_len {

@@ -36,7 +36,7 @@ use repo::manifest::FileEntry;
 pub const MAX_RECORDS: usize = 100_000;
 
 /// Bytes read and hashed by one task of a check (whole chunks, at least one, so at most
-/// this plus `chunker::MAX_CHUNK_LEN`): the buffer each of the pool's threads holds while a
+/// this plus `format::MAX_CHUNK_LEN`): the buffer each of the pool's threads holds while a
 /// check runs.
 const RUN_BYTES: u64 = 2 << 20;
 
@@ -111,7 +111,7 @@ impl Stamp {
 /// An I/O error is an error, not a mismatch.
 pub fn content_matches(file: &File, f: &FileEntry) -> io::Result<bool> {
     // Chunks no chunker makes are refused unread (they also bound a task's buffer).
-    if f.chunks.iter().any(|c| c.raw_len > chunker::MAX_CHUNK_LEN) {
+    if f.chunks.iter().any(|c| c.raw_len > format::MAX_CHUNK_LEN) {
         return Ok(false);
     }
     let total: u64 = f.chunks.iter().map(|c| u64::from(c.raw_len)).sum();

@@ -7,11 +7,11 @@
 use bincode::Decode;
 
 use super::Store;
-use crate::codec::{self, Kind};
-use crate::layout;
 use crate::manifest::{now_secs, MirrorRefObject, MirrorRepoObject, PartialObject, RefObject};
-use crate::names::{check_ref_name, CommitId, RepoId};
 use crate::{Result, StoreError};
+use format::codec::{self, Kind};
+use format::layout;
+use format::names::{check_ref_name, CommitId, RepoId};
 
 impl Store {
     /// The stored spelling of `repo`: `repo` itself when the store has objects under it,
@@ -176,8 +176,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::backend::{MemoryStore, ObjectStore};
     use crate::handle::CreateOptions;
+    use objects::{MemoryStore, ObjectStore};
 
     fn store() -> (Store, Arc<MemoryStore>, RepoId, CommitId, CommitId) {
         let backend = Arc::new(MemoryStore::new());

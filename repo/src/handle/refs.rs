@@ -5,13 +5,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::Store;
-use crate::codec::{self, Kind};
 use crate::failpoint;
-use crate::layout;
 use crate::lock::{self, Held};
 use crate::manifest::{now_secs, PinObject, RefObject};
-use crate::names::{check_ref_name, CommitId, RepoId};
 use crate::{Result, StoreError};
+use format::codec::{self, Kind};
+use format::layout;
+use format::names::{check_ref_name, CommitId, RepoId};
 
 impl Store {
     /// The refs of a repository: name → commit.
@@ -50,7 +50,7 @@ impl Store {
     }
 
     /// [`Store::set_ref`] for several refs under one write lease: every commit is checked,
-    /// the refs are written together ([`ObjectStore::put_many`](crate::backend::ObjectStore::put_many): one batch of syncs on the
+    /// the refs are written together ([`ObjectStore::put_many`](objects::ObjectStore::put_many): one batch of syncs on the
     /// local store, concurrent PUTs on S3), and every commit is checked again. Returns one
     /// outcome per entry, in order: `Ok`, or [`StoreError::RemovedMeanwhile`] for a ref
     /// whose commit went meanwhile (that ref is put back as it was, and every entry naming
@@ -203,9 +203,9 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::backend::{MemoryStore, ObjectMeta, ObjectStore};
     use crate::handle::CreateOptions;
     use objects::Result as ObjResult;
+    use objects::{MemoryStore, ObjectMeta, ObjectStore};
 
     /// A memory store where a "gc" removes one key just before the next batch of puts
     /// lands: a commit that goes between `set_refs`'s first check and its writes.

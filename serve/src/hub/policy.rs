@@ -9,9 +9,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use format::{CommitId, RepoId};
 use http::StatusCode;
 use repo::handle::MIN_PREFIX;
-use repo::{CommitId, RepoId};
 
 use super::{internal, Hub, Reply};
 
@@ -199,7 +199,7 @@ impl Hub {
     /// Whether ref `name` of `repo` was set inside (ingest, pull, sync, `modelcas ref`): then
     /// the mirror serves it as stored and never moves it.
     pub(super) fn set_inside(&self, repo: &RepoId, name: &str) -> Result<bool, Box<Reply>> {
-        if repo::names::check_ref_name(name).is_err() {
+        if format::names::check_ref_name(name).is_err() {
             return Ok(false);
         }
         let by_mirror = self.store.ref_set_by_mirror(repo, name).map_err(internal)?;

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::{expired_revision, GcReport, Rev};
-use crate::backend::ObjectStore;
-use crate::lock;
-use crate::names::{CommitId, RepoId};
-use crate::repo::{decode_manifest, Store};
-use crate::Result;
+use format::names::{CommitId, RepoId};
+use objects::ObjectStore;
+use repo::handle::{decode_manifest, Store};
+use repo::lock;
+use repo::Result;
 
 /// Longest gc waits for pin, ref and rm commands that were running when it deleted expired
 /// manifests: twice their lease's time to live (a holder that died goes stale within one).
@@ -81,7 +81,7 @@ pub(super) fn restore_wanted(
             let rev = expired_revision(&h.manifest);
             if !wanted.contains(&h.manifest.commit) {
                 // Its last-use record goes with it.
-                backend.delete(&crate::layout::used_key(&repo, &h.manifest.commit))?;
+                backend.delete(&format::layout::used_key(&repo, &h.manifest.commit))?;
                 report.expired.push(rev);
                 continue;
             }

@@ -11,7 +11,7 @@
 //!    again, and put back, where the key is still absent, an expired manifest that a ref
 //!    now points at or that is now pinned.
 //! 4. Liveness: every (pack, offset) a kept manifest references, resolved through the
-//!    forwarding records ([`crate::forward`]). Nothing but manifests, records and listings
+//!    forwarding records ([`repo::forward`]). Nothing but manifests, records and listings
 //!    is read, so a run that finds nothing new costs a LIST per prefix and a GET per
 //!    changed object (unchanged ones come from the local index's cache).
 //! 5. Phase two, for packs condemned by earlier runs: a pack a manifest references again
@@ -54,19 +54,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use crate::backend::{CountingStore, ObjectStore, Requests};
-use crate::failpoint;
-use crate::index::Index;
-use crate::layout;
-use crate::lock::{self, Held};
-use crate::manifest::Manifest;
-use crate::names::{CommitId, RepoId};
-use crate::pack::PackId;
-use crate::repo::{decode_manifest, Store};
-use crate::Result;
+use format::layout;
+use format::manifest::Manifest;
+use format::names::{CommitId, RepoId};
+use index::Index;
+use objects::{CountingStore, ObjectStore, Requests};
+use repo::failpoint;
+use repo::handle::{decode_manifest, Store};
+use repo::lock::{self, Held};
+use repo::pack::PackId;
+use repo::Result;
 
+use format::gc::Condemned;
 use retention::{Candidate, Keep, Retention};
-use state::Condemned;
 
 /// Default grace period between condemning a pack and deleting it.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
@@ -407,7 +407,7 @@ fn revisions(
     let prefix = layout::manifests_prefix(repo);
     let mut held = Vec::new();
     // Last read or ingested (a manifest's write), by the store's clock.
-    let mut last_use = crate::usage::last_used(store, repo)?;
+    let mut last_use = repo::usage::last_used(store, repo)?;
     // When each manifest was written, by the store's clock (for manifests that do not say).
     let mut written: HashMap<CommitId, u64> = HashMap::new();
     for obj in backend.list(&prefix)? {
@@ -417,7 +417,7 @@ fn revisions(
         if let Some(at) = obj.modified {
             let e = last_use.entry(commit).or_insert(at);
             *e = (*e).max(at);
-            written.insert(commit, crate::clock::to_ms(at));
+            written.insert(commit, repo::clock::to_ms(at));
         }
         let cached = match cache {
             Some(idx) if !obj.tag.is_empty() => idx.cached_object(&obj.key, &obj.tag)?,
@@ -465,7 +465,7 @@ fn revisions(
         let at = last_use.get(c)?;
         Some(store_now.duration_since(*at).map_or(0, |d| d.as_secs()))
     };
-    let now_ms = crate::clock::to_ms(store_now);
+    let now_ms = repo::clock::to_ms(store_now);
     let candidates: Vec<Candidate> = held
         .iter()
         .map(|h| {

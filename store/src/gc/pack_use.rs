@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::codec::{self, Kind};
-use crate::pack::{self, FooterEntry, PackFooter};
+use format::codec::{self, Kind};
+use repo::pack::{self, FooterEntry, PackFooter};
 
 /// What kept manifests use of one pack: offset → (chunk id, frame length, raw length).
 #[derive(Default)]

@@ -10,15 +10,16 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::pack_use::PackUse;
 use super::rewrite::{forward_record, rewrite_packs, AllForwards};
-use super::state::{self, Condemned, GcState};
+use super::state;
 use super::{GcRun, Rev, DELETE_BATCH, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE};
-use crate::backend::{ObjectError, ObjectStore};
-use crate::failpoint;
-use crate::forward::{self, Forwards};
-use crate::layout;
-use crate::lock;
-use crate::pack::{self, PackId};
-use crate::{Result, StoreError};
+use format::gc::{Condemned, GcState};
+use format::layout;
+use objects::{ObjectError, ObjectStore};
+use repo::failpoint;
+use repo::forward::{self, Forwards};
+use repo::lock;
+use repo::pack::{self, PackId};
+use repo::{Result, StoreError};
 
 /// What kept revisions use, after forwarding.
 pub(super) struct Liveness {
@@ -303,7 +304,7 @@ fn write_marked(
         let landed = backend
             .stat(layout::CONDEMNED_KEY)?
             .and_then(|m| m.modified)
-            .map(crate::clock::to_ms)
+            .map(repo::clock::to_ms)
             .ok_or_else(|| {
                 StoreError::from(ObjectError::Backend {
                     op: "head",
@@ -330,15 +331,16 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use crate::backend::MemoryStore;
-    use crate::forward::{MovedFrame, MovedRecord};
     use crate::gc::{GcOptions, GcReport};
-    use crate::lock::{Listed, LockObject};
-    use crate::manifest::Manifest;
-    use crate::manifest::{ChunkRef, FileEntry};
-    use crate::names::{CommitId, RepoId};
-    use crate::repo::CreateOptions;
-    use crate::repo::Store;
+    use format::lock::LockObject;
+    use format::manifest::Manifest;
+    use format::manifest::{ChunkRef, FileEntry};
+    use format::names::{CommitId, RepoId};
+    use objects::MemoryStore;
+    use repo::forward::{MovedFrame, MovedRecord};
+    use repo::handle::CreateOptions;
+    use repo::handle::Store;
+    use repo::lock::Listed;
 
     fn chunk(id: u8, pack: u32, offset: u32, frame_len: u32) -> ChunkRef {
         ChunkRef {

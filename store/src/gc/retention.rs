@@ -4,12 +4,12 @@
 //! * a ref (branch or tag) points at it;
 //! * it is pinned (`modelcas pin`);
 //! * it is among the `keep_last` most recently ingested commits of its repository, in the
-//!   total order of [`crate::manifest::Manifest::order`] (the store's clock in ms when it
+//!   total order of [`format::manifest::Manifest::order`] (the store's clock in ms when it
 //!   was published, then a sequence, then the commit id: exactly N are kept);
 //! * it was ingested within `keep_within` of now, by the object store's clock;
 //! * it was used (or ingested) within `unused_for` of now: a mount, serve, checkout, cat or
-//!   pull used it ([`crate::usage`]; times by the object store's clock). `unused_for` must be
-//!   at least [`crate::usage::MIN_UNUSED_FOR`] ([`Retention::check`]);
+//!   pull used it ([`repo::usage`]; times by the object store's clock). `unused_for` must be
+//!   at least [`repo::usage::MIN_UNUSED_FOR`] ([`Retention::check`]);
 //! * the policy for its repository is empty (no `keep_last`, `keep_within` or
 //!   `unused_for`): without a policy gc expires nothing, and only `modelcas rm` removes
 //!   revisions.
@@ -20,9 +20,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use crate::manifest::Order;
-use crate::names::{CommitId, RepoId};
-use crate::{Result, StoreError};
+use format::manifest::Order;
+use format::names::{CommitId, RepoId};
+use repo::{Result, StoreError};
 
 /// The policy of one repository.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,9 +43,9 @@ impl Policy {
 }
 
 /// Refuses an `unused_for` (named `what` in the error) shorter than
-/// [`crate::usage::MIN_UNUSED_FOR`]: readers keep their last-use records only that fresh.
+/// [`repo::usage::MIN_UNUSED_FOR`]: readers keep their last-use records only that fresh.
 pub fn check_unused_for(what: &str, d: Duration) -> Result<()> {
-    let min = crate::usage::MIN_UNUSED_FOR;
+    let min = repo::usage::MIN_UNUSED_FOR;
     if d >= min {
         return Ok(());
     }
@@ -55,7 +55,7 @@ pub fn check_unused_for(what: &str, d: Duration) -> Result<()> {
          unused for that long, and longer when a write is late",
         humantime::format_duration(d),
         humantime::format_duration(min),
-        humantime::format_duration(crate::usage::REFRESH)
+        humantime::format_duration(repo::usage::REFRESH)
     )))
 }
 
@@ -70,7 +70,7 @@ pub struct Retention {
 
 impl Retention {
     /// Refuses a policy gc cannot apply safely: an `unused_for` shorter than
-    /// [`crate::usage::MIN_UNUSED_FOR`].
+    /// [`repo::usage::MIN_UNUSED_FOR`].
     pub fn check(&self) -> Result<()> {
         if let Some(d) = self.default.unused_for {
             check_unused_for("unused_for", d)?;
@@ -104,7 +104,7 @@ impl Retention {
 pub struct Candidate {
     /// The commit.
     pub commit: CommitId,
-    /// Its place in its repository's history ([`crate::manifest::Manifest::order`]).
+    /// Its place in its repository's history ([`format::manifest::Manifest::order`]).
     pub order: Order,
     /// How long ago it was published, by the object store's clock (seconds).
     pub age_secs: u64,

@@ -4,18 +4,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chunker::ChunkId;
+use format::ChunkId;
 
 use super::pack_use::PackUse;
 use super::GcReport;
-use crate::backend::ObjectStore;
-use crate::forward::{self, Forwards, MovedFrame, MovedRecord};
-use crate::index::Index;
-use crate::layout;
-use crate::lock;
-use crate::pack::{self, PackBuilder, PackId};
-use crate::repo::Store;
-use crate::{Result, StoreError};
+use format::layout;
+use index::Index;
+use objects::ObjectStore;
+use repo::forward::{self, Forwards, MovedFrame, MovedRecord};
+use repo::handle::Store;
+use repo::lock;
+use repo::pack::{self, PackBuilder, PackId};
+use repo::{Result, StoreError};
 
 /// Every forwarding record, decoded and as stored.
 pub(super) struct AllForwards {

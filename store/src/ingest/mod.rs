@@ -26,27 +26,27 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use chunker::ChunkId;
-
-use crate::codec::{self, Kind};
-use crate::failpoint;
-use crate::index::{ChunkLoc, Index, SyncReport};
-use crate::layout;
-use crate::lock::{self, Held};
-use crate::manifest::{derive_commit_id, now_secs, ChunkRef, FileEntry, Manifest, Published};
-use crate::names::{CommitId, RepoId};
-use crate::pack::PackId;
-use crate::repo::Store;
 use crate::source::Snapshot;
-use crate::{Result, StoreError};
+use format::codec::{self, Kind};
+use format::index::ChunkLoc;
+use format::layout;
+use format::manifest::{derive_commit_id, ChunkRef, FileEntry, Manifest, Published};
+use format::names::{CommitId, RepoId};
+use format::ChunkId;
+use index::{Index, SyncReport};
+use repo::failpoint;
+use repo::handle::Store;
+use repo::lock::{self, Held};
+use repo::manifest::now_secs;
+use repo::pack::PackId;
+use repo::{Result, StoreError};
 
 mod pipeline;
 mod stamps;
 
 use pipeline::{run_pipeline, FileResult};
 
-/// Re-exported where callers have always found them.
-pub use crate::progress::{NoProgress, Progress};
+use read::progress::Progress;
 
 /// Brings `index` up to date with the bucket, as every writer does before it dedups
 /// against it: gc's condemned list is read first and its packs count as gone
@@ -74,7 +74,7 @@ pub struct IngestOptions {
     pub keep_partial: bool,
     /// Read every file, even one the index recorded as unchanged since it was last read
     /// (same boot and mount, device, inode, size, mtime and ctime; see
-    /// [`crate::index::FileStamp`]).
+    /// [`format::index::FileStamp`]).
     pub reread: bool,
     /// How long a file must have been still (its mtime and ctime that far in the past when
     /// it is read) for its stamp to be recorded: [`SETTLE`].
@@ -318,7 +318,7 @@ fn stamp_published(store: &Store, manifests: &mut [(&Snapshot, Manifest, bool)])
         if *new {
             m.published = Some(Published {
                 store_ms,
-                seq: crate::clock::sequence_ms(),
+                seq: repo::clock::sequence_ms(),
             });
         }
     }

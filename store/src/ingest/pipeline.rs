@@ -8,18 +8,20 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chunker::{ChunkId, ChunkParams, StreamChunker};
+use chunker::{ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use format::ChunkId;
 use sha2::{Digest, Sha256};
 
 use super::{stamps, IngestOptions, IngestReport, Opener, Source};
-use crate::frame;
-use crate::index::{chunk_list_digest, ChunkLoc, FileStamp, Index};
-use crate::layout;
-use crate::pack::{PackBuilder, PackId};
-use crate::progress::Progress;
-use crate::repo::Store;
-use crate::{Result, StoreError};
+use format::frame;
+use format::index::{chunk_list_digest, ChunkLoc, FileStamp};
+use format::layout;
+use index::Index;
+use read::progress::Progress;
+use repo::handle::Store;
+use repo::pack::{PackBuilder, PackId};
+use repo::{Result, StoreError};
 
 /// Where a chunk seen in this session lives.
 #[derive(Clone, Copy, Debug)]
@@ -108,7 +110,7 @@ pub(super) fn run_pipeline(
     report: &mut IngestReport,
 ) -> Result<(Vec<FileResult>, HashMap<ChunkId, ChunkLoc>)> {
     let (workers, readers) = (opts.threads.max(1), opts.readers.max(1));
-    let params = store.config().chunk_params();
+    let params = ChunkParams::of_config(store.config());
     let mut shared = Shared::new(store, index, opener, readers);
     (shared.reread, shared.settle) = (opts.reread, opts.settle);
     let results = run_threads(&shared, sources, (readers, workers), params, progress);

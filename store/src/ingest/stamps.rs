@@ -15,7 +15,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use crate::index::FileStamp;
+use format::index::FileStamp;
 
 /// Where the kernel gives the id of this boot, a UUID made anew at every boot.
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";

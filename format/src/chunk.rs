@@ -1,6 +1,14 @@
-//! Chunk identifiers: the BLAKE3 hash of a chunk's uncompressed bytes.
+//! Chunks as every persisted structure names them: the [`ChunkId`] (the BLAKE3 hash of a
+//! chunk's uncompressed bytes) and [`MAX_CHUNK_LEN`], the largest chunk any reader accepts.
+//! The chunker (`chunker`, FastCDC) makes chunks; this is what the bytes say about them.
 
 use std::fmt;
+
+/// The largest chunk a store holds: 16 MiB, FastCDC 2020's upper bound for its maximum
+/// size (the chunker checks that its bound is this one). Readers refuse a chunk, frame,
+/// pack footer entry, manifest entry or bundle record claiming more, before allocating
+/// for it.
+pub const MAX_CHUNK_LEN: u32 = 16 << 20;
 
 /// The BLAKE3-256 digest of a chunk's uncompressed bytes. Two chunks with the same id
 /// are treated as the same chunk everywhere in modelcas.
