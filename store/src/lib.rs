@@ -9,15 +9,16 @@
 //!   memory, S3 (cargo feature `s3`, on by default) ([`backend`]).
 //! * `repo` — [`Store`], the handle on an opened store: the feature list, repositories,
 //!   refs, pins and commits, locks and leases ([`lock`]), reading packs, forwarding records
-//!   and verified chunks, the node cache ([`disk_cache`]), the metrics ([`metrics`]), the
-//!   process clock ([`clock`]) and pause points ([`failpoint`]).
+//!   and verified chunks, the node cache ([`disk_cache`]), the process clock ([`clock`]) and
+//!   pause points ([`failpoint`]).
 //! * `read` — the one read path: chunk maps, the shared chunk cache ([`cache`]), read-ahead
 //!   ([`readahead`]), whole-file reads, checkout and verify ([`read`]), the mount's tree
 //!   ([`tree`]), progress reports ([`progress`]).
 //! * `index` — the local RocksDB cache used for dedup; rebuildable from the bucket.
 //! * here: [`source`], [`ingest`] (finding snapshots on disk; the ingest pipeline),
 //!   [`bundle`] (transfer bundles for closed networks), [`gc`] (retention and reclaiming
-//!   space beside running ingests and mounts), [`fsck`], [`stats`].
+//!   space beside running ingests and mounts), [`fsck`], [`stats`], and the [`metrics`] of
+//!   ingest and gc.
 //!
 //! Dependencies point one way: format ← objects ← repo ← read ← index ← store; the mount
 //! (`fuse`) and `serve` use `repo` and `read` only, without RocksDB or the AWS SDK.
@@ -28,6 +29,7 @@ pub mod bundle;
 pub mod fsck;
 pub mod gc;
 pub mod ingest;
+pub mod metrics;
 pub mod source;
 pub mod stats;
 
@@ -37,7 +39,7 @@ pub use ::read::{cache, chunk_map, file_cache, progress, readahead, tree};
 pub use ::repo::handle as repo;
 pub use ::repo::{
     backend, clock, codec, disk_cache, failpoint, features, forward, frame, layout, lock, manifest,
-    metrics, names, pack, usage,
+    names, pack, usage,
 };
 
 pub use ::index::Index;
