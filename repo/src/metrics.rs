@@ -25,10 +25,10 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
 /// Object-store request kinds counted.
 pub const BACKEND_OPS: [&str; 6] = ["get", "get_range", "put", "list", "delete", "head"];
 
-/// The `op` label of the object-store metrics (and of the mount's requests).
+/// The `op` label of the object-store metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OpLabel {
-    pub op: &'static str,
+struct OpLabel {
+    op: &'static str,
 }
 
 /// The metrics of this crate.
