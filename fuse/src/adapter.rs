@@ -127,7 +127,7 @@ impl Filesystem for ModelFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        repo::metrics::mount_request("lookup");
+        crate::metrics::request("lookup");
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
@@ -144,7 +144,7 @@ impl Filesystem for ModelFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        repo::metrics::mount_request("getattr");
+        crate::metrics::request("getattr");
         match self.core.getattr(ino.0) {
             Ok(a) => reply.attr(&attr_ttl(&a), &self.file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -152,7 +152,7 @@ impl Filesystem for ModelFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        repo::metrics::mount_request("open");
+        crate::metrics::request("open");
         let opened = match self.core.open(ino.0, flags.0, |f| reply.open_backing(f)) {
             Ok(opened) => opened,
             Err(e) => return reply.error(errno(e)),
@@ -175,7 +175,7 @@ impl Filesystem for ModelFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        repo::metrics::mount_request("read");
+        crate::metrics::request("read");
         match self.core.read(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(e)),
@@ -192,7 +192,7 @@ impl Filesystem for ModelFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        repo::metrics::mount_request("release");
+        crate::metrics::request("release");
         self.core.release(ino.0, fh.0);
         reply.ok();
     }
@@ -207,12 +207,12 @@ impl Filesystem for ModelFs {
     ) {
         // Nothing to flush on a read-only mount: ENOSYS tells the kernel to send no FLUSH
         // again on this mount (one request fewer per close).
-        repo::metrics::mount_request("flush");
+        crate::metrics::request("flush");
         reply.error(Errno::ENOSYS);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        repo::metrics::mount_request("opendir");
+        crate::metrics::request("opendir");
         match self.core.opendir(ino.0, flags.0) {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
@@ -227,7 +227,7 @@ impl Filesystem for ModelFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        repo::metrics::mount_request("readdir");
+        crate::metrics::request("readdir");
         let listed = self.core.readdir(ino.0, offset, |e| {
             Ok(reply.add(INodeNo(e.ino), e.next, file_type(e.kind), &e.name))
         });
@@ -247,7 +247,7 @@ impl Filesystem for ModelFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        repo::metrics::mount_request("readdirplus");
+        crate::metrics::request("readdirplus");
         let listed = self.core.readdirplus(ino.0, offset, |e, attr, ttl| {
             let attr = self.file_attr(&attr);
             reply.add(INodeNo(e.ino), e.next, &e.name, &ttl, &attr, Generation(0))
@@ -259,12 +259,12 @@ impl Filesystem for ModelFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {
-        repo::metrics::mount_request("statfs");
+        crate::metrics::request("statfs");
         reply.statfs(0, 0, 0, 0, 0, 1024 * 1024, 255, 1024 * 1024);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        repo::metrics::mount_request("access");
+        crate::metrics::request("access");
         if mask.bits() & libc::W_OK != 0 {
             reply.error(Errno::EROFS)
         } else {
@@ -280,12 +280,12 @@ impl Filesystem for ModelFs {
         _size: u32,
         reply: fuser::ReplyXattr,
     ) {
-        repo::metrics::mount_request("getxattr");
+        crate::metrics::request("getxattr");
         reply.error(Errno::ENODATA);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        repo::metrics::mount_request("listxattr");
+        crate::metrics::request("listxattr");
         if size == 0 {
             reply.size(0)
         } else {

@@ -35,7 +35,7 @@ impl FsError {
 
 /// `EIO` for a store error, counted and logged.
 pub(crate) fn eio(e: repo::StoreError) -> FsError {
-    repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
+    crate::metrics::METRICS.read_errors.inc();
     tracing::error!("mount: {e}");
     FsError::Io
 }

@@ -302,7 +302,7 @@ impl<B> MountCore<B> {
             })
             .count += 1;
         drop(inodes);
-        repo::metrics::METRICS.mount_open_files.inc();
+        crate::metrics::METRICS.open_files.inc();
         OpenFiles::count_open(&mode);
         self.hold(fh, &tree);
         Ok(Opened {
@@ -338,11 +338,10 @@ impl<B> MountCore<B> {
                     .read_stream(&self.ns, ino, fh, stream, offset, size)
             }),
         }?;
-        let m = &*repo::metrics::METRICS;
-        repo::metrics::add(&m.mount_reads, 1);
-        repo::metrics::add(&m.mount_read_bytes, data.len() as u64);
-        m.mount_read_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let m = &*crate::metrics::METRICS;
+        m.reads.inc();
+        m.read_bytes.inc_by(data.len() as u64);
+        m.read_seconds.observe(started.elapsed().as_secs_f64());
         Ok(data)
     }
 
@@ -357,7 +356,7 @@ impl<B> MountCore<B> {
         let Some(handle) = self.open.lock_handles().remove(&fh) else {
             return;
         };
-        repo::metrics::METRICS.mount_open_files.dec();
+        crate::metrics::METRICS.open_files.dec();
         self.open.forget_open(ino);
         if let (
             Handle::Stream {

@@ -243,13 +243,12 @@ impl<B> OpenFiles<B> {
 
     /// Counts an open in `mode` in the mount's metrics.
     pub(crate) fn count_open(mode: &Mode<B>) {
+        let m = &crate::metrics::METRICS;
         match mode {
-            Mode::Passthrough { .. } => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_passthrough_opens, 1)
-            }
-            Mode::Whole(_) => repo::metrics::add(&repo::metrics::METRICS.mount_whole_file_opens, 1),
-            Mode::Stream => {}
-        }
+            Mode::Passthrough { .. } => m.passthrough_opens.inc(),
+            Mode::Whole(_) => m.whole_file_opens.inc(),
+            Mode::Stream => return,
+        };
     }
 }
 
@@ -263,7 +262,7 @@ pub(crate) fn read_whole(file: &File, offset: u64, size: usize) -> Result<Vec<u8
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                repo::metrics::add(&repo::metrics::METRICS.mount_read_errors, 1);
+                crate::metrics::METRICS.read_errors.inc();
                 tracing::error!("mount: reading a whole file of the node's file cache: {e}");
                 return Err(FsError::Io);
             }

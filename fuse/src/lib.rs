@@ -2,7 +2,8 @@
 //! directories. It is thin on purpose: [`namespace`] maps inodes to repos, refs, commits and
 //! paths, [`fs`] is the file system without the kernel (namespace, open files and their
 //! modes, reads, listings, all plain values: tested by a reference model in
-//! `tests/model.rs`), [`adapter`] only translates kernel requests into its calls, and the
+//! `tests/model.rs`), [`adapter`] only translates kernel requests into its calls (and counts
+//! them in the mount's [`metrics`]), and the
 //! read logic (offset → chunk, read-ahead, the decoded-chunk cache, the node's
 //! whole-file cache) lives in the read crate (`read::readahead`, `read::cache`,
 //! `read::file_cache`).
@@ -11,6 +12,7 @@ pub mod adapter;
 mod errno;
 pub mod fs;
 mod handles;
+pub mod metrics;
 pub mod namespace;
 
 use std::os::unix::fs::MetadataExt;

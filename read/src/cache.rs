@@ -227,7 +227,7 @@ impl ChunkCache {
             let tick = inner.tick;
             match inner.map.get_mut(&src.id) {
                 Some(Entry::Ready { data, tick: t }) => {
-                    repo::metrics::add(&repo::metrics::METRICS.cache_hits, 1);
+                    crate::metrics::METRICS.cache_hits.inc();
                     let data = data.clone();
                     let old = std::mem::replace(t, tick);
                     inner.lru.remove(&old);
@@ -235,11 +235,11 @@ impl ChunkCache {
                     return Ok(data);
                 }
                 Some(Entry::Loading(slot)) => {
-                    repo::metrics::add(&repo::metrics::METRICS.cache_inflight_hits, 1);
+                    crate::metrics::METRICS.cache_inflight_hits.inc();
                     slot.clone()
                 }
                 None => {
-                    repo::metrics::add(&repo::metrics::METRICS.cache_misses, 1);
+                    crate::metrics::METRICS.cache_misses.inc();
                     let slot = self.claim(&mut inner, src);
                     drop(inner);
                     self.fetch_one(src, &slot);
@@ -286,7 +286,7 @@ impl ChunkCache {
             inner.loading_bytes += src.raw_len as usize;
             group.push((src.clone(), slot));
             accepted += 1;
-            repo::metrics::add(&repo::metrics::METRICS.readahead_chunks, 1);
+            crate::metrics::METRICS.readahead_chunks.inc();
         }
         if !group.is_empty() {
             groups.push(group);
@@ -415,7 +415,7 @@ impl ChunkCache {
                     );
                     inner.lru.insert(tick, src.id);
                     self.evict(&mut inner);
-                    repo::metrics::set(&repo::metrics::METRICS.cache_bytes, inner.bytes as u64);
+                    crate::metrics::set(&crate::metrics::METRICS.cache_bytes, inner.bytes as u64);
                     Ok(data)
                 }
                 Err(e) => {

@@ -43,10 +43,10 @@ use std::time::{Duration, Instant};
 use format::node::{FILE_CACHE_MARK, FILE_CACHE_MARK_NAME};
 use repo::lru_dir::LruDir;
 use repo::manifest::{FileEntry, Manifest};
-use repo::metrics::{self, METRICS};
 use repo::{Result, Store, StoreError};
 
 use crate::file_reader::FileReader;
+use crate::metrics::{self, METRICS};
 use crate::progress::NoProgress;
 
 pub mod verify;
@@ -218,8 +218,8 @@ impl FileCache {
         repo::failpoint::pause("file-cache-check");
         let matched = verify::content_matches(file, f);
         self.checks_run.fetch_add(1, Ordering::Relaxed);
-        metrics::add(&METRICS.file_cache_checks, 1);
-        metrics::add(&METRICS.file_cache_check_bytes, f.size);
+        METRICS.file_cache_checks.inc();
+        METRICS.file_cache_check_bytes.inc_by(f.size);
         let after = self.stamp(file, &path)?;
         let why = match matched {
             Ok(true) if after == before => return Some((before, Verdict::Good)),
@@ -257,7 +257,7 @@ impl FileCache {
             self.dir.remove(hex);
             metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
         }
-        metrics::add(&METRICS.file_cache_damaged, 1);
+        METRICS.file_cache_damaged.inc();
         tracing::warn!(
             "file cache: {} {why}; removed, the file is read from the store",
             path.display()
@@ -301,8 +301,8 @@ impl FileCache {
         let ok = self.dir.commit(&tmp, &hex, f.size);
         metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
         if ok {
-            metrics::add(&METRICS.file_cache_fills, 1);
-            metrics::add(&METRICS.file_cache_fill_bytes, f.size);
+            METRICS.file_cache_fills.inc();
+            METRICS.file_cache_fill_bytes.inc_by(f.size);
         }
         Ok(ok)
     }
@@ -396,7 +396,7 @@ impl FileCache {
             if !counted {
                 counted = true;
                 p.deferred += 1;
-                metrics::add(&METRICS.file_cache_fills_deferred, 1);
+                METRICS.file_cache_fills_deferred.inc();
                 self.wake.notify_all();
             }
             p = self
@@ -451,7 +451,7 @@ impl FileCache {
             self.wait_for_quiet(job.asked);
             let f = &job.manifest.files[job.index];
             if let Err(e) = pool.install(|| self.fill(&job.store, &job.manifest, f)) {
-                metrics::add(&METRICS.file_cache_fill_errors, 1);
+                METRICS.file_cache_fill_errors.inc();
                 tracing::warn!("file cache: {}: {e}", f.path);
             }
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());

@@ -299,10 +299,9 @@ impl<'a> FileReader<'a> {
         } else {
             None
         };
-        if let (Some(_), Some(_)) = (cache, &frames) {
+        if let (Some(cache), Some(_)) = (cache, &frames) {
             // Fetched from the store, not the node cache: misses, as a frame fetched alone is.
-            let m = &repo::metrics::METRICS;
-            repo::metrics::add(&m.disk_cache_misses, run.len() as u64);
+            cache.missed(run.len() as u64);
         }
         for i in run {
             let c = &self.map.sources[i];

@@ -15,6 +15,7 @@
 //! * [`tree`] — a revision's files as a directory tree (the mount's namespace).
 //! * [`warm`] — the small files a loader reads first, fetched when a revision is resolved.
 //! * [`progress`] — progress reports of long operations.
+//! * [`metrics`] — this crate's metrics (the caches, read-ahead), registered by the binary.
 //!
 //! Chunks come from [`repo::Store::read_chunk`] (pack, forwarding records, node cache).
 
@@ -25,6 +26,7 @@ pub mod chunk_map;
 mod fault_tests;
 pub mod file_cache;
 pub mod file_reader;
+pub mod metrics;
 pub mod progress;
 pub mod readahead;
 pub mod reload;

@@ -61,6 +61,12 @@ impl DiskCache {
         self.dir.commit(&tmp, &hex, frame.len() as u64);
     }
 
+    /// Records `n` chunks this cache did not serve, fetched from the store instead (by a
+    /// reader that fetched them together), in `modelcas_disk_cache_misses_total`.
+    pub fn missed(&self, n: u64) {
+        crate::metrics::METRICS.disk_cache_misses.inc_by(n);
+    }
+
     /// Bytes in the cache (as last counted).
     pub fn bytes(&self) -> u64 {
         self.dir.bytes()

@@ -208,13 +208,13 @@ impl Store {
         if let Some(frame) = cache.get(id) {
             match pack::decode_checked(&frame, id, key, offset) {
                 Ok(data) => {
-                    crate::metrics::add(&crate::metrics::METRICS.disk_cache_hits, 1);
+                    crate::metrics::METRICS.disk_cache_hits.inc();
                     return Ok(data);
                 }
                 Err(_) => cache.remove(id),
             }
         }
-        crate::metrics::add(&crate::metrics::METRICS.disk_cache_misses, 1);
+        cache.missed(1);
         let frame = pack::read_frame(self.backend.as_ref(), key, id, offset, frame_len)?;
         let data = pack::decode_checked(&frame, id, key, offset)?;
         cache.put(id, &frame);

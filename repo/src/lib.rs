@@ -14,7 +14,8 @@
 //! * [`lock`] — locks and leases, judged by the object store's clock; [`clock`] — this
 //!   process's clock; [`features`] — the store's feature list.
 //! * [`usage`] — last-use records of revisions (for `gc --unused-for`).
-//! * [`metrics`] — the process's one Prometheus registry; [`failpoint`] — pause points and
+//! * [`metrics`] — this crate's metrics (object-store requests, the node cache), which the
+//!   binary registers beside the other crates'; [`failpoint`] — pause points and
 //!   crash steps (cargo feature `failpoints`, absent from release binaries).
 //!
 //! `docs/FORMAT.md` specifies every persisted byte.

@@ -117,6 +117,8 @@ pub struct Hub {
     readahead: ReadaheadConfig,
     tokens: Option<HashSet<String>>,
     metrics: &'static Metrics,
+    /// What `/metrics` shows (default: the endpoint's metrics alone).
+    exposition: Arc<prometheus_client::registry::Registry>,
     manifests: Arc<Mutex<ManifestCache>>,
     /// sha256 of a small file → its git blob id.
     blob_ids: Mutex<HashMap<[u8; 32], String>>,
@@ -147,6 +149,7 @@ impl Hub {
             readahead: ReadaheadConfig::default(),
             tokens,
             metrics: &METRICS,
+            exposition: Arc::new(crate::exposition::own_registry()),
             manifests: Arc::new(Mutex::new(HashMap::new())),
             blob_ids: Mutex::new(HashMap::new()),
             policy: Policy::default(),
@@ -167,6 +170,13 @@ impl Hub {
     pub fn with_policy(mut self, policy: Policy, upstream: Option<UpstreamOptions>) -> Hub {
         self.policy = policy;
         self.mirror = upstream.map(Mirror::new);
+        self
+    }
+
+    /// The same router, showing `registry` on `/metrics` (the binary's, with every crate's
+    /// metrics).
+    pub fn with_exposition(mut self, registry: Arc<prometheus_client::registry::Registry>) -> Hub {
+        self.exposition = registry;
         self
     }
 
@@ -208,12 +218,12 @@ impl Hub {
         let (get, head) = (*req.method == Method::GET, *req.method == Method::HEAD);
         if segs == ["metrics"] && get {
             self.count("metrics", 200);
-            let body = repo::metrics::render();
+            let body = crate::exposition::render(&self.exposition);
             let mut r = Reply::json(StatusCode::OK, &Value::Null);
             r.body = Body::full(body);
             return r.header(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static(repo::metrics::CONTENT_TYPE),
+                HeaderValue::from_static(crate::exposition::CONTENT_TYPE),
             );
         }
         if !self.authorized(req.headers) {

@@ -30,12 +30,14 @@
 //! streams file bytes from the store's read path, [`decode`] turns client bytes into values
 //! and values into header bytes (total functions, fuzzed), and [`server`] holds
 //! connections to their limits (HTTP/1.1 on hyper, see its doc for the timeouts);
+//! [`metrics`] are the endpoint's metrics, [`exposition`] the text `/metrics` answers, and
 //! [`metrics_listener`] is the `/metrics`-only listener of the other commands. No input
 //! makes it panic, and no header value is built from unchecked bytes.
 
 pub mod body;
 pub mod decode;
 pub mod etag;
+pub mod exposition;
 pub mod hub;
 pub mod metrics;
 pub mod metrics_listener;
@@ -88,6 +90,8 @@ pub struct ServeOptions {
     pub upstream: Option<UpstreamOptions>,
     /// Read-ahead windows of downloads.
     pub readahead: ReadaheadConfig,
+    /// What `/metrics` shows: the registry the binary assembled from every crate's metrics.
+    pub metrics: Arc<prometheus_client::registry::Registry>,
 }
 
 /// A bound endpoint.
@@ -117,7 +121,8 @@ impl Server {
             hub: Arc::new(
                 Hub::new(store, cache, opts.tokens.clone())
                     .with_policy(opts.policy.clone(), opts.upstream.clone())
-                    .with_readahead(opts.readahead),
+                    .with_readahead(opts.readahead)
+                    .with_exposition(opts.metrics.clone()),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

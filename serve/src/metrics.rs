@@ -1,6 +1,6 @@
-//! Prometheus metrics of the endpoint, registered once per process in the store's registry
-//! ([`repo::metrics::register`]), so `/metrics` shows them beside the store's, the chunk
-//! cache's and the object store's, in one OpenMetrics exposition.
+//! Prometheus metrics of the endpoint (`modelcas_serve_*`). The binary adds them
+//! ([`register`]) to the registry it assembles from every crate's metrics, which `/metrics`
+//! shows in one OpenMetrics exposition ([`crate::exposition`]).
 
 use std::sync::LazyLock;
 
@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Unit;
+use prometheus_client::registry::{Registry, Unit};
 
 /// Upper bounds (seconds) of the download duration histogram.
 const BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0];
@@ -51,69 +51,71 @@ pub struct Metrics {
     downloads: Histogram,
 }
 
-/// The endpoint's metrics, registered on first use.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let m = Metrics {
-        upstream_pulls: Family::default(),
-        upstream_bytes: Counter::default(),
-        upstream_errors: Family::default(),
-        lookups: Family::default(),
-        requests: Family::default(),
-        bytes_sent: Counter::default(),
-        active: Gauge::default(),
-        panics: Counter::default(),
-        downloads: Histogram::new(BUCKETS),
-    };
-    repo::metrics::register(|r| {
-        r.register(
-            "serve_requests",
-            "HTTP requests by endpoint and status.",
-            m.requests.clone(),
-        );
-        r.register(
-            "serve_bytes_sent",
-            "File bytes sent by downloads.",
-            m.bytes_sent.clone(),
-        );
-        r.register(
-            "serve_active_downloads",
-            "Downloads in progress.",
-            m.active.clone(),
-        );
-        r.register(
-            "serve_panics",
-            "Requests whose handler panicked (answered 500).",
-            m.panics.clone(),
-        );
-        r.register(
-            "serve_upstream_pulls",
-            "Revisions pulled from the upstream (serve --upstream), by result.",
-            m.upstream_pulls.clone(),
-        );
-        r.register(
-            "serve_upstream_bytes",
-            "Bytes received from the upstream by pulls.",
-            m.upstream_bytes.clone(),
-        );
-        r.register(
-            "serve_upstream_errors",
-            "Upstream failures by operation (resolve, pull) and kind.",
-            m.upstream_errors.clone(),
-        );
-        r.register(
-            "serve_cache_lookups",
-            "File downloads whose revision was stored (hit) or pulled first (miss).",
-            m.lookups.clone(),
-        );
-        r.register_with_unit(
-            "serve_download",
-            "Duration of file downloads.",
-            Unit::Seconds,
-            m.downloads.clone(),
-        );
-    });
-    m
+/// The endpoint's metrics, recorded whether or not a registry shows them.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    upstream_pulls: Family::default(),
+    upstream_bytes: Counter::default(),
+    upstream_errors: Family::default(),
+    lookups: Family::default(),
+    requests: Family::default(),
+    bytes_sent: Counter::default(),
+    active: Gauge::default(),
+    panics: Counter::default(),
+    downloads: Histogram::new(BUCKETS),
 });
+
+/// Registers the endpoint's metrics in `r` (the binary's registry, prefix `modelcas`), under
+/// `serve_`: the names below are without it.
+pub fn register(r: &mut Registry) {
+    let m = &*METRICS;
+    let r = r.sub_registry_with_prefix("serve");
+    r.register(
+        "requests",
+        "HTTP requests by endpoint and status.",
+        m.requests.clone(),
+    );
+    r.register(
+        "bytes_sent",
+        "File bytes sent by downloads.",
+        m.bytes_sent.clone(),
+    );
+    r.register(
+        "active_downloads",
+        "Downloads in progress.",
+        m.active.clone(),
+    );
+    r.register(
+        "panics",
+        "Requests whose handler panicked (answered 500).",
+        m.panics.clone(),
+    );
+    r.register(
+        "upstream_pulls",
+        "Revisions pulled from the upstream (serve --upstream), by result.",
+        m.upstream_pulls.clone(),
+    );
+    r.register(
+        "upstream_bytes",
+        "Bytes received from the upstream by pulls.",
+        m.upstream_bytes.clone(),
+    );
+    r.register(
+        "upstream_errors",
+        "Upstream failures by operation (resolve, pull) and kind.",
+        m.upstream_errors.clone(),
+    );
+    r.register(
+        "cache_lookups",
+        "File downloads whose revision was stored (hit) or pulled first (miss).",
+        m.lookups.clone(),
+    );
+    r.register_with_unit(
+        "download",
+        "Duration of file downloads.",
+        Unit::Seconds,
+        m.downloads.clone(),
+    );
+}
 
 impl Metrics {
     /// Counts a request.

@@ -1,4 +1,4 @@
-//! A listener that answers only `GET /metrics` (the process's one registry, OpenMetrics
+//! A listener that answers only `GET /metrics` (the registry the binary assembled, OpenMetrics
 //! text), for the commands that are not `serve` (`mount`, long `ingest`s and gcs:
 //! `--metrics-listen`). The same hyper stack and limits as the endpoint, on a thread of its
 //! own with a small runtime, so it keeps answering while the command works.
@@ -11,15 +11,16 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
 
 use crate::body::Body;
 use crate::server::Limits;
 use crate::ServeError;
 
-/// Binds `addr` and answers `/metrics` from a background thread until the process ends.
-/// Returns the bound address (useful with port 0).
-pub fn spawn(addr: &str) -> Result<String, ServeError> {
+/// Binds `addr` and answers `/metrics` (the text of `registry`) from a background thread
+/// until the process ends. Returns the bound address (useful with port 0).
+pub fn spawn(addr: &str, registry: Arc<Registry>) -> Result<String, ServeError> {
     let listen_err = |e: std::io::Error| ServeError::Listen {
         addr: addr.to_string(),
         reason: e.to_string(),
@@ -36,7 +37,7 @@ pub fn spawn(addr: &str) -> Result<String, ServeError> {
         .spawn(move || {
             rt.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => accept_loop(l, Limits::default()).await,
+                    Ok(l) => accept_loop(l, Limits::default(), registry).await,
                     Err(e) => tracing::error!("metrics listener: {e}"),
                 }
             })
@@ -45,7 +46,7 @@ pub fn spawn(addr: &str) -> Result<String, ServeError> {
     Ok(bound)
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, limits: Limits) {
+async fn accept_loop(listener: tokio::net::TcpListener, limits: Limits, registry: Arc<Registry>) {
     // A scraper needs one or two connections; more only hold memory.
     let permits = Arc::new(Semaphore::new(16));
     loop {
@@ -57,8 +58,12 @@ async fn accept_loop(listener: tokio::net::TcpListener, limits: Limits) {
             continue;
         };
         let header_timeout = limits.header_timeout;
+        let registry = registry.clone();
         tokio::spawn(async move {
-            let svc = service_fn(|req| async move { Ok::<_, Infallible>(answer(&req)) });
+            let svc = service_fn(|req| {
+                let registry = registry.clone();
+                async move { Ok::<_, Infallible>(answer(&req, &registry)) }
+            });
             let mut b = http1::Builder::new();
             b.timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
@@ -70,12 +75,12 @@ async fn accept_loop(listener: tokio::net::TcpListener, limits: Limits) {
 }
 
 /// The reply to one request: the metrics, or 404/405.
-fn answer(req: &Request<Incoming>) -> Response<Body> {
+fn answer(req: &Request<Incoming>, registry: &Registry) -> Response<Body> {
     let (status, body, content_type) = match (req.method(), req.uri().path()) {
         (&Method::GET | &Method::HEAD, "/metrics") => (
             StatusCode::OK,
-            repo::metrics::render(),
-            repo::metrics::CONTENT_TYPE,
+            crate::exposition::render(registry),
+            crate::exposition::CONTENT_TYPE,
         ),
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,

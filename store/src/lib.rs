@@ -19,7 +19,7 @@
 //! * here: [`source`], [`ingest`] (finding snapshots on disk; the ingest pipeline),
 //!   [`bundle`] (writing and reading transfer bundles for closed networks), [`gc`]
 //!   (retention and reclaiming space beside running ingests and mounts), [`fsck`],
-//!   [`stats`].
+//!   [`stats`], and the [`metrics`] of ingest and gc.
 //!
 //! Dependencies point one way: format ← chunker; format ← objects ← repo ← read; repo ←
 //! index; store uses them all. The mount (`fuse`) and `serve` use `repo` and `read` only,
@@ -31,5 +31,6 @@ pub mod bundle;
 pub mod fsck;
 pub mod gc;
 pub mod ingest;
+pub mod metrics;
 pub mod source;
 pub mod stats;

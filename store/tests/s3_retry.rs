@@ -49,8 +49,11 @@ fn throttling_is_retried_and_counted() {
     };
     let s3 = S3Store::new("s3://bucket/prefix", &opts).unwrap();
     let retries = || {
-        repo::metrics::render()
-            .lines()
+        let mut r = prometheus_client::registry::Registry::with_prefix("modelcas");
+        repo::metrics::register(&mut r);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        text.lines()
             .find(|l| l.starts_with("modelcas_backend_retries_total "))
             .and_then(|l| l.rsplit(' ').next())
             .unwrap()

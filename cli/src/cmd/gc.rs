@@ -83,11 +83,6 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    let m = &*repo::metrics::METRICS;
-    repo::metrics::add(&m.gc_reclaimed_bytes, report.bytes_reclaimed);
-    repo::metrics::add(&m.gc_expired_revisions, report.expired.len() as u64);
-    repo::metrics::set(&m.gc_stored_bytes, report.bytes_stored);
-    m.gc_duration.set(report.duration_ms as f64 / 1000.0);
     tracing::info!(
         expired = report.expired.len(),
         packs_deleted = report.packs_deleted,

@@ -74,16 +74,8 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Records the ingest in the metrics and the log.
+/// Records the ingest in the log (its metrics are recorded by `store::ingest`).
 fn record(report: &IngestReport, started: std::time::Instant) {
-    let m = &*repo::metrics::METRICS;
-    repo::metrics::add(&m.ingest_bytes, report.bytes_read);
-    repo::metrics::add(&m.ingest_new_bytes, report.new_chunk_bytes);
-    repo::metrics::add(
-        &m.ingest_dedup_bytes,
-        report.bytes_read.saturating_sub(report.new_chunk_bytes),
-    );
-    m.ingest_duration.set(started.elapsed().as_secs_f64());
     tracing::info!(
         snapshots = report.snapshots.len(),
         bytes_read = report.bytes_read,

@@ -40,6 +40,8 @@ pub struct Ctx {
     pub index_dir: Option<PathBuf>,
     pub quiet: bool,
     pub config: crate::config::Config,
+    /// Every metric of the process (`crate::metrics::registry`).
+    pub metrics: Arc<prometheus_client::registry::Registry>,
 }
 
 impl Ctx {
@@ -219,8 +221,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         config.log_format.as_deref(),
         cli.quiet,
     )?;
+    let metrics = crate::metrics::registry(matches!(cli.command, Command::Serve(_)));
     if let Some(addr) = &config.metrics_listen {
-        crate::metrics::serve(addr)?;
+        crate::metrics::serve(addr, metrics.clone())?;
     }
     let ctx = Ctx {
         store_arg: config.store.clone(),
@@ -234,10 +237,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         index_dir: config.index_dir.clone(),
         quiet: cli.quiet,
         config,
+        metrics,
     };
     let code = dispatch(&ctx, cli.command, file_path.as_deref());
     if let Some(path) = &ctx.config.metrics_file {
-        crate::metrics::write_file(path)?;
+        crate::metrics::write_file(path, &ctx.metrics)?;
     }
     code
 }

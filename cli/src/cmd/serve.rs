@@ -266,6 +266,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         policy: o.policy,
         upstream,
         readahead: Default::default(),
+        metrics: ctx.metrics.clone(),
     };
     let server = hubserve::Server::bind(store, &opts)?;
     crate::resident::keep_code_resident();

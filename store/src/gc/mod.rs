@@ -255,6 +255,7 @@ pub fn run(
     let mut report = gc.release();
     report.requests = counted.requests();
     report.duration_ms = started.elapsed().as_millis() as u64;
+    crate::metrics::gc_finished(&report);
     Ok(report)
 }
 

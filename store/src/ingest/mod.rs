@@ -244,6 +244,7 @@ pub fn ingest_from(
     opener: &dyn Opener,
     progress: &dyn Progress,
 ) -> Result<IngestReport> {
+    let started = std::time::Instant::now();
     // The lease goes up before the index learns what gc has condemned: gc keeps every
     // pack condemned after this moment until the lease is gone (see `gc`).
     let lease = Held::ingest_lease(store.backend().clone(), lock::default_ttl())?;
@@ -303,6 +304,7 @@ pub fn ingest_from(
             refs: s.refs.clone(),
         });
     }
+    crate::metrics::ingest_finished(&report, started.elapsed());
     Ok(report)
 }
 
