@@ -377,6 +377,9 @@ pub struct ServeArgs {
     pub limits: ServeLimitArgs,
     #[command(flatten)]
     pub upstream: UpstreamArgs,
+    /// No pages for people: `/` and `/ui/...` answer 404 (the API is unchanged).
+    #[arg(long)]
+    pub no_ui: bool,
 }
 
 /// `modelcas serve`'s pull-through mirror and repository policy (each falls back to

@@ -11,6 +11,7 @@
 //! | `GET /api/models/{repo}/refs` | `{branches, tags, converts, pullRequests}` |
 //! | `HEAD`/`GET /{repo}/resolve/{rev}/{path}` | the file, with `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`; `Range` |
 //! | `GET /metrics` | Prometheus metrics |
+//! | `GET /`, `/ui/...` | HTML pages for people ([`ui`]; off with `--no-ui`) |
 //!
 //! Errors carry `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) as the
 //! client expects. No Xet header is ever sent. With tokens configured every route but
@@ -40,6 +41,7 @@ pub mod hub;
 pub mod metrics;
 pub mod metrics_listener;
 pub mod server;
+pub mod ui;
 pub mod upstream;
 
 use std::collections::HashSet;
@@ -88,6 +90,8 @@ pub struct ServeOptions {
     pub upstream: Option<UpstreamOptions>,
     /// Read-ahead windows of downloads.
     pub readahead: ReadaheadConfig,
+    /// The pages' figures; `None` (`--no-ui`): no pages, `/` and `/ui/...` are 404.
+    pub ui: Option<ui::Pages>,
 }
 
 /// A bound endpoint.
@@ -117,7 +121,8 @@ impl Server {
             hub: Arc::new(
                 Hub::new(store, cache, opts.tokens.clone())
                     .with_policy(opts.policy.clone(), opts.upstream.clone())
-                    .with_readahead(opts.readahead),
+                    .with_readahead(opts.readahead)
+                    .with_ui(opts.ui.clone()),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

@@ -11,6 +11,7 @@ mod read;
 mod serve;
 mod stats;
 mod sync;
+mod ui;
 mod upstream;
 
 use std::path::PathBuf;

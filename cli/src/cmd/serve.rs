@@ -86,6 +86,8 @@ pub struct Options {
     pub limits: Limits,
     pub policy: Policy,
     pub upstream: Option<Mirror>,
+    /// `--no-ui`: no pages.
+    pub no_ui: bool,
 }
 
 /// `--upstream` and its settings.
@@ -214,6 +216,7 @@ impl Options {
                 upstream_repos: c.upstream_repos.clone(),
             },
             upstream: mirror(c, &a.upstream)?,
+            no_ui: a.no_ui,
         })
     }
 }
@@ -265,6 +268,10 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         policy: o.policy,
         upstream,
         readahead: Default::default(),
+        ui: (!o.no_ui).then(|| {
+            let inventory = super::ui::StoreInventory::new(store.clone(), ctx.config.clone());
+            hubserve::ui::Pages(Arc::new(inventory))
+        }),
     };
     let server = hubserve::Server::bind(store, &opts)?;
     crate::resident::keep_code_resident();

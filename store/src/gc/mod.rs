@@ -394,6 +394,27 @@ fn expired_revision(m: &Manifest) -> ExpiredRevision {
     }
 }
 
+/// What retention decides for each revision of `repo` under `opts`, now: the decision
+/// [`run`] makes (a dry run too), with the reason each kept revision is kept (`None`:
+/// expired). Reads what gc reads (the manifests, refs, pins, last-use records), changes
+/// nothing. Revisions in no particular order.
+pub fn verdicts(
+    store: &Store,
+    repo: &RepoId,
+    opts: &GcOptions,
+) -> Result<Vec<(CommitId, u64, Option<Keep>)>> {
+    opts.retention.check()?;
+    let now = store.backend().now()?;
+    let (held, keep) = decide_repo(store, None, repo, now, opts, &mut GcReport::default())?;
+    Ok(held
+        .iter()
+        .map(|h| {
+            let c = h.manifest.commit;
+            (c, h.manifest.total_size(), keep.get(&c).copied())
+        })
+        .collect())
+}
+
 /// Loads a repository's manifests (through the cache) and splits them by retention.
 fn revisions(
     store: &Store,
@@ -403,6 +424,23 @@ fn revisions(
     opts: &GcOptions,
     report: &mut GcReport,
 ) -> Result<(Vec<Rev>, Vec<Rev>)> {
+    let (held, keep) = decide_repo(store, cache, repo, store_now, opts, report)?;
+    let (kept, expired) = held
+        .into_iter()
+        .partition(|h| keep.contains_key(&h.manifest.commit));
+    Ok((kept, expired))
+}
+
+/// A repository's manifests (through the cache), and retention's decision: the commits
+/// kept, each with its reason.
+fn decide_repo(
+    store: &Store,
+    cache: Option<&Index>,
+    repo: &RepoId,
+    store_now: SystemTime,
+    opts: &GcOptions,
+    report: &mut GcReport,
+) -> Result<(Vec<Rev>, HashMap<CommitId, Keep>)> {
     let backend = store.backend();
     let prefix = layout::manifests_prefix(repo);
     let mut held = Vec::new();
@@ -485,9 +523,5 @@ fn revisions(
         &referenced,
         &pinned,
     );
-    let keep: HashMap<CommitId, Keep> = keep.into_iter().collect();
-    let (kept, expired) = held
-        .into_iter()
-        .partition(|h| keep.contains_key(&h.manifest.commit));
-    Ok((kept, expired))
+    Ok((held, keep.into_iter().collect()))
 }
