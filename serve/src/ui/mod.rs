@@ -441,4 +441,122 @@ mod tests {
             .unwrap_err()
             .contains("<b>"));
     }
+
+    const EVIL: &str = "x\"'><script>alert(1)</script><img src=x onerror=y>";
+
+    /// Names as an upstream could send them (the store refuses most; the pages must not
+    /// rely on that).
+    struct Hostile;
+    impl Inventory for Hostile {
+        fn repos(&self) -> facts::Result<Vec<facts::RepoSummary>> {
+            Ok(vec![facts::RepoSummary {
+                repo: format!("org/{EVIL}"),
+                revisions: 1,
+                refs: vec![EVIL.into()],
+                ..Default::default()
+            }])
+        }
+        fn repo(&self, _: &RepoId, _: Duration) -> facts::Result<Option<facts::RepoDetail>> {
+            let rev = facts::Revision {
+                commit: repo::CommitId([0xab; 20]),
+                ingested_at: 1,
+                files: 1,
+                bytes: 1,
+                refs: vec![EVIL.into()],
+                pinned: true,
+                last_used: None,
+                policy: facts::Verdict::Keep(EVIL.into()),
+                unused_for: facts::Verdict::Unknown(EVIL.into()),
+            };
+            Ok(Some(facts::RepoDetail {
+                repo: format!("org/{EVIL}"),
+                revisions: vec![rev],
+                policy: EVIL.into(),
+            }))
+        }
+        fn store(&self) -> facts::Result<facts::StoreFacts> {
+            Err(EVIL.into())
+        }
+        fn min_unused_for(&self) -> Duration {
+            Duration::from_secs(3600)
+        }
+    }
+
+    /// Every `<` opens one of the tags the pages write, and no attribute is an event handler.
+    fn only_our_markup(page: &str) {
+        const TAGS: &[&str] = &[
+            "!doctype", "html", "head", "meta", "title", "style", "body", "header", "b", "a",
+            "main", "h1", "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "span", "time",
+            "code", "pre", "form", "label", "input", "button", "footer",
+        ];
+        for (i, _) in page.match_indices('<') {
+            let rest = page[i + 1..].trim_start_matches('/');
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '!')
+                .collect();
+            assert!(TAGS.contains(&name.as_str()), "<{name} in {page}");
+            // Inside the tag (up to the first real `>`), outside quoted values: no
+            // attribute from data.
+            let tag = &page[i..i + page[i..].find('>').unwrap_or(page.len() - i)];
+            let outside: String = tag.split('"').step_by(2).collect();
+            assert!(!outside.contains("onerror"), "{tag}");
+        }
+    }
+
+    #[test]
+    fn hostile_names_stay_text_in_pages_attributes_and_links() {
+        let ui = Ui::new(Arc::new(Hostile));
+        let recent = Recent::default();
+        recent.pull(&format!("org/{EVIL}"), EVIL, Err(EVIL.into()), 5);
+        recent.failure("resolve", EVIL, EVIL);
+        let policy = Policy {
+            allow: vec![EVIL.into()],
+            upstream_repos: vec![EVIL.into()],
+            ..Policy::default()
+        };
+        let spelling = |r: RepoId| r;
+        let ctx = Ctx {
+            tokens: None,
+            policy: &policy,
+            mirror: Some((EVIL, Duration::from_secs(60), &recent)),
+            spelling: &spelling,
+        };
+        let mut headers = headers(&[("host", "h\"><b>")]);
+        headers.append(header::COOKIE, HeaderValue::from_static("modelcas_ui=<x>"));
+        for path in [
+            "/",
+            "/ui/repos/org/m",
+            "/ui/mirror",
+            "/ui/store",
+            "/ui/nope%3Cb%3E",
+        ] {
+            let segs = crate::decode::segments(path).unwrap();
+            let segs: Vec<&str> = segs.iter().map(|s| s.as_str()).collect();
+            let head = Head {
+                method: &Method::GET,
+                path,
+                query: "",
+                headers: &headers,
+                client: "test",
+            };
+            let r = ui.route(&ctx, &head, &segs);
+            let Body::Full(Some(b)) = &r.body else {
+                panic!("{path}: no body")
+            };
+            let page = String::from_utf8(b.to_vec()).unwrap();
+            only_our_markup(&page);
+            if path == "/" {
+                // The link's path has the name percent-encoded, the attribute escaped.
+                assert!(
+                    page.contains("href=\"/ui/repos/org/x%22%27%3E%3Cscript%3Ealert%281%29%3C%2Fscript%3E%3Cimg%20src%3Dx%20onerror%3Dy%3E\""),
+                    "{page}"
+                );
+                assert!(
+                    page.contains("data-repo=\"org/x&quot;&#39;&gt;&lt;script&gt;"),
+                    "{page}"
+                );
+            }
+        }
+    }
 }
