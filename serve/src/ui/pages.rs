@@ -13,7 +13,7 @@ body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1d1d1f;background:#fafa
 header{background:#23303f;color:#fff;padding:.6em 1.2em}header a{color:#fff;margin-right:1.2em;text-decoration:none}
 header b{margin-right:2em}main{padding:1em 1.2em}table{border-collapse:collapse;background:#fff;margin:.5em 0 1.5em}
 th,td{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}th{background:#eef1f4}
-.num{font-variant-numeric:tabular-nums}td.r{text-align:right}code,pre{font:13px ui-monospace,monospace}
+.num{font-variant-numeric:tabular-nums;white-space:nowrap}time{white-space:nowrap}td.r{text-align:right}code,pre{font:13px ui-monospace,monospace}
 pre{background:#fff;border:1px solid #ddd;padding:.6em;overflow:auto}.keep{color:#1a7f37}.expire{color:#b3261e;font-weight:600}
 .muted,.never{color:#777}.tag{display:inline-block;background:#e7eefc;border-radius:3px;padding:0 .35em;margin:0 .2em .1em 0}
 footer{color:#777;padding:1em 1.2em;font-size:13px}</style>";
@@ -156,7 +156,6 @@ pub fn repo(d: &RepoDetail, ctx: &Ctx<'_>, unused_for: Duration, host: &str, now
         b.raw(" <b>Not served</b>: not in the allow list.");
     }
     b.raw("</p>");
-    download(&mut b, d, host);
     let shown = humantime::format_duration(unused_for).to_string();
     b.raw("<form method=\"get\"><label>What <code>modelcas gc --unused-for</code> ");
     b.void(
@@ -191,6 +190,7 @@ pub fn repo(d: &RepoDetail, ctx: &Ctx<'_>, unused_for: Duration, host: &str, now
         b.raw("</tr>");
     }
     b.raw("</tbody></table>");
+    download(&mut b, d, host);
     document(&d.repo, b, now)
 }
 
