@@ -12,6 +12,7 @@ mod serve;
 mod stats;
 mod sync;
 mod ui;
+mod ui_cache;
 mod upstream;
 
 use std::path::PathBuf;

@@ -269,7 +269,8 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         upstream,
         readahead: Default::default(),
         ui: (!o.no_ui).then(|| {
-            let inventory = super::ui::StoreInventory::new(store.clone(), ctx.config.clone());
+            let store = super::ui_cache::cached(&store);
+            let inventory = super::ui::StoreInventory::new(store, ctx.config.clone());
             hubserve::ui::Pages(Arc::new(inventory))
         }),
     };
