@@ -9,7 +9,7 @@
 //! replaced between the listing and the read is not kept under the old tag). Bounded:
 //! [`BUDGET`] bytes in all; an object larger than a quarter of it is never kept.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -26,8 +26,9 @@ fn cached_key(key: &str) -> bool {
 
 #[derive(Default)]
 struct State {
-    /// Key → tag at the latest listing that showed it.
-    listed: HashMap<String, String>,
+    /// Key → tag at the latest listing that showed it (a key a later listing of its
+    /// prefix no longer shows is dropped, with its copy).
+    listed: BTreeMap<String, String>,
     /// Key → (tag, bytes) read.
     kept: HashMap<String, (String, Arc<Vec<u8>>)>,
     bytes: usize,
@@ -111,6 +112,20 @@ impl ObjectStore for ManifestCache {
     fn list(&self, prefix: &str) -> store::backend::Result<Vec<ObjectMeta>> {
         let out = self.inner.list(prefix)?;
         let mut s = self.lock();
+        let present: HashSet<&str> = out.iter().map(|o| o.key.as_str()).collect();
+        let gone: Vec<String> = s
+            .listed
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(k, _)| !present.contains(k.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            s.listed.remove(&k);
+            if let Some((_, b)) = s.kept.remove(&k) {
+                s.bytes -= b.len();
+            }
+        }
         for o in out.iter().filter(|o| cached_key(&o.key)) {
             s.listed.insert(o.key.clone(), o.tag.clone());
         }
@@ -182,9 +197,11 @@ mod tests {
         mem.put(KEY, b"four").unwrap();
         assert_eq!(c.get(KEY).unwrap(), b"four");
         assert_ne!(c.lock().kept[KEY].1.as_slice(), b"four");
-        // Gone: the listing no longer shows it, the read says so.
+        // Gone: the listing no longer shows it, its entries go, the read says so.
         mem.delete(KEY).unwrap();
         c.list("repos/").unwrap();
+        assert!(c.lock().listed.is_empty() && c.lock().kept.is_empty());
+        assert_eq!(c.lock().bytes, 0);
         assert!(c.get(KEY).is_err());
     }
 }
