@@ -630,3 +630,66 @@ fn a_real_browser_renders_the_pages() {
     );
     eprintln!("screenshot: {}", shot.display());
 }
+
+#[test]
+fn the_store_page_shows_the_last_gc_and_sync_runs_as_recorded() {
+    let up = Env::new();
+    common::ingest_rev(&up, "r1", &["main"]);
+    let upstream = Served::start(&up, &[]);
+    let env = Env::new();
+    let srv = Served::start(&env, &[]);
+    let run_row = |page: &str, command: &str| -> String {
+        rows(page, "data-run")
+            .get(command)
+            .unwrap_or_else(|| panic!("no {command} row: {page}"))
+            .to_string()
+    };
+    let (_, _, page) = get(&srv.addr, "/ui/store", &[]);
+    for c in ["gc", "sync"] {
+        assert!(run_row(&page, c).contains("never recorded"), "{page}");
+    }
+    // A sync with a failing entry: recorded as having failures, with its summary.
+    let list = env.path("list.toml");
+    std::fs::write(
+        &list,
+        format!("[[model]]\nrepo = \"{REPO}\"\ninclude = [\"config.json\"]\n\n[[model]]\nrepo = \"demo-org/no-such-model\"\n"),
+    )
+    .unwrap();
+    let url = format!("http://{}", upstream.addr);
+    let out = env.run(&["sync", list.to_str().unwrap(), "--endpoint", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    // A dry run and a refused gc leave no record; a completed gc does.
+    env.ok(&["gc", "--dry-run"]);
+    assert!(
+        env.backend().get("runs/gc").is_err(),
+        "a dry run recorded itself"
+    );
+    env.ok(&["gc", "--grace", "0s"]);
+    let (st, _, page) = get(&srv.addr, "/ui/store", &[]);
+    assert_eq!(st, 200);
+    let sync = run_row(&page, "sync");
+    assert!(sync.contains("data-ok=\"false\""), "{sync}");
+    assert!(
+        sync.contains("2 entries from ") && sync.contains("1 pulled") && sync.contains("1 failed"),
+        "{sync}"
+    );
+    let gc = run_row(&page, "gc");
+    assert!(
+        gc.contains("data-ok=\"true\"") && gc.contains("revisions expired"),
+        "{gc}"
+    );
+    let ended = num(attrs(&gc, "data-epoch")[0]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(ended <= now && ended + 600 > now, "{ended} vs {now}");
+    // A damaged record is named on the page; the page still answers.
+    env.backend()
+        .put("runs/gc", b"{\"magic\": \"<b>x</b>\"}")
+        .unwrap();
+    let (st, _, page) = get(&srv.addr, "/ui/store", &[]);
+    assert_eq!(st, 200);
+    only_our_markup(&page);
+    assert!(run_row(&page, "gc").contains("unreadable record"), "{page}");
+}

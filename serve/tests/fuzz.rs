@@ -212,6 +212,7 @@ impl Inventory for StoreInventory {
             condemned_bytes: 0,
             gc_state_written_ms: None,
             would_expire: Ok((0, 0)),
+            runs: vec![("gc".into(), Ok(None))],
         })
     }
 

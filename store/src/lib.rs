@@ -28,6 +28,7 @@ pub mod bundle;
 pub mod fsck;
 pub mod gc;
 pub mod ingest;
+pub mod runs;
 pub mod source;
 pub mod stats;
 

@@ -99,6 +99,17 @@ fn figures(s: &store::stats::Stats) -> Figures {
     }
 }
 
+/// The recorded last run of `command`.
+fn last_run(store: &Store, command: &str) -> Result<Option<facts::LastRun>, String> {
+    let r = store::runs::read(store.backend().as_ref(), command).map_err(text)?;
+    Ok(r.map(|r| facts::LastRun {
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        ok: r.ok,
+        summary: r.summary,
+    }))
+}
+
 fn text(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
@@ -211,6 +222,10 @@ impl Inventory for StoreInventory {
             condemned_bytes: state.condemned.iter().map(|c| c.size).sum(),
             gc_state_written_ms: (state.written_ms > 0).then_some(state.written_ms),
             would_expire,
+            runs: store::runs::COMMANDS
+                .iter()
+                .map(|c| (c.to_string(), last_run(&self.store, c)))
+                .collect(),
         })
     }
 

@@ -112,6 +112,21 @@ pub struct StoreFacts {
     pub gc_state_written_ms: Option<u64>,
     /// What `modelcas gc --dry-run` (the configured policy) would expire: count, bytes.
     pub would_expire: std::result::Result<(usize, u64), String>,
+    /// The last recorded run of each maintenance command (`gc`, `sync`): `None` when none
+    /// is recorded, an error when the record cannot be read.
+    pub runs: Vec<(String, std::result::Result<Option<LastRun>, String>)>,
+}
+
+/// The last run of a maintenance command, as the store records it (`runs/<command>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastRun {
+    /// Seconds since the epoch, by the clock of the machine that ran it.
+    pub started_at: u64,
+    pub finished_at: u64,
+    /// Every part succeeded.
+    pub ok: bool,
+    /// What it did, as the command printed it.
+    pub summary: String,
 }
 
 /// The data the pages need; the binary implements it over the store.

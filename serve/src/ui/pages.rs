@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::facts::{Figures, RepoDetail, RepoSummary, Result, StoreFacts, Verdict};
+use super::facts::{Figures, LastRun, RepoDetail, RepoSummary, Result, StoreFacts, Verdict};
 use super::html::{repo_href, Html};
 use super::Ctx;
 use crate::upstream::Policy;
@@ -331,6 +331,35 @@ fn row(b: &mut Html, label: &str, id: &'static str, f: impl FnOnce(&mut Html)) {
     b.raw("</td></tr>");
 }
 
+/// A recorded run: when it ended, how it went, what it did.
+fn last_run(b: &mut Html, run: &std::result::Result<Option<LastRun>, String>, now: u64) {
+    match run {
+        Ok(None) => {
+            b.raw("<span class=\"never\">never recorded</span>");
+        }
+        Err(e) => {
+            b.raw("<span class=\"expire\">unreadable record: ");
+            b.text(e);
+            b.raw("</span>");
+        }
+        Ok(Some(r)) => {
+            b.time(Some(r.finished_at), now);
+            if r.ok {
+                b.raw(" <span class=\"keep\" data-ok=\"true\">succeeded</span>");
+            } else {
+                b.raw(" <span class=\"expire\" data-ok=\"false\">had failures</span>");
+            }
+            b.text(&format!(
+                " in {}: ",
+                humantime::format_duration(Duration::from_secs(
+                    r.finished_at.saturating_sub(r.started_at)
+                ))
+            ));
+            b.elem("span", &[("class", "summary")], &r.summary);
+        }
+    }
+}
+
 /// The store.
 pub fn store(facts: Result<StoreFacts>, now: u64) -> String {
     let mut b = Html::default();
@@ -408,6 +437,13 @@ pub fn store(facts: Result<StoreFacts>, now: u64) -> String {
             }
         },
     );
-    b.raw("</table><p class=\"muted\">A gc run that changes nothing leaves no record; the time of the last <code>modelcas sync</code> is not recorded in the store.</p>");
+    for (command, run) in &s.runs {
+        b.raw("<tr data-run=\"").text(command).raw("\"><th>Last ");
+        b.elem("code", &[], &format!("modelcas {command}"));
+        b.raw(" run</th><td>");
+        last_run(&mut b, run, now);
+        b.raw("</td></tr>");
+    }
+    b.raw("</table><p class=\"muted\">Runs are recorded by the machine that ran them, when they complete (a dry run or a refused run leaves no record).</p>");
     document("Store", b, now)
 }
