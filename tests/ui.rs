@@ -693,3 +693,50 @@ fn the_store_page_shows_the_last_gc_and_sync_runs_as_recorded() {
     only_our_markup(&page);
     assert!(run_row(&page, "gc").contains("unreadable record"), "{page}");
 }
+
+#[test]
+fn the_mirror_page_shows_its_upstream_allow_list_pulls_and_upstream_errors() {
+    let up = Env::new();
+    common::ingest_rev(&up, "r1", &["main"]);
+    let upstream = Served::start(&up, &[]);
+    let url = format!("http://{}", upstream.addr);
+    let env = Env::new();
+    let m = Served::start(&env, &["--upstream", &url, "--allow", "demo-org/*"]);
+    let (_, _, page) = get(&m.addr, "/ui/mirror", &[]);
+    assert!(
+        page.contains(&format!("<code id=\"upstream\">{url}</code>")),
+        "{page}"
+    );
+    assert!(
+        page.contains("<span class=\"tag\">demo-org/*</span>"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<table id=\"pulls\">"),
+        "no pull yet: {page}"
+    );
+    // A pull through the mirror, and a repository the upstream does not have.
+    let r1 = series().commit("r1");
+    let (st, _, _) = get(&m.addr, &format!("/api/models/{REPO}/revision/main"), &[]);
+    assert_eq!(st, 200);
+    let (st, _, _) = get(&m.addr, "/api/models/demo-org/no-such/revision/main", &[]);
+    assert_eq!(st, 404);
+    let (st, _, page) = get(&m.addr, "/ui/mirror", &[]);
+    assert_eq!(st, 200);
+    only_our_markup(&page);
+    let pulls = &page[page.find("<table id=\"pulls\">").expect("a pulls table")..];
+    assert!(
+        pulls.contains(&format!("{REPO}@{r1}")) && pulls.contains("pulled"),
+        "{page}"
+    );
+    let failures = &page[page
+        .find("<table id=\"failures\">")
+        .expect("a failures table")..];
+    assert!(
+        failures.contains("demo-org/no-such") && failures.contains("resolve"),
+        "{page}"
+    );
+    // The pulled revision is on the repositories page.
+    let (_, _, page) = get(&m.addr, "/", &[]);
+    assert!(rows(&page, "data-repo").contains_key(REPO), "{page}");
+}
