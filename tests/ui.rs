@@ -446,6 +446,13 @@ fn pages_take_a_token_once_then_a_cookie_never_a_url_and_no_ui_turns_them_off() 
     assert_eq!(get(a, "/", &["Authorization: Bearer s3cret-token"]).0, 200);
     // A forged cookie is refused.
     assert_eq!(get(a, "/", &["Cookie: modelcas_ui=00"]).0, 401);
+    // Signing out clears the cookie.
+    let (st, head, _) = get(a, "/ui/logout", &[&cookie]);
+    assert_eq!(st, 401);
+    assert!(
+        head.contains("Set-Cookie: modelcas_ui=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+        "{head}"
+    );
     // A restarted serve draws a new key: the old cookie asks again.
     drop(srv);
     let srv = Served::start(&env, &["--token-file", tokens.to_str().unwrap()]);
