@@ -378,10 +378,15 @@ fn hostile_text_is_escaped_everywhere_it_is_shown() {
         page.contains("href=\"/ui/repos/demo-org/demo-llm\""),
         "{page}"
     );
-    // Ids compare without case, as on the Hub.
-    let (st, _, page) = get(&srv.addr, "/ui/repos/DEMO-ORG/Demo-LLM", &[]);
-    assert_eq!(st, 200);
-    assert!(page.contains("<h1>demo-org/demo-llm</h1>"));
+    // Ids compare without case, as on the Hub; `org%2Fname` is the same page.
+    for path in [
+        "/ui/repos/DEMO-ORG/Demo-LLM",
+        "/ui/repos/demo-org%2Fdemo-llm",
+    ] {
+        let (st, _, page) = get(&srv.addr, path, &[]);
+        assert_eq!(st, 200, "{path}");
+        assert!(page.contains("<h1>demo-org/demo-llm</h1>"), "{path}");
+    }
 }
 
 #[test]

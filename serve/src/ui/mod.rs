@@ -129,35 +129,35 @@ impl Ui {
             [""] | ["ui"] | ["ui", ""] | ["ui", "repos"] => {
                 ok(pages::repos(inv.repos(), ctx.policy, now))
             }
-            ["ui", "repos", org, name] => {
-                let Ok(id) = RepoId::parse(&format!("{org}/{name}")) else {
-                    return not_found(&format!("{org}/{name} is not a repository id"));
-                };
-                let id = (ctx.spelling)(id);
-                let unused_for = match unused_for(req.query, inv.min_unused_for()) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        return page_reply(
-                            StatusCode::BAD_REQUEST,
-                            pages::message("Bad request", &e),
-                        )
-                    }
-                };
-                match inv.repo(&id, unused_for) {
-                    Ok(None) => not_found(&format!("The store has no repository {id}")),
-                    Ok(Some(d)) => {
-                        let host = host(req.headers);
-                        ok(pages::repo(&d, ctx, unused_for, &host, now))
-                    }
-                    Err(e) => page_reply(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        pages::message("Error", &e),
-                    ),
-                }
-            }
+            // The id as two segments (the pages' links), or as one with `%2F`.
+            ["ui", "repos", org, name] => self.repo_page(ctx, req, &format!("{org}/{name}"), now),
+            ["ui", "repos", id] if id.contains('/') => self.repo_page(ctx, req, id, now),
             ["ui", "mirror"] => ok(pages::mirror(ctx, now)),
             ["ui", "store"] => ok(pages::store(inv.store(), now)),
             _ => not_found("No such page."),
+        }
+    }
+
+    /// One repository's page (`id` as asked; found as the store spells it).
+    fn repo_page(&self, ctx: &Ctx<'_>, req: &Head<'_>, id: &str, now: u64) -> Reply {
+        let inv = self.inventory.as_ref();
+        let Ok(id) = RepoId::parse(id) else {
+            return not_found(&format!("{id} is not a repository id"));
+        };
+        let id = (ctx.spelling)(id);
+        let unused_for = match unused_for(req.query, inv.min_unused_for()) {
+            Ok(d) => d,
+            Err(e) => {
+                return page_reply(StatusCode::BAD_REQUEST, pages::message("Bad request", &e))
+            }
+        };
+        match inv.repo(&id, unused_for) {
+            Ok(None) => not_found(&format!("The store has no repository {id}")),
+            Ok(Some(d)) => ok(pages::repo(&d, ctx, unused_for, &host(req.headers), now)),
+            Err(e) => page_reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                pages::message("Error", &e),
+            ),
         }
     }
 
