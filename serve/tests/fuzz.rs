@@ -170,23 +170,23 @@ impl Inventory for StoreInventory {
             dry_run: true,
             ..Default::default()
         };
-        let verdicts = store::gc::verdicts(s, repo, &opts).map_err(|e| e.to_string())?;
+        let verdicts = store::gc::verdicts(s, repo, &[&opts]).map_err(|e| e.to_string())?;
         if verdicts.is_empty() {
             return Ok(None);
         }
         let revisions = verdicts
             .into_iter()
-            .map(|(commit, bytes, keep)| facts::Revision {
-                commit,
+            .map(|r| facts::Revision {
+                commit: r.commit,
                 ingested_at: 0,
                 files: 0,
-                bytes,
+                bytes: r.bytes,
                 refs: Vec::new(),
                 pinned: false,
                 last_used: None,
-                policy: match keep {
-                    Some(k) => facts::Verdict::Keep(format!("{k:?}")),
-                    None => facts::Verdict::Expire,
+                policy: match r.keep.first() {
+                    Some(Some(k)) => facts::Verdict::Keep(format!("{k:?}")),
+                    _ => facts::Verdict::Expire,
                 },
                 unused_for: facts::Verdict::Unknown("not asked".into()),
             })

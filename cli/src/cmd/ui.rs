@@ -42,27 +42,33 @@ impl StoreInventory {
         super::gc::options(&self.config, &args)
     }
 
-    /// gc's decision for each commit of `repo` under `opts`, in words.
+    /// gc's decision for each commit of `repo` under each of `opts` (read once), in words.
     fn verdicts(
         &self,
         repo: &RepoId,
-        opts: &anyhow::Result<GcOptions>,
-    ) -> BTreeMap<CommitId, Verdict> {
-        let opts = match opts {
-            Ok(o) => o,
-            Err(e) => return unknown_all(&self.store, repo, &format!("{e:#}")),
-        };
-        match store::gc::verdicts(&self.store, repo, opts) {
-            Ok(v) => v
-                .into_iter()
-                .map(|(c, _, keep)| {
-                    (
-                        c,
-                        keep.map_or(Verdict::Expire, |k| Verdict::Keep(reason(k).into())),
-                    )
-                })
-                .collect(),
-            Err(e) => unknown_all(&self.store, repo, &e.to_string()),
+        opts: &[&anyhow::Result<GcOptions>],
+    ) -> Vec<BTreeMap<CommitId, Verdict>> {
+        let mut usable = Vec::new();
+        for o in opts {
+            match o {
+                Ok(o) => usable.push(o),
+                Err(e) => {
+                    return vec![unknown_all(&self.store, repo, &format!("{e:#}")); opts.len()]
+                }
+            }
+        }
+        let mut out = vec![BTreeMap::new(); opts.len()];
+        match store::gc::verdicts(&self.store, repo, &usable) {
+            Ok(v) => {
+                for r in v {
+                    for (i, keep) in r.keep.into_iter().enumerate() {
+                        let v = keep.map_or(Verdict::Expire, |k| Verdict::Keep(reason(k).into()));
+                        out[i].insert(r.commit, v);
+                    }
+                }
+                out
+            }
+            Err(e) => vec![unknown_all(&self.store, repo, &e.to_string()); opts.len()],
         }
     }
 }
@@ -166,8 +172,10 @@ impl Inventory for StoreInventory {
         };
         let pins = self.store.pins(repo).map_err(text)?;
         let configured = self.gc_options(None);
-        let mut policy = self.verdicts(repo, &configured);
-        let mut unused = self.verdicts(repo, &self.gc_options(Some(unused_for)));
+        let asked = self.gc_options(Some(unused_for));
+        let mut both = self.verdicts(repo, &[&configured, &asked]).into_iter();
+        let mut policy = both.next().unwrap_or_default();
+        let mut unused = both.next().unwrap_or_default();
         let mut revisions = Vec::new();
         for r in rows {
             let commit = CommitId::parse(&r.commit).map_err(text)?;
@@ -199,10 +207,10 @@ impl Inventory for StoreInventory {
             Ok(opts) => (|| {
                 let (mut n, mut bytes) = (0usize, 0u64);
                 for repo in self.store.repos()? {
-                    for (_, size, keep) in store::gc::verdicts(&self.store, &repo, &opts)? {
-                        if keep.is_none() {
+                    for r in store::gc::verdicts(&self.store, &repo, &[&opts])? {
+                        if r.keep.first().is_some_and(Option::is_none) {
                             n += 1;
-                            bytes += size;
+                            bytes += r.bytes;
                         }
                     }
                 }
