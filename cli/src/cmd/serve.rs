@@ -216,7 +216,7 @@ impl Options {
                 upstream_repos: c.upstream_repos.clone(),
             },
             upstream: mirror(c, &a.upstream)?,
-            no_ui: a.no_ui,
+            no_ui: a.no_ui || c.ui == Some(false),
         })
     }
 }
