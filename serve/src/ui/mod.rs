@@ -3,9 +3,10 @@
 //! | route | page |
 //! |---|---|
 //! | `GET /`, `/ui`, `/ui/repos` | the repositories: revisions, refs, sizes, dedup, last use |
-//! | `GET /ui/repos/{org}/{name}[?unused-for=30d]` | one repository: every revision with its refs, pin, lock, times, size, what gc would do, how to download it |
+//! | `GET /ui/repos/{org}/{name}[?unused-for=30d]` (or `{org}%2F{name}`) | one repository: every revision with its refs, pin, lock, times, size, what gc would do, how to download it |
 //! | `GET /ui/mirror` | the upstream, allow-list, locks, recent pulls and upstream errors |
-//! | `GET /ui/store` | store-wide figures, packs, gc's condemned list |
+//! | `GET /ui/store` | store-wide figures, packs, gc's condemned list, the last gc and sync runs |
+//! | `GET /ui/logout` | clears the page cookie |
 //!
 //! No script and no asset from elsewhere: one HTML document per page with its style
 //! inline, a `Content-Security-Policy` that forbids scripts, frames and outside fetches
