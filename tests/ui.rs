@@ -558,15 +558,17 @@ fn output_dir() -> PathBuf {
     d
 }
 
-fn chromium() -> Command {
+/// Headless Chromium with its profile in `profile`.
+fn chromium(profile: &Path) -> Command {
     let bin = ["chromium", "chromium-browser", "google-chrome"]
         .into_iter()
         .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
         .unwrap_or_else(|| {
             panic!("headless Chromium is needed for this test and is not installed: `apt-get install chromium` (scripts/install-deps.sh does it)")
         });
-    let mut c = Command::new(bin);
-    let profile = tempfile::tempdir().unwrap().keep();
+    // A browser that hangs must not hang the suite: coreutils' timeout ends it.
+    let mut c = Command::new("timeout");
+    c.args(["--kill-after=10", "120", bin]);
     c.args([
         "--headless",
         "--no-sandbox",
@@ -583,9 +585,10 @@ fn a_real_browser_renders_the_pages() {
     let env = Env::new();
     ingest_series(&env);
     let srv = Served::start(&env, &[]);
+    let profile = tempfile::tempdir().unwrap();
     let url = |p: &str| format!("http://{}{p}", srv.addr);
     // The DOM as Chromium built it (no script on the pages: this is the text people see).
-    let out = chromium()
+    let out = chromium(profile.path())
         .arg("--dump-dom")
         .arg(url("/ui/repos/demo-org/demo-llm"))
         .output()
@@ -607,13 +610,17 @@ fn a_real_browser_renders_the_pages() {
         dom.contains(&format!("HF_ENDPOINT=http://{}", srv.addr)),
         "{dom}"
     );
-    let out = chromium().arg("--dump-dom").arg(url("/")).output().unwrap();
+    let out = chromium(profile.path())
+        .arg("--dump-dom")
+        .arg(url("/"))
+        .output()
+        .unwrap();
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(
         dom.contains("href=\"/ui/repos/demo-org/demo-llm\""),
         "{dom}"
     );
-    let out = chromium()
+    let out = chromium(profile.path())
         .arg("--dump-dom")
         .arg(url("/ui/store"))
         .output()
@@ -622,7 +629,7 @@ fn a_real_browser_renders_the_pages() {
     // A screenshot of the repository page, kept for people (and CI) to look at.
     let shot = output_dir().join("repository.png");
     let _ = std::fs::remove_file(&shot);
-    let out = chromium()
+    let out = chromium(profile.path())
         .arg(format!("--screenshot={}", shot.display()))
         .arg("--window-size=1280,720")
         .arg(url("/ui/repos/demo-org/demo-llm"))
