@@ -372,6 +372,16 @@ fn hostile_text_is_escaped_everywhere_it_is_shown() {
         assert_eq!(st, 404, "{path}");
         only_our_markup(&page);
     }
+    // A repository of the org `ui` still downloads: its files are the API's, not pages.
+    let s = series();
+    env.ingest(&s.plain("r1"), &["--repo", "ui/tools", "--ref", "main"]);
+    let (st, _, body) = get(&srv.addr, "/ui/tools/resolve/main/config.json", &[]);
+    assert_eq!(st, 200, "{body}");
+    let want = std::fs::read_to_string(s.plain("r1").join("config.json")).unwrap();
+    assert_eq!(body, want);
+    let (st, _, page) = get(&srv.addr, "/ui/repos/ui/tools", &[]);
+    assert_eq!(st, 200);
+    assert!(page.contains("<h1>ui/tools</h1>"));
     // Links are stable and encoded: the repository's page is linked by its id.
     let (_, _, page) = get(&srv.addr, "/", &[]);
     assert!(

@@ -78,9 +78,11 @@ pub struct Ctx<'a> {
     pub spelling: &'a dyn Fn(RepoId) -> RepoId,
 }
 
-/// Whether a path (its decoded segments) is one of the pages'.
+/// Whether a path (its decoded segments) is one of the pages'. Pages have at most four
+/// segments, so a download from a repository of the org `ui`
+/// (`/ui/NAME/resolve/REV/FILE`, five or more) stays the API's.
 pub fn is_ui_path(segs: &[&str]) -> bool {
-    matches!(segs, [""] | ["ui", ..])
+    matches!(segs, [""] | ["ui", ..]) && segs.len() <= 4
 }
 
 impl Ui {
