@@ -2,7 +2,8 @@
 # Installs what building and testing modelcas needs on a Debian 12 machine, when missing,
 # and fails loudly (naming the step) when anything cannot be installed:
 #   1. Debian packages: libclang-dev (the rocksdb crate's bindgen), g++ (RocksDB is C++),
-#      fuse3 (the mount), python3 and python3-venv.
+#      fuse3 (the mount), python3 and python3-venv, chromium (the headless browser that
+#      tests/ui.rs renders serve's pages with).
 #   2. The Rust toolchain named in rust-toolchain.toml: checked, never guessed.
 #   3. A Python virtual environment, $MODELCAS_VENV (default ~/.cache/modelcas/venv), with
 #      the exact packages of scripts/requirements.txt (the demo generator, the tests with the
@@ -25,6 +26,7 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 dpkg -s python3-venv >/dev/null 2>&1 || python3 -c 'import ensurepip, venv' >/dev/null 2>&1 \
   || need_apt+=(python3-venv)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 \
     || fail apt "missing ${need_apt[*]} and no apt-get here: install them with your package manager"

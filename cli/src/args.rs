@@ -377,6 +377,10 @@ pub struct ServeArgs {
     pub limits: ServeLimitArgs,
     #[command(flatten)]
     pub upstream: UpstreamArgs,
+    /// No pages for people: `/` and `/ui/...` answer 404 (the API is unchanged; `[serve]`
+    /// `ui = false` does the same).
+    #[arg(long)]
+    pub no_ui: bool,
 }
 
 /// `modelcas serve`'s pull-through mirror and repository policy (each falls back to

@@ -102,6 +102,8 @@ pub struct ServeConfig {
     pub header_timeout: Option<String>,
     pub request_timeout: Option<String>,
     pub write_timeout: Option<String>,
+    /// `false`: see `--no-ui`.
+    pub ui: Option<bool>,
     /// A pull-through mirror of this Hub.
     pub upstream: Option<String>,
     pub upstream_token_file: Option<PathBuf>,

@@ -128,6 +128,8 @@ pub struct Hub {
     mirror: Option<Mirror>,
     /// Stored spellings, roles and complete commits (`hub/policy.rs`).
     names: policy::Names,
+    /// The pages (`GET /`, `/ui/...`); `None`: `--no-ui`.
+    ui: Option<crate::ui::Ui>,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -155,7 +157,36 @@ impl Hub {
             policy: Policy::default(),
             mirror: None,
             names: policy::Names::default(),
+            ui: None,
         }
+    }
+
+    /// The same router, with the pages for people over `pages` (`None`: no pages).
+    pub fn with_ui(mut self, pages: Option<crate::ui::Pages>) -> Hub {
+        self.ui = pages.map(|p| crate::ui::Ui::new(p.0));
+        self
+    }
+
+    /// A page, when the pages are on and the path is theirs (they check auth themselves:
+    /// a bearer token, or the cookie a first token set).
+    fn ui_page(&self, req: &Head<'_>, segs: &[&str]) -> Option<Reply> {
+        let ui = self.ui.as_ref().filter(|_| crate::ui::is_ui_path(segs))?;
+        let spelling = |r: RepoId| match self.spelling(r.clone()) {
+            Ok(s) => s,
+            Err(_) => r,
+        };
+        let ctx = crate::ui::Ctx {
+            tokens: self.tokens.as_ref(),
+            policy: &self.policy,
+            mirror: self
+                .mirror
+                .as_ref()
+                .map(|m| (m.endpoint(), m.opts.ttl, m.recent.as_ref())),
+            spelling: &spelling,
+        };
+        let r = ui.route(&ctx, req, segs);
+        self.count("ui", r.status.as_u16());
+        Some(r)
     }
 
     /// The same router, reading downloads with the read-ahead of `config` (default:
@@ -225,6 +256,9 @@ impl Hub {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(crate::exposition::CONTENT_TYPE),
             );
+        }
+        if let Some(page) = self.ui_page(req, &segs) {
+            return page;
         }
         if !self.authorized(req.headers) {
             self.count("auth", 401);

@@ -11,6 +11,7 @@
 //! | `GET /api/models/{repo}/refs` | `{branches, tags, converts, pullRequests}` |
 //! | `HEAD`/`GET /{repo}/resolve/{rev}/{path}` | the file, with `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`; `Range` |
 //! | `GET /metrics` | Prometheus metrics |
+//! | `GET /`, `/ui/...` | HTML pages for people ([`ui`]; off with `--no-ui`) |
 //!
 //! Errors carry `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) as the
 //! client expects. No Xet header is ever sent. With tokens configured every route but
@@ -42,6 +43,7 @@ pub mod hub;
 pub mod metrics;
 pub mod metrics_listener;
 pub mod server;
+pub mod ui;
 pub mod upstream;
 
 use std::collections::HashSet;
@@ -92,6 +94,8 @@ pub struct ServeOptions {
     pub readahead: ReadaheadConfig,
     /// What `/metrics` shows: the registry the binary assembled from every crate's metrics.
     pub metrics: Arc<prometheus_client::registry::Registry>,
+    /// The pages' figures; `None` (`--no-ui`): no pages, `/` and `/ui/...` are 404.
+    pub ui: Option<ui::Pages>,
 }
 
 /// A bound endpoint.
@@ -123,6 +127,7 @@ impl Server {
                     .with_policy(opts.policy.clone(), opts.upstream.clone())
                     .with_readahead(opts.readahead)
                     .with_exposition(opts.metrics.clone()),
+                    .with_ui(opts.ui.clone()),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

@@ -193,6 +193,8 @@ pub struct Mirror {
     pulling: Flights<(RepoId, CommitId), Result<u64, UpstreamError>>,
     /// Failures already logged (logged again once the upstream answered).
     warned: Arc<Mutex<HashSet<String>>>,
+    /// The last pulls and failures, for the mirror page.
+    pub(crate) recent: Arc<crate::ui::Recent>,
 }
 
 impl Mirror {
@@ -204,6 +206,7 @@ impl Mirror {
             resolving: Flights::new(pool("upstream-resolve", RESOLVE_THREADS)),
             pulling: Flights::new(pool("upstream-pull", PULL_THREADS)),
             warned: Arc::default(),
+            recent: Arc::default(),
         }
     }
 
@@ -250,9 +253,13 @@ impl Mirror {
     pub fn fetch(&self, repo: &RepoId, commit: &CommitId) -> (Result<u64, UpstreamError>, bool) {
         let (up, notes) = (self.opts.upstream.clone(), self.notes());
         let (repo, commit) = (repo.clone(), *commit);
+        let recent = self.recent.clone();
         self.pulling.run(&(repo.clone(), commit), move || {
             let start = Instant::now();
             let r = up.fetch(&repo, &commit);
+            let ms = start.elapsed().as_millis() as u64;
+            let shown = r.clone().map_err(|e| e.to_string());
+            recent.pull(&repo.to_string(), &commit.to_hex(), shown, ms);
             notes.note(&r, &format!("pulling {repo}@{}", commit.to_hex()), "pull");
             METRICS.upstream_pull(r.is_ok(), *r.as_ref().unwrap_or(&0));
             if let Ok(bytes) = &r {
@@ -283,6 +290,7 @@ impl Mirror {
         Notes {
             warned: self.warned.clone(),
             endpoint: self.endpoint().to_string(),
+            recent: self.recent.clone(),
         }
     }
 }
@@ -291,6 +299,7 @@ impl Mirror {
 struct Notes {
     warned: Arc<Mutex<HashSet<String>>>,
     endpoint: String,
+    recent: Arc<crate::ui::Recent>,
 }
 
 impl Notes {
@@ -298,6 +307,9 @@ impl Notes {
     fn note<T>(&self, r: &Result<T, UpstreamError>, what: &str, op: &'static str) {
         if let Some(kind) = r.as_ref().err().and_then(UpstreamError::metric_kind) {
             METRICS.upstream_error(op, kind);
+            if let Err(e) = r {
+                self.recent.failure(op, what, &e.to_string());
+            }
         }
         let mut warned = lock(&self.warned);
         if let Err(UpstreamError::Unavailable(e)) = r {

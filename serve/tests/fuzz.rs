@@ -17,6 +17,13 @@
 //!   serves other bytes than its stored commit's, its ref never moves, and the store never
 //!   holds two repositories whose names differ only in case.
 //!
+//! - pages (`GET /`, `/ui/...`, issue 29): both hubs have the pages on, over an inventory
+//!   built with the store's own functions; paths, queries and credentials aimed at them.
+//!   Besides the checks above: an HTML reply contains only the tags the pages write (no
+//!   markup from a path, a query, a name or a header), has a `Content-Security-Policy`
+//!   that forbids scripts, and a cookie is only ever set for a request that carried the
+//!   token.
+//!
 //! CI runs [`CASES`] cases of each. The soak (`bench/serve_fuzz.sh N`) runs the same
 //! properties `N` times: `SERVE_FUZZ_INPUTS=N cargo test --release -p modelcas-serve
 //! --test fuzz -- --ignored soak --nocapture`.
@@ -33,6 +40,7 @@ use http_body_util_shim::collect;
 use hubserve::body::Body;
 use hubserve::decode;
 use hubserve::hub::{Head, Hub};
+use hubserve::ui::{facts, Inventory, Pages};
 use hubserve::{Limits, Policy, Upstream, UpstreamError, UpstreamOptions};
 use index::Index;
 use objects::MemoryStore;
@@ -137,6 +145,91 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// The pages' figures over the fixture's store, with the functions the binary uses
+/// (`stats`, `repo_stats`, gc's `verdicts` with an empty policy).
+struct StoreInventory(Store);
+
+impl Inventory for StoreInventory {
+    fn repos(&self) -> Result<Vec<facts::RepoSummary>, String> {
+        let s = &self.0;
+        let mut out = Vec::new();
+        for repo in s.repos().map_err(|e| e.to_string())? {
+            let st = store::stats::repo_stats(s, &repo).map_err(|e| e.to_string())?;
+            out.push(facts::RepoSummary {
+                repo: repo.to_string(),
+                revisions: st.commits,
+                refs: s
+                    .refs(&repo)
+                    .map_err(|e| e.to_string())?
+                    .into_keys()
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        Ok(out)
+    }
+
+    fn repo(&self, repo: &RepoId, _: Duration) -> Result<Option<facts::RepoDetail>, String> {
+        let s = &self.0;
+        let opts = store::gc::GcOptions {
+            dry_run: true,
+            ..Default::default()
+        };
+        let verdicts = store::gc::verdicts(s, repo, &[&opts]).map_err(|e| e.to_string())?;
+        if verdicts.is_empty() {
+            return Ok(None);
+        }
+        let revisions = verdicts
+            .into_iter()
+            .map(|r| facts::Revision {
+                commit: r.commit,
+                ingested_at: 0,
+                files: 0,
+                bytes: r.bytes,
+                refs: Vec::new(),
+                pinned: false,
+                last_used: None,
+                policy: match r.keep.first() {
+                    Some(Some(k)) => facts::Verdict::Keep(format!("{k:?}")),
+                    _ => facts::Verdict::Expire,
+                },
+                unused_for: facts::Verdict::Unknown("not asked".into()),
+            })
+            .collect();
+        Ok(Some(facts::RepoDetail {
+            repo: repo.to_string(),
+            revisions,
+            policy: "none".into(),
+        }))
+    }
+
+    fn store(&self) -> Result<facts::StoreFacts, String> {
+        let st = store::stats::stats(&self.0).map_err(|e| e.to_string())?;
+        Ok(facts::StoreFacts {
+            location: self.0.backend().location(),
+            repos: st.repos,
+            revisions: st.commits,
+            figures: facts::Figures::default(),
+            packs: st.packs,
+            stored_bytes: st.stored_bytes,
+            total_ratio: st.total_ratio(),
+            condemned_packs: 0,
+            condemned_bytes: 0,
+            gc_state_written_ms: None,
+            would_expire: Ok((0, 0)),
+            runs: vec![("gc".into(), Ok(None))],
+        })
+    }
+
+    fn min_unused_for(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
+}
+
+fn pages(store: &Store) -> Option<Pages> {
+    Some(Pages(Arc::new(StoreInventory(store.clone()))))
+}
+
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
@@ -147,11 +240,14 @@ fn fixture() -> &'static Fixture {
         ingest_dir(&store, &index, dir.path(), REPO, None, &["main"]).unwrap();
         let tokens: HashSet<String> = [TOKEN.to_string()].into();
         Fixture {
-            hub: Arc::new(Hub::new(
-                store.clone(),
-                Arc::new(read::cache::ChunkCache::new(store, 64 << 20, 2).unwrap()),
-                Some(tokens),
-            )),
+            hub: Arc::new(
+                Hub::new(
+                    store.clone(),
+                    Arc::new(read::cache::ChunkCache::new(store.clone(), 64 << 20, 2).unwrap()),
+                    Some(tokens),
+                )
+                .with_ui(pages(&store)),
+            ),
             files: fixture_files(),
             rt: runtime(),
         }
@@ -327,7 +423,8 @@ fn policy_fixture() -> &'static PolicyFixture {
             Arc::new(read::cache::ChunkCache::new(store.clone(), 64 << 20, 2).unwrap()),
             Some([TOKEN.to_string()].into()),
         )
-        .with_policy(policy, Some(opts));
+        .with_policy(policy, Some(opts))
+        .with_ui(pages(&store));
         PolicyFixture {
             hub: Arc::new(hub),
             store,
@@ -457,6 +554,13 @@ fn segment() -> impl Strategy<Value = String> {
             DISALLOWED,
             "2222222",
             "MAIN",
+            "ui",
+            "repos",
+            "mirror",
+            "store",
+            "logout",
+            "%3Cscript%3E",
+            "%22%3E%3Cimg%20src%3Dx%20onerror%3Dy%3E",
         ])
         .prop_map(String::from),
         any::<String>(),
@@ -508,6 +612,20 @@ fn path() -> impl Strategy<Value = String> {
             |(repo, rev, rest)| { format!("/api/models/{repo}/tree/{rev}/{}", rest.join("/")) }
         ),
         (repo(), segment()).prop_map(|(repo, rev)| format!("/api/models/{repo}/revision/{rev}")),
+        // The pages.
+        prop::sample::select(vec![
+            "/",
+            "/ui",
+            "/ui/",
+            "/ui/repos",
+            "/ui/mirror",
+            "/ui/store",
+            "/ui/logout"
+        ])
+        .prop_map(String::from),
+        (repo(), prop::collection::vec(segment(), 0..2))
+            .prop_map(|(repo, rest)| format!("/ui/repos/{repo}/{}", rest.join("/"))),
+        repo().prop_map(|repo| format!("/ui/repos/{repo}")),
         prop::collection::vec(segment(), 0..8).prop_map(|s| format!("/{}", s.join("/"))),
         any::<String>(),
     ]
@@ -527,6 +645,46 @@ fn range() -> impl Strategy<Value = Option<Vec<u8>>> {
     ]
 }
 
+/// Query strings: arbitrary words, the pages' `unused-for` with hostile values, and a
+/// token in the URL (never taken).
+fn query() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "[a-z=&]{0,20}",
+        1 => "unused-for=[0-9a-z%<>\" +]{0,12}",
+        1 => Just(format!("token={TOKEN}")),
+    ]
+}
+
+/// The tags the pages write; any other `<` in an HTML reply came from data.
+const PAGE_TAGS: &[&str] = &[
+    "!doctype", "html", "head", "meta", "title", "style", "body", "header", "b", "a", "main", "h1",
+    "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "span", "time", "code", "pre", "form",
+    "label", "input", "button", "footer",
+];
+
+/// An HTML reply holds only the pages' own markup, and no attribute outside quotes
+/// beyond those the pages write.
+fn check_page(body: &[u8]) -> Result<(), TestCaseError> {
+    let page = String::from_utf8(body.to_vec())
+        .map_err(|_| TestCaseError::fail("an HTML page that is not UTF-8"))?;
+    for (i, _) in page.match_indices('<') {
+        let rest = page[i + 1..].trim_start_matches('/');
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '!')
+            .collect();
+        prop_assert!(PAGE_TAGS.contains(&name.as_str()), "<{} in a page", name);
+        let tag = &page[i..i + page[i..].find('>').unwrap_or(page.len() - i)];
+        let outside: String = tag.split('"').step_by(2).collect();
+        prop_assert!(
+            !outside.contains("onerror") && !outside.contains("src="),
+            "attribute from data: {}",
+            tag
+        );
+    }
+    Ok(())
+}
+
 fn method() -> impl Strategy<Value = Method> {
     prop_oneof![
         4 => Just(Method::GET),
@@ -540,6 +698,9 @@ fn method() -> impl Strategy<Value = Method> {
 fn auth() -> impl Strategy<Value = Option<Vec<u8>>> {
     prop_oneof![
         3 => Just(Some(format!("Bearer {TOKEN}").into_bytes())),
+        // `u:t0ken`: the browser's prompt, for the pages.
+        1 => Just(Some(b"Basic dTp0MGtlbg==".to_vec())),
+        1 => "Basic [A-Za-z0-9+/=]{0,16}".prop_map(|s| Some(s.into_bytes())),
         1 => Just(None),
         1 => prop::collection::vec(any::<u8>(), 0..20).prop_map(Some),
         1 => any::<String>().prop_map(|s| Some(format!("Bearer {s}").into_bytes())),
@@ -585,8 +746,27 @@ fn check_route(
         .get("content-length")
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let is_stream = matches!(reply.body, Body::Stream { .. });
+    let html = reply
+        .headers
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/html"));
+    if html {
+        let csp = reply.headers.get("content-security-policy");
+        prop_assert!(
+            csp.is_some_and(|v| v.as_bytes().starts_with(b"default-src 'none'")),
+            "a page without its CSP: {path}"
+        );
+    }
+    if reply.headers.contains_key("set-cookie") && status == 200 {
+        let bearer = format!("Bearer {TOKEN}");
+        let ok = auth.is_some_and(|a| a == bearer.as_bytes() || a == b"Basic dTp0MGtlbg==");
+        prop_assert!(ok, "a cookie for a request without the token: {path}");
+    }
     let body = f.rt.block_on(collect(reply.body));
     let body = body.map_err(|e| TestCaseError::fail(format!("body failed: {e}")))?;
+    if html {
+        check_page(&body)?;
+    }
     if is_stream {
         prop_assert_eq!(Some(body.len() as u64), len);
         // The bytes are the file's, at the range announced.
@@ -712,7 +892,7 @@ fn run(cases: u32) -> u64 {
     let mut runner = TestRunner::new(cfg(cases));
     runner
         .run(
-            &(method(), path(), "[a-z=&]{0,20}", range(), auth()),
+            &(method(), path(), query(), range(), auth()),
             |(m, p, q, r, a)| check_route(&f.hub, &m, &p, &q, r.as_deref(), a.as_deref()),
         )
         .unwrap();
@@ -746,7 +926,7 @@ fn run_policy(cases: u32) -> u64 {
     let mut runner = TestRunner::new(cfg(cases));
     runner
         .run(
-            &(method(), path(), "[a-z=&]{0,20}", range(), auth()),
+            &(method(), path(), query(), range(), auth()),
             |(m, path, q, r, a)| {
                 let before = policy_state();
                 check_route(&p.hub, &m, &path, &q, r.as_deref(), a.as_deref())?;

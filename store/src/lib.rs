@@ -32,5 +32,6 @@ pub mod fsck;
 pub mod gc;
 pub mod ingest;
 pub mod metrics;
+pub mod runs;
 pub mod source;
 pub mod stats;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use format::layout;
 use repo::handle::Store;
 use repo::Result;
+use format::RepoId;
 
 /// Figures for a whole store.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,27 +54,51 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
-/// Computes [`Stats`] for `store`.
-pub fn stats(store: &Store) -> Result<Stats> {
-    let mut s = Stats::default();
-    let mut chunks: HashMap<[u8; 32], (u32, u32)> = HashMap::new();
-    for repo in store.repos()? {
-        s.repos += 1;
-        for commit in store.commits(&repo)? {
-            let m = store.manifest(&repo, &commit)?;
-            s.commits += 1;
-            for f in &m.files {
-                s.files += 1;
-                s.logical_bytes += f.size;
-                for c in &f.chunks {
-                    chunks.insert(c.id, (c.raw_len, c.frame_len));
-                }
+/// Distinct chunks seen: id → (raw length, frame length).
+type Chunks = HashMap<[u8; 32], (u32, u32)>;
+
+/// Counts one repository's revisions into `s` and its chunks into `chunks`.
+fn add_repo(store: &Store, repo: &RepoId, s: &mut Stats, chunks: &mut Chunks) -> Result<()> {
+    s.repos += 1;
+    for commit in store.commits(repo)? {
+        let m = store.manifest(repo, &commit)?;
+        s.commits += 1;
+        for f in &m.files {
+            s.files += 1;
+            s.logical_bytes += f.size;
+            for c in &f.chunks {
+                chunks.insert(c.id, (c.raw_len, c.frame_len));
             }
         }
     }
+    Ok(())
+}
+
+fn add_chunks(s: &mut Stats, chunks: &Chunks) {
     s.unique_chunks = chunks.len() as u64;
     s.unique_bytes = chunks.values().map(|c| c.0 as u64).sum();
     s.compressed_bytes = chunks.values().map(|c| c.1 as u64).sum();
+}
+
+/// [`Stats`] of one repository's revisions alone (what [`stats`] counts, restricted to
+/// them: its distinct chunks, shared or not with other repositories); no packs (packs
+/// are shared), so `packs` and `stored_bytes` are 0.
+pub fn repo_stats(store: &Store, repo: &RepoId) -> Result<Stats> {
+    let mut s = Stats::default();
+    let mut chunks = Chunks::new();
+    add_repo(store, repo, &mut s, &mut chunks)?;
+    add_chunks(&mut s, &chunks);
+    Ok(s)
+}
+
+/// Computes [`Stats`] for `store`.
+pub fn stats(store: &Store) -> Result<Stats> {
+    let mut s = Stats::default();
+    let mut chunks = Chunks::new();
+    for repo in store.repos()? {
+        add_repo(store, &repo, &mut s, &mut chunks)?;
+    }
+    add_chunks(&mut s, &chunks);
     for obj in store.backend().list(layout::PACKS_PREFIX)? {
         if layout::parse_pack_key(&obj.key).is_some() {
             s.packs += 1;

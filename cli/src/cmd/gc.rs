@@ -75,6 +75,7 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
     let store = ctx.open_plain()?;
     let cache = ctx.try_index(&store);
     let warn = |w: String| tracing::warn!("{w}");
+    let started = super::now_secs();
     let report = match store::gc::run(&store, cache, &opts, &warn) {
         Ok(r) => r,
         Err(e @ repo::StoreError::LockHeld { .. }) => {
@@ -92,6 +93,19 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
         dry_run = report.dry_run,
         "gc finished"
     );
+    if !report.dry_run {
+        let summary = format!(
+            "{} revisions expired, {} kept; {} packs deleted ({} reclaimed), {} condemned; {} stored in {} packs",
+            report.expired.len(),
+            report.revisions_kept,
+            report.packs_deleted,
+            bytes(report.bytes_reclaimed),
+            report.packs_condemned,
+            bytes(report.bytes_stored),
+            report.packs_stored
+        );
+        super::record_run(&store, "gc", started, true, &summary);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

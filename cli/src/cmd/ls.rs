@@ -82,33 +82,9 @@ fn files(store: &Store, t: &str, json: bool) -> Result<()> {
 /// The commits of one repository, oldest first, with the refs naming each.
 fn commits(store: &Store, t: &str, json: bool) -> Result<()> {
     let repo = RepoId::parse(t)?;
-    let commits = store.commits(&repo)?;
-    let refs = store.refs(&repo)?;
-    if commits.is_empty() && refs.is_empty() {
+    let Some((refs, rows)) = rows(store, &repo)? else {
         return Err(repo::StoreError::UnknownRepo(repo.to_string()).into());
-    }
-    let used = repo::usage::last_used(store, &repo)?;
-    let mut rows = Vec::new();
-    for c in &commits {
-        let m = store.manifest(&repo, c)?;
-        rows.push(Row {
-            ingested_at: m.ingested_at,
-            commit: c.to_hex(),
-            files: m.files.len(),
-            bytes: m.total_size(),
-            refs: refs
-                .iter()
-                .filter(|(_, v)| *v == c)
-                .map(|(k, _)| k.clone())
-                .collect(),
-            last_used: used.get(c).and_then(|t| {
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .ok()
-                    .map(|d| d.as_secs())
-            }),
-        });
-    }
-    rows.sort_by(|a, b| (a.ingested_at, &a.commit).cmp(&(b.ingested_at, &b.commit)));
+    };
     if json {
         let refs: serde_json::Map<_, _> = refs
             .iter()
@@ -136,15 +112,51 @@ fn commits(store: &Store, t: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The refs of `repo` and its commits, oldest first, as `ls ORG/NAME` shows them (the
+/// pages of `serve` show the same rows); `None`: the store has no such repository.
+pub fn rows(store: &Store, repo: &RepoId) -> Result<Option<(Refs, Vec<Row>)>> {
+    let commits = store.commits(repo)?;
+    let refs = store.refs(repo)?;
+    if commits.is_empty() && refs.is_empty() {
+        return Ok(None);
+    }
+    let used = store::usage::last_used(store, repo)?;
+    let mut rows = Vec::new();
+    for c in &commits {
+        let m = store.manifest(repo, c)?;
+        rows.push(Row {
+            ingested_at: m.ingested_at,
+            commit: c.to_hex(),
+            files: m.files.len(),
+            bytes: m.total_size(),
+            refs: refs
+                .iter()
+                .filter(|(_, v)| *v == c)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            last_used: used.get(c).and_then(|t| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs())
+            }),
+        });
+    }
+    rows.sort_by(|a, b| (a.ingested_at, &a.commit).cmp(&(b.ingested_at, &b.commit)));
+    Ok(Some((refs, rows)))
+}
+
+/// A repository's refs: name → commit.
+pub type Refs = std::collections::BTreeMap<String, store::CommitId>;
+
 /// One commit of `ls ORG/NAME`.
 #[derive(serde::Serialize)]
-struct Row {
-    commit: String,
-    ingested_at: u64,
-    files: usize,
-    bytes: u64,
-    refs: Vec<String>,
+pub struct Row {
+    pub commit: String,
+    pub ingested_at: u64,
+    pub files: usize,
+    pub bytes: u64,
+    pub refs: Vec<String>,
     /// When a mount, serve, checkout, cat or pull last read it (the store's clock; `None`:
     /// never since last-use records exist).
-    last_used: Option<u64>,
+    pub last_used: Option<u64>,
 }

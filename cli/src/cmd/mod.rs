@@ -11,6 +11,8 @@ mod read;
 mod serve;
 mod stats;
 mod sync;
+mod ui;
+mod ui_cache;
 mod upstream;
 
 use std::path::PathBuf;
@@ -24,6 +26,29 @@ use objects::{LocalStore, ObjectStore};
 use repo::Store;
 
 use crate::args::{Cli, Command};
+
+/// Now, by this machine's clock (seconds since the epoch).
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Records a completed run of `command` in the store (`runs/<command>`, shown by serve's
+/// pages); best-effort: a failure is a warning, never the command's failure.
+pub fn record_run(store: &Store, command: &str, started: u64, ok: bool, summary: &str) {
+    let r = store::runs::write(
+        store.backend().as_ref(),
+        command,
+        started,
+        now_secs(),
+        ok,
+        summary,
+    );
+    if let Err(e) = r {
+        tracing::warn!("cannot record this {command} run in the store: {e}");
+    }
+}
 
 /// Threads reading chunks in parallel from a remote store (checkout, verify, mount fetches).
 pub const REMOTE_READ_THREADS: usize = 16;

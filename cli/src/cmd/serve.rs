@@ -87,6 +87,8 @@ pub struct Options {
     pub limits: Limits,
     pub policy: Policy,
     pub upstream: Option<Mirror>,
+    /// `--no-ui`: no pages.
+    pub no_ui: bool,
 }
 
 /// `--upstream` and its settings.
@@ -215,6 +217,7 @@ impl Options {
                 upstream_repos: c.upstream_repos.clone(),
             },
             upstream: mirror(c, &a.upstream)?,
+            no_ui: a.no_ui || c.ui == Some(false),
         })
     }
 }
@@ -267,6 +270,11 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         upstream,
         readahead: Default::default(),
         metrics: ctx.metrics.clone(),
+        ui: (!o.no_ui).then(|| {
+            let store = super::ui_cache::cached(&store);
+            let inventory = super::ui::StoreInventory::new(store, ctx.config.clone());
+            hubserve::ui::Pages(Arc::new(inventory))
+        }),
     };
     let server = hubserve::Server::bind(store, &opts)?;
     crate::resident::keep_code_resident();

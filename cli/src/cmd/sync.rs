@@ -35,7 +35,11 @@ pub fn run(ctx: &Ctx, a: &SyncArgs) -> Result<ExitCode> {
         let store = Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
         let index = ctx.index(&store)?;
         let bar = Bar::new(ctx.quiet || a.json);
-        mirror::sync(&store, &index, &client, &list, jobs, &bar)
+        let started = super::now_secs();
+        let report = mirror::sync(&store, &index, &client, &list, jobs, &bar);
+        let ok = report.failed == 0;
+        super::record_run(&store, "sync", started, ok, &summary(&report));
+        report
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -70,8 +74,13 @@ fn print_report(r: &SyncReport) {
             ),
         }
     }
+    println!("{}", summary(r));
+}
+
+/// The report's last line (also the store's run record, `runs/sync`).
+fn summary(r: &SyncReport) -> String {
     let would = if r.dry_run { " (dry run)" } else { "" };
-    println!(
+    format!(
         "{} entries from {}{would}: {} pulled, {} refs moved, {} unchanged, {} failed; downloaded {}",
         r.entries.len(),
         r.endpoint,
@@ -80,5 +89,5 @@ fn print_report(r: &SyncReport) {
         r.unchanged,
         r.failed,
         bytes(r.bytes_downloaded)
-    );
+    )
 }

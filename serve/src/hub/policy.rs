@@ -63,7 +63,7 @@ pub(super) enum Wanted<'a> {
 impl Hub {
     /// The store's spelling of `repo`: the exact one if stored, else one differing only in
     /// case, else `repo` itself.
-    pub(super) fn spelling(&self, repo: RepoId) -> Result<RepoId, Box<Reply>> {
+    pub(crate) fn spelling(&self, repo: RepoId) -> Result<RepoId, Box<Reply>> {
         let folded = repo.folded();
         {
             let s = lock(&self.names.spellings);

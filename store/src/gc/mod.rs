@@ -395,6 +395,43 @@ fn expired_revision(m: &Manifest) -> ExpiredRevision {
     }
 }
 
+/// What retention decides for each revision of `repo` under each of `opts`, now: the
+/// decision [`run`] makes (a dry run too) with those options, with the reason each kept
+/// revision is kept (`None`: expired), one per options in their order. Reads what gc
+/// reads (the manifests, refs, pins, last-use records) once, changes nothing. Revisions
+/// in no particular order, each with its total size.
+pub fn verdicts(store: &Store, repo: &RepoId, opts: &[&GcOptions]) -> Result<Vec<Verdicts>> {
+    for o in opts {
+        o.retention.check()?;
+    }
+    let now = store.backend().now()?;
+    let loaded = load_repo(store, None, repo, &mut GcReport::default())?;
+    let keeps: Vec<HashMap<CommitId, Keep>> =
+        opts.iter().map(|o| loaded.decide(repo, now, o)).collect();
+    Ok(loaded
+        .held
+        .iter()
+        .map(|h| {
+            let commit = h.manifest.commit;
+            Verdicts {
+                commit,
+                bytes: h.manifest.total_size(),
+                keep: keeps.iter().map(|k| k.get(&commit).copied()).collect(),
+            }
+        })
+        .collect())
+}
+
+/// Retention's decisions for one revision ([`verdicts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdicts {
+    pub commit: CommitId,
+    /// Total size of its files.
+    pub bytes: u64,
+    /// Per options asked, in their order: why it is kept, or `None`: it expires.
+    pub keep: Vec<Option<Keep>>,
+}
+
 /// Loads a repository's manifests (through the cache) and splits them by retention.
 fn revisions(
     store: &Store,
@@ -404,6 +441,46 @@ fn revisions(
     opts: &GcOptions,
     report: &mut GcReport,
 ) -> Result<(Vec<Rev>, Vec<Rev>)> {
+    let (held, keep) = decide_repo(store, cache, repo, store_now, opts, report)?;
+    let (kept, expired) = held
+        .into_iter()
+        .partition(|h| keep.contains_key(&h.manifest.commit));
+    Ok((kept, expired))
+}
+
+/// A repository's manifests (through the cache), and retention's decision: the commits
+/// kept, each with its reason.
+fn decide_repo(
+    store: &Store,
+    cache: Option<&Index>,
+    repo: &RepoId,
+    store_now: SystemTime,
+    opts: &GcOptions,
+    report: &mut GcReport,
+) -> Result<(Vec<Rev>, HashMap<CommitId, Keep>)> {
+    let loaded = load_repo(store, cache, repo, report)?;
+    let keep = loaded.decide(repo, store_now, opts);
+    Ok((loaded.held, keep))
+}
+
+/// What retention looks at in one repository.
+struct Loaded {
+    held: Vec<Rev>,
+    /// Last read or ingested (a manifest's write), by the store's clock.
+    last_use: HashMap<CommitId, SystemTime>,
+    /// When each manifest was written, by the store's clock in ms.
+    written: HashMap<CommitId, u64>,
+    referenced: HashSet<CommitId>,
+    pins: HashSet<CommitId>,
+}
+
+/// Reads a repository's manifests (through the cache), last-use records, refs and pins.
+fn load_repo(
+    store: &Store,
+    cache: Option<&Index>,
+    repo: &RepoId,
+    report: &mut GcReport,
+) -> Result<Loaded> {
     let backend = store.backend();
     let prefix = layout::manifests_prefix(repo);
     let mut held = Vec::new();
@@ -454,41 +531,57 @@ fn revisions(
         });
     }
     let referenced: HashSet<CommitId> = store.refs(repo)?.into_values().collect();
-    let mut pinned: HashSet<CommitId> = store.pins(repo)?.into_iter().collect();
-    pinned.extend(
-        opts.protected
+    let pins: HashSet<CommitId> = store.pins(repo)?.into_iter().collect();
+    Ok(Loaded {
+        held,
+        last_use,
+        written,
+        referenced,
+        pins,
+    })
+}
+
+impl Loaded {
+    /// The commits `opts` keeps, each with its reason, at `store_now`.
+    fn decide(
+        &self,
+        repo: &RepoId,
+        store_now: SystemTime,
+        opts: &GcOptions,
+    ) -> HashMap<CommitId, Keep> {
+        let mut pinned = self.pins.clone();
+        pinned.extend(
+            opts.protected
+                .iter()
+                // As the Hub compares ids: a lock on `Org/Model` protects `org/model`.
+                .filter(|(r, _)| r.same_repo(repo))
+                .map(|(_, c)| *c),
+        );
+        let idle = |c: &CommitId| {
+            let at = self.last_use.get(c)?;
+            Some(store_now.duration_since(*at).map_or(0, |d| d.as_secs()))
+        };
+        let now_ms = repo::clock::to_ms(store_now);
+        let candidates: Vec<Candidate> = self
+            .held
             .iter()
-            // As the Hub compares ids: a lock on `Org/Model` protects `org/model`.
-            .filter(|(r, _)| r.same_repo(repo))
-            .map(|(_, c)| *c),
-    );
-    let idle = |c: &CommitId| {
-        let at = last_use.get(c)?;
-        Some(store_now.duration_since(*at).map_or(0, |d| d.as_secs()))
-    };
-    let now_ms = repo::clock::to_ms(store_now);
-    let candidates: Vec<Candidate> = held
-        .iter()
-        .map(|h| {
-            let m = &h.manifest;
-            let order = m.order(written.get(&m.commit).copied());
-            Candidate {
-                commit: m.commit,
-                order,
-                age_secs: now_ms.saturating_sub(order.0) / 1000,
-                idle_secs: idle(&m.commit),
-            }
-        })
-        .collect();
-    let (keep, _) = retention::decide(
-        &opts.retention.policy(repo),
-        &candidates,
-        &referenced,
-        &pinned,
-    );
-    let keep: HashMap<CommitId, Keep> = keep.into_iter().collect();
-    let (kept, expired) = held
-        .into_iter()
-        .partition(|h| keep.contains_key(&h.manifest.commit));
-    Ok((kept, expired))
+            .map(|h| {
+                let m = &h.manifest;
+                let order = m.order(self.written.get(&m.commit).copied());
+                Candidate {
+                    commit: m.commit,
+                    order,
+                    age_secs: now_ms.saturating_sub(order.0) / 1000,
+                    idle_secs: idle(&m.commit),
+                }
+            })
+            .collect();
+        let (keep, _) = retention::decide(
+            &opts.retention.policy(repo),
+            &candidates,
+            &self.referenced,
+            &pinned,
+        );
+        keep.into_iter().collect()
+    }
 }
