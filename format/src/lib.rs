@@ -17,6 +17,7 @@
 //! * [`bundle`] — the wire format of transfer bundles and the refs they carry.
 //! * [`index`] — the values of a node's local index (a cache, rebuildable from the bucket):
 //!   chunk locations, pack records, files' chunk lists, stamp records.
+//! * [`runs`] — run records (`runs/gc`, `runs/sync`): when a maintenance command last ran.
 //! * [`node`] — node-local state beside the index: the node file cache's marker.
 //! * [`layout`] — the object keys of everything above.
 
@@ -34,6 +35,7 @@ pub mod manifest;
 pub mod names;
 pub mod node;
 pub mod pack;
+pub mod runs;
 
 pub use chunk::{ChunkId, ParseChunkIdError, MAX_CHUNK_LEN};
 pub use names::{CommitId, RepoId};

@@ -126,7 +126,7 @@ impl Server {
                 Hub::new(store, cache, opts.tokens.clone())
                     .with_policy(opts.policy.clone(), opts.upstream.clone())
                     .with_readahead(opts.readahead)
-                    .with_exposition(opts.metrics.clone()),
+                    .with_exposition(opts.metrics.clone())
                     .with_ui(opts.ui.clone()),
             ),
             threads: opts.threads.max(1),

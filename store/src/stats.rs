@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use format::layout;
+use format::RepoId;
 use repo::handle::Store;
 use repo::Result;
-use format::RepoId;
 
 /// Figures for a whole store.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

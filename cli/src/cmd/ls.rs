@@ -120,7 +120,7 @@ pub fn rows(store: &Store, repo: &RepoId) -> Result<Option<(Refs, Vec<Row>)>> {
     if commits.is_empty() && refs.is_empty() {
         return Ok(None);
     }
-    let used = store::usage::last_used(store, repo)?;
+    let used = repo::usage::last_used(store, repo)?;
     let mut rows = Vec::new();
     for c in &commits {
         let m = store.manifest(repo, c)?;
@@ -146,7 +146,7 @@ pub fn rows(store: &Store, repo: &RepoId) -> Result<Option<(Refs, Vec<Row>)>> {
 }
 
 /// A repository's refs: name → commit.
-pub type Refs = std::collections::BTreeMap<String, store::CommitId>;
+pub type Refs = std::collections::BTreeMap<String, format::CommitId>;
 
 /// One commit of `ls ORG/NAME`.
 #[derive(serde::Serialize)]

@@ -8,11 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use format::{CommitId, RepoId};
 use hubserve::ui::facts::{self, Figures, RepoDetail, RepoSummary, Revision, StoreFacts, Verdict};
 use hubserve::ui::Inventory;
+use repo::Store;
 use store::gc::retention::Keep;
 use store::gc::GcOptions;
-use store::{CommitId, RepoId, Store};
 
 use super::gc::GcArgs;
 use crate::config::Config;
@@ -148,7 +149,7 @@ impl Inventory for StoreInventory {
         for repo in self.store.repos().map_err(text)? {
             let s = store::stats::repo_stats(&self.store, &repo).map_err(text)?;
             let refs = self.store.refs(&repo).map_err(text)?;
-            let used = store::usage::last_used(&self.store, &repo).map_err(text)?;
+            let used = repo::usage::last_used(&self.store, &repo).map_err(text)?;
             let last_used = used
                 .values()
                 .filter_map(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -214,7 +215,7 @@ impl Inventory for StoreInventory {
                         }
                     }
                 }
-                Ok::<_, store::StoreError>((n, bytes))
+                Ok::<_, repo::StoreError>((n, bytes))
             })()
             .map_err(text),
         };
@@ -238,6 +239,6 @@ impl Inventory for StoreInventory {
     }
 
     fn min_unused_for(&self) -> Duration {
-        store::usage::MIN_UNUSED_FOR
+        repo::usage::MIN_UNUSED_FOR
     }
 }

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use store::backend::{ObjectMeta, Temporary};
-use store::{ObjectStore, Store};
+use objects::{ObjectMeta, ObjectStore, Temporary};
+use repo::Store;
 
 /// Bytes of manifests kept in memory.
 pub const BUDGET: usize = 64 << 20;
@@ -74,15 +74,15 @@ impl ManifestCache {
 }
 
 impl ObjectStore for ManifestCache {
-    fn put(&self, key: &str, data: &[u8]) -> store::backend::Result<()> {
+    fn put(&self, key: &str, data: &[u8]) -> objects::Result<()> {
         self.inner.put(key, data)
     }
 
-    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> store::backend::Result<()> {
+    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> objects::Result<()> {
         self.inner.put_many(objects)
     }
 
-    fn get(&self, key: &str) -> store::backend::Result<Vec<u8>> {
+    fn get(&self, key: &str) -> objects::Result<Vec<u8>> {
         if !cached_key(key) {
             return self.inner.get(key);
         }
@@ -105,11 +105,11 @@ impl ObjectStore for ManifestCache {
         Ok(bytes)
     }
 
-    fn get_range(&self, key: &str, offset: u64, len: u64) -> store::backend::Result<Vec<u8>> {
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> objects::Result<Vec<u8>> {
         self.inner.get_range(key, offset, len)
     }
 
-    fn list(&self, prefix: &str) -> store::backend::Result<Vec<ObjectMeta>> {
+    fn list(&self, prefix: &str) -> objects::Result<Vec<ObjectMeta>> {
         let out = self.inner.list(prefix)?;
         let mut s = self.lock();
         let present: HashSet<&str> = out.iter().map(|o| o.key.as_str()).collect();
@@ -132,27 +132,27 @@ impl ObjectStore for ManifestCache {
         Ok(out)
     }
 
-    fn delete(&self, key: &str) -> store::backend::Result<()> {
+    fn delete(&self, key: &str) -> objects::Result<()> {
         self.inner.delete(key)
     }
 
-    fn size(&self, key: &str) -> store::backend::Result<Option<u64>> {
+    fn size(&self, key: &str) -> objects::Result<Option<u64>> {
         self.inner.size(key)
     }
 
-    fn stat(&self, key: &str) -> store::backend::Result<Option<ObjectMeta>> {
+    fn stat(&self, key: &str) -> objects::Result<Option<ObjectMeta>> {
         self.inner.stat(key)
     }
 
-    fn now(&self) -> store::backend::Result<SystemTime> {
+    fn now(&self) -> objects::Result<SystemTime> {
         self.inner.now()
     }
 
-    fn temporaries(&self, min_age: std::time::Duration) -> store::backend::Result<Vec<Temporary>> {
+    fn temporaries(&self, min_age: std::time::Duration) -> objects::Result<Vec<Temporary>> {
         self.inner.temporaries(min_age)
     }
 
-    fn remove_temporary(&self, t: &Temporary) -> store::backend::Result<()> {
+    fn remove_temporary(&self, t: &Temporary) -> objects::Result<()> {
         self.inner.remove_temporary(t)
     }
 
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_manifest_is_read_again_only_when_the_listing_shows_it_changed() {
-        let mem: Arc<dyn ObjectStore> = Arc::new(store::MemoryStore::new());
+        let mem: Arc<dyn ObjectStore> = Arc::new(objects::MemoryStore::new());
         let c = ManifestCache {
             inner: mem.clone(),
             state: Mutex::default(),

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use repo::{CommitId, RepoId};
+use format::{CommitId, RepoId};
 
 /// An error of the inventory, shown on the page (never a panic, never a 500 for the
 /// whole page when only one part failed).

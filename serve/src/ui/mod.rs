@@ -33,9 +33,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use format::RepoId;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
-use repo::RepoId;
 use sha2::{Digest, Sha256};
 
 use crate::body::Body;
@@ -461,7 +461,7 @@ mod tests {
         }
         fn repo(&self, _: &RepoId, _: Duration) -> facts::Result<Option<facts::RepoDetail>> {
             let rev = facts::Revision {
-                commit: repo::CommitId([0xab; 20]),
+                commit: format::CommitId([0xab; 20]),
                 ingested_at: 1,
                 files: 1,
                 bytes: 1,

@@ -140,7 +140,7 @@ fn verdict(b: &mut Html, v: &Verdict) {
 pub fn repo(d: &RepoDetail, ctx: &Ctx<'_>, unused_for: Duration, host: &str, now: u64) -> String {
     let mut b = Html::default();
     b.elem("h1", &[], &d.repo);
-    let repo_id = repo::RepoId::parse(&d.repo).ok();
+    let repo_id = format::RepoId::parse(&d.repo).ok();
     let lock = repo_id.as_ref().and_then(|r| ctx.policy.lock_of(r));
     b.raw("<p>");
     b.text(&format!(
