@@ -457,6 +457,7 @@ mod tests {
                 chunks,
             }],
             published: None,
+            xet_hashes: Vec::new(),
         }
     }
 

@@ -372,6 +372,7 @@ mod tests {
                     chunks,
                 }],
                 published: None,
+                xet_hashes: Vec::new(),
             },
         }
     }

@@ -163,7 +163,8 @@ pub struct IngestReport {
 }
 
 /// A distinct source file: its path, the SHA-256 its snapshot expects, its size.
-type Source = (PathBuf, Option<[u8; 32]>, u64);
+/// A distinct source file: its path, the sha256 and Xet hash it must have, its size.
+type Source = (PathBuf, Option<[u8; 32]>, u64, Option<[u8; 32]>);
 
 /// Where the bytes of a source file come from. Ingest names each distinct source by its
 /// [`crate::source::SourceFile::source`] path and reads it once through this: from the file
@@ -333,7 +334,7 @@ fn distinct_sources(snapshots: &[Snapshot]) -> (Vec<Source>, HashMap<PathBuf, us
     for s in snapshots {
         for f in &s.files {
             source_ix.entry(f.source.clone()).or_insert_with(|| {
-                sources.push((f.source.clone(), f.expected_sha256, f.size));
+                sources.push((f.source.clone(), f.expected_sha256, f.size, f.expected_xet));
                 sources.len() - 1
             });
         }
@@ -355,15 +356,17 @@ fn build_manifest(
     for f in &s.files {
         let r = &results[source_ix[&f.source]];
         let chunks = chunk_refs(r, located, &mut pack_table, &mut pack_ix)?;
-        files.push(FileEntry {
+        let entry = FileEntry {
             path: f.path.clone(),
             size: r.size,
             sha256: r.sha256,
             executable: f.executable,
             chunks,
-        });
+        };
+        files.push((entry, r.xet));
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    let (files, xet_hashes): (Vec<FileEntry>, Vec<[u8; 32]>) = files.into_iter().unzip();
     let commit = s.commit.unwrap_or_else(|| {
         derive_commit_id(
             &files
@@ -380,6 +383,7 @@ fn build_manifest(
         packs: pack_table,
         files,
         published: None,
+        xet_hashes,
     })
 }
 
@@ -534,6 +538,7 @@ mod tests {
             size: 200,
             executable: false,
             expected_sha256: None,
+            expected_xet: None,
         };
         let snapshot = Snapshot {
             repo: RepoId::parse("org/model").unwrap(),
@@ -545,11 +550,12 @@ mod tests {
             dir: "/snap".into(),
         };
         let (sources, source_ix) = distinct_sources(std::slice::from_ref(&snapshot));
-        assert_eq!(sources, [(PathBuf::from("/blobs/1"), None, 200)]);
+        assert_eq!(sources, [(PathBuf::from("/blobs/1"), None, 200, None)]);
         let (a, b) = (ChunkId([1; 32]), ChunkId([2; 32]));
         let results = [FileResult {
             size: 200,
             sha256: [5; 32],
+            xet: [6; 32],
             chunks: vec![(a, 100), (b, 100)],
         }];
         let located = HashMap::from([(a, loc(7, 16)), (b, loc(8, 16))]);
@@ -558,6 +564,7 @@ mod tests {
         assert_eq!(m.files.len(), 2);
         assert_eq!(m.files[0].path, "a.bin");
         assert_eq!(m.files[1].path, "z.bin");
+        assert_eq!(m.xet_hashes, [[6; 32], [6; 32]], "one Xet hash per file");
         let refs: Vec<_> = m.files[1]
             .chunks
             .iter()
