@@ -126,15 +126,7 @@ impl Chunker {
         }
         // `at` is below the room left (HASH_FROM < MAX_CHUNK), so at <= end.
         let end = data.len().min(MAX_CHUNK - self.len);
-        let mut gear = self.gear;
-        let mut cut = None;
-        for (i, &b) in data[at..end].iter().enumerate() {
-            gear = (gear << 1).wrapping_add(gear::GEAR[b as usize]);
-            if gear & MASK == 0 && self.len + at + i + 1 >= MIN_CHUNK {
-                cut = Some(at + i + 1);
-                break;
-            }
-        }
+        let (gear, cut) = scan_gear(self.gear, &data[..end], at, self.len);
         let n = cut.unwrap_or(end);
         self.len += n;
         if cut.is_some() || self.len == MAX_CHUNK {
@@ -151,6 +143,56 @@ impl Chunker {
     pub fn pending(&self) -> usize {
         self.len
     }
+}
+
+/// Feeds `data[at..]` to the gear hash `gear` of a chunk that held `len` bytes before
+/// `data`: the hash after the last byte fed, and where the chunk ends if it does (just after
+/// the first byte whose hash has its top 16 bits zero, once the chunk holds at least
+/// [`MIN_CHUNK`] bytes).
+///
+/// Eight bytes at a time where no boundary is near: the eight hashes come from the hash
+/// before them and a sum over the eight bytes alone, so the bytes' work does not wait on
+/// the previous hash (a byte at a time, each step waits on the one before), and one
+/// comparison of their minimum tells whether any has its top 16 bits zero.
+fn scan_gear(mut gear: u64, data: &[u8], mut at: usize, len: usize) -> (u64, Option<usize>) {
+    let step = |g: u64, b: u8| (g << 1).wrapping_add(gear::GEAR[b as usize]);
+    // Bytes before MIN_CHUNK (at most the first 65 hashed) need the length test.
+    let fast_from = MIN_CHUNK.saturating_sub(len).max(at);
+    while at < data.len() {
+        if at >= fast_from && at + 8 <= data.len() {
+            let b = &data[at..at + 8];
+            let mut p = [0u64; 8];
+            let mut acc = 0u64;
+            for k in 0..8 {
+                acc = step(acc, b[k]);
+                p[k] = acc;
+            }
+            let mut low = u64::MAX;
+            for (k, pk) in p.iter().enumerate() {
+                low = low.min((gear << (k + 1)).wrapping_add(*pk));
+            }
+            if low & MASK != 0 {
+                gear = (gear << 8).wrapping_add(p[7]);
+                at += 8;
+                continue;
+            }
+            // A boundary among these eight: find it a byte at a time.
+            for _ in 0..8 {
+                gear = step(gear, data[at]);
+                at += 1;
+                if gear & MASK == 0 {
+                    return (gear, Some(at));
+                }
+            }
+            continue;
+        }
+        gear = step(gear, data[at]);
+        at += 1;
+        if gear & MASK == 0 && len + at >= MIN_CHUNK {
+            return (gear, Some(at));
+        }
+    }
+    (gear, None)
 }
 
 /// The lengths of the chunks Xet cuts `data` into (for tests and tools).
