@@ -125,6 +125,10 @@ pub struct Hub {
     mirror: Option<Mirror>,
     /// Stored spellings, roles and complete commits (`hub/policy.rs`).
     names: policy::Names,
+    /// Xet downloads (`hub/xet.rs`); `None`: off.
+    xet: Option<crate::xet::XetOptions>,
+    /// Xet hashes seen in manifests, with their repository (`hub/xet.rs`).
+    xet_seen: Mutex<HashMap<[u8; 32], RepoId>>,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -151,7 +155,15 @@ impl Hub {
             policy: Policy::default(),
             mirror: None,
             names: policy::Names::default(),
+            xet: None,
+            xet_seen: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same router, offering Xet downloads with `xet` (`None`: off).
+    pub fn with_xet(mut self, xet: Option<crate::xet::XetOptions>) -> Hub {
+        self.xet = xet;
+        self
     }
 
     /// The same router, reading downloads with the read-ahead of `config` (default:
@@ -215,6 +227,9 @@ impl Hub {
                 HeaderValue::from_static(repo::metrics::CONTENT_TYPE),
             );
         }
+        if let Some(r) = self.xet_own_auth(req, &segs) {
+            return r;
+        }
         if !self.authorized(req.headers) {
             self.count("auth", 401);
             let msg = "Invalid credentials: send Authorization: Bearer <token>";
@@ -242,6 +257,9 @@ impl Hub {
                 )
             }
             ["api", "models", org, name, "refs"] => ("refs", self.refs(org, name)),
+            ["api", "models", org, name, "xet-read-token", rev] if get => {
+                ("xet-token", self.xet_token(req, org, name, rev))
+            }
             [org, name, "resolve", rev, rest @ ..] if !rest.is_empty() => {
                 let file = rest.join("/");
                 return self.resolve(req, org, name, rev, &file, start);
@@ -616,6 +634,9 @@ impl Hub {
             if let Some(l) = lfs {
                 e["lfs"] = l;
             }
+            if let Some(x) = self.xet_listed(&at, i) {
+                e["xetHash"] = x;
+            }
             entries.push(e);
         }
         if !found {
@@ -705,3 +726,4 @@ fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, 
 
 mod policy;
 mod resolve;
+mod xet;

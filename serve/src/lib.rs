@@ -9,12 +9,17 @@
 //! | `GET /api/models/{repo}/revision/{rev}` | `{id, sha, siblings: [{rfilename}], ...}` |
 //! | `GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=` | tree entries with `oid`, `size`, `lfs` |
 //! | `GET /api/models/{repo}/refs` | `{branches, tags, converts, pullRequests}` |
-//! | `HEAD`/`GET /{repo}/resolve/{rev}/{path}` | the file, with `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`; `Range` |
+//! | `HEAD`/`GET /{repo}/resolve/{rev}/{path}` | the file, with `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`, `X-Xet-Hash` and its `Link`; `Range` |
+//! | `GET /api/models/{repo}/xet-read-token/{rev}` | a Xet read token, the CAS URL and the expiry (headers and JSON) |
+//! | `GET /v1/reconstructions/{xet hash}` | the file's reconstruction (Xet read token; `Range`) |
+//! | `GET /xet/xorbs/...` | chunk records (signed, expiring URL; `Range`) |
 //! | `GET /metrics` | Prometheus metrics |
 //!
 //! Errors carry `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) as the
-//! client expects. No Xet header is ever sent. With tokens configured every route but
-//! `/metrics` needs `Authorization: Bearer <token>`. One access-log event per download
+//! client expects. Xet ([`xet`], `hub/xet.rs`, docs/format/xet.md) is offered for files
+//! whose manifest records their Xet hash, unless turned off. With tokens configured every
+//! route but `/metrics` and the two Xet CAS routes (their own token, their own signature)
+//! needs `Authorization: Bearer <token>`. One access-log event per download
 //! (tracing target `access`) goes to the log.
 //!
 //! **Pull-through mirror** (`modelcas serve --upstream URL`, [`upstream`]): a request for a
@@ -41,6 +46,7 @@ pub mod metrics;
 pub mod metrics_listener;
 pub mod server;
 pub mod upstream;
+pub mod xet;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -88,6 +94,8 @@ pub struct ServeOptions {
     pub upstream: Option<UpstreamOptions>,
     /// Read-ahead windows of downloads.
     pub readahead: ReadaheadConfig,
+    /// Xet downloads (`None`: off; docs/format/xet.md).
+    pub xet: Option<xet::XetOptions>,
 }
 
 /// A bound endpoint.
@@ -117,7 +125,8 @@ impl Server {
             hub: Arc::new(
                 Hub::new(store, cache, opts.tokens.clone())
                     .with_policy(opts.policy.clone(), opts.upstream.clone())
-                    .with_readahead(opts.readahead),
+                    .with_readahead(opts.readahead)
+                    .with_xet(opts.xet.clone()),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

@@ -1,0 +1,141 @@
+//! Xet downloads from `modelcas serve` (issue 28) with the real client, huggingface_hub +
+//! hf_xet (tests/xet_client.py does the client side; pinned in scripts/requirements.txt).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use common::{ingest_series, repo_root, series, Env, Served};
+
+const REPO: &str = "demo-org/demo-llm";
+const OTHER: &str = "other-org/other-model";
+
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, out)
+}
+
+/// A store with the demo series (r1..r4) and a second repository (r1 as `main`).
+fn env() -> Env {
+    let env = Env::new();
+    ingest_series(&env);
+    let s = series();
+    env.ingest(&s.plain("r1"), &["--repo", OTHER, "--ref", "main"]);
+    env
+}
+
+/// Runs tests/xet_client.py in `mode`; its facts.
+fn client(srv: &Served, env: &Env, mode: &str, token: Option<&str>) -> serde_json::Value {
+    let work = env.path(&format!("client-{mode}"));
+    std::fs::create_dir_all(&work).unwrap();
+    let mut c = common::python();
+    c.arg(repo_root().join("tests/xet_client.py"))
+        .args([mode, &format!("http://{}", srv.addr), REPO])
+        .arg(series().dir.join("expected.json"))
+        .arg(&work)
+        .env("XET_OTHER_REPO", OTHER)
+        .env_remove("HF_TOKEN")
+        .env("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1");
+    if let Some(t) = token {
+        c.env("HF_TOKEN", t)
+            .env_remove("HF_HUB_DISABLE_IMPLICIT_TOKEN");
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "client ({mode}) failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        srv.log()
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn the_real_client_downloads_through_xet_byte_exact() {
+    let env = env();
+    let srv = Served::start(&env, &[]);
+    let f = client(&srv, &env, "download", None);
+    let files = series().files("r4").len() as u64;
+    // Every file of both snapshots and the single file: reconstructions, no plain bytes.
+    assert!(f["reconstructions"].as_u64().unwrap() > 2 * files, "{f}");
+    assert_eq!(f["plain_bytes"], 0, "{f}");
+    assert_eq!(f["xet_hashes_match_hf_xet"], files, "{f}");
+    // Without Xet on the client: plain downloads, as before.
+    let f = client(&srv, &env, "plain", None);
+    assert_eq!(f["reconstructions"], 0, "{f}");
+}
+
+#[test]
+fn the_xet_routes_check_ranges_tokens_and_signatures() {
+    let env = env();
+    let srv = Served::start(&env, &[]);
+    let f = client(&srv, &env, "protocol", None);
+    assert_eq!(f["tampered_urls_refused"], 3, "{f}");
+    // Serve stayed up and answered every hostile request.
+    assert!(get(&srv.addr, "/metrics").1.contains("xet-reconstruction"));
+}
+
+#[test]
+fn with_a_token_file_the_token_route_needs_it_and_downloads_work() {
+    let env = env();
+    let tokens = env.path("tokens");
+    std::fs::write(&tokens, "s3cret-token\n").unwrap();
+    let srv = Served::start(&env, &["--token-file", tokens.to_str().unwrap()]);
+    let f = client(&srv, &env, "protocol", Some("s3cret-token"));
+    assert_eq!(f["token_route_needs_auth"], true, "{f}");
+    let f = client(&srv, &env, "download", Some("s3cret-token"));
+    assert!(f["reconstructions"].as_u64().unwrap() > 2 * series().files("r4").len() as u64);
+}
+
+#[test]
+fn expired_tokens_and_urls_are_refused_and_the_client_refreshes() {
+    let env = env();
+    let srv = Served::start(&env, &["--xet-url-ttl", "1s", "--xet-token-ttl", "1s"]);
+    let f = client(&srv, &env, "expired", None);
+    assert_eq!(f["expired_refused"], true, "{f}");
+    // A token that lives 1 s (the client refreshes 60 s before expiry, so every request
+    // outlives its token): the download completes through new tokens.
+    let f = client(&srv, &env, "refresh", None);
+    assert!(f["tokens"].as_u64().unwrap() >= 2, "{f}");
+    assert!(f["reconstructions"].as_u64().unwrap() >= series().files("r4").len() as u64);
+}
+
+#[test]
+fn no_xet_turns_every_xet_answer_off() {
+    let env = env();
+    let srv = Served::start(&env, &["--no-xet"]);
+    let (s, tree) = get(
+        &srv.addr,
+        &format!("/api/models/{REPO}/tree/r4?recursive=true"),
+    );
+    assert_eq!(s, 200);
+    assert!(!tree.contains("xetHash"), "{tree}");
+    let (s, head) = get(&srv.addr, &format!("/{REPO}/resolve/r4/config.json"));
+    assert_eq!(s, 200);
+    assert!(!head.to_ascii_lowercase().contains("xet"), "{head}");
+    let (s, _) = get(&srv.addr, &format!("/api/models/{REPO}/xet-read-token/r4"));
+    assert_eq!(s, 404);
+    let f = client(&srv, &env, "plain", None);
+    assert_eq!(f["reconstructions"], 0, "{f}");
+    // With Xet on, the same requests carry it.
+    let on = Served::start(&env, &[]);
+    let (_, tree) = get(
+        &on.addr,
+        &format!("/api/models/{REPO}/tree/r4?recursive=true"),
+    );
+    assert!(tree.contains("\"xetHash\""), "{tree}");
+    let (_, head) = get(&on.addr, &format!("/{REPO}/resolve/r4/config.json"));
+    assert!(
+        head.contains("x-xet-hash") || head.contains("X-Xet-Hash"),
+        "{head}"
+    );
+    assert!(head.contains("rel=\"xet-auth\""), "{head}");
+}
