@@ -139,3 +139,41 @@ fn no_xet_turns_every_xet_answer_off() {
     );
     assert!(head.contains("rel=\"xet-auth\""), "{head}");
 }
+
+#[test]
+fn a_revision_stored_without_xet_hashes_gets_them_when_ingested_again() {
+    let env = Env::new();
+    common::ingest_rev(&env, "r1", &["main"]);
+    let key = format!("repos/{REPO}/manifests/{}", series().commit("r1"));
+    let backend = env.backend();
+    let mut m = format::manifest::decode(&key, &backend.get(&key).unwrap()).unwrap();
+    assert_eq!(m.xet_hashes.len(), m.files.len());
+    let hashes = std::mem::take(&mut m.xet_hashes);
+    let published = m.published;
+    let old = format::codec::encode(format::codec::Kind::Manifest, &m, true);
+    backend.put(&key, &old).unwrap();
+    {
+        // Without recorded hashes: served without Xet.
+        let srv = Served::start(&env, &[]);
+        let (_, tree) = get(
+            &srv.addr,
+            &format!("/api/models/{REPO}/tree/main?recursive=true"),
+        );
+        assert!(!tree.contains("xetHash"), "{tree}");
+        let (s, _) = get(
+            &srv.addr,
+            &format!("/api/models/{REPO}/xet-read-token/main"),
+        );
+        assert_eq!(s, 404);
+    }
+    common::ingest_rev(&env, "r1", &["main"]);
+    let m = format::manifest::decode(&key, &backend.get(&key).unwrap()).unwrap();
+    assert_eq!(m.xet_hashes, hashes, "recorded by the second ingest");
+    assert_eq!(m.published, published, "its publication kept");
+    let srv = Served::start(&env, &[]);
+    let (_, tree) = get(
+        &srv.addr,
+        &format!("/api/models/{REPO}/tree/main?recursive=true"),
+    );
+    assert!(tree.contains("\"xetHash\""), "{tree}");
+}

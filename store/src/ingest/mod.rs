@@ -266,8 +266,8 @@ pub fn ingest_from(
     // Build every manifest first, check for conflicts, then write manifests, then refs.
     let mut manifests = Vec::new();
     for s in snapshots {
-        let manifest = build_manifest(s, &results, &source_ix, &located)?;
-        let new = is_new(store, s, &manifest, opts.complete)?;
+        let mut manifest = build_manifest(s, &results, &source_ix, &located)?;
+        let new = is_new(store, s, &mut manifest, opts.complete)?;
         manifests.push((s, manifest, new));
     }
     // Every pack must be durable before a manifest can name it.
@@ -316,7 +316,8 @@ fn stamp_published(store: &Store, manifests: &mut [(&Snapshot, Manifest, bool)])
     }
     let store_ms = lock::store_now_ms(store.backend().as_ref())?;
     for (_, m, new) in manifests.iter_mut() {
-        if *new {
+        // A manifest rewritten to record Xet hashes keeps its publication (`is_new`).
+        if *new && m.published.is_none() {
             m.published = Some(Published {
                 store_ms,
                 seq: crate::clock::sequence_ms(),
@@ -421,7 +422,11 @@ fn chunk_refs(
 /// with the same content, an error when it has it with other files.
 /// With `complete`, a stored manifest whose files `manifest` all holds unchanged is
 /// replaced (new).
-fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest, complete: bool) -> Result<bool> {
+///
+/// A stored manifest without Xet hashes (written before version 3, docs/format/xet.md) of
+/// the same files is replaced too, keeping its publication: ingesting or pulling such a
+/// revision again records its Xet hashes.
+fn is_new(store: &Store, s: &Snapshot, manifest: &mut Manifest, complete: bool) -> Result<bool> {
     let commit = manifest.commit;
     let existing = if store.has_commit(&s.repo, &commit)? {
         Some(store.manifest(&s.repo, &commit)?)
@@ -438,6 +443,10 @@ fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest, complete: bool) -> R
                 s.repo,
                 s.dir.display()
             )));
+        }
+        if old.xet_hashes.is_empty() && !manifest.xet_hashes.is_empty() {
+            manifest.published = old.published;
+            return Ok(true);
         }
     }
     Ok(existing.is_none())
