@@ -283,47 +283,44 @@ impl Hub {
         recs: &[u64],
         from: u64,
         to: u64,
-    ) -> Result<Vec<u8>, crate::body::ReadError> {
+    ) -> Result<Bytes, crate::body::ReadError> {
         // The records overlapping [from, to), and their payload's place in the file.
         let (mut byte, mut pos) = (0u64, xb.file_start);
         let mut first: Option<(usize, u64, u64)> = None;
         let mut last = 0;
-        let mut file_to = pos;
         for (k, len) in recs.iter().enumerate() {
             let end = byte + xet::RECORD_HEADER + len;
             if end > from && byte < to {
                 first.get_or_insert((k, byte, pos));
                 last = k + 1;
-                file_to = pos + len;
             }
             byte = end;
             pos += len;
         }
-        let Some((k0, byte0, file_from)) = first else {
-            return Ok(Vec::new());
+        let Some((k0, byte0, mut pos)) = first else {
+            return Ok(Bytes::new());
         };
-        let mut data = Vec::with_capacity((file_to - file_from) as usize);
-        self.source(at, fi)
-            .copy_range(file_from, file_to, &mut |b: Bytes| {
-                data.extend_from_slice(&b);
-                true
-            })?;
-        if data.len() as u64 != file_to - file_from {
-            return Err(crate::body::ReadError::Inconsistent {
-                commit: at.commit.to_hex(),
-                what: format!("{}: short read for a xorb", at.manifest.files[fi].path),
-            });
-        }
-        let mut out = Vec::with_capacity((to - from) as usize + 16);
-        let mut at_data = 0usize;
+        // Each record's header, then its bytes straight from the read path: one copy.
+        let mut src = self.source(at, fi);
+        let mut out = Vec::with_capacity((to - from) as usize + 2 * xet::RECORD_MAX as usize);
         for len in &recs[k0..last] {
             out.extend_from_slice(&xet::record_header(*len));
-            out.extend_from_slice(&data[at_data..at_data + *len as usize]);
-            at_data += *len as usize;
+            let want = out.len() + *len as usize;
+            src.copy_range(pos, pos + len, &mut |b: Bytes| {
+                out.extend_from_slice(&b);
+                true
+            })?;
+            if out.len() != want {
+                return Err(crate::body::ReadError::Inconsistent {
+                    commit: at.commit.to_hex(),
+                    what: format!("{}: short read for a xorb", at.manifest.files[fi].path),
+                });
+            }
+            pos += len;
         }
-        let a = (from - byte0) as usize;
-        let b = ((to - byte0) as usize).min(out.len());
-        Ok(out.get(a..b).map(<[u8]>::to_vec).unwrap_or_default())
+        let a = ((from - byte0) as usize).min(out.len());
+        let b = ((to - byte0) as usize).clamp(a, out.len());
+        Ok(Bytes::from(out).slice(a..b))
     }
 
     /// The `xetHash` of a tree entry for file `i`, when offered through Xet.
