@@ -2,6 +2,12 @@
 //! hf_xet (tests/xet_client.py does the client side; pinned in scripts/requirements.txt).
 
 mod common;
+#[allow(
+    unused_imports,
+    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
+)]
+#[path = "../hubclient/tests/fake/mod.rs"]
+mod fake;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -176,4 +182,36 @@ fn a_revision_stored_without_xet_hashes_gets_them_when_ingested_again() {
         &format!("/api/models/{REPO}/tree/main?recursive=true"),
     );
     assert!(tree.contains("\"xetHash\""), "{tree}");
+}
+
+#[test]
+fn a_pull_through_mirror_serves_what_it_pulled_through_xet() {
+    let up_env = env();
+    let up = Served::start(&up_env, &[]);
+    let m_env = Env::new();
+    let m = Served::start(&m_env, &["--upstream", &format!("http://{}", up.addr)]);
+    // The upstream lists xetHash; the mirror's pull checks it, records it, and serves
+    // every file through Xet, byte-exact.
+    let f = client(&m, &m_env, "download", None);
+    let files = series().files("r4").len() as u64;
+    assert!(f["reconstructions"].as_u64().unwrap() > 2 * files, "{f}");
+    assert_eq!(f["plain_bytes"], 0, "{f}");
+    assert_eq!(f["xet_hashes_match_hf_xet"], files, "{f}");
+}
+
+#[test]
+fn a_mirror_refuses_an_upstream_revision_whose_xet_hash_differs() {
+    let up = fake::Fake::start();
+    let tokenizer = up.file("sub/dir/tokenizer.json");
+    let wrong = xethash::file_hash(&tokenizer.data).hex();
+    up.state().xet_hashes = vec![("model.safetensors".into(), wrong)];
+    let env = Env::new();
+    let m = Served::start(&env, &["--upstream", &up.url]);
+    let (s, body) = get(&m.addr, &format!("/api/models/{}/tree/main", fake::REPO));
+    assert_eq!(s, 502, "{body}");
+    assert!(body.contains("Xet hash"), "{body}");
+    // The mirror knows the repository, but stored no revision of it.
+    let listed = env.json(&["ls", "--json"]);
+    let repos = listed["repos"].as_array().unwrap();
+    assert!(repos.iter().all(|r| r["commits"] == 0), "{listed}");
 }
