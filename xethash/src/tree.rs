@@ -37,7 +37,7 @@ fn group_len(nodes: &[(XetHash, u64)], end: bool) -> Option<usize> {
     }
     let scan = nodes.len().min(MAX_GROUP);
     for (i, (h, _)) in nodes.iter().enumerate().take(scan).skip(2) {
-        if h.last_word() % BRANCHING == 0 {
+        if h.last_word().is_multiple_of(BRANCHING) {
             return Some(i + 1);
         }
     }
@@ -111,13 +111,14 @@ mod tests {
     use super::*;
 
     /// xet-core's `next_merge_cut`, as written there.
+    #[allow(clippy::needless_range_loop, reason = "xet-core's loop, kept as written there")]
     fn next_merge_cut(hashes: &[(XetHash, u64)]) -> usize {
         if hashes.len() <= 2 {
             return hashes.len();
         }
         let end = 9.min(hashes.len());
         for i in 2..end {
-            if hashes[i].0.last_word() % 4 == 0 {
+            if hashes[i].0.last_word().is_multiple_of(4) {
                 return i + 1;
             }
         }
