@@ -111,7 +111,10 @@ mod tests {
     use super::*;
 
     /// xet-core's `next_merge_cut`, as written there.
-    #[allow(clippy::needless_range_loop, reason = "xet-core's loop, kept as written there")]
+    #[allow(
+        clippy::needless_range_loop,
+        reason = "xet-core's loop, kept as written there"
+    )]
     fn next_merge_cut(hashes: &[(XetHash, u64)]) -> usize {
         if hashes.len() <= 2 {
             return hashes.len();
