@@ -215,3 +215,99 @@ fn a_mirror_refuses_an_upstream_revision_whose_xet_hash_differs() {
     let repos = listed["repos"].as_array().unwrap();
     assert!(repos.iter().all(|r| r["commits"] == 0), "{listed}");
 }
+
+/// Polls serve's counter of `endpoint` requests until it reaches `n` (or 120 s pass).
+fn wait_for_requests(addr: &str, endpoint: &str, n: u64) {
+    let t = std::time::Instant::now();
+    loop {
+        let (_, m) = get(addr, "/metrics");
+        let seen: u64 = m
+            .lines()
+            .filter(|l| l.contains(&format!("endpoint=\"{endpoint}\"")) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if seen >= n {
+            return;
+        }
+        assert!(t.elapsed().as_secs() < 120, "{endpoint} never reached {n}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_file_over_256_mib_downloads_in_windows_and_again_after_a_cut() {
+    use sha2::{Digest, Sha256};
+    let env = Env::new();
+    let dir = env.path("big");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 300 MiB that compress poorly and dedup nowhere: a counter hashed block by block.
+    let mut data = Vec::with_capacity(300 << 20);
+    let mut i = 0u64;
+    while data.len() < 300 << 20 {
+        data.extend_from_slice(blake3::hash(&i.to_le_bytes()).as_bytes());
+        i += 1;
+    }
+    let sha = hex::encode(Sha256::digest(&data));
+    std::fs::write(dir.join("big.bin"), &data).unwrap();
+    drop(data);
+    env.ingest(&dir, &["--repo", "big-org/big", "--ref", "main"]);
+    let srv = Served::start(&env, &[]);
+    let run = |name: &str| {
+        let work = env.path(name);
+        std::fs::create_dir_all(&work).unwrap();
+        let mut c = common::python();
+        c.arg(repo_root().join("tests/xet_client.py"))
+            .args(["big", &format!("http://{}", srv.addr), REPO])
+            .arg(series().dir.join("expected.json"))
+            .arg(&work)
+            .envs([("BIG_REPO", "big-org/big"), ("BIG_FILE", "big.bin")])
+            .env("BIG_SHA256", &sha)
+            // hf_xet 1.8 asks for 256 MB, then 512 MB, then the rest (a 300 MiB file in
+            // one request): windows of 64 MB make it ask three times.
+            .env(
+                "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE",
+                "64mb",
+            )
+            .env_remove("HF_TOKEN")
+            .env("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1");
+        c
+    };
+    let finish = |mut c: std::process::Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            srv.log()
+        );
+        let line = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        let f: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(f["plain_bytes"], 0, "{f}");
+        f
+    };
+    // Whole: byte-exact, asked in windows (64 MB, 128 MB, the rest).
+    let f = finish(run("client-whole"));
+    assert!(f["reconstructions"].as_u64().unwrap() >= 3, "{f}");
+    // Cut: the client killed once it has fetched some chunk ranges, then run again.
+    let (_, m) = get(&srv.addr, "/metrics");
+    let fetched: u64 = m
+        .lines()
+        .filter(|l| l.contains("endpoint=\"xet-xorb\"") && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let mut first = run("client-cut")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_requests(&srv.addr, "xet-xorb", fetched + 3);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let f = finish(run("client-cut"));
+    assert!(f["reconstructions"].as_u64().unwrap() >= 1, "{f}");
+}

@@ -15,6 +15,8 @@ Modes:
              --xet-url-ttl 1s --xet-token-ttl 1s): refused (403, 401).
   refresh    a download with a short-lived token: the client fetches new tokens as they
              expire and the download completes byte-exact.
+  big        hf_hub_download of BIG_FILE (over 256 MiB: the client asks in windows) of
+             BIG_REPO, byte-exact against BIG_SHA256; the reconstructions it took.
 HF_TOKEN, when set, is the server's --token-file token. Prints one JSON line of facts.
 """
 import hashlib, json, os, re, sys, time, urllib.error, urllib.request
@@ -230,4 +232,11 @@ elif mode == "expired":
                    {"Authorization": f"Bearer {j['accessToken']}", "Range": "bytes=0-1"}, hub_auth=False)
     assert s == 401, s
     facts["expired_refused"] = True
+elif mode == "big":
+    before = counters()
+    p = hf_hub_download(os.environ["BIG_REPO"], os.environ["BIG_FILE"], revision="main")
+    assert sha256(p) == os.environ["BIG_SHA256"], "big file differs"
+    after = counters()
+    facts["reconstructions"] = count(after, "xet-reconstruction", 200) - count(before, "xet-reconstruction", 200)
+    facts["plain_bytes"] = count(after, "plain-bytes") - count(before, "plain-bytes")
 print(json.dumps(facts))

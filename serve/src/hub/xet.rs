@@ -210,6 +210,16 @@ impl Hub {
             json!({"offset_into_first_range": 0, "terms": [], "fetch_info": {}})
         };
         self.record_use(&at);
+        tracing::info!(
+            target: "access",
+            repo = %at.repo,
+            revision = %commit,
+            file = %f.path,
+            client = %req.client,
+            range = %format!("{from}-{to}"),
+            terms = v["terms"].as_array().map_or(0, Vec::len),
+            "xet reconstruction"
+        );
         Reply::json(StatusCode::OK, &v)
     }
 
