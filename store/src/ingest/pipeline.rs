@@ -381,12 +381,25 @@ fn xet_memo_key(sha256: &[u8; 32]) -> String {
 /// The tag of [`xet_memo_key`]'s entries.
 const XET_MEMO_TAG: &str = "xet1";
 
+/// A memo entry: the Xet hash, then 8 bytes of a BLAKE3 over the sha256 and the hash (a
+/// damaged or misplaced entry reads as none: the file is read again).
+fn xet_memo_entry(sha256: &[u8; 32], xet: &[u8; 32]) -> [u8; 40] {
+    let mut h = blake3::Hasher::new_derive_key("modelcas index xet-hash memo v1");
+    h.update(sha256);
+    h.update(xet);
+    let mut out = [0u8; 40];
+    out[..32].copy_from_slice(xet);
+    out[32..].copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out
+}
+
 /// The Xet hash the index recorded for the content with this sha256.
 fn xet_memo(index: &Index, sha256: &[u8; 32]) -> Option<[u8; 32]> {
     let bytes = index
         .cached_object(&xet_memo_key(sha256), XET_MEMO_TAG)
         .ok()??;
-    bytes.try_into().ok()
+    let xet: [u8; 32] = bytes.get(..32)?.try_into().ok()?;
+    (bytes[..] == xet_memo_entry(sha256, &xet)[..]).then_some(xet)
 }
 
 /// The chunked form of one source: taken from the index when the file is unchanged since
@@ -426,9 +439,11 @@ fn read_file(
     // download). The stamp is kept only if the file has the same stamp after the read:
     // nothing wrote to it meanwhile; it is recorded with the others once every file is read.
     let _ = shared.index.remember_file(&r.sha256, &r.chunks);
-    let _ = shared
-        .index
-        .cache_object(&xet_memo_key(&r.sha256), XET_MEMO_TAG, &r.xet);
+    let _ = shared.index.cache_object(
+        &xet_memo_key(&r.sha256),
+        XET_MEMO_TAG,
+        &xet_memo_entry(&r.sha256, &r.xet),
+    );
     if let Some((f, st)) = opened.file().zip(record_as) {
         if st.size == r.size && shared.stamper.stamp_again(f) == Some(st) {
             let digest = chunk_list_digest(&r.chunks);
@@ -683,6 +698,37 @@ fn seal(shared: &Shared<'_>, seq: usize, builder: PackBuilder) -> Result<()> {
 mod tests {
     use super::*;
     use crate::ingest::tests::loc;
+
+    #[test]
+    fn the_xet_memo_reads_back_only_what_was_recorded_for_that_sha256() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = Index::open(dir.path(), &[7; 16]).unwrap();
+        let (sha, xet) = ([1u8; 32], [2u8; 32]);
+        assert_eq!(xet_memo(&index, &sha), None);
+        let entry = xet_memo_entry(&sha, &xet);
+        index
+            .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &entry)
+            .unwrap();
+        assert_eq!(xet_memo(&index, &sha), Some(xet));
+        // An entry moved under another sha256, or with a flipped bit, or short: none.
+        let other = [3u8; 32];
+        index
+            .cache_object(&xet_memo_key(&other), XET_MEMO_TAG, &entry)
+            .unwrap();
+        assert_eq!(xet_memo(&index, &other), None);
+        for damage in [0usize, 31, 39] {
+            let mut bad = entry;
+            bad[damage] ^= 4;
+            index
+                .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &bad)
+                .unwrap();
+            assert_eq!(xet_memo(&index, &sha), None, "byte {damage}");
+        }
+        index
+            .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &xet)
+            .unwrap();
+        assert_eq!(xet_memo(&index, &sha), None, "no check bytes");
+    }
 
     #[test]
     fn file_sha_inline_and_in_a_thread_agree_with_sha256_and_xet() {
