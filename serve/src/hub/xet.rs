@@ -19,7 +19,7 @@ use crate::xet::{self, Refusal, XetOptions};
 
 /// Most Xet hashes remembered with their repository (to tell "another repository's" from
 /// "unknown"); the map is emptied when full.
-const SEEN_MAX: usize = 1 << 20;
+const SEEN_MAX: usize = 1 << 18;
 
 const X_XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
 
