@@ -311,3 +311,20 @@ fn a_file_over_256_mib_downloads_in_windows_and_again_after_a_cut() {
     let f = finish(run("client-cut"));
     assert!(f["reconstructions"].as_u64().unwrap() >= 1, "{f}");
 }
+
+#[test]
+fn damaged_packs_never_leave_through_xet() {
+    let env = Env::new();
+    common::ingest_rev(&env, "r1", &["main"]);
+    // A flipped byte every 32 KiB of every pack: every chunk but the smallest is damaged.
+    for (key, _) in env.packs() {
+        env.rewrite(&key, |b| {
+            for i in (64..b.len()).step_by(32 << 10) {
+                b[i] ^= 0x5a;
+            }
+        });
+    }
+    let srv = Served::start(&env, &[]);
+    let f = client(&srv, &env, "damaged", None);
+    assert!(f["refused"].as_u64().unwrap() > 0, "{f}");
+}

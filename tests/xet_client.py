@@ -15,6 +15,8 @@ Modes:
              --xet-url-ttl 1s --xet-token-ttl 1s): refused (403, 401).
   refresh    a download with a short-lived token: the client fetches new tokens as they
              expire and the download completes byte-exact.
+  damaged    the largest file of r1 by hand, its packs damaged: every fetch either refused
+             or the file's own bytes (never a damaged one); some refused.
   big        hf_hub_download of BIG_FILE (over 256 MiB: the client asks in windows) of
              BIG_REPO, byte-exact against BIG_SHA256; the reconstructions it took.
 HF_TOKEN, when set, is the server's --token-file token. Prints one JSON line of facts.
@@ -232,6 +234,35 @@ elif mode == "expired":
                    {"Authorization": f"Bearer {j['accessToken']}", "Range": "bytes=0-1"}, hub_auth=False)
     assert s == 401, s
     facts["expired_refused"] = True
+elif mode == "damaged":
+    r1 = revs["r1"]["commit"]
+    path = max(revs["r1"]["files"], key=lambda f: f["size"])["path"]
+    # The listing reads small files (their git ids): damaged too. HEAD reads nothing.
+    s, h, _ = http(f"/{repo}/resolve/{r1}/{path}", method="HEAD")
+    assert s == 200, s
+    big = {"path": path, "xetHash": h["X-Xet-Hash"]}
+    want = open(os.path.join(os.path.dirname(expected_path), "plain", "r1", path), "rb").read()
+    j = token(r1)
+    s, _, body = http(f"{j['casUrl']}/v1/reconstructions/{big['xetHash']}",
+                      {"Authorization": f"Bearer {j['accessToken']}", "Range": f"bytes=0-{len(want) - 1}"},
+                      hub_auth=False)
+    assert s == 200, (s, body)
+    r = json.loads(body)
+    pos, refused, served = 0, 0, 0
+    for t in r["terms"]:
+        info = [i for i in r["fetch_info"][t["hash"]] if i["range"] == t["range"]][0]
+        a, b = info["url_range"]["start"], info["url_range"]["end"]
+        s, _, blob = http(info["url"], {"Range": f"bytes={a}-{b}"}, hub_auth=False)
+        if s == 206:
+            part = b"".join(records(blob))
+            assert part == want[pos:pos + len(part)], f"wrong bytes served at {pos}"
+            served += 1
+        else:
+            assert s >= 500, s
+            refused += 1
+        pos += t["unpacked_length"]
+    assert refused > 0, "no damaged range was refused"
+    facts["refused"], facts["served_intact"] = refused, served
 elif mode == "big":
     before = counters()
     p = hf_hub_download(os.environ["BIG_REPO"], os.environ["BIG_FILE"], revision="main")
