@@ -296,31 +296,16 @@ fn locate(
 /// `clone3` and 67% of the ingest's time in the kernel; docs/BENCHMARKS.md).
 const INLINE_SHA_MAX: u64 = 8 << 20;
 
-/// A file's SHA-256 and Xet hash, computed in the caller's thread for a small file and
-/// each in a thread of its own, fed in order, for a large one (so that one large file keeps
-/// several cores busy, chunking in the lane and hashing there, instead of one).
+/// A file's SHA-256 and Xet hash, computed in the caller's thread for a small file and in
+/// a thread of their own, fed in order, for a large one (so that one large file keeps two
+/// cores busy, chunking in the lane and hashing there, instead of one). One thread for
+/// both: a thread each costs a wake-up each per chunk.
 enum FileSha {
     Inline(Sha256, Box<xethash::Hasher>),
     Thread {
-        feeds: [Sender<Arc<Vec<u8>>>; 2],
-        hashers: [std::thread::JoinHandle<[u8; 32]>; 2],
+        feed: Sender<Arc<Vec<u8>>>,
+        hasher: std::thread::JoinHandle<([u8; 32], [u8; 32])>,
     },
-}
-
-/// A thread that hashes what `feed` sends with `update` and returns `finish`'s result.
-fn hash_thread<H: Send + 'static>(
-    mut h: H,
-    update: fn(&mut H, &[u8]),
-    finish: fn(H) -> [u8; 32],
-) -> (Sender<Arc<Vec<u8>>>, std::thread::JoinHandle<[u8; 32]>) {
-    let (feed, rx) = bounded::<Arc<Vec<u8>>>(4);
-    let hasher = std::thread::spawn(move || {
-        for data in rx {
-            update(&mut h, &data[..]);
-        }
-        finish(h)
-    });
-    (feed, hasher)
 }
 
 impl FileSha {
@@ -328,17 +313,16 @@ impl FileSha {
         if size <= INLINE_SHA_MAX {
             return FileSha::Inline(Sha256::new(), Box::default());
         }
-        let (sha_feed, sha) =
-            hash_thread(Sha256::new(), |h, d| h.update(d), |h| h.finalize().into());
-        let (xet_feed, xet) = hash_thread(
-            xethash::Hasher::new(),
-            |h, d| h.update(d),
-            |h| h.finalize().0,
-        );
-        FileSha::Thread {
-            feeds: [sha_feed, xet_feed],
-            hashers: [sha, xet],
-        }
+        let (feed, rx) = bounded::<Arc<Vec<u8>>>(4);
+        let hasher = std::thread::spawn(move || {
+            let (mut sha, mut xet) = (Sha256::new(), xethash::Hasher::new());
+            for data in rx {
+                sha.update(&data[..]);
+                xet.update(&data[..]);
+            }
+            (<[u8; 32]>::from(sha.finalize()), xet.finalize().0)
+        });
+        FileSha::Thread { feed, hasher }
     }
 
     fn update(&mut self, data: &Arc<Vec<u8>>) {
@@ -347,11 +331,9 @@ impl FileSha {
                 sha.update(&data[..]);
                 xet.update(&data[..]);
             }
-            FileSha::Thread { feeds, .. } => {
-                for feed in feeds.iter() {
-                    // A send fails only if the hasher is gone; `finish` reports that.
-                    let _ = feed.send(data.clone());
-                }
+            FileSha::Thread { feed, .. } => {
+                // A send fails only if the hasher is gone; `finish` reports that.
+                let _ = feed.send(data.clone());
             }
         }
     }
@@ -360,13 +342,11 @@ impl FileSha {
     fn finish(self) -> Result<([u8; 32], [u8; 32])> {
         match self {
             FileSha::Inline(sha, xet) => Ok((sha.finalize().into(), xet.finalize().0)),
-            FileSha::Thread { feeds, hashers } => {
-                drop(feeds);
-                let [sha, xet] = hashers.map(|h| {
-                    h.join()
-                        .map_err(|_| StoreError::Invalid("hash thread panicked".into()))
-                });
-                Ok((sha?, xet?))
+            FileSha::Thread { feed, hasher } => {
+                drop(feed);
+                hasher
+                    .join()
+                    .map_err(|_| StoreError::Invalid("hash thread panicked".into()))
             }
         }
     }
