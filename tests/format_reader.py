@@ -347,7 +347,7 @@ def check_path(path):
 
 def decode_manifest(data, key, org, name, commit_hex):
     """The manifest at `key`, decoded and checked (bytes.md "Checked at decode")."""
-    p = open_envelope(data, b"MCASMANI", key, newest=2)
+    p = open_envelope(data, b"MCASMANI", key, newest=3)
 
     def chunk_ref():
         return {"id": p.array(32), "pack": p.u32(), "offset": p.u32(),
@@ -367,6 +367,10 @@ def decode_manifest(data, key, org, name, commit_hex):
             m["published"] = (p.u64(), p.u64())
         elif tag != 0:
             raise FormatError(f"{key}: Option tag {tag}")
+    if p.version >= 3:  # Vec<[u8; 32]>: empty, or one Xet file hash per file (docs/format/xet.md)
+        m["xet_hashes"] = p.vec(lambda: p.array(32), 32)
+        if len(m["xet_hashes"]) not in (0, len(m["files"])):
+            raise FormatError(f"{key}: {len(m['xet_hashes'])} Xet hashes for {len(m['files'])} files")
     p.end()
 
     def bad(why):

@@ -221,3 +221,60 @@ fn an_interrupted_pull_downloads_only_what_it_had_not_stored() {
     assert_eq!(resolved(&up), 1);
     local.verifies(&format!("{}@{}", fake::REPO, fake::COMMIT));
 }
+
+/// The Xet hashes the manifest of `repo@commit` records, by path (issue 28).
+fn recorded_xet(env: &Env, repo: &str, commit: &str) -> BTreeMap<String, String> {
+    let key = format!("repos/{repo}/manifests/{commit}");
+    let bytes = env.backend().get(&key).unwrap();
+    let m = format::manifest::decode(&key, &bytes).unwrap();
+    assert_eq!(m.xet_hashes.len(), m.files.len(), "one Xet hash per file");
+    m.files
+        .iter()
+        .zip(&m.xet_hashes)
+        .map(|(f, h)| (f.path.clone(), xethash::XetHash(*h).hex()))
+        .collect()
+}
+
+#[test]
+fn an_upstream_xet_hash_must_match_and_is_recorded() {
+    let up = fake::Fake::start();
+    let files = up.state().files.clone();
+    let want: BTreeMap<String, String> = files
+        .iter()
+        .map(|f| (f.path.clone(), xethash::file_hash(&f.data).hex()))
+        .collect();
+    // Another file's hash listed for the LFS file: the revision is refused, nothing stored.
+    let other = want["sub/dir/tokenizer.json"].clone();
+    up.state().xet_hashes = vec![("model.safetensors".into(), other)];
+    let local = Env::new();
+    let err = local.fails(&["pull", fake::REPO, "--endpoint", &up.url]);
+    assert!(err.contains("model.safetensors"), "{err}");
+    assert!(err.contains("Xet hash"), "{err}");
+    let listed = local.json(&["ls", "--json"]);
+    assert!(listed["repos"].as_array().unwrap().is_empty(), "{listed}");
+    // A listed hash that is not a hash: the listing is refused.
+    up.state().xet_hashes = vec![("model.safetensors".into(), "xyz".into())];
+    let err = local.fails(&["pull", fake::REPO, "--endpoint", &up.url]);
+    assert!(err.contains("xetHash"), "{err}");
+    // The right hashes (spelled in upper case for one): stored, and every file's recorded.
+    up.state().xet_hashes = want
+        .iter()
+        .map(|(p, h)| {
+            (
+                p.clone(),
+                if p.ends_with(".json") {
+                    h.to_uppercase()
+                } else {
+                    h.clone()
+                },
+            )
+        })
+        .collect();
+    pull(&local, &up.url, fake::REPO, &[]);
+    assert_eq!(recorded_xet(&local, fake::REPO, fake::COMMIT), want);
+    // Without hashes upstream, they are computed all the same.
+    up.state().xet_hashes.clear();
+    let again = Env::new();
+    pull(&again, &up.url, fake::REPO, &[]);
+    assert_eq!(recorded_xet(&again, fake::REPO, fake::COMMIT), want);
+}

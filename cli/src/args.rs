@@ -381,6 +381,29 @@ pub struct ServeArgs {
     /// `ui = false` does the same).
     #[arg(long)]
     pub no_ui: bool,
+    #[command(flatten)]
+    pub xet: XetArgs,
+}
+
+/// `modelcas serve`'s Xet downloads (each falls back to `[serve]` in the config file).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct XetArgs {
+    /// Do not offer Xet downloads (no `xetHash`, no Xet headers, no Xet routes).
+    #[arg(long, env = "MODELCAS_SERVE_NO_XET")]
+    pub no_xet: bool,
+    /// The key of Xet read tokens and fetch URLs, from this file (at least 32 bytes;
+    /// default: random per process, so tokens die with it).
+    #[arg(long, env = "MODELCAS_SERVE_XET_SECRET_FILE", value_name = "FILE")]
+    pub xet_secret_file: Option<PathBuf>,
+    /// Lifetime of a Xet read token (default 1h).
+    #[arg(long, env = "MODELCAS_SERVE_XET_TOKEN_TTL", value_name = "DURATION")]
+    pub xet_token_ttl: Option<String>,
+    /// Lifetime of a Xet fetch URL (default 1h).
+    #[arg(long, env = "MODELCAS_SERVE_XET_URL_TTL", value_name = "DURATION")]
+    pub xet_url_ttl: Option<String>,
+    /// The URL clients reach this server at, for Xet (default: http:// and the request's Host).
+    #[arg(long, env = "MODELCAS_SERVE_XET_CAS_URL", value_name = "URL")]
+    pub xet_cas_url: Option<String>,
 }
 
 /// `modelcas serve`'s pull-through mirror and repository policy (each falls back to

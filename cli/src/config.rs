@@ -125,6 +125,16 @@ pub struct ServeConfig {
     /// store (ingested, pulled); empty: none (no dependency confusion by default).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream_repos: Vec<String>,
+    /// `false`: see `--no-xet`.
+    pub xet: Option<bool>,
+    /// See `--xet-secret-file`.
+    pub xet_secret_file: Option<PathBuf>,
+    /// See `--xet-token-ttl`.
+    pub xet_token_ttl: Option<String>,
+    /// See `--xet-url-ttl`.
+    pub xet_url_ttl: Option<String>,
+    /// See `--xet-cas-url`.
+    pub xet_cas_url: Option<String>,
     /// `[serve.locks]`: repository → the commit every ref of it resolves to.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub locks: BTreeMap<String, String>,

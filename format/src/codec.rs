@@ -95,11 +95,12 @@ impl Kind {
         }
     }
 
-    /// The format version this build writes (and the newest it reads): 2 for manifests
-    /// (version 2 adds the ingest order, see `manifest.rs`), 1 for every other kind.
+    /// The format version this build writes (and the newest it reads): 3 for manifests
+    /// (version 2 adds the ingest order, version 3 the Xet file hashes, see `manifest.rs`),
+    /// 1 for every other kind.
     pub fn version(self) -> u16 {
         match self {
-            Kind::Manifest => 2,
+            Kind::Manifest => 3,
             _ => 1,
         }
     }

@@ -286,6 +286,7 @@ mod tests {
                 ],
             }],
             published: None,
+            xet_hashes: Vec::new(),
         };
         let mut fw = Forwards::default();
         fw.insert(&record(1, 2, &[(16, 7, 100), (36, 9, 110)]));

@@ -78,6 +78,10 @@ pub struct Manifest {
     /// When it was published, by the store's clock, with a tie-breaker (version 2; `None`
     /// in a manifest written before, and in version 2 for a manifest imported from one).
     pub published: Option<Published>,
+    /// The Xet file hash of every file, in the order of `files` (version 3; empty in a
+    /// manifest written before, or copied from one): the 32 bytes BLAKE3 outputs, see
+    /// docs/format/xet.md and [`Manifest::xet_hash`].
+    pub xet_hashes: Vec<[u8; 32]>,
 }
 
 /// When a revision was published: its place in its repository's history (for
@@ -93,7 +97,34 @@ pub struct Published {
     pub seq: u64,
 }
 
-/// A manifest as version 1 wrote it: [`Manifest`] without `published`.
+/// A manifest as version 2 wrote it: [`Manifest`] without `xet_hashes`.
+#[derive(Decode)]
+struct ManifestV2 {
+    repo: RepoId,
+    commit: CommitId,
+    ingested_at: u64,
+    source: String,
+    packs: Vec<PackId>,
+    files: Vec<FileEntry>,
+    published: Option<Published>,
+}
+
+impl From<ManifestV2> for Manifest {
+    fn from(m: ManifestV2) -> Manifest {
+        Manifest {
+            repo: m.repo,
+            commit: m.commit,
+            ingested_at: m.ingested_at,
+            source: m.source,
+            packs: m.packs,
+            files: m.files,
+            published: m.published,
+            xet_hashes: Vec::new(),
+        }
+    }
+}
+
+/// A manifest as version 1 wrote it: [`Manifest`] without `published` and `xet_hashes`.
 #[derive(Decode)]
 struct ManifestV1 {
     repo: RepoId,
@@ -114,6 +145,7 @@ impl From<ManifestV1> for Manifest {
             packs: m.packs,
             files: m.files,
             published: None,
+            xet_hashes: Vec::new(),
         }
     }
 }
@@ -146,6 +178,11 @@ impl Manifest {
         }
     }
 
+    /// The Xet file hash of `files[index]`, if this manifest records them (version 3).
+    pub fn xet_hash(&self, index: usize) -> Option<[u8; 32]> {
+        self.xet_hashes.get(index).copied()
+    }
+
     /// Total size of the files.
     pub fn total_size(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
@@ -160,7 +197,8 @@ impl Manifest {
     /// * every chunk points into the pack table, at or after a pack's header, with a frame
     ///   at least a frame header long, ending within 4 GiB, and a chunk of at most
     ///   [`crate::MAX_CHUNK_LEN`] bytes;
-    /// * every file's size is the sum of its chunks' lengths.
+    /// * every file's size is the sum of its chunks' lengths;
+    /// * `xet_hashes` is empty or holds one hash per file.
     ///
     /// The repository id was checked when it was decoded ([`RepoId`]'s decoder).
     pub fn check(&self) -> std::result::Result<(), String> {
@@ -176,6 +214,13 @@ impl Manifest {
             prev = Some(&f.path);
             names.insert(f.path.as_str());
             self.check_chunks(f)?;
+        }
+        if !self.xet_hashes.is_empty() && self.xet_hashes.len() != self.files.len() {
+            return Err(format!(
+                "{} Xet hashes for {} files",
+                self.xet_hashes.len(),
+                self.files.len()
+            ));
         }
         for f in &self.files {
             let mut at = 0;
@@ -373,6 +418,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<Manifest> {
     let m: Manifest =
         codec::decode_versioned(Kind::Manifest, bytes, |version, payload| match version {
             1 => codec::decode_payload::<ManifestV1>(payload).map(Manifest::from),
+            2 => codec::decode_payload::<ManifestV2>(payload).map(Manifest::from),
             _ => codec::decode_payload::<Manifest>(payload),
         })
         .map_err(|e| corrupt(e.to_string()))?;
@@ -413,6 +459,7 @@ mod tests {
                 }],
             }],
             published: None,
+            xet_hashes: Vec::new(),
         };
         let bytes = encode(Kind::Manifest, &m, true);
         assert_eq!(decode::<Manifest>(Kind::Manifest, &bytes).unwrap(), m);
@@ -473,6 +520,7 @@ mod decode_tests {
                 },
             ],
             published: None,
+            xet_hashes: Vec::new(),
         }
     }
 
@@ -638,7 +686,7 @@ mod version_tests {
             seq: 42,
         });
         let bytes = codec::encode(Kind::Manifest, &m, true);
-        assert_eq!(&bytes[8..10], &[2, 0], "written as version 2");
+        assert_eq!(&bytes[8..10], &[3, 0], "written as version 3");
         let back = decode(KEY, &bytes).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.order(Some(0)), (1_796_091_248_123, 42, m.commit.0));
@@ -649,15 +697,20 @@ mod version_tests {
         });
         let plain = codec::encode(Kind::Manifest, &m, false);
         let payload = &plain[codec::HEADER_LEN..plain.len() - codec::TRAILER_LEN];
-        assert_eq!(payload.len(), 0x135 + 19);
+        assert_eq!(
+            payload.len(),
+            0x135 + 19 + 1,
+            "and version 3's empty xet_hashes"
+        );
         assert_eq!(
             hex::encode(&payload[0x135..]),
-            "01fdfb7d612fa2010000fdfc7d612fa2010000"
+            "01fdfb7d612fa2010000fdfc7d612fa201000000"
         );
-        // Version 2 without the field: the same as version 1 plus a None tag.
+        // Without the fields: the same as version 1 plus a None tag and an empty Vec.
         m.published = None;
         let plain = codec::encode(Kind::Manifest, &m, false);
-        assert_eq!(plain[plain.len() - 33], 0, "the Option tag, None");
+        assert_eq!(plain[plain.len() - 34], 0, "the Option tag, None");
+        assert_eq!(plain[plain.len() - 33], 0, "no Xet hashes");
         assert_eq!(decode(KEY, &plain).unwrap(), m);
         // A version 1 object with version 2's payload is refused (trailing bytes), not
         // misread; and a version above 2 is refused.
@@ -667,10 +720,51 @@ mod version_tests {
         relabelled.extend_from_slice(sum.as_bytes());
         assert!(decode(KEY, &relabelled).is_err());
         let mut newer = bytes.clone();
-        newer[8] = 3;
+        newer[8] = 4;
         assert!(decode(KEY, &newer)
             .unwrap_err()
             .to_string()
             .contains("newer"));
+    }
+
+    /// Re-envelopes `payload` as `version`, with a correct checksum.
+    fn as_version(version: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = b"MCASMANI".to_vec();
+        out.extend_from_slice(&[version, 0, 0, 0]);
+        out.extend_from_slice(payload);
+        let sum = blake3::hash(&out);
+        out.extend_from_slice(sum.as_bytes());
+        out
+    }
+
+    #[test]
+    fn version_3_carries_one_xet_hash_per_file_and_version_2_still_reads() {
+        let mut m = decode(KEY, &hex::decode(V1).unwrap()).unwrap();
+        m.xet_hashes = vec![[7; 32], [8; 32], [9; 32]];
+        let bytes = codec::encode(Kind::Manifest, &m, false);
+        assert_eq!(&bytes[8..10], &[3, 0]);
+        let back = decode(KEY, &bytes).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.xet_hash(1), Some([8; 32]));
+        assert_eq!(back.xet_hash(3), None);
+        // The payload ends with the Vec: its length (3) and the hashes in file order.
+        let payload = &bytes[codec::HEADER_LEN..bytes.len() - codec::TRAILER_LEN];
+        assert_eq!(payload[payload.len() - 97], 3);
+        assert_eq!(&payload[payload.len() - 32..], &[9; 32]);
+        // A count other than the files' is refused.
+        for n in [1, 2, 4] {
+            m.xet_hashes = vec![[7; 32]; n];
+            let err = decode(KEY, &codec::encode(Kind::Manifest, &m, false)).unwrap_err();
+            assert!(err.to_string().contains("Xet hashes for 3 files"), "{err}");
+        }
+        // A version 2 object (version 3's payload without the last field) reads as having
+        // no Xet hashes; the same payload labelled version 3 is refused (truncated).
+        m.xet_hashes.clear();
+        let plain = codec::encode(Kind::Manifest, &m, false);
+        let v2_payload = &plain[codec::HEADER_LEN..plain.len() - codec::TRAILER_LEN - 1];
+        let v2 = decode(KEY, &as_version(2, v2_payload)).unwrap();
+        assert_eq!(v2, m);
+        assert!(v2.xet_hashes.is_empty());
+        assert!(decode(KEY, &as_version(3, v2_payload)).is_err());
     }
 }

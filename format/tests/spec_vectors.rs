@@ -645,6 +645,7 @@ fn manifest_fields(dump: &[Field]) -> Manifest {
             .collect(),
         files: Vec::new(),
         published: None,
+        xet_hashes: Vec::new(),
     };
     for i in 0..c.uint("files") {
         let path = c.string(&format!("files[{i}].path"));
@@ -694,14 +695,15 @@ fn check_manifest(items: &mut VecDeque<Item>) -> usize {
     assert_eq!(layout::manifest_key(&m.repo, &m.commit), key(&label));
     // Decode: the version 1 object reads as the described manifest.
     assert_eq!(manifest::decode(key(&label), &raw).unwrap(), m);
-    // Encode: this build writes version 2, whose payload is version 1's and an Option tag.
-    let v2 = payload_of(Kind::Manifest, &m);
+    // Encode: this build writes version 3, whose payload is version 1's, an Option tag
+    // (version 2's `published`) and a Vec length (version 3's `xet_hashes`, docs/format/xet.md).
+    let v3 = payload_of(Kind::Manifest, &m);
     assert_eq!(
-        hex::encode(&v2[..v2.len() - 1]),
+        hex::encode(&v3[..v3.len() - 2]),
         hex::encode(&payload),
         "payload"
     );
-    assert_eq!(v2[v2.len() - 1], 0, "published: None");
+    assert_eq!(v3[v3.len() - 2..], [0, 0], "published: None, no Xet hashes");
 
     // Version 2's `published`, at the payload offset the dump gives.
     let mut c = Cursor::new(&tail);
@@ -721,6 +723,8 @@ fn check_manifest(items: &mut VecDeque<Item>) -> usize {
         .chain(tail.iter().flat_map(|f| &f.bytes))
         .copied()
         .collect();
+    // Version 3 appends `xet_hashes` (empty: one 0 byte) to version 2's payload.
+    let shown: Vec<u8> = shown.into_iter().chain([0]).collect();
     assert_eq!(
         hex::encode(payload_of(Kind::Manifest, &m2)),
         hex::encode(&shown)

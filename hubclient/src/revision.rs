@@ -40,6 +40,9 @@ pub struct RemoteFile {
     pub git_oid: String,
     /// The content's sha256, for LFS files only (`lfs.oid`).
     pub sha256: Option<[u8; 32]>,
+    /// The content's Xet file hash, when the upstream lists one (`xetHash`; the BLAKE3
+    /// output bytes, docs/format/xet.md).
+    pub xet_hash: Option<[u8; 32]>,
 }
 
 impl RemoteFile {
@@ -74,6 +77,8 @@ struct Entry {
     oid: Option<String>,
     #[serde(default)]
     lfs: Option<Lfs>,
+    #[serde(default, rename = "xetHash")]
+    xet_hash: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -334,11 +339,20 @@ fn entry_file(e: Entry) -> Result<Option<RemoteFile>, String> {
         None => None,
         Some(l) => Some(lfs_sha256(path, size, &l)?),
     };
+    let xet_hash = match &e.xet_hash {
+        None => None,
+        Some(h) => Some(
+            xethash::XetHash::parse(h)
+                .map_err(|_| format!("file {path:?}: xetHash {:?} is not 64 hex digits", clip(h)))?
+                .0,
+        ),
+    };
     Ok(Some(RemoteFile {
         path: e.path,
         size,
         git_oid: oid,
         sha256,
+        xet_hash,
     }))
 }
 

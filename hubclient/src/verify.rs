@@ -166,6 +166,7 @@ mod tests {
             size: 6,
             git_oid: gitblob::git_blob_id(data),
             sha256: None,
+            xet_hash: None,
         };
         let mut v = Verifier::for_file(&small);
         v.update(&data[..2]);

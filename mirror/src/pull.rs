@@ -329,6 +329,7 @@ impl<'a> HubOpener<'a> {
                 size: f.size,
                 executable: false,
                 expected_sha256: f.sha256,
+                expected_xet: f.xet_hash,
             })
             .collect()
     }

@@ -167,6 +167,7 @@ fn manifest(c: &Content, pack: PackId, entries: &[FooterEntry]) -> Manifest {
         packs: vec![pack],
         files: vec![file],
         published: None,
+        xet_hashes: Vec::new(),
     }
 }
 

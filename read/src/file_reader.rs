@@ -456,6 +456,7 @@ mod tests {
                 chunks,
             }],
             published: None,
+            xet_hashes: Vec::new(),
         }
     }
 

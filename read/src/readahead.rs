@@ -423,6 +423,7 @@ mod tests {
             packs: vec![p.pack],
             files: vec![file.clone()],
             published: None,
+            xet_hashes: Vec::new(),
         };
         let cache = Arc::new(ChunkCache::new(p.store.clone(), budget, 2).unwrap());
         let s = FileStream::new(cache, config, &m, &file).unwrap();

@@ -59,6 +59,7 @@ impl OnePack {
             packs: vec![self.pack],
             files,
             published: None,
+            xet_hashes: Vec::new(),
         }
     }
 }
@@ -129,6 +130,7 @@ pub fn one_file_store(data: &[u8]) -> (Store, repo::manifest::Manifest) {
         packs: vec![p.pack],
         files: vec![file],
         published: None,
+        xet_hashes: Vec::new(),
     };
     (p.store, m)
 }

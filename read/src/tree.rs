@@ -102,6 +102,7 @@ mod tests {
             packs: vec![],
             files: vec![file("a.txt"), file("sub/deep/x.bin"), file("sub/y.bin")],
             published: None,
+            xet_hashes: Vec::new(),
         };
         let t = Tree::new(Arc::new(m));
         let top: Vec<_> = t.list("").unwrap().iter().map(|e| e.0.as_str()).collect();

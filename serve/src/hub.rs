@@ -130,6 +130,10 @@ pub struct Hub {
     names: policy::Names,
     /// The pages (`GET /`, `/ui/...`); `None`: `--no-ui`.
     ui: Option<crate::ui::Ui>,
+    /// Xet downloads (`hub/xet.rs`); `None`: off.
+    xet: Option<crate::xet::XetOptions>,
+    /// Xet hashes seen in manifests, with their repository (`hub/xet.rs`).
+    xet_seen: Mutex<HashMap<[u8; 32], RepoId>>,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -158,7 +162,15 @@ impl Hub {
             mirror: None,
             names: policy::Names::default(),
             ui: None,
+            xet: None,
+            xet_seen: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same router, offering Xet downloads with `xet` (`None`: off).
+    pub fn with_xet(mut self, xet: Option<crate::xet::XetOptions>) -> Hub {
+        self.xet = xet;
+        self
     }
 
     /// The same router, with the pages for people over `pages` (`None`: no pages).
@@ -260,6 +272,9 @@ impl Hub {
         if let Some(page) = self.ui_page(req, &segs) {
             return page;
         }
+        if let Some(r) = self.xet_own_auth(req, &segs) {
+            return r;
+        }
         if !self.authorized(req.headers) {
             self.count("auth", 401);
             let msg = "Invalid credentials: send Authorization: Bearer <token>";
@@ -287,6 +302,9 @@ impl Hub {
                 )
             }
             ["api", "models", org, name, "refs"] => ("refs", self.refs(org, name)),
+            ["api", "models", org, name, "xet-read-token", rev] if get => {
+                ("xet-token", self.xet_token(req, org, name, rev))
+            }
             [org, name, "resolve", rev, rest @ ..] if !rest.is_empty() => {
                 let file = rest.join("/");
                 return self.resolve(req, org, name, rev, &file, start);
@@ -661,6 +679,9 @@ impl Hub {
             if let Some(l) = lfs {
                 e["lfs"] = l;
             }
+            if let Some(x) = self.xet_listed(&at, i) {
+                e["xetHash"] = x;
+            }
             entries.push(e);
         }
         if !found {
@@ -750,3 +771,4 @@ fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, 
 
 mod policy;
 mod resolve;
+mod xet;

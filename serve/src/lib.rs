@@ -9,13 +9,18 @@
 //! | `GET /api/models/{repo}/revision/{rev}` | `{id, sha, siblings: [{rfilename}], ...}` |
 //! | `GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=` | tree entries with `oid`, `size`, `lfs` |
 //! | `GET /api/models/{repo}/refs` | `{branches, tags, converts, pullRequests}` |
-//! | `HEAD`/`GET /{repo}/resolve/{rev}/{path}` | the file, with `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`; `Range` |
+//! | `HEAD`/`GET /{repo}/resolve/{rev}/{path}` | the file, with `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`, `X-Xet-Hash` and its `Link`; `Range` |
+//! | `GET /api/models/{repo}/xet-read-token/{rev}` | a Xet read token, the CAS URL and the expiry (headers and JSON) |
+//! | `GET /v1/reconstructions/{xet hash}` | the file's reconstruction (Xet read token; `Range`) |
+//! | `GET /xet/xorbs/...` | chunk records (signed, expiring URL; `Range`) |
 //! | `GET /metrics` | Prometheus metrics |
 //! | `GET /`, `/ui/...` | HTML pages for people ([`ui`]; off with `--no-ui`) |
 //!
 //! Errors carry `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) as the
-//! client expects. No Xet header is ever sent. With tokens configured every route but
-//! `/metrics` needs `Authorization: Bearer <token>`. One access-log event per download
+//! client expects. Xet ([`xet`], `hub/xet.rs`, docs/format/xet.md) is offered for files
+//! whose manifest records their Xet hash, unless turned off. With tokens configured every
+//! route but `/metrics` and the two Xet CAS routes (their own token, their own signature)
+//! needs `Authorization: Bearer <token>`. One access-log event per download
 //! (tracing target `access`) goes to the log.
 //!
 //! **Pull-through mirror** (`modelcas serve --upstream URL`, [`upstream`]): a request for a
@@ -45,6 +50,7 @@ pub mod metrics_listener;
 pub mod server;
 pub mod ui;
 pub mod upstream;
+pub mod xet;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -96,6 +102,8 @@ pub struct ServeOptions {
     pub metrics: Arc<prometheus_client::registry::Registry>,
     /// The pages' figures; `None` (`--no-ui`): no pages, `/` and `/ui/...` are 404.
     pub ui: Option<ui::Pages>,
+    /// Xet downloads (`None`: off; docs/format/xet.md).
+    pub xet: Option<xet::XetOptions>,
 }
 
 /// A bound endpoint.
@@ -127,7 +135,8 @@ impl Server {
                     .with_policy(opts.policy.clone(), opts.upstream.clone())
                     .with_readahead(opts.readahead)
                     .with_exposition(opts.metrics.clone())
-                    .with_ui(opts.ui.clone()),
+                    .with_ui(opts.ui.clone())
+                    .with_xet(opts.xet.clone()),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

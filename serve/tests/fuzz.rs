@@ -77,6 +77,25 @@ struct Fixture {
     /// Each file's path and bytes.
     files: Vec<(String, Vec<u8>)>,
     rt: tokio::runtime::Runtime,
+    /// `main`'s commit, hex.
+    commit: String,
+}
+
+/// The Xet settings of the fixture's hub (issue 28).
+fn xet_opts() -> hubserve::xet::XetOptions {
+    hubserve::xet::XetOptions {
+        secret: [9; 32],
+        token_ttl: Duration::from_secs(3600),
+        url_ttl: Duration::from_secs(3600),
+        cas_url: None,
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// Writes `files` under a new temporary directory.
@@ -238,6 +257,10 @@ fn fixture() -> &'static Fixture {
         let idx = tempfile::tempdir().unwrap();
         let index = Index::open(idx.path(), &store.config().store_id).unwrap();
         ingest_dir(&store, &index, dir.path(), REPO, None, &["main"]).unwrap();
+        let commit = store
+            .resolve(&RepoId::parse(REPO).unwrap(), "main")
+            .unwrap()
+            .to_hex();
         let tokens: HashSet<String> = [TOKEN.to_string()].into();
         Fixture {
             hub: Arc::new(
@@ -246,10 +269,12 @@ fn fixture() -> &'static Fixture {
                     Arc::new(read::cache::ChunkCache::new(store.clone(), 64 << 20, 2).unwrap()),
                     Some(tokens),
                 )
-                .with_ui(pages(&store)),
+                .with_ui(pages(&store))
+                .with_xet(Some(xet_opts())),
             ),
             files: fixture_files(),
             rt: runtime(),
+            commit,
         }
     })
 }
@@ -628,6 +653,43 @@ fn path() -> impl Strategy<Value = String> {
         repo().prop_map(|repo| format!("/ui/repos/{repo}")),
         prop::collection::vec(segment(), 0..8).prop_map(|s| format!("/{}", s.join("/"))),
         any::<String>(),
+        // The Xet routes, three times as often as each other shape.
+        xet_path(),
+        xet_path(),
+        xet_path(),
+    ]
+}
+
+/// The Xet routes (issue 28): token, reconstructions of real and arbitrary hashes, fetch
+/// URLs signed for the fixture's files (some with a part changed) and arbitrary ones.
+fn xet_path() -> impl Strategy<Value = String> {
+    let hashes: Vec<String> = fixture_files()
+        .iter()
+        .map(|(_, d)| xethash::file_hash(d).hex())
+        .collect();
+    prop_oneof![
+        (repo(), segment()).prop_map(|(r, rev)| format!("/api/models/{r}/xet-read-token/{rev}")),
+        Just(format!("/api/models/{REPO}/xet-read-token/main")),
+        (
+            prop::sample::select(hashes.clone()),
+            segment(),
+            any::<bool>()
+        )
+            .prop_map(|(h, s, real)| format!("/v1/reconstructions/{}", if real { h } else { s })),
+        prop::sample::select(hashes).prop_map(|h| format!("/v1/reconstructions/{h}")),
+        segment().prop_map(|s| format!("/v2/reconstructions/{s}")),
+        // Half of them unchanged, so that some are answered with bytes.
+        (0usize..8, 0usize..2, 0u8..14, segment()).prop_map(|(file, x, change, s)| {
+            let f = fixture();
+            let p = xet_opts().xorb_path(REPO, &f.commit, file, x, now() + 600);
+            let mut parts: Vec<String> = p.split('/').map(str::to_string).collect();
+            let n = parts.len();
+            if usize::from(change) < 7 {
+                parts[n - 7 + usize::from(change)] = s;
+            }
+            parts.join("/")
+        }),
+        prop::collection::vec(segment(), 0..9).prop_map(|s| format!("/xet/xorbs/{}", s.join("/"))),
     ]
 }
 
@@ -701,6 +763,10 @@ fn auth() -> impl Strategy<Value = Option<Vec<u8>>> {
         // `u:t0ken`: the browser's prompt, for the pages.
         1 => Just(Some(b"Basic dTp0MGtlbg==".to_vec())),
         1 => "Basic [A-Za-z0-9+/=]{0,16}".prop_map(|s| Some(s.into_bytes())),
+        2 => Just(()).prop_map(|_| {
+            let t = xet_opts().token(REPO, &fixture().commit, now() + 600);
+            Some(format!("Bearer {t}").into_bytes())
+        }),
         1 => Just(None),
         1 => prop::collection::vec(any::<u8>(), 0..20).prop_map(Some),
         1 => any::<String>().prop_map(|s| Some(format!("Bearer {s}").into_bytes())),
@@ -718,6 +784,8 @@ fn check_route(
 ) -> Result<(), TestCaseError> {
     let f = fixture();
     let mut headers = HeaderMap::new();
+    // The Xet routes name the server by its Host.
+    headers.insert("host", HeaderValue::from_static("serve.example:8080"));
     for (name, v) in [("range", range), ("authorization", auth)] {
         if let Some(v) = v.and_then(|v| HeaderValue::from_bytes(v).ok()) {
             headers.insert(name, v);
@@ -762,10 +830,24 @@ fn check_route(
         let ok = auth.is_some_and(|a| a == bearer.as_bytes() || a == b"Basic dTp0MGtlbg==");
         prop_assert!(ok, "a cookie for a request without the token: {path}");
     }
+    let xet_bytes = path.starts_with("/xet/xorbs/") && matches!(status, 200 | 206);
     let body = f.rt.block_on(collect(reply.body));
     let body = body.map_err(|e| TestCaseError::fail(format!("body failed: {e}")))?;
     if html {
         check_page(&body)?;
+    }
+    if xet_bytes {
+        // Chunk records: as long as announced, each header consistent (from the start).
+        prop_assert_eq!(Some(body.len() as u64), len);
+        if status == 200 {
+            let mut at = 0;
+            while at < body.len() {
+                let h = &body[at..(at + 8).min(body.len())];
+                prop_assert!(h.len() == 8 && h[0] == 0 && h[4] == 0 && h[1..4] == h[5..8]);
+                at += 8 + u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
+            }
+            prop_assert_eq!(at, body.len());
+        }
     }
     if is_stream {
         prop_assert_eq!(Some(body.len() as u64), len);
@@ -1026,6 +1108,20 @@ fn check_decoders(s: &str, bytes: &[u8], size: u64) -> Result<(), TestCaseError>
 fn fuzz_router_stack_and_decoders() {
     assert_eq!(run(CASES), 3 * CASES as u64);
     assert_eq!(fixture().hub.metrics().panics(), 0);
+    // The Xet routes were reached and answered with bytes, not only refused.
+    let m = hubserve::exposition::render(&hubserve::exposition::own_registry());
+    for want in [
+        r#"endpoint="xet-reconstruction",status="200""#,
+        r#"endpoint="xet-xorb",status="403""#,
+        r#"endpoint="xet-token",status="200""#,
+    ] {
+        assert!(m.contains(want), "{want} never answered:\n{m}");
+    }
+    assert!(
+        m.contains(r#"endpoint="xet-xorb",status="200""#)
+            || m.contains(r#"endpoint="xet-xorb",status="206""#),
+        "no xorb bytes served:\n{m}"
+    );
 }
 
 #[test]

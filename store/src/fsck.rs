@@ -572,6 +572,7 @@ mod tests {
                 },
             ],
             published: None,
+            xet_hashes: Vec::new(),
         };
         let mut refs = References::default();
         let mut report = FsckReport::default();

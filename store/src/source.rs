@@ -29,6 +29,8 @@ pub struct SourceFile {
     pub executable: bool,
     /// The sha256 the content must have (from a 64-hex blob name).
     pub expected_sha256: Option<[u8; 32]>,
+    /// The Xet file hash the content must have (an upstream's `xetHash`).
+    pub expected_xet: Option<[u8; 32]>,
 }
 
 /// One revision to ingest.
@@ -408,6 +410,7 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, cache: bool) -> R
             size: meta.len(),
             executable: meta.permissions().mode() & 0o111 != 0,
             expected_sha256,
+            expected_xet: None,
         });
     }
     Ok(())

@@ -14,7 +14,7 @@ use repo::{CreateOptions, Store};
 use store::gc::retention::parse_duration;
 
 use super::Ctx;
-use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs};
+use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs, XetArgs};
 use crate::config::ServeConfig;
 
 /// Tokens from a file: one per line; blank lines and `#` comments ignored.
@@ -77,6 +77,33 @@ pub fn limits(c: &ServeConfig, args: &ServeLimitArgs) -> Result<Limits> {
     Ok(l)
 }
 
+/// Xet downloads: flags (or environment) over `[serve]`; `None`: off.
+pub fn xet(c: &ServeConfig, a: &XetArgs) -> Result<Option<hubserve::xet::XetOptions>> {
+    if a.no_xet || c.xet == Some(false) {
+        return Ok(None);
+    }
+    let ttl = |flag: &Option<String>, file: &Option<String>, what: &str| -> Result<Duration> {
+        match flag.as_ref().or(file.as_ref()) {
+            None => Ok(Duration::from_secs(3600)),
+            Some(s) => {
+                let d = parse_duration(s).with_context(|| what.to_string())?;
+                if d < Duration::from_secs(1) {
+                    bail!("{what} must be at least 1s");
+                }
+                Ok(d)
+            }
+        }
+    };
+    let secret_file = a.xet_secret_file.as_ref().or(c.xet_secret_file.as_ref());
+    Ok(Some(hubserve::xet::XetOptions {
+        secret: hubserve::xet::load_secret(secret_file.map(PathBuf::as_path))
+            .map_err(|e| anyhow::anyhow!("--xet-secret-file {e}"))?,
+        token_ttl: ttl(&a.xet_token_ttl, &c.xet_token_ttl, "--xet-token-ttl")?,
+        url_ttl: ttl(&a.xet_url_ttl, &c.xet_url_ttl, "--xet-url-ttl")?,
+        cas_url: a.xet_cas_url.clone().or(c.xet_cas_url.clone()),
+    }))
+}
+
 /// Options of `modelcas serve`, resolved from flags, environment and `[serve]`.
 pub struct Options {
     pub listen: String,
@@ -89,6 +116,7 @@ pub struct Options {
     pub upstream: Option<Mirror>,
     /// `--no-ui`: no pages.
     pub no_ui: bool,
+    pub xet: Option<hubserve::xet::XetOptions>,
 }
 
 /// `--upstream` and its settings.
@@ -218,6 +246,7 @@ impl Options {
             },
             upstream: mirror(c, &a.upstream)?,
             no_ui: a.no_ui || c.ui == Some(false),
+            xet: xet(c, &a.xet)?,
         })
     }
 }
@@ -275,6 +304,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
             let inventory = super::ui::StoreInventory::new(store, ctx.config.clone());
             hubserve::ui::Pages(Arc::new(inventory))
         }),
+        xet: o.xet,
     };
     let server = hubserve::Server::bind(store, &opts)?;
     crate::resident::keep_code_resident();

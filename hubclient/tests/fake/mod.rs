@@ -154,6 +154,8 @@ pub struct State {
     pub synthetic: Option<(usize, usize)>,
     /// Tree entries per page (with `Link: rel="next"`), all at once when `None`.
     pub page_size: Option<usize>,
+    /// (path, xetHash): the tree lists this `xetHash` for that file.
+    pub xet_hashes: Vec<(String, String)>,
     /// A raw tree body sent instead of the real tree.
     pub tree_body: Option<Vec<u8>>,
     /// A raw `Link` header sent with every tree page.
@@ -426,6 +428,9 @@ fn entries(s: &State) -> Vec<serde_json::Value> {
         let mut e = serde_json::json!({"type": "file", "path": f.path, "size": f.data.len(), "oid": f.oid()});
         if f.lfs {
             e["lfs"] = serde_json::json!({"oid": f.sha256_hex(), "size": f.data.len(), "pointerSize": 130});
+        }
+        if let Some((_, h)) = s.xet_hashes.iter().find(|(p, _)| *p == f.path) {
+            e["xetHash"] = serde_json::json!(h);
         }
         out.push(e);
     }

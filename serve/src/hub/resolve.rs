@@ -114,6 +114,7 @@ impl Hub {
             Ok(h) => h,
             Err(e) => return internal(e),
         };
+        self.xet_headers(req_headers, &at, i, &mut h);
         let size = at.manifest.files[i].size;
         let (status, from, to) = match byte_range(req_headers, size, &mut h) {
             Ok(x) => x,

@@ -374,6 +374,7 @@ mod tests {
                     chunks,
                 }],
                 published: None,
+                xet_hashes: Vec::new(),
             },
         }
     }

@@ -163,7 +163,8 @@ pub struct IngestReport {
 }
 
 /// A distinct source file: its path, the SHA-256 its snapshot expects, its size.
-type Source = (PathBuf, Option<[u8; 32]>, u64);
+/// A distinct source file: its path, the sha256 and Xet hash it must have, its size.
+type Source = (PathBuf, Option<[u8; 32]>, u64, Option<[u8; 32]>);
 
 /// Where the bytes of a source file come from. Ingest names each distinct source by its
 /// [`crate::source::SourceFile::source`] path and reads it once through this: from the file
@@ -266,8 +267,8 @@ pub fn ingest_from(
     // Build every manifest first, check for conflicts, then write manifests, then refs.
     let mut manifests = Vec::new();
     for s in snapshots {
-        let manifest = build_manifest(s, &results, &source_ix, &located)?;
-        let new = is_new(store, s, &manifest, opts.complete)?;
+        let mut manifest = build_manifest(s, &results, &source_ix, &located)?;
+        let new = is_new(store, s, &mut manifest, opts.complete)?;
         manifests.push((s, manifest, new));
     }
     // Every pack must be durable before a manifest can name it.
@@ -317,7 +318,8 @@ fn stamp_published(store: &Store, manifests: &mut [(&Snapshot, Manifest, bool)])
     }
     let store_ms = lock::store_now_ms(store.backend().as_ref())?;
     for (_, m, new) in manifests.iter_mut() {
-        if *new {
+        // A manifest rewritten to record Xet hashes keeps its publication (`is_new`).
+        if *new && m.published.is_none() {
             m.published = Some(Published {
                 store_ms,
                 seq: repo::clock::sequence_ms(),
@@ -335,7 +337,7 @@ fn distinct_sources(snapshots: &[Snapshot]) -> (Vec<Source>, HashMap<PathBuf, us
     for s in snapshots {
         for f in &s.files {
             source_ix.entry(f.source.clone()).or_insert_with(|| {
-                sources.push((f.source.clone(), f.expected_sha256, f.size));
+                sources.push((f.source.clone(), f.expected_sha256, f.size, f.expected_xet));
                 sources.len() - 1
             });
         }
@@ -357,15 +359,17 @@ fn build_manifest(
     for f in &s.files {
         let r = &results[source_ix[&f.source]];
         let chunks = chunk_refs(r, located, &mut pack_table, &mut pack_ix)?;
-        files.push(FileEntry {
+        let entry = FileEntry {
             path: f.path.clone(),
             size: r.size,
             sha256: r.sha256,
             executable: f.executable,
             chunks,
-        });
+        };
+        files.push((entry, r.xet));
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    let (files, xet_hashes): (Vec<FileEntry>, Vec<[u8; 32]>) = files.into_iter().unzip();
     let commit = s.commit.unwrap_or_else(|| {
         derive_commit_id(
             &files
@@ -382,6 +386,7 @@ fn build_manifest(
         packs: pack_table,
         files,
         published: None,
+        xet_hashes,
     })
 }
 
@@ -419,7 +424,11 @@ fn chunk_refs(
 /// with the same content, an error when it has it with other files.
 /// With `complete`, a stored manifest whose files `manifest` all holds unchanged is
 /// replaced (new).
-fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest, complete: bool) -> Result<bool> {
+///
+/// A stored manifest without Xet hashes (written before version 3, docs/format/xet.md) of
+/// the same files is replaced too, keeping its publication: ingesting or pulling such a
+/// revision again records its Xet hashes.
+fn is_new(store: &Store, s: &Snapshot, manifest: &mut Manifest, complete: bool) -> Result<bool> {
     let commit = manifest.commit;
     let existing = if store.has_commit(&s.repo, &commit)? {
         Some(store.manifest(&s.repo, &commit)?)
@@ -436,6 +445,10 @@ fn is_new(store: &Store, s: &Snapshot, manifest: &Manifest, complete: bool) -> R
                 s.repo,
                 s.dir.display()
             )));
+        }
+        if old.xet_hashes.is_empty() && !manifest.xet_hashes.is_empty() {
+            manifest.published = old.published;
+            return Ok(true);
         }
     }
     Ok(existing.is_none())
@@ -536,6 +549,7 @@ mod tests {
             size: 200,
             executable: false,
             expected_sha256: None,
+            expected_xet: None,
         };
         let snapshot = Snapshot {
             repo: RepoId::parse("org/model").unwrap(),
@@ -547,11 +561,12 @@ mod tests {
             dir: "/snap".into(),
         };
         let (sources, source_ix) = distinct_sources(std::slice::from_ref(&snapshot));
-        assert_eq!(sources, [(PathBuf::from("/blobs/1"), None, 200)]);
+        assert_eq!(sources, [(PathBuf::from("/blobs/1"), None, 200, None)]);
         let (a, b) = (ChunkId([1; 32]), ChunkId([2; 32]));
         let results = [FileResult {
             size: 200,
             sha256: [5; 32],
+            xet: [6; 32],
             chunks: vec![(a, 100), (b, 100)],
         }];
         let located = HashMap::from([(a, loc(7, 16)), (b, loc(8, 16))]);
@@ -560,6 +575,7 @@ mod tests {
         assert_eq!(m.files.len(), 2);
         assert_eq!(m.files[0].path, "a.bin");
         assert_eq!(m.files[1].path, "z.bin");
+        assert_eq!(m.xet_hashes, [[6; 32], [6; 32]], "one Xet hash per file");
         let refs: Vec<_> = m.files[1]
             .chunks
             .iter()

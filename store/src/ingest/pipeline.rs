@@ -95,6 +95,8 @@ struct Job {
 pub(super) struct FileResult {
     pub(super) size: u64,
     pub(super) sha256: [u8; 32],
+    /// The Xet file hash (docs/format/xet.md).
+    pub(super) xet: [u8; 32],
     pub(super) chunks: Vec<(ChunkId, u32)>,
 }
 
@@ -296,36 +298,41 @@ fn locate(
 /// `clone3` and 67% of the ingest's time in the kernel; docs/BENCHMARKS.md).
 const INLINE_SHA_MAX: u64 = 8 << 20;
 
-/// A file's SHA-256, computed in the caller's thread for a small file and in a thread of
-/// its own, fed in order, for a large one (so that one large file keeps two cores busy,
-/// chunking in the lane and hashing there, instead of one).
+/// A file's SHA-256 and Xet hash, computed in the caller's thread for a small file and in
+/// a thread of their own, fed in order, for a large one (so that one large file keeps two
+/// cores busy, chunking in the lane and hashing there, instead of one). One thread for
+/// both: a thread each costs a wake-up each per chunk.
 enum FileSha {
-    Inline(Sha256),
+    Inline(Sha256, Box<xethash::Hasher>),
     Thread {
         feed: Sender<Arc<Vec<u8>>>,
-        hasher: std::thread::JoinHandle<[u8; 32]>,
+        hasher: std::thread::JoinHandle<([u8; 32], [u8; 32])>,
     },
 }
 
 impl FileSha {
     fn start(size: u64) -> FileSha {
         if size <= INLINE_SHA_MAX {
-            return FileSha::Inline(Sha256::new());
+            return FileSha::Inline(Sha256::new(), Box::default());
         }
         let (feed, rx) = bounded::<Arc<Vec<u8>>>(4);
         let hasher = std::thread::spawn(move || {
-            let mut sha = Sha256::new();
+            let (mut sha, mut xet) = (Sha256::new(), xethash::Hasher::new());
             for data in rx {
                 sha.update(&data[..]);
+                xet.update(&data[..]);
             }
-            <[u8; 32]>::from(sha.finalize())
+            (<[u8; 32]>::from(sha.finalize()), xet.finalize().0)
         });
         FileSha::Thread { feed, hasher }
     }
 
     fn update(&mut self, data: &Arc<Vec<u8>>) {
         match self {
-            FileSha::Inline(sha) => sha.update(&data[..]),
+            FileSha::Inline(sha, xet) => {
+                sha.update(&data[..]);
+                xet.update(&data[..]);
+            }
             FileSha::Thread { feed, .. } => {
                 // A send fails only if the hasher is gone; `finish` reports that.
                 let _ = feed.send(data.clone());
@@ -333,17 +340,48 @@ impl FileSha {
         }
     }
 
-    fn finish(self) -> Result<[u8; 32]> {
+    /// The sha256 and the Xet hash.
+    fn finish(self) -> Result<([u8; 32], [u8; 32])> {
         match self {
-            FileSha::Inline(sha) => Ok(sha.finalize().into()),
+            FileSha::Inline(sha, xet) => Ok((sha.finalize().into(), xet.finalize().0)),
             FileSha::Thread { feed, hasher } => {
                 drop(feed);
                 hasher
                     .join()
-                    .map_err(|_| StoreError::Invalid("sha256 thread panicked".into()))
+                    .map_err(|_| StoreError::Invalid("hash thread panicked".into()))
             }
         }
     }
+}
+
+/// The index key under which ingest records the Xet hash of the content with a sha256
+/// (best effort, a cache: the hash of an unchanged file taken from the index unread).
+fn xet_memo_key(sha256: &[u8; 32]) -> String {
+    format!("xet-hash/{}", hex::encode(sha256))
+}
+
+/// The tag of [`xet_memo_key`]'s entries.
+const XET_MEMO_TAG: &str = "xet1";
+
+/// A memo entry: the Xet hash, then 8 bytes of a BLAKE3 over the sha256 and the hash (a
+/// damaged or misplaced entry reads as none: the file is read again).
+fn xet_memo_entry(sha256: &[u8; 32], xet: &[u8; 32]) -> [u8; 40] {
+    let mut h = blake3::Hasher::new_derive_key("modelcas index xet-hash memo v1");
+    h.update(sha256);
+    h.update(xet);
+    let mut out = [0u8; 40];
+    out[..32].copy_from_slice(xet);
+    out[32..].copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out
+}
+
+/// The Xet hash the index recorded for the content with this sha256.
+fn xet_memo(index: &Index, sha256: &[u8; 32]) -> Option<[u8; 32]> {
+    let bytes = index
+        .cached_object(&xet_memo_key(sha256), XET_MEMO_TAG)
+        .ok()??;
+    let xet: [u8; 32] = bytes.get(..32)?.try_into().ok()?;
+    (bytes[..] == xet_memo_entry(sha256, &xet)[..]).then_some(xet)
 }
 
 /// The chunked form of one source: taken from the index when the file is unchanged since
@@ -383,6 +421,11 @@ fn read_file(
     // download). The stamp is kept only if the file has the same stamp after the read:
     // nothing wrote to it meanwhile; it is recorded with the others once every file is read.
     let _ = shared.index.remember_file(&r.sha256, &r.chunks);
+    let _ = shared.index.cache_object(
+        &xet_memo_key(&r.sha256),
+        XET_MEMO_TAG,
+        &xet_memo_entry(&r.sha256, &r.xet),
+    );
     if let Some((f, st)) = opened.file().zip(record_as) {
         if st.size == r.size && shared.stamper.stamp_again(f) == Some(st) {
             let digest = chunk_list_digest(&r.chunks);
@@ -401,7 +444,7 @@ fn read_file(
 fn unchanged_file(
     shared: &Shared<'_>,
     stamp: &FileStamp,
-    (_, expected, size): &Source,
+    (_, expected, size, expected_xet): &Source,
 ) -> Result<Option<FileResult>> {
     if stamp.size != *size {
         return Ok(None);
@@ -411,6 +454,13 @@ fn unchanged_file(
     };
     let (sha256, chunks) = (found.sha256, found.chunks);
     if expected.is_some_and(|e| e != sha256) {
+        return Ok(None);
+    }
+    // Without its Xet hash recorded (an index from before them), the file is read.
+    let Some(xet) = xet_memo(shared.index, &sha256) else {
+        return Ok(None);
+    };
+    if expected_xet.is_some_and(|e| e != xet) {
         return Ok(None);
     }
     if chunks
@@ -435,6 +485,7 @@ fn unchanged_file(
     Ok(Some(FileResult {
         size: *size,
         sha256,
+        xet,
         chunks: chunks.iter().map(|(id, l)| (*id, l.raw_len)).collect(),
     }))
 }
@@ -444,7 +495,7 @@ fn chunk_file(
     shared: &Shared<'_>,
     lane: usize,
     file: Box<dyn std::io::Read + Send + '_>,
-    (path, expected, source_size): &Source,
+    (path, expected, source_size, expected_xet): &Source,
     params: ChunkParams,
     jobs: &Sender<Job>,
     progress: &dyn Progress,
@@ -483,7 +534,7 @@ fn chunk_file(
         }
         seq += 1;
     }
-    let sha256 = sha.finish()?;
+    let (sha256, xet) = sha.finish()?;
     if let Some(e) = failed {
         return Err(e);
     }
@@ -508,9 +559,20 @@ fn chunk_file(
             });
         }
     }
+    if let Some(exp) = expected_xet.filter(|e| *e != xet) {
+        return Err(StoreError::BadSource {
+            path: path.clone(),
+            reason: format!(
+                "content does not match the upstream's Xet hash: it is {}, the upstream says {}",
+                xethash::XetHash(xet),
+                xethash::XetHash(exp)
+            ),
+        });
+    }
     Ok(FileResult {
         size,
         sha256,
+        xet,
         chunks: chunks.into_iter().map(|(_, id, n)| (id, n)).collect(),
     })
 }
@@ -620,17 +682,55 @@ mod tests {
     use crate::ingest::tests::loc;
 
     #[test]
-    fn file_sha_inline_and_in_a_thread_agree_with_sha256() {
+    fn the_xet_memo_reads_back_only_what_was_recorded_for_that_sha256() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = Index::open(dir.path(), &[7; 16]).unwrap();
+        let (sha, xet) = ([1u8; 32], [2u8; 32]);
+        assert_eq!(xet_memo(&index, &sha), None);
+        let entry = xet_memo_entry(&sha, &xet);
+        index
+            .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &entry)
+            .unwrap();
+        assert_eq!(xet_memo(&index, &sha), Some(xet));
+        // An entry moved under another sha256, or with a flipped bit, or short: none.
+        let other = [3u8; 32];
+        index
+            .cache_object(&xet_memo_key(&other), XET_MEMO_TAG, &entry)
+            .unwrap();
+        assert_eq!(xet_memo(&index, &other), None);
+        for damage in [0usize, 31, 39] {
+            let mut bad = entry;
+            bad[damage] ^= 4;
+            index
+                .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &bad)
+                .unwrap();
+            assert_eq!(xet_memo(&index, &sha), None, "byte {damage}");
+        }
+        index
+            .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &xet)
+            .unwrap();
+        assert_eq!(xet_memo(&index, &sha), None, "no check bytes");
+    }
+
+    #[test]
+    fn file_sha_inline_and_in_a_thread_agree_with_sha256_and_xet() {
         for size in [0u64, 1, INLINE_SHA_MAX, INLINE_SHA_MAX + 1] {
             let mut sha = FileSha::start(size);
-            assert_eq!(matches!(sha, FileSha::Inline(_)), size <= INLINE_SHA_MAX);
+            assert_eq!(matches!(sha, FileSha::Inline(..)), size <= INLINE_SHA_MAX);
             let parts: Vec<Arc<Vec<u8>>> = (0..5u8).map(|i| Arc::new(vec![i; 1000])).collect();
             let mut want = Sha256::new();
             for p in &parts {
                 sha.update(p);
                 want.update(&p[..]);
             }
-            assert_eq!(sha.finish().unwrap(), <[u8; 32]>::from(want.finalize()));
+            let all: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            assert_eq!(
+                sha.finish().unwrap(),
+                (
+                    <[u8; 32]>::from(want.finalize()),
+                    xethash::file_hash(&all).0
+                )
+            );
         }
     }
 

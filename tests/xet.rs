@@ -1,0 +1,330 @@
+//! Xet downloads from `modelcas serve` (issue 28) with the real client, huggingface_hub +
+//! hf_xet (tests/xet_client.py does the client side; pinned in scripts/requirements.txt).
+
+mod common;
+#[allow(
+    unused_imports,
+    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
+)]
+#[path = "../hubclient/tests/fake/mod.rs"]
+mod fake;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use common::{ingest_series, repo_root, series, Env, Served};
+
+const REPO: &str = "demo-org/demo-llm";
+const OTHER: &str = "other-org/other-model";
+
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, out)
+}
+
+/// A store with the demo series (r1..r4) and a second repository (r1 as `main`).
+fn env() -> Env {
+    let env = Env::new();
+    ingest_series(&env);
+    let s = series();
+    env.ingest(&s.plain("r1"), &["--repo", OTHER, "--ref", "main"]);
+    env
+}
+
+/// Runs tests/xet_client.py in `mode`; its facts.
+fn client(srv: &Served, env: &Env, mode: &str, token: Option<&str>) -> serde_json::Value {
+    let work = env.path(&format!("client-{mode}"));
+    std::fs::create_dir_all(&work).unwrap();
+    let mut c = common::python();
+    c.arg(repo_root().join("tests/xet_client.py"))
+        .args([mode, &format!("http://{}", srv.addr), REPO])
+        .arg(series().dir.join("expected.json"))
+        .arg(&work)
+        .env("XET_OTHER_REPO", OTHER)
+        .env_remove("HF_TOKEN")
+        .env("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1");
+    if let Some(t) = token {
+        c.env("HF_TOKEN", t)
+            .env_remove("HF_HUB_DISABLE_IMPLICIT_TOKEN");
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "client ({mode}) failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        srv.log()
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn the_real_client_downloads_through_xet_byte_exact() {
+    let env = env();
+    let srv = Served::start(&env, &[]);
+    let f = client(&srv, &env, "download", None);
+    let files = series().files("r4").len() as u64;
+    // Every file of both snapshots and the single file: reconstructions, no plain bytes.
+    assert!(f["reconstructions"].as_u64().unwrap() > 2 * files, "{f}");
+    assert_eq!(f["plain_bytes"], 0, "{f}");
+    assert_eq!(f["xet_hashes_match_hf_xet"], files, "{f}");
+    // Without Xet on the client: plain downloads, as before.
+    let f = client(&srv, &env, "plain", None);
+    assert_eq!(f["reconstructions"], 0, "{f}");
+}
+
+#[test]
+fn the_xet_routes_check_ranges_tokens_and_signatures() {
+    let env = env();
+    let srv = Served::start(&env, &[]);
+    let f = client(&srv, &env, "protocol", None);
+    assert_eq!(f["tampered_urls_refused"], 3, "{f}");
+    // Serve stayed up and answered every hostile request.
+    assert!(get(&srv.addr, "/metrics").1.contains("xet-reconstruction"));
+}
+
+#[test]
+fn with_a_token_file_the_token_route_needs_it_and_downloads_work() {
+    let env = env();
+    let tokens = env.path("tokens");
+    std::fs::write(&tokens, "s3cret-token\n").unwrap();
+    let srv = Served::start(&env, &["--token-file", tokens.to_str().unwrap()]);
+    let f = client(&srv, &env, "protocol", Some("s3cret-token"));
+    assert_eq!(f["token_route_needs_auth"], true, "{f}");
+    let f = client(&srv, &env, "download", Some("s3cret-token"));
+    assert!(f["reconstructions"].as_u64().unwrap() > 2 * series().files("r4").len() as u64);
+}
+
+#[test]
+fn expired_tokens_and_urls_are_refused_and_the_client_refreshes() {
+    let env = env();
+    let srv = Served::start(&env, &["--xet-url-ttl", "1s", "--xet-token-ttl", "1s"]);
+    let f = client(&srv, &env, "expired", None);
+    assert_eq!(f["expired_refused"], true, "{f}");
+    // A token that lives 1 s (the client refreshes 60 s before expiry, so every request
+    // outlives its token): the download completes through new tokens.
+    let f = client(&srv, &env, "refresh", None);
+    assert!(f["tokens"].as_u64().unwrap() >= 2, "{f}");
+    assert!(f["reconstructions"].as_u64().unwrap() >= series().files("r4").len() as u64);
+}
+
+#[test]
+fn no_xet_turns_every_xet_answer_off() {
+    let env = env();
+    let srv = Served::start(&env, &["--no-xet"]);
+    let (s, tree) = get(
+        &srv.addr,
+        &format!("/api/models/{REPO}/tree/r4?recursive=true"),
+    );
+    assert_eq!(s, 200);
+    assert!(!tree.contains("xetHash"), "{tree}");
+    let (s, head) = get(&srv.addr, &format!("/{REPO}/resolve/r4/config.json"));
+    assert_eq!(s, 200);
+    assert!(!head.to_ascii_lowercase().contains("xet"), "{head}");
+    let (s, _) = get(&srv.addr, &format!("/api/models/{REPO}/xet-read-token/r4"));
+    assert_eq!(s, 404);
+    let f = client(&srv, &env, "plain", None);
+    assert_eq!(f["reconstructions"], 0, "{f}");
+    // With Xet on, the same requests carry it.
+    let on = Served::start(&env, &[]);
+    let (_, tree) = get(
+        &on.addr,
+        &format!("/api/models/{REPO}/tree/r4?recursive=true"),
+    );
+    assert!(tree.contains("\"xetHash\""), "{tree}");
+    let (_, head) = get(&on.addr, &format!("/{REPO}/resolve/r4/config.json"));
+    assert!(
+        head.contains("x-xet-hash") || head.contains("X-Xet-Hash"),
+        "{head}"
+    );
+    assert!(head.contains("rel=\"xet-auth\""), "{head}");
+}
+
+#[test]
+fn a_revision_stored_without_xet_hashes_gets_them_when_ingested_again() {
+    let env = Env::new();
+    common::ingest_rev(&env, "r1", &["main"]);
+    let key = format!("repos/{REPO}/manifests/{}", series().commit("r1"));
+    let backend = env.backend();
+    let mut m = format::manifest::decode(&key, &backend.get(&key).unwrap()).unwrap();
+    assert_eq!(m.xet_hashes.len(), m.files.len());
+    let hashes = std::mem::take(&mut m.xet_hashes);
+    let published = m.published;
+    let old = format::codec::encode(format::codec::Kind::Manifest, &m, true);
+    backend.put(&key, &old).unwrap();
+    {
+        // Without recorded hashes: served without Xet.
+        let srv = Served::start(&env, &[]);
+        let (_, tree) = get(
+            &srv.addr,
+            &format!("/api/models/{REPO}/tree/main?recursive=true"),
+        );
+        assert!(!tree.contains("xetHash"), "{tree}");
+        let (s, _) = get(
+            &srv.addr,
+            &format!("/api/models/{REPO}/xet-read-token/main"),
+        );
+        assert_eq!(s, 404);
+    }
+    common::ingest_rev(&env, "r1", &["main"]);
+    let m = format::manifest::decode(&key, &backend.get(&key).unwrap()).unwrap();
+    assert_eq!(m.xet_hashes, hashes, "recorded by the second ingest");
+    assert_eq!(m.published, published, "its publication kept");
+    let srv = Served::start(&env, &[]);
+    let (_, tree) = get(
+        &srv.addr,
+        &format!("/api/models/{REPO}/tree/main?recursive=true"),
+    );
+    assert!(tree.contains("\"xetHash\""), "{tree}");
+}
+
+#[test]
+fn a_pull_through_mirror_serves_what_it_pulled_through_xet() {
+    let up_env = env();
+    let up = Served::start(&up_env, &[]);
+    let m_env = Env::new();
+    let m = Served::start(&m_env, &["--upstream", &format!("http://{}", up.addr)]);
+    // The upstream lists xetHash; the mirror's pull checks it, records it, and serves
+    // every file through Xet, byte-exact.
+    let f = client(&m, &m_env, "download", None);
+    let files = series().files("r4").len() as u64;
+    assert!(f["reconstructions"].as_u64().unwrap() > 2 * files, "{f}");
+    assert_eq!(f["plain_bytes"], 0, "{f}");
+    assert_eq!(f["xet_hashes_match_hf_xet"], files, "{f}");
+}
+
+#[test]
+fn a_mirror_refuses_an_upstream_revision_whose_xet_hash_differs() {
+    let up = fake::Fake::start();
+    let tokenizer = up.file("sub/dir/tokenizer.json");
+    let wrong = xethash::file_hash(&tokenizer.data).hex();
+    up.state().xet_hashes = vec![("model.safetensors".into(), wrong)];
+    let env = Env::new();
+    let m = Served::start(&env, &["--upstream", &up.url]);
+    let (s, body) = get(&m.addr, &format!("/api/models/{}/tree/main", fake::REPO));
+    assert_eq!(s, 502, "{body}");
+    assert!(body.contains("Xet hash"), "{body}");
+    // The mirror knows the repository, but stored no revision of it.
+    let listed = env.json(&["ls", "--json"]);
+    let repos = listed["repos"].as_array().unwrap();
+    assert!(repos.iter().all(|r| r["commits"] == 0), "{listed}");
+}
+
+/// Polls serve's counter of `endpoint` requests until it reaches `n` (or 120 s pass).
+fn wait_for_requests(addr: &str, endpoint: &str, n: u64) {
+    let t = std::time::Instant::now();
+    loop {
+        let (_, m) = get(addr, "/metrics");
+        let seen: u64 = m
+            .lines()
+            .filter(|l| l.contains(&format!("endpoint=\"{endpoint}\"")) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if seen >= n {
+            return;
+        }
+        assert!(t.elapsed().as_secs() < 120, "{endpoint} never reached {n}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_file_over_256_mib_downloads_in_windows_and_again_after_a_cut() {
+    use sha2::{Digest, Sha256};
+    let env = Env::new();
+    let dir = env.path("big");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 300 MiB that compress poorly and dedup nowhere: a counter hashed block by block.
+    let mut data = Vec::with_capacity(300 << 20);
+    let mut i = 0u64;
+    while data.len() < 300 << 20 {
+        data.extend_from_slice(blake3::hash(&i.to_le_bytes()).as_bytes());
+        i += 1;
+    }
+    let sha = hex::encode(Sha256::digest(&data));
+    std::fs::write(dir.join("big.bin"), &data).unwrap();
+    drop(data);
+    env.ingest(&dir, &["--repo", "big-org/big", "--ref", "main"]);
+    let srv = Served::start(&env, &[]);
+    let run = |name: &str| {
+        let work = env.path(name);
+        std::fs::create_dir_all(&work).unwrap();
+        let mut c = common::python();
+        c.arg(repo_root().join("tests/xet_client.py"))
+            .args(["big", &format!("http://{}", srv.addr), REPO])
+            .arg(series().dir.join("expected.json"))
+            .arg(&work)
+            .envs([("BIG_REPO", "big-org/big"), ("BIG_FILE", "big.bin")])
+            .env("BIG_SHA256", &sha)
+            // hf_xet 1.8 asks for 256 MB, then 512 MB, then the rest (a 300 MiB file in
+            // one request): windows of 64 MB make it ask three times.
+            .env(
+                "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE",
+                "64mb",
+            )
+            .env_remove("HF_TOKEN")
+            .env("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1");
+        c
+    };
+    let finish = |mut c: std::process::Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            srv.log()
+        );
+        let line = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        let f: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(f["plain_bytes"], 0, "{f}");
+        f
+    };
+    // Whole: byte-exact, asked in windows (64 MB, 128 MB, the rest).
+    let f = finish(run("client-whole"));
+    assert!(f["reconstructions"].as_u64().unwrap() >= 3, "{f}");
+    // Cut: the client killed once it has fetched some chunk ranges, then run again.
+    let (_, m) = get(&srv.addr, "/metrics");
+    let fetched: u64 = m
+        .lines()
+        .filter(|l| l.contains("endpoint=\"xet-xorb\"") && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let mut first = run("client-cut")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_requests(&srv.addr, "xet-xorb", fetched + 3);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let f = finish(run("client-cut"));
+    assert!(f["reconstructions"].as_u64().unwrap() >= 1, "{f}");
+}
+
+#[test]
+fn damaged_packs_never_leave_through_xet() {
+    let env = Env::new();
+    common::ingest_rev(&env, "r1", &["main"]);
+    // A flipped byte every 32 KiB of every pack: every chunk but the smallest is damaged.
+    for (key, _) in env.packs() {
+        env.rewrite(&key, |b| {
+            for i in (64..b.len()).step_by(32 << 10) {
+                b[i] ^= 0x5a;
+            }
+        });
+    }
+    let srv = Served::start(&env, &[]);
+    let f = client(&srv, &env, "damaged", None);
+    assert!(f["refused"].as_u64().unwrap() > 0, "{f}");
+}

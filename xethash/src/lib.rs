@@ -1,0 +1,280 @@
+//! The Xet file hash (huggingface/xet-core), computed over a stream of bytes with no I/O
+//! and bounded memory: the hash the Hugging Face Hub lists as a file's `xetHash`, and the
+//! key huggingface_hub's blob store uses, so it must be exactly Xet's (docs/format/xet.md
+//! defines it and carries the vectors `tests/vectors.rs` checks).
+//!
+//! * Chunks: a gear hash (the `gearhash` crate's table) over each chunk, reset to 0 at
+//!   every boundary and fed from the chunk's byte 8,127 on; a boundary after the byte where
+//!   `hash & 0xFFFF_0000_0000_0000 == 0` once the chunk holds at least 8 KiB, or at 128 KiB.
+//! * Chunk hash: BLAKE3 keyed with [`DATA_KEY`] over the chunk.
+//! * Merkle aggregation ([`tree`]): nodes merged in content-defined groups of 2 to 9, a
+//!   node hash being BLAKE3 keyed with [`INTERNAL_NODE_KEY`] over the lines
+//!   `"{child hex} : {child size}\n"`.
+//! * File hash: BLAKE3 keyed with 32 zero bytes over the root; the empty file's is zeros.
+//! * Printed as four little-endian u64 words, each as 16 hex digits ([`XetHash::hex`]).
+
+mod gear;
+mod tree;
+
+use std::fmt;
+
+pub use tree::Tree;
+
+/// Smallest chunk (except a file's last): 8 KiB.
+pub const MIN_CHUNK: usize = 8 * 1024;
+/// Largest chunk: 128 KiB.
+pub const MAX_CHUNK: usize = 128 * 1024;
+/// The boundary test: the gear hash's top 16 bits all zero (target 64 KiB).
+const MASK: u64 = 0xFFFF_0000_0000_0000;
+/// Where in a chunk the gear hash starts: its window is 64 bytes, so the first
+/// `MIN_CHUNK - 64 - 1` bytes cannot influence a boundary and xet-core skips them.
+const HASH_FROM: usize = MIN_CHUNK - 64 - 1;
+
+/// The BLAKE3 key of chunk hashes (xet-core `merklehash::DATA_KEY`).
+pub const DATA_KEY: [u8; 32] = [
+    102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28, 157, 228, 33, 16,
+    155, 235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41,
+];
+/// The BLAKE3 key of Merkle nodes (xet-core `merklehash::INTERNAL_NODE_HASH`).
+pub const INTERNAL_NODE_KEY: [u8; 32] = [
+    1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230, 93, 221, 83, 111, 55,
+    199, 109, 210, 248, 99, 82, 230, 74, 83, 113, 63,
+];
+/// The BLAKE3 key of the file hash over the Merkle root (xet-core: a zero salt).
+pub const FILE_KEY: [u8; 32] = [0; 32];
+
+/// A 256-bit Xet hash (chunk, node or file), as the 32 bytes BLAKE3 outputs.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct XetHash(pub [u8; 32]);
+
+/// A string that is not a Xet hash.
+#[derive(Debug, thiserror::Error)]
+#[error("not a Xet hash (64 hex digits): {0:?}")]
+pub struct ParseError(String);
+
+impl XetHash {
+    /// Xet's spelling: each 8-byte word read little-endian, printed as 16 hex digits.
+    pub fn hex(&self) -> String {
+        let mut s = String::with_capacity(64);
+        for w in self.0.chunks_exact(8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(w);
+            s.push_str(&format!("{:016x}", u64::from_le_bytes(word)));
+        }
+        s
+    }
+
+    /// Parses [`XetHash::hex`]'s spelling (lower or upper case).
+    pub fn parse(s: &str) -> Result<XetHash, ParseError> {
+        let bad = || ParseError(s.chars().take(80).collect());
+        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let mut out = [0u8; 32];
+        for (i, w) in out.chunks_exact_mut(8).enumerate() {
+            let word = u64::from_str_radix(&s[i * 16..i * 16 + 16], 16).map_err(|_| bad())?;
+            w.copy_from_slice(&word.to_le_bytes());
+        }
+        Ok(XetHash(out))
+    }
+
+    /// The word the Merkle grouping tests (`% 4 == 0`): bytes 24..32, little-endian.
+    fn last_word(&self) -> u64 {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&self.0[24..]);
+        u64::from_le_bytes(word)
+    }
+}
+
+impl fmt::Display for XetHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+impl fmt::Debug for XetHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "XetHash({})", self.hex())
+    }
+}
+
+/// The chunk hash of `data` (BLAKE3 keyed with [`DATA_KEY`]).
+pub fn chunk_hash(data: &[u8]) -> XetHash {
+    XetHash(*blake3::keyed_hash(&DATA_KEY, data).as_bytes())
+}
+
+/// The file hash of a Merkle root (BLAKE3 keyed with [`FILE_KEY`]).
+pub fn file_hash_of_root(root: &XetHash) -> XetHash {
+    XetHash(*blake3::keyed_hash(&FILE_KEY, &root.0).as_bytes())
+}
+
+/// Xet's content-defined chunker, as a boundary finder over a stream.
+#[derive(Clone, Debug, Default)]
+pub struct Chunker {
+    gear: u64,
+    len: usize,
+}
+
+impl Chunker {
+    /// Consumes a prefix of `data` belonging to the current chunk: `(n, true)` when the chunk
+    /// ends after `data[..n]`, `(data.len(), false)` when all of `data` belongs to it and it
+    /// goes on.
+    pub fn scan(&mut self, data: &[u8]) -> (usize, bool) {
+        let mut at = 0;
+        if self.len < HASH_FROM {
+            at = (HASH_FROM - self.len).min(data.len());
+        }
+        // `at` is below the room left (HASH_FROM < MAX_CHUNK), so at <= end.
+        let end = data.len().min(MAX_CHUNK - self.len);
+        let (gear, cut) = scan_gear(self.gear, &data[..end], at, self.len);
+        let n = cut.unwrap_or(end);
+        self.len += n;
+        if cut.is_some() || self.len == MAX_CHUNK {
+            self.gear = 0;
+            self.len = 0;
+            (n, true)
+        } else {
+            self.gear = gear;
+            (n, false)
+        }
+    }
+
+    /// Bytes of the current (unfinished) chunk so far.
+    pub fn pending(&self) -> usize {
+        self.len
+    }
+}
+
+/// Feeds `data[at..]` to the gear hash `gear` of a chunk that held `len` bytes before
+/// `data`: the hash after the last byte fed, and where the chunk ends if it does (just after
+/// the first byte whose hash has its top 16 bits zero, once the chunk holds at least
+/// [`MIN_CHUNK`] bytes).
+///
+/// Eight bytes at a time where no boundary is near: the eight hashes come from the hash
+/// before them and a sum over the eight bytes alone, so the bytes' work does not wait on
+/// the previous hash (a byte at a time, each step waits on the one before), and one
+/// comparison of their minimum tells whether any has its top 16 bits zero.
+fn scan_gear(mut gear: u64, data: &[u8], mut at: usize, len: usize) -> (u64, Option<usize>) {
+    let step = |g: u64, b: u8| (g << 1).wrapping_add(gear::GEAR[b as usize]);
+    // Bytes before MIN_CHUNK (at most the first 65 hashed) need the length test.
+    let fast_from = MIN_CHUNK.saturating_sub(len).max(at);
+    while at < data.len() {
+        if at >= fast_from && at + 8 <= data.len() {
+            let b = &data[at..at + 8];
+            let mut p = [0u64; 8];
+            let mut acc = 0u64;
+            for k in 0..8 {
+                acc = step(acc, b[k]);
+                p[k] = acc;
+            }
+            let mut low = u64::MAX;
+            for (k, pk) in p.iter().enumerate() {
+                low = low.min((gear << (k + 1)).wrapping_add(*pk));
+            }
+            if low & MASK != 0 {
+                gear = (gear << 8).wrapping_add(p[7]);
+                at += 8;
+                continue;
+            }
+            // A boundary among these eight: find it a byte at a time.
+            for _ in 0..8 {
+                gear = step(gear, data[at]);
+                at += 1;
+                if gear & MASK == 0 {
+                    return (gear, Some(at));
+                }
+            }
+            continue;
+        }
+        gear = step(gear, data[at]);
+        at += 1;
+        if gear & MASK == 0 && len + at >= MIN_CHUNK {
+            return (gear, Some(at));
+        }
+    }
+    (gear, None)
+}
+
+/// The lengths of the chunks Xet cuts `data` into (for tests and tools).
+pub fn chunk_lengths(data: &[u8]) -> Vec<usize> {
+    let mut c = Chunker::default();
+    let mut out = Vec::new();
+    let mut rest = data;
+    let mut len = 0;
+    while !rest.is_empty() {
+        let (n, cut) = c.scan(rest);
+        len += n;
+        rest = &rest[n..];
+        if cut {
+            out.push(len);
+            len = 0;
+        }
+    }
+    if len > 0 {
+        out.push(len);
+    }
+    out
+}
+
+/// The Xet file hash of a stream: feed it with [`Hasher::update`] in pieces of any size,
+/// then [`Hasher::finalize`]. Memory: one BLAKE3 state and a few Merkle nodes per tree level.
+#[derive(Clone)]
+pub struct Hasher {
+    chunker: Chunker,
+    chunk: blake3::Hasher,
+    tree: Tree,
+}
+
+impl Default for Hasher {
+    fn default() -> Self {
+        Hasher {
+            chunker: Chunker::default(),
+            chunk: blake3::Hasher::new_keyed(&DATA_KEY),
+            tree: Tree::default(),
+        }
+    }
+}
+
+impl Hasher {
+    /// A hasher at the start of a file.
+    pub fn new() -> Hasher {
+        Hasher::default()
+    }
+
+    /// Feeds the next bytes of the file.
+    pub fn update(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let (n, cut) = self.chunker.scan(data);
+            self.chunk.update(&data[..n]);
+            data = &data[n..];
+            if cut {
+                self.end_chunk();
+            }
+        }
+    }
+
+    fn end_chunk(&mut self) {
+        let len = self.chunk.count();
+        let hash = XetHash(*self.chunk.finalize().as_bytes());
+        self.chunk.reset();
+        self.tree.push(hash, len);
+    }
+
+    /// The file hash of everything fed.
+    pub fn finalize(mut self) -> XetHash {
+        if self.chunk.count() > 0 {
+            self.end_chunk();
+        }
+        match self.tree.root() {
+            Some(root) => file_hash_of_root(&root),
+            None => XetHash::default(),
+        }
+    }
+}
+
+/// The Xet file hash of `data`.
+pub fn file_hash(data: &[u8]) -> XetHash {
+    let mut h = Hasher::new();
+    h.update(data);
+    h.finalize()
+}
