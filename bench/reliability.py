@@ -28,21 +28,24 @@ flip, a truncation or two swapped frames in a pack; a bit flip or truncation of 
 a ref; a bit flip or truncation of a bundle (then imported); an entry of the node file cache
 (whole files the mount keeps; a bit flip, a truncation, or another file's entry under its
 name) read back by the mount with and without passthrough; a file of the local index
-(RocksDB: a bit flip or a truncation) read back by every reader and by a new ingest. With
---s3-env, also of a node chunk cache filled by reading an S3 store: one entry flipped,
-truncated, or replaced by another chunk's (valid) frame, read back by the readers that use
-the cache (all but export). Each store corruption must be detected (`fsck --read-data`
-fails, the import is refused); a damaged cache entry must be dropped or replaced once used
-and cost no failed read; a damaged index may fail a command but never a read once `index
-rebuild` ran. The reader of each round (cat, checkout, export + import, serve, the mount,
-in turn) must return the right bytes or an error, never wrong bytes. Every reader has a
-private, empty file cache of its own, so that no read comes from a pristine copy.
+(RocksDB: a bit flip or a truncation) read back by every reader and by a new ingest; the
+record of the last gc run (runs/gc: a bit flip or a truncation): serve's store page still
+answers, nothing is lost, the next gc succeeds and leaves a readable record. With --s3-env,
+also of a node chunk cache filled by reading an S3 store: one entry flipped, truncated, or
+replaced by another chunk's (valid) frame, read back by the readers that use the cache (all
+but export). Each store corruption must be detected (`fsck --read-data` fails, the import is
+refused); a damaged cache entry must be dropped or replaced once used and cost no failed
+read; a damaged index may fail a command but never a read once `index rebuild` ran. The
+reader of each round (cat, checkout, export + import, serve, the mount, and Xet through a
+client written here, in turn) must return the right bytes or an error, never wrong bytes.
+Every reader has a private, empty file cache of its own, so that no read comes from a
+pristine copy.
 
 Prints one JSON object with the counts; exits 1 if any check failed.
 """
 import argparse, fcntl, hashlib, json, os, random, shutil, signal, socket, struct, subprocess
 import sys, time
-import urllib.request
+import urllib.error, urllib.request
 
 ap = argparse.ArgumentParser()
 ap.add_argument("bin")
@@ -200,6 +203,73 @@ class Serve:
                 return resp.read()
         except Exception:
             return None
+
+    def fetch(self, url, headers=None, timeout=60):
+        """(status, headers, body) of a GET; an HTTP error is returned, not raised."""
+        req = urllib.request.Request(url, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def xet_get_all(self, repo, rev):
+        """{path: bytes or None} of every file of a revision downloaded through Xet, as
+        hf_xet does (docs/format/xet.md): the tree's xetHash, a read token, one
+        reconstruction per file, its signed chunk URLs fetched with their ranges, chunk
+        records unpacked. A file that fails anywhere is None; a revision whose listing or
+        token fails gives {}."""
+        try:
+            st, _, body = self.fetch(f"{self.url}/api/models/{repo}/tree/{rev}?recursive=true")
+            if st != 200:
+                return {}
+            entries = [e for e in json.loads(body) if e.get("type") == "file"]
+            st, _, body = self.fetch(f"{self.url}/api/models/{repo}/xet-read-token/{rev}")
+            if st != 200:
+                return {}
+            tok = json.loads(body)
+        except Exception:
+            return {}
+        out = {}
+        for e in entries:
+            try:
+                out[e["path"]] = self.xet_file(tok, e)
+            except Exception:
+                out[e["path"]] = None
+        return out
+
+    def xet_file(self, tok, entry):
+        if entry["size"] == 0:
+            return b""
+        auth = {"Authorization": f"Bearer {tok['accessToken']}"}
+        st, _, body = self.fetch(f"{tok['casUrl']}/v1/reconstructions/{entry['xetHash']}", auth)
+        if st != 200:
+            return None
+        r = json.loads(body)
+        data = bytearray()
+        for t in r["terms"]:
+            info = next(i for i in r["fetch_info"][t["hash"]]
+                        if i["range"]["start"] <= t["range"]["start"]
+                        and t["range"]["end"] <= i["range"]["end"])
+            a, b = info["url_range"]["start"], info["url_range"]["end"]
+            st, _, blob = self.fetch(info["url"], {"Range": f"bytes={a}-{b}"})
+            if st != 206 or len(blob) != b - a + 1:
+                return None
+            recs, at = [], 0
+            while at < len(blob):  # chunk records: version, 3-byte lengths, scheme none
+                h = blob[at:at + 8]
+                n = int.from_bytes(h[1:4], "little")
+                if len(h) < 8 or h[0] != 0 or h[4] != 0 or h[5:8] != h[1:4]:
+                    return None
+                recs.append(blob[at + 8:at + 8 + n])
+                at += 8 + n
+            k0 = t["range"]["start"] - info["range"]["start"]
+            part = b"".join(recs[k0:k0 + t["range"]["end"] - t["range"]["start"]])
+            if len(part) != t["unpacked_length"]:
+                return None
+            data += part
+        skip = r["offset_into_first_range"]
+        return bytes(data[skip:skip + entry["size"]])
 
     def stop(self):
         if self.p.poll() is None:
@@ -670,6 +740,16 @@ def read_back(s, reader):
                         wrong += check(body, sha)
         finally:
             srv.stop()
+    elif reader == "xet":
+        srv = Serve(s)
+        try:
+            for r in REVS:
+                got = srv.xet_get_all(REPO, r["commit"])
+                for path, sha in files_of(r):
+                    if got.get(path) is not None:
+                        wrong += check(got[path], sha)
+        finally:
+            srv.stop()
     elif reader in ("mount", "mount-no-passthrough"):
         for r, path, data in mount_reads(s, reader == "mount"):
             if data is not None:
@@ -856,6 +936,43 @@ def store_objects(root):
     return objs
 
 
+def ui_store_page(s):
+    """(status, text) of serve's store page (`/ui/store`) over store `s`."""
+    srv = Serve(s)
+    try:
+        st, _, body = srv.fetch(f"{srv.url}/ui/store")
+        return st, body.decode(errors="replace")
+    except Exception as e:
+        return 0, str(e)
+    finally:
+        srv.stop()
+
+
+def run_record_round(root, s, how):
+    """A copy of the store with its gc run record (runs/gc) damaged: serve's store page must
+    still answer 200 (naming the record unreadable, or showing what still decodes), every
+    revision must stay listed, and the next gc must succeed and leave a readable record.
+    Returns (held, 1 if the page named the record unreadable)."""
+    shutil.copytree(root, f"{s.dir}/store")
+    corrupt_file(f"{s.dir}/store/runs/gc", how)
+    st, page = ui_store_page(s)
+    if st != 200 or 'data-run="gc"' not in page:
+        fail(f"run-record-{how}: the store page answered {st} over a damaged runs/gc")
+        return False, 0
+    unreadable = "unreadable record" in page
+    if s.run("gc", "--keep-last", "1000").returncode != 0:
+        fail(f"run-record-{how}: gc failed over a damaged runs/gc")
+        return False, int(unreadable)
+    if len(s.commits()) != len(REVS):
+        fail(f"run-record-{how}: revisions went missing")
+        return False, int(unreadable)
+    st, page = ui_store_page(s)
+    if st != 200 or "unreadable record" in page:
+        fail(f"run-record-{how}: the next gc left the record unreadable ({st})")
+        return False, int(unreadable)
+    return True, int(unreadable)
+
+
 def corruptions(n, up):
     pristine = Store("local")
     pristine.run("ingest", CACHE_REPO, check=True)
@@ -863,13 +980,24 @@ def corruptions(n, up):
     bundle = f"{A.work}/c.mcb"
     pristine.run("export", *[f"{REPO}@{r['commit']}" for r in REVS],
                  f"{REPO}@main", "-o", bundle, check=True)
+    # A gc that expires nothing, for its run record (runs/gc, read by serve's store page).
+    pristine.run("gc", "--keep-last", "1000", check=True)
     objs = store_objects(root)
     fc = file_cache_store(pristine)
     plans = [("pack", "flip"), ("pack", "truncate"), ("pack", "swap"), ("manifest", "flip"),
              ("manifest", "truncate"), ("ref", "flip"), ("ref", "truncate"), ("bundle", "flip"),
              ("bundle", "truncate"), ("file-cache", "flip"), ("file-cache", "truncate"),
-             ("file-cache", "other"), ("index", "flip"), ("index", "truncate")]
-    readers = ["cat", "checkout", "export", "serve", "mount"]
+             ("file-cache", "other"), ("index", "flip"), ("index", "truncate"),
+             ("run-record", "flip"), ("run-record", "truncate")]
+    readers = ["cat", "checkout", "export", "serve", "mount", "xet"]
+    # The Xet reader is a client written here: on the undamaged store it must return every
+    # file byte-exact, or a round that "returned no wrong bytes" would prove nothing.
+    s = Store("local")
+    shutil.copytree(root, f"{s.dir}/store")
+    total = sum(len(files_of(r)) for r in REVS)
+    if read_back(s, "xet") or s.good != total:
+        fail(f"the xet reader read {s.good} of {total} files of an undamaged store right")
+    shutil.rmtree(s.dir, ignore_errors=True)
     node = node_cache_store() if A.s3_env else None
     if node:
         plans += [("node-cache", "flip"), ("node-cache", "truncate"), ("node-cache", "other")]
@@ -905,6 +1033,9 @@ def corruptions(n, up):
             k["command_failed"] = k.get("command_failed", 0) + failed
             if wrong:
                 fail(f"{key} of {name}: {reader} returned {wrong} wrong files")
+        elif target == "run-record":  # informational: shown or named unreadable, never fatal
+            detected, shown_unreadable = run_record_round(root, s, how)
+            k["shown_unreadable"] = k.get("shown_unreadable", 0) + shown_unreadable
         elif target == "bundle":
             b = f"{s.dir}/b.mcb"
             shutil.copy(bundle, b)

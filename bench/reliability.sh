@@ -3,18 +3,18 @@
 # gc, pull, sync, serve --upstream and an ingest taking unchanged files unread, on the local
 # store and on Garage; power losses (an ext4 on a loop device shut down without its log
 # flushed) at crash steps of the same commands and of an ingest's source; and injected
-# corruptions of packs, manifests, refs, bundles, the node caches and the local index, read
-# back through cat, checkout, export, serve and the mount.
+# corruptions of packs, manifests, refs, bundles, the node caches, the local index and gc's
+# run record, read back through cat, checkout, export, serve, the mount and Xet.
 #   bench/reliability.sh [KILLS_PER_COMMAND] [CORRUPTIONS] [POWER_LOSSES_PER_COMMAND]
 #                                       (default 36, 1000 and 12: 504 kills, 96 power losses)
-#   bench/reliability.sh --short        (CI: 4, 68 and 2)
+#   bench/reliability.sh --short        (CI: 4, 76 and 2)
 # RELIABILITY_LOCAL_ONLY=1 leaves out the S3 half (no Garage: the kills on S3 and the
 # corruptions of its node chunk cache). Needs root, /dev/fuse (the mount reader) and loop
 # devices (the power losses; POWER_LOSSES_PER_COMMAND 0 leaves them out); builds Garage when
 # it is missing and the S3 half runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${1:-}" = "--short" ]; then kills=4; corr=68; power=2; else
+if [ "${1:-}" = "--short" ]; then kills=4; corr=76; power=2; else
   kills="${1:-36}"; corr="${2:-1000}"; power="${3:-12}"; fi
 . bench/lib.sh
 [ "$power" = 0 ] || need_debs e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck mount:losetup
