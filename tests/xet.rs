@@ -184,6 +184,40 @@ fn a_revision_stored_without_xet_hashes_gets_them_when_ingested_again() {
     assert!(tree.contains("\"xetHash\""), "{tree}");
 }
 
+/// A revision stored before Xet hashes whose source is gone (pulled or imported): a
+/// checkout and an ingest of it under its own commit record them (docs/OPERATIONS.md,
+/// "Xet downloads"), keeping its publication and its refs.
+#[test]
+fn a_revision_without_its_source_gets_its_hashes_from_a_checkout() {
+    let env = Env::new();
+    common::ingest_rev(&env, "r2", &["main"]);
+    let commit = series().commit("r2");
+    let key = format!("repos/{REPO}/manifests/{commit}");
+    let backend = env.backend();
+    let mut m = format::manifest::decode(&key, &backend.get(&key).unwrap()).unwrap();
+    let hashes = std::mem::take(&mut m.xet_hashes);
+    let published = m.published;
+    backend
+        .put(&key, &format::codec::encode(format::codec::Kind::Manifest, &m, true))
+        .unwrap();
+    let dir = env.path("co");
+    env.ok(&["checkout", &format!("{REPO}@{commit}"), dir.to_str().unwrap()]);
+    env.ok(&[
+        "ingest",
+        dir.to_str().unwrap(),
+        "--repo",
+        REPO,
+        "--revision",
+        &commit,
+    ]);
+    let m = format::manifest::decode(&key, &backend.get(&key).unwrap()).unwrap();
+    assert_eq!(m.xet_hashes, hashes, "recorded from the checkout");
+    assert_eq!(m.published, published, "its publication kept");
+    let refs = env.json(&["ls", REPO, "--json"]);
+    assert_eq!(refs["refs"]["main"], commit.as_str(), "{refs}");
+    env.verifies(&format!("{REPO}@{commit}"));
+}
+
 #[test]
 fn a_pull_through_mirror_serves_what_it_pulled_through_xet() {
     let up_env = env();

@@ -36,6 +36,9 @@ pub struct RunRecord {
     pub ok: bool,
     /// What it did, in one line, as the command printed it.
     pub summary: String,
+    /// [`RunRecord::digest`] in hex: the record has no envelope, so a flipped bit in a time
+    /// or the summary would otherwise be shown as if true.
+    pub check: String,
 }
 
 /// The key of `command`'s record.
@@ -50,7 +53,7 @@ impl RunRecord {
         while !summary.is_char_boundary(end) {
             end -= 1;
         }
-        RunRecord {
+        let mut r = RunRecord {
             magic: MAGIC.into(),
             version: VERSION,
             command: command.into(),
@@ -58,7 +61,25 @@ impl RunRecord {
             finished_at,
             ok,
             summary: summary[..end].to_string(),
-        }
+            check: String::new(),
+        };
+        r.check = hex::encode(r.digest());
+        r
+    }
+
+    /// BLAKE3 of `MCASRUN1\n` ‖ command ‖ `\n` ‖ started_at ‖ `\n` ‖ finished_at ‖ `\n` ‖
+    /// `1` or `0` (ok) ‖ `\n` ‖ summary, the numbers in decimal ASCII
+    /// (docs/format/ui-records.md).
+    pub fn digest(&self) -> [u8; 32] {
+        let text = format!(
+            "MCASRUN1\n{}\n{}\n{}\n{}\n{}",
+            self.command,
+            self.started_at,
+            self.finished_at,
+            u8::from(self.ok),
+            self.summary
+        );
+        *blake3::hash(text.as_bytes()).as_bytes()
     }
 
     /// The record's bytes (JSON).
@@ -90,6 +111,9 @@ impl RunRecord {
                 r.version
             )));
         }
+        if r.check != hex::encode(r.digest()) {
+            return Err(bad("its check does not match its fields (damaged)".into()));
+        }
         if r.command != command {
             return Err(bad(format!(
                 "a record of {:?} under {}",
@@ -105,6 +129,35 @@ impl RunRecord {
 mod tests {
     use super::*;
 
+    /// The example of docs/format/ui-records.md, byte for byte.
+    #[test]
+    fn the_documented_record_decodes() {
+        let doc = include_str!("../../docs/format/ui-records.md");
+        let json = doc
+            .split("```json\n")
+            .nth(1)
+            .and_then(|s| s.split("\n```").next())
+            .unwrap()
+            .replace("\n ", "");
+        let raw: RunRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(raw.check, hex::encode(raw.digest()));
+        let r = RunRecord::decode("sync", json.as_bytes()).unwrap();
+        assert_eq!((r.started_at, r.finished_at, r.ok), (1796263351, 1796263390, false));
+        assert_eq!(r.encode(), json.as_bytes());
+    }
+
+    /// Every single flipped bit of a record is refused, or decodes to the same record (a
+    /// flip in JSON's insignificant bytes cannot happen: there are none).
+    #[test]
+    fn every_flipped_bit_is_refused() {
+        let bytes = RunRecord::new("gc", 1796263351, 1796263390, true, "expired 2 revisions").encode();
+        for i in 0..bytes.len() * 8 {
+            let mut b = bytes.clone();
+            b[i / 8] ^= 1 << (i % 8);
+            assert!(RunRecord::decode("gc", &b).is_err(), "bit {i} flipped was accepted");
+        }
+    }
+
     #[test]
     fn a_record_round_trips_and_damage_is_named() {
         let r = RunRecord::new("sync", 10, 20, false, &"é".repeat(5000));
@@ -113,19 +166,22 @@ mod tests {
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.contains("\"magic\":\"modelcas-run\"") && text.contains("\"version\":1"));
         assert_eq!(RunRecord::decode("sync", &bytes).unwrap(), r);
-        let cases: [(&[u8], &str); 5] = [
-            (b"not json", "expected"),
-            (br#"{"magic":"x","version":1,"command":"sync","started_at":1,"finished_at":1,"ok":true,"summary":""}"#, "magic"),
-            (br#"{"magic":"modelcas-run","version":2,"command":"sync","started_at":1,"finished_at":1,"ok":true,"summary":""}"#, "newer"),
-            (br#"{"magic":"modelcas-run","version":1,"command":"gc","started_at":1,"finished_at":1,"ok":true,"summary":""}"#, "a record of"),
-            (&[b' '; 70_000], "more than"),
+        let gc = RunRecord::new("gc", 1, 1, true, "").encode();
+        let other = |from: &str, to: &str| String::from_utf8(bytes.clone()).unwrap().replace(from, to);
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"not json".to_vec(), "expected"),
+            (other("modelcas-run", "modelcas-xyz").into_bytes(), "magic"),
+            (other("\"version\":1", "\"version\":2").into_bytes(), "newer"),
+            (gc, "a record of"),
+            (other("\"check\":\"", "\"x\":\"").into_bytes(), "missing field"),
+            (vec![b' '; 70_000], "more than"),
         ];
         for (bytes, want) in cases {
-            let e = RunRecord::decode("sync", bytes).unwrap_err().to_string();
+            let e = RunRecord::decode("sync", &bytes).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("runs/sync"), "{want}: {e}");
         }
         // Unknown fields are ignored (a later version 1 writer may add some).
-        let later = br#"{"magic":"modelcas-run","version":1,"command":"sync","started_at":1,"finished_at":2,"ok":true,"summary":"s","host":"n1"}"#;
-        assert_eq!(RunRecord::decode("sync", later).unwrap().summary, "s");
+        let later = other("\"ok\":", "\"host\":\"n1\",\"ok\":");
+        assert_eq!(RunRecord::decode("sync", later.as_bytes()).unwrap(), r);
     }
 }
