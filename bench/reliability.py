@@ -950,7 +950,7 @@ def ui_store_page(s):
 
 def run_record_round(root, s, how):
     """A copy of the store with its gc run record (runs/gc) damaged: serve's store page must
-    still answer 200 (naming the record unreadable, or showing what still decodes), every
+    still answer 200 and name the record unreadable (its check covers every field), every
     revision must stay listed, and the next gc must succeed and leave a readable record.
     Returns (held, 1 if the page named the record unreadable)."""
     shutil.copytree(root, f"{s.dir}/store")
@@ -960,6 +960,9 @@ def run_record_round(root, s, how):
         fail(f"run-record-{how}: the store page answered {st} over a damaged runs/gc")
         return False, 0
     unreadable = "unreadable record" in page
+    if not unreadable:  # the record's check covers every field: damage is always named
+        fail(f"run-record-{how}: a damaged runs/gc was shown as a true record")
+        return False, 0
     if s.run("gc", "--keep-last", "1000").returncode != 0:
         fail(f"run-record-{how}: gc failed over a damaged runs/gc")
         return False, int(unreadable)
