@@ -8,10 +8,10 @@ order, the page cache warm: what is measured is serving, not the disk) times:
   xet    snapshot_download(repo, revision=r4) with hf_xet (reconstructions, parallel ranges)
   plain  the same with HF_HUB_DISABLE_XET=1 (one HTTP GET per file)
   curl   `curl -o` of every file of r4 in turn from resolve/
-each into a fresh directory, byte counts checked. Prints medians and MB/s, and serve's
-Xet counters.
+each into a fresh directory, byte counts checked. Prints medians and MB/s, the CPU seconds
+(user+sys) of the client and of serve per round, and serve's Xet counters.
 """
-import json, os, shutil, socket, statistics, subprocess, sys, time
+import json, os, resource, shutil, socket, statistics, subprocess, sys, time
 
 BIN, SERIES, WORK = sys.argv[1:4]
 ROUNDS = int(sys.argv[4]) if len(sys.argv) > 4 else 3
@@ -56,15 +56,28 @@ def run(kind, dest):
     subprocess.run([sys.executable, "-c", CLIENT, REPO, dest], env=e, check=True)
 
 
+def client_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def serve_cpu():
+    f = open(f"/proc/{srv.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 times = {"xet": [], "plain": [], "curl": []}
+cpu = {k: ([], []) for k in times}
 kinds = list(times)
 try:
     for rnd in range(ROUNDS):
         for kind in kinds[rnd % 3:] + kinds[:rnd % 3]:
             dest = f"{WORK}/dl-{kind}-{rnd}"
-            t = time.monotonic()
+            t, c, sv = time.monotonic(), client_cpu(), serve_cpu()
             run(kind, dest)
             times[kind].append(time.monotonic() - t)
+            cpu[kind][0].append(client_cpu() - c)
+            cpu[kind][1].append(serve_cpu() - sv)
             got = sum(os.path.getsize(os.path.join(dest, f["path"])) for f in r4["files"])
             assert got == total, (kind, got, total)
             shutil.rmtree(dest, ignore_errors=True)
@@ -76,7 +89,8 @@ finally:
 print(f"r4: {len(r4['files'])} files, {total / 1e6:.0f} MB; {ROUNDS} rounds, medians")
 for kind, ts in times.items():
     m = statistics.median(ts)
-    print(f"  {kind:6} {m:7.2f} s  {total / m / 1e6:7.0f} MB/s   (rounds: {', '.join(f'{t:.2f}' for t in ts)})")
+    print(f"  {kind:6} {m:7.2f} s  {total / m / 1e6:7.0f} MB/s   (rounds: {', '.join(f'{t:.2f}' for t in ts)})"
+          f"; CPU s client {statistics.median(cpu[kind][0]):.2f}, serve {statistics.median(cpu[kind][1]):.2f}")
 print(f"  xet / plain: {statistics.median(times['plain']) / statistics.median(times['xet']):.2f}x")
 for line in metrics.splitlines():
     if 'endpoint="xet-' in line and line.startswith("modelcas_serve_requests_total"):

@@ -198,10 +198,17 @@ fn a_revision_without_its_source_gets_its_hashes_from_a_checkout() {
     let hashes = std::mem::take(&mut m.xet_hashes);
     let published = m.published;
     backend
-        .put(&key, &format::codec::encode(format::codec::Kind::Manifest, &m, true))
+        .put(
+            &key,
+            &format::codec::encode(format::codec::Kind::Manifest, &m, true),
+        )
         .unwrap();
     let dir = env.path("co");
-    env.ok(&["checkout", &format!("{REPO}@{commit}"), dir.to_str().unwrap()]);
+    env.ok(&[
+        "checkout",
+        &format!("{REPO}@{commit}"),
+        dir.to_str().unwrap(),
+    ]);
     env.ok(&[
         "ingest",
         dir.to_str().unwrap(),

@@ -142,7 +142,10 @@ mod tests {
         let raw: RunRecord = serde_json::from_str(&json).unwrap();
         assert_eq!(raw.check, hex::encode(raw.digest()));
         let r = RunRecord::decode("sync", json.as_bytes()).unwrap();
-        assert_eq!((r.started_at, r.finished_at, r.ok), (1796263351, 1796263390, false));
+        assert_eq!(
+            (r.started_at, r.finished_at, r.ok),
+            (1796263351, 1796263390, false)
+        );
         assert_eq!(r.encode(), json.as_bytes());
     }
 
@@ -150,11 +153,15 @@ mod tests {
     /// flip in JSON's insignificant bytes cannot happen: there are none).
     #[test]
     fn every_flipped_bit_is_refused() {
-        let bytes = RunRecord::new("gc", 1796263351, 1796263390, true, "expired 2 revisions").encode();
+        let bytes =
+            RunRecord::new("gc", 1796263351, 1796263390, true, "expired 2 revisions").encode();
         for i in 0..bytes.len() * 8 {
             let mut b = bytes.clone();
             b[i / 8] ^= 1 << (i % 8);
-            assert!(RunRecord::decode("gc", &b).is_err(), "bit {i} flipped was accepted");
+            assert!(
+                RunRecord::decode("gc", &b).is_err(),
+                "bit {i} flipped was accepted"
+            );
         }
     }
 
@@ -167,13 +174,20 @@ mod tests {
         assert!(text.contains("\"magic\":\"modelcas-run\"") && text.contains("\"version\":1"));
         assert_eq!(RunRecord::decode("sync", &bytes).unwrap(), r);
         let gc = RunRecord::new("gc", 1, 1, true, "").encode();
-        let other = |from: &str, to: &str| String::from_utf8(bytes.clone()).unwrap().replace(from, to);
+        let other =
+            |from: &str, to: &str| String::from_utf8(bytes.clone()).unwrap().replace(from, to);
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (b"not json".to_vec(), "expected"),
             (other("modelcas-run", "modelcas-xyz").into_bytes(), "magic"),
-            (other("\"version\":1", "\"version\":2").into_bytes(), "newer"),
+            (
+                other("\"version\":1", "\"version\":2").into_bytes(),
+                "newer",
+            ),
             (gc, "a record of"),
-            (other("\"check\":\"", "\"x\":\"").into_bytes(), "missing field"),
+            (
+                other("\"check\":\"", "\"x\":\"").into_bytes(),
+                "missing field",
+            ),
             (vec![b' '; 70_000], "more than"),
         ];
         for (bytes, want) in cases {

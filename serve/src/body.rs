@@ -234,6 +234,9 @@ pub type OnDone = Box<dyn FnOnce(u64) + Send>;
 pub enum Body {
     /// A whole body at once (JSON, errors, metrics; empty for HEAD).
     Full(Option<Bytes>),
+    /// Pieces already read, handed to the socket in order without copying them together
+    /// (a Xet xorb range: record headers between chunk bytes as the read path holds them).
+    Parts(std::collections::VecDeque<Bytes>),
     /// `left` bytes from a reader task, started on the first poll (inside the runtime).
     Stream {
         /// The source and range the reader task reads (boxed: it is most of the size).
@@ -249,6 +252,11 @@ impl Body {
     /// A body of these bytes.
     pub fn full(b: impl Into<Bytes>) -> Body {
         Body::Full(Some(b.into()))
+    }
+
+    /// A body of these pieces, in order (empty pieces are left out).
+    pub fn parts(parts: Vec<Bytes>) -> Body {
+        Body::Parts(parts.into_iter().filter(|b| !b.is_empty()).collect())
     }
 
     /// No body (HEAD, errors without text).
@@ -279,6 +287,7 @@ impl http_body::Body for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, ReadError>>> {
         match &mut *self {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Body::Parts(parts) => Poll::Ready(parts.pop_front().map(|b| Ok(Frame::data(b)))),
             Body::Stream {
                 start,
                 rx,
@@ -318,6 +327,7 @@ impl http_body::Body for Body {
     fn is_end_stream(&self) -> bool {
         match self {
             Body::Full(b) => b.as_ref().is_none_or(|b| b.is_empty()),
+            Body::Parts(parts) => parts.is_empty(),
             Body::Stream { left, .. } => *left == 0,
         }
     }
@@ -325,6 +335,7 @@ impl http_body::Body for Body {
     fn size_hint(&self) -> SizeHint {
         match self {
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Body::Parts(parts) => SizeHint::with_exact(parts.iter().map(|b| b.len() as u64).sum()),
             Body::Stream { left, .. } => SizeHint::with_exact(*left),
         }
     }

@@ -1108,6 +1108,75 @@ fn check_decoders(s: &str, bytes: &[u8], size: u64) -> Result<(), TestCaseError>
 fn fuzz_router_stack_and_decoders() {
     assert_eq!(run(CASES), 3 * CASES as u64);
     assert_eq!(fixture().hub.metrics().panics(), 0);
+    // Beside the random cases (which reach a well-formed request only by chance): a token,
+    // every file's reconstruction, and every file's first xorb fetched whole and by a
+    // range, the records' payload being the file's bytes; so the counters below never
+    // depend on chance.
+    let f = fixture();
+    let token = format!("Bearer {TOKEN}");
+    let path = format!("/api/models/{REPO}/xet-read-token/main");
+    check_route(
+        &f.hub,
+        &Method::GET,
+        &path,
+        "",
+        None,
+        Some(token.as_bytes()),
+    )
+    .unwrap();
+    let xet_token = xet_opts().token(REPO, &f.commit, now() + 600);
+    let xet_token = format!("Bearer {xet_token}");
+    for (_, data) in &f.files {
+        let path = format!("/v1/reconstructions/{}", xethash::file_hash(data).hex());
+        check_route(
+            &f.hub,
+            &Method::GET,
+            &path,
+            "",
+            None,
+            Some(xet_token.as_bytes()),
+        )
+        .unwrap();
+    }
+    for file in 0..f.files.len() {
+        let path = xet_opts().xorb_path(REPO, &f.commit, file, 0, now() + 600);
+        for range in [None, Some(&b"bytes=0-99"[..])] {
+            check_route(&f.hub, &Method::GET, &path, "", range, None).unwrap();
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("serve.example:8080"));
+        let head = Head {
+            method: &Method::GET,
+            path: &path,
+            query: "",
+            headers: &headers,
+            client: "fuzz",
+        };
+        let reply = f.hub.route(&head);
+        let body = f.rt.block_on(collect(reply.body)).unwrap();
+        let (mut at, mut payload) = (0, Vec::new());
+        while at < body.len() {
+            let n = u32::from_le_bytes([body[at + 1], body[at + 2], body[at + 3], 0]) as usize;
+            payload.extend_from_slice(&body[at + 8..at + 8 + n]);
+            at += 8 + n;
+        }
+        let mut sorted: Vec<&(String, Vec<u8>)> = f.files.iter().collect();
+        sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let want = &sorted[file].1;
+        assert_eq!(
+            payload.len(),
+            want.len().min(payload.len()),
+            "{}",
+            sorted[file].0
+        );
+        assert!(!payload.is_empty() || want.is_empty(), "{}", sorted[file].0);
+        assert_eq!(
+            &payload[..],
+            &want[..payload.len()],
+            "{}: other bytes",
+            sorted[file].0
+        );
+    }
     // The Xet routes were reached and answered with bytes, not only refused.
     let m = hubserve::exposition::render(&hubserve::exposition::own_registry());
     for want in [

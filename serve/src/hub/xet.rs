@@ -256,10 +256,11 @@ impl Hub {
                     return r;
                 }
             };
-        let body = match self.xorb_bytes(&at, fi, xb, &recs, from, to) {
+        let parts = match self.xorb_parts(&at, fi, xb, &recs, from, to) {
             Ok(b) => b,
             Err(e) => return internal(e),
         };
+        let len: u64 = parts.iter().map(|b| b.len() as u64).sum();
         let mut r = Reply {
             status: if range.is_some() {
                 StatusCode::PARTIAL_CONTENT
@@ -267,7 +268,7 @@ impl Hub {
                 StatusCode::OK
             },
             headers: HeaderMap::new(),
-            body: Body::full(Bytes::new()),
+            body: Body::parts(parts),
         };
         if range.is_some() {
             let cr = format!("bytes {from}-{}/{total}", to - 1);
@@ -278,14 +279,14 @@ impl Hub {
             HeaderValue::from_static("application/octet-stream"),
         );
         r.headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        r.body = Body::full(body);
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         r
     }
 
-    /// Bytes `[from, to)` of the serialized xorb: the records it overlaps, their payload
-    /// read through the one read path.
-    fn xorb_bytes(
+    /// Bytes `[from, to)` of the serialized xorb, as pieces in order: the records it
+    /// overlaps, each header followed by its payload as the one read path hands it out
+    /// (verified chunks, no copy), cut to the range.
+    fn xorb_parts(
         &self,
         at: &Located,
         fi: usize,
@@ -293,7 +294,7 @@ impl Hub {
         recs: &[u64],
         from: u64,
         to: u64,
-    ) -> Result<Bytes, crate::body::ReadError> {
+    ) -> Result<Vec<Bytes>, crate::body::ReadError> {
         // The records overlapping [from, to), and their payload's place in the file.
         let (mut byte, mut pos) = (0u64, xb.file_start);
         let mut first: Option<(usize, u64, u64)> = None;
@@ -308,19 +309,33 @@ impl Hub {
             pos += len;
         }
         let Some((k0, byte0, mut pos)) = first else {
-            return Ok(Bytes::new());
+            return Ok(Vec::new());
         };
-        // Each record's header, then its bytes straight from the read path: one copy.
         let mut src = self.source(at, fi);
-        let mut out = Vec::with_capacity((to - from) as usize + 2 * xet::RECORD_MAX as usize);
+        let mut parts = Vec::with_capacity(3 * (last - k0));
+        let (mut skip, mut keep) = (from - byte0, to - from);
+        let mut take = |b: Bytes, parts: &mut Vec<Bytes>| {
+            let n = b.len() as u64;
+            let a = skip.min(n);
+            skip -= a;
+            let k = keep.min(n - a);
+            keep -= k;
+            if k > 0 {
+                parts.push(b.slice(a as usize..(a + k) as usize));
+            }
+        };
         for len in &recs[k0..last] {
-            out.extend_from_slice(&xet::record_header(*len));
-            let want = out.len() + *len as usize;
+            take(
+                Bytes::copy_from_slice(&xet::record_header(*len)),
+                &mut parts,
+            );
+            let mut got = 0u64;
             src.copy_range(pos, pos + len, &mut |b: Bytes| {
-                out.extend_from_slice(&b);
+                got += b.len() as u64;
+                take(b, &mut parts);
                 true
             })?;
-            if out.len() != want {
+            if got != *len {
                 return Err(crate::body::ReadError::Inconsistent {
                     commit: at.commit.to_hex(),
                     what: format!("{}: short read for a xorb", at.manifest.files[fi].path),
@@ -328,9 +343,7 @@ impl Hub {
             }
             pos += len;
         }
-        let a = ((from - byte0) as usize).min(out.len());
-        let b = ((to - byte0) as usize).clamp(a, out.len());
-        Ok(Bytes::from(out).slice(a..b))
+        Ok(parts)
     }
 
     /// The `xetHash` of a tree entry for file `i`, when offered through Xet.
