@@ -278,3 +278,73 @@ pub fn file_hash(data: &[u8]) -> XetHash {
     h.update(data);
     h.finalize()
 }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn step(g: u64, b: u8) -> u64 {
+        (g << 1).wrapping_add(gear::GEAR[b as usize])
+    }
+
+    /// The chunk lengths by the definition, a byte at a time (docs/format/xet.md).
+    fn reference(data: &[u8]) -> Vec<usize> {
+        let (mut out, mut len, mut h) = (Vec::new(), 0usize, 0u64);
+        for b in data {
+            if len >= HASH_FROM {
+                h = step(h, *b);
+            }
+            len += 1;
+            if (len >= MIN_CHUNK && h & MASK == 0) || len == MAX_CHUNK {
+                out.push(len);
+                (len, h) = (0, 0);
+            }
+        }
+        if len > 0 {
+            out.push(len);
+        }
+        out
+    }
+
+    fn bytes(seed: u64, n: usize, period: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        let mut v: Vec<u8> = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 56) as u8
+            })
+            .collect();
+        if period > 0 {
+            for i in period..n {
+                v[i] = v[i % period];
+            }
+        }
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// The eight-at-a-time scan cuts where the definition cuts: random bytes, and
+        /// periodic ones (whose hash repeats: cuts at every period or none).
+        #[test]
+        fn the_fast_scan_cuts_where_the_definition_cuts(
+            seed in any::<u64>(),
+            n in 0usize..1_500_000,
+            period in prop_oneof![Just(0usize), 1usize..300, 60_000usize..200_000],
+        ) {
+            let d = bytes(seed, n, period);
+            prop_assert_eq!(chunk_lengths(&d), reference(&d));
+        }
+    }
+
+    /// Long random inputs (about 48 cuts each), many seeds.
+    #[test]
+    fn long_inputs_cut_where_the_definition_cuts() {
+        for seed in 0..64u64 {
+            let d = bytes(seed, 3 << 20, 0);
+            assert_eq!(chunk_lengths(&d), reference(&d), "seed {seed}");
+        }
+    }
+}
