@@ -571,14 +571,10 @@ fn decodes_pack_footers_and_the_condemned_list_as_modelcas_reports_them() {
     for c in &list {
         let (size, entries) = packs[&c.pack];
         assert_eq!(c.size, size, "{c:?}: size");
-        // A dead pack counts its footer's entries; a rewritten one, in both fields, its
-        // live frames (docs/format/bytes.md, "Condemned list").
-        if c.live_chunks == 0 {
-            assert_eq!(c.chunks, entries, "{c:?}: the footer's entries");
-        } else {
-            assert_eq!(c.chunks, c.live_chunks, "{c:?}");
-            assert!(c.live_chunks < entries, "{c:?}: all {entries} frames live");
-        }
+        // Every pack counts its footer's entries; a rewritten one also its live frames
+        // (docs/format/bytes.md, "Condemned list").
+        assert_eq!(c.chunks, entries, "{c:?}: the footer's entries");
+        assert!(c.live_chunks < entries, "{c:?}: all {entries} frames live");
         assert!(
             (t0 - TICK_MS..=t1).contains(&c.marked_ms),
             "{c:?} not in {t0}..{t1}"

@@ -51,6 +51,8 @@ fn gc_reclaims_exactly_what_only_expired_revisions_used() {
     ingest_series(&env);
     let r4 = chunks_of(&env, &s.commit("r4"));
     let before = pack_bytes(&env);
+    let frames = |env: &Env| -> u64 { stored_chunks(env).values().map(|v| v.0 as u64).sum() };
+    let frames_before = frames(&env);
 
     // r1 and r3 lose their refs and expire by policy; r2 is removed explicitly.
     env.ok(&["rm", &rev("r1")]);
@@ -113,6 +115,17 @@ fn gc_reclaims_exactly_what_only_expired_revisions_used() {
     }
     let after = pack_bytes(&env);
     assert_eq!(third["bytes_stored"].as_u64().unwrap(), after);
+    // The dead chunks the reports count are the frames that went: every frame of the
+    // deleted packs but those copied into new packs first (rewritten packs' live ones).
+    let deleted: u64 = [&first, &second, &third]
+        .iter()
+        .map(|r| r["chunks_deleted"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        deleted,
+        frames_before - frames(&env),
+        "dead chunks reported: {first:#} {second:#}"
+    );
     assert_eq!(
         third["live_bytes"].as_u64().unwrap(),
         r4.values().map(|l| *l as u64).sum::<u64>()

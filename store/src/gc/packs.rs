@@ -179,7 +179,7 @@ impl GcRun<'_> {
             return Ok(());
         }
         self.check_lock()?;
-        let moved = rewrite_packs(&self.store, rewrite, uses, &mut self.report)?;
+        let (moved, frames_in) = rewrite_packs(&self.store, rewrite, uses, &mut self.report)?;
         // Manifests are never rewritten: the new places are recorded, before the old
         // packs are condemned.
         failpoint::pause("gc-before-forwards");
@@ -191,14 +191,15 @@ impl GcRun<'_> {
             self.report.forwards_written += 1;
         }
         for (id, size) in rewrite {
-            let u = &uses[id];
-            let chunks = u.frames.len() as u32;
+            let live = uses[id].frames.len() as u32;
             condemn.push(Condemned {
                 pack: *id,
                 marked_ms: 0,
                 size: *size,
-                chunks,
-                live_chunks: chunks,
+                // The footer's count, so that the report's dead chunks are these less the
+                // live ones (0 when the footer did not decode: then it reports none).
+                chunks: frames_in.get(id).copied().unwrap_or(0).max(live),
+                live_chunks: live,
             });
         }
         Ok(())

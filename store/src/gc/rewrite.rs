@@ -120,13 +120,15 @@ pub(super) fn forward_record(
 }
 
 /// Copies the live frames of `packs` into new packs; returns old (pack, offset) → new
-/// location, grouped by old pack.
+/// location, grouped by old pack, and each old pack's number of frames (its footer's
+/// entries; 0 when the footer does not decode: the figure is only reported).
 pub(super) fn rewrite_packs(
     store: &Store,
     packs: &[(PackId, u64)],
     uses: &HashMap<PackId, PackUse>,
     report: &mut GcReport,
-) -> Result<HashMap<PackId, MovedFrames>> {
+) -> Result<(HashMap<PackId, MovedFrames>, HashMap<PackId, u32>)> {
+    let mut frames_in: HashMap<PackId, u32> = HashMap::new();
     let backend = store.backend();
     let target = store.config().pack_target.max(1) as usize;
     let mut moved: HashMap<PackId, MovedFrames> = HashMap::new();
@@ -158,6 +160,7 @@ pub(super) fn rewrite_packs(
                 reason: format!("listed with {size} bytes, read {}", bytes.len()),
             });
         }
+        frames_in.insert(*id, footer_entries(&key, &bytes));
         for (off, (chunk, frame_len, raw_len)) in &uses[id].frames {
             let (s, e) = (*off as usize, *off as usize + *frame_len as usize);
             let frame = bytes.get(s..e).ok_or_else(|| StoreError::CorruptObject {
@@ -181,5 +184,18 @@ pub(super) fn rewrite_packs(
         seal(builder, &mut open, &mut moved, report)?;
     }
     backend.sync_deferred()?;
-    Ok(moved)
+    Ok((moved, frames_in))
+}
+
+/// The number of entries of the footer of the pack `bytes` (0 when it does not decode).
+fn footer_entries(key: &str, bytes: &[u8]) -> u32 {
+    let size = bytes.len() as u64;
+    let trailer = &bytes[bytes.len().saturating_sub(pack::PACK_TRAILER_LEN)..];
+    let Ok(footer_len) = pack::decode_trailer(key, size, trailer) else {
+        return 0;
+    };
+    // decode_trailer checked that the footer lies within the pack.
+    let footer_at = size - pack::PACK_TRAILER_LEN as u64 - footer_len;
+    let footer = &bytes[footer_at as usize..(footer_at + footer_len) as usize];
+    pack::decode_footer(key, footer_at, footer).map_or(0, |f| f.entries.len() as u32)
 }
