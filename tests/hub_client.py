@@ -6,7 +6,7 @@ Checks snapshot_download by ref and by sha, hf_hub_download of one file, the cli
 not-found errors, and a resumed download (the client's own http_get with resume_size).
 Prints one JSON line of facts on success; raises on any mismatch.
 """
-import hashlib, json, os, sys
+import json, os, sys
 
 endpoint, repo, expected_path, work = sys.argv[1:5]
 os.environ["HF_ENDPOINT"] = endpoint
@@ -14,6 +14,8 @@ os.environ["HF_HUB_CACHE"] = os.path.join(work, "hub-cache")
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("HF_HUB_OFFLINE", None)
 
+import snapshot_files  # noqa: E402
+from snapshot_files import sha256  # noqa: E402
 from huggingface_hub import hf_hub_download, hf_hub_url, snapshot_download  # noqa: E402
 from huggingface_hub.errors import (  # noqa: E402
     EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
@@ -24,25 +26,8 @@ exp = json.load(open(expected_path))
 revs = {r["name"]: r for r in exp["revisions"]}
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check(root, rev):
-    want = {f["path"]: f["sha256"] for f in revs[rev]["files"]}
-    got = {}
-    for d, _, files in os.walk(root):
-        if ".cache" in os.path.relpath(d, root).split(os.sep):
-            continue
-        for name in files:
-            p = os.path.join(d, name)
-            got[os.path.relpath(p, root)] = sha256(p)
-    assert got == want, f"{rev}: {sorted(set(got) ^ set(want))} differ or mismatched hashes"
-    return len(got)
+    return snapshot_files.check(root, rev, revs[rev])
 
 
 facts = {}

@@ -21,7 +21,7 @@ Modes:
              BIG_REPO, byte-exact against BIG_SHA256; the reconstructions it took.
 HF_TOKEN, when set, is the server's --token-file token. Prints one JSON line of facts.
 """
-import hashlib, json, os, re, sys, time, urllib.error, urllib.request
+import json, os, re, sys, time, urllib.error, urllib.request
 
 mode, endpoint, repo, expected_path, work = sys.argv[1:6]
 os.environ["HF_ENDPOINT"] = endpoint
@@ -35,6 +35,8 @@ else:
     os.environ.pop("HF_HUB_DISABLE_XET", None)
 
 import hf_xet  # noqa: E402
+import snapshot_files  # noqa: E402
+from snapshot_files import sha256  # noqa: E402
 from huggingface_hub import hf_hub_download, snapshot_download  # noqa: E402
 
 exp = json.load(open(expected_path))
@@ -42,25 +44,8 @@ revs = {r["name"]: r for r in exp["revisions"]}
 HUB_TOKEN = os.environ.get("HF_TOKEN")
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check(root, rev):
-    want = {f["path"]: f["sha256"] for f in revs[rev]["files"]}
-    got = {}
-    for d, _, files in os.walk(root):
-        if ".cache" in os.path.relpath(d, root).split(os.sep):
-            continue
-        for name in files:
-            p = os.path.join(d, name)
-            got[os.path.relpath(p, root)] = sha256(p)
-    assert got == want, f"{rev}: {sorted(set(got) ^ set(want))} differ or mismatched hashes"
-    return len(got)
+    return snapshot_files.check(root, rev, revs[rev])
 
 
 def http(path, headers=None, method="GET", hub_auth=True):

@@ -137,7 +137,7 @@ struct ManifestV1 {
 
 impl From<ManifestV1> for Manifest {
     fn from(m: ManifestV1) -> Manifest {
-        Manifest {
+        Manifest::from(ManifestV2 {
             repo: m.repo,
             commit: m.commit,
             ingested_at: m.ingested_at,
@@ -145,8 +145,7 @@ impl From<ManifestV1> for Manifest {
             packs: m.packs,
             files: m.files,
             published: None,
-            xet_hashes: Vec::new(),
-        }
+        })
     }
 }
 
