@@ -177,6 +177,35 @@ pub fn relative(at: u64, now: u64) -> String {
     }
 }
 
+/// The tags the pages write; a `<` on a page that opens any other came from data.
+pub const PAGE_TAGS: &[&str] = &[
+    "!doctype", "html", "head", "meta", "title", "style", "body", "header", "b", "a", "main", "h1",
+    "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "span", "time", "code", "pre", "form",
+    "label", "input", "button", "footer",
+];
+
+/// The check the tests (unit, fuzz, browser) make of a rendered page: what on it is not
+/// the pages' own markup, or `None`. Every `<` must open one of [`PAGE_TAGS`], and inside a
+/// tag, outside its quoted values, no event handler and no `src=` (an attribute from data).
+pub fn foreign_markup(page: &str) -> Option<String> {
+    for (i, _) in page.match_indices('<') {
+        let rest = page[i + 1..].trim_start_matches('/');
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '!')
+            .collect();
+        let tag = &page[i..i + page[i..].find('>').unwrap_or(page.len() - i)];
+        if !PAGE_TAGS.contains(&name.as_str()) {
+            return Some(format!("markup <{name} at {i}: {tag}"));
+        }
+        let outside: String = tag.split('"').step_by(2).collect();
+        if outside.contains("onerror") || outside.contains("src=") {
+            return Some(format!("an attribute from data at {i}: {tag}"));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,33 +256,4 @@ mod tests {
         assert_eq!(relative(7200, 0), "in 2 hours");
         assert_eq!(relative(u64::MAX, 0), "in 584942417355 years");
     }
-}
-
-/// The tags the pages write; a `<` on a page that opens any other came from data.
-pub const PAGE_TAGS: &[&str] = &[
-    "!doctype", "html", "head", "meta", "title", "style", "body", "header", "b", "a", "main", "h1",
-    "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "span", "time", "code", "pre", "form",
-    "label", "input", "button", "footer",
-];
-
-/// The check the tests (unit, fuzz, browser) make of a rendered page: what on it is not
-/// the pages' own markup, or `None`. Every `<` must open one of [`PAGE_TAGS`], and inside a
-/// tag, outside its quoted values, no event handler and no `src=` (an attribute from data).
-pub fn foreign_markup(page: &str) -> Option<String> {
-    for (i, _) in page.match_indices('<') {
-        let rest = page[i + 1..].trim_start_matches('/');
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '!')
-            .collect();
-        let tag = &page[i..i + page[i..].find('>').unwrap_or(page.len() - i)];
-        if !PAGE_TAGS.contains(&name.as_str()) {
-            return Some(format!("markup <{name} at {i}: {tag}"));
-        }
-        let outside: String = tag.split('"').step_by(2).collect();
-        if outside.contains("onerror") || outside.contains("src=") {
-            return Some(format!("an attribute from data at {i}: {tag}"));
-        }
-    }
-    None
 }
