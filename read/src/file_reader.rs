@@ -385,16 +385,26 @@ pub struct VerifyReport {
     pub problems: Vec<Problem>,
 }
 
-/// Re-reads every file of `manifest` through the store, checking every chunk's BLAKE3 and
-/// every file's sha256.
+/// Re-reads every file of `manifest` through the store, checking every chunk's BLAKE3,
+/// every file's sha256 and, where the manifest records them, every file's Xet hash
+/// (computed again from the bytes read: a wrong recorded hash is a problem).
 pub fn verify(store: &Store, manifest: &Manifest, progress: &dyn Progress) -> VerifyReport {
     progress.start("verify", manifest.total_size());
     let problems: Vec<Problem> = manifest
         .files
         .par_iter()
-        .filter_map(|f| {
-            let r = FileReader::new(store, manifest, f)
-                .and_then(|r| r.copy_to(&mut std::io::sink(), progress));
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let r = FileReader::new(store, manifest, f).and_then(|r| {
+                let mut xet = XetSink(xethash::Hasher::new());
+                match manifest.xet_hashes.get(i) {
+                    Some(want) => {
+                        r.copy_to(&mut xet, progress)?;
+                        check_xet(xet.0.finalize(), xethash::XetHash(*want))
+                    }
+                    None => r.copy_to(&mut std::io::sink(), progress),
+                }
+            });
             r.err().map(|e| {
                 // Chunk errors already name the file; others get it added.
                 let error = match e {
@@ -415,6 +425,30 @@ pub fn verify(store: &Store, manifest: &Manifest, progress: &dyn Progress) -> Ve
         chunks: manifest.files.iter().map(|f| f.chunks.len() as u64).sum(),
         problems,
     }
+}
+
+/// A writer that computes the Xet hash of what it is given.
+struct XetSink(xethash::Hasher);
+
+impl Write for XetSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The Xet hash of the bytes read against the one the manifest records.
+fn check_xet(got: xethash::XetHash, want: xethash::XetHash) -> Result<()> {
+    if got == want {
+        return Ok(());
+    }
+    Err(StoreError::Invalid(format!(
+        "its bytes have the Xet hash {got}, but the manifest records {want}"
+    )))
 }
 
 #[cfg(test)]
@@ -507,6 +541,28 @@ mod tests {
         let m = manifest(&p, &wrong, [7; 32]);
         let err = copy(&m, &p.store, false).unwrap_err().to_string();
         assert!(err.contains("chunk 4 of 6"), "{err}");
+    }
+
+    #[test]
+    fn verify_checks_the_recorded_xet_hash_against_the_bytes() {
+        let chunks: Vec<Vec<u8>> = (0..3u64).map(|i| noise(200_000, i)).collect();
+        let p = one_pack(&chunks);
+        let all = chunks.concat();
+        let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
+        let mut m = manifest(&p, &ids, Sha256::digest(&all).into());
+        // Without Xet hashes (a store written before them): the bytes and sha256 only.
+        assert!(verify(&p.store, &m, &NoProgress).problems.is_empty());
+        m.xet_hashes = vec![xethash::file_hash(&all).0];
+        assert!(verify(&p.store, &m, &NoProgress).problems.is_empty());
+        // A recorded hash that is not the bytes' (one bit off): named.
+        m.xet_hashes[0][31] ^= 1;
+        let r = verify(&p.store, &m, &NoProgress);
+        assert_eq!(r.problems.len(), 1);
+        assert!(
+            r.problems[0].error.starts_with("f: ") && r.problems[0].error.contains("Xet hash"),
+            "{}",
+            r.problems[0].error
+        );
     }
 
     #[test]
