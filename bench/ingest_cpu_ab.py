@@ -2,7 +2,10 @@
 """CPU seconds of `modelcas ingest`, two builds side by side in one invocation (issue 28:
 what computing the Xet hash costs ingest).
 
-usage: ingest_cpu_ab.py BIN_A BIN_B SERIES_DIR WORK_DIR [ROUNDS]
+usage: ingest_cpu_ab.py BIN_A BIN_B SERIES_DIR WORK_DIR [ROUNDS] [REVISIONS]
+
+REVISIONS: the revisions to ingest, comma-separated (default r1,r2,r3,r4); `r1` alone is a
+first ingest, where every byte is new.
 
 Each round ingests r1, then r2, r3 and r4 of the series (plain directories, one ingest
 each) into a fresh store and index, with A then B (B then A in odd rounds: the load
@@ -17,6 +20,9 @@ ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 5
 REPO = "demo-org/demo-llm"
 exp = json.load(open(os.path.join(SERIES, "expected.json")))
 revs = exp["revisions"]
+if len(sys.argv) > 6:
+    want = sys.argv[6].split(",")
+    revs = [r for r in revs if r["name"] in want]
 
 
 def warm():
@@ -57,7 +63,7 @@ for rnd in range(ROUNDS):
     for name, b in order if rnd % 2 == 0 else order[::-1]:
         got[name].append(ingest_all(b))
 total = sum(f["size"] for r in revs for f in r["files"])
-print(f"r1..r4: {total / 1e6:.0f} MB ingested per round; {ROUNDS} rounds, medians")
+print(f"{','.join(r['name'] for r in revs)}: {total / 1e6:.0f} MB ingested per round; {ROUNDS} rounds, medians")
 med = {}
 for name in "AB":
     u = statistics.median(x[0] for x in got[name])

@@ -7,8 +7,10 @@
 //! * `packs`: pack id → envelope `MCASIPAK` of [`IndexedPack`].
 //! * `manifests`: key → u16 tag length ‖ tag ‖ bytes ([`tagged`]), holding cached objects
 //!   under their listing tag, `files/<64 hex sha256>` → a file's chunk list
-//!   ([`file_record`]) and `stamps/<dev>/<ino>` → a [`FileStamp`]'s record
-//!   ([`FileStamp::record`]).
+//!   ([`file_record`]), `stamps/<dev>/<ino>` → a [`FileStamp`]'s record
+//!   ([`FileStamp::record`]), `xet-hash/<64 hex sha256>` → that content's Xet file hash
+//!   ([`xet_hash_record`]) and `xet-first/<size>/<first chunk id>` → the sha256 of a file
+//!   read with that size and first chunk ([`xet_first_record`]).
 //! * `meta`: `store_id` (16 bytes) and `version` ([`LAYOUT_VERSION`], u32 LE).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -154,6 +156,59 @@ pub fn parse_file_record(v: &[u8]) -> Option<Vec<(ChunkId, u32)>> {
 /// `stamps/` record names a file's chunk list by.
 pub fn chunk_list_digest(chunks: &[(ChunkId, u32)]) -> [u8; 32] {
     *blake3::hash(&file_record(chunks)).as_bytes()
+}
+
+/// Tag of the Xet memo records (`xet-hash/` and `xet-first/` keys).
+pub const XET_MEMO_TAG: &str = "xet1";
+
+/// Key of the Xet hash of the content with `sha256` in the `manifests` family.
+pub fn xet_hash_key(sha256: &[u8; 32]) -> String {
+    format!("xet-hash/{}", hex::encode(sha256))
+}
+
+/// The value of a `xet-hash/` record (after its tag): the Xet file hash, then the first 8
+/// bytes of BLAKE3 `derive_key("modelcas index xet-hash memo v1")` over the sha256 and
+/// the hash, so that a damaged or misplaced record reads as none.
+pub fn xet_hash_record(sha256: &[u8; 32], xet: &[u8; 32]) -> [u8; 40] {
+    let mut h = blake3::Hasher::new_derive_key("modelcas index xet-hash memo v1");
+    h.update(sha256);
+    h.update(xet);
+    let mut out = [0u8; 40];
+    out[..32].copy_from_slice(xet);
+    out[32..].copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out
+}
+
+/// The Xet hash a `xet-hash/<sha256>` record holds, if it checks.
+pub fn parse_xet_hash_record(sha256: &[u8; 32], v: &[u8]) -> Option<[u8; 32]> {
+    let xet: [u8; 32] = v.get(..32)?.try_into().ok()?;
+    (v == xet_hash_record(sha256, &xet)).then_some(xet)
+}
+
+/// Key of the hint that a file of `size` bytes whose first chunk is `first` was read
+/// before (`xet-first/<16 hex size>/<64 hex chunk id>`).
+pub fn xet_first_key(size: u64, first: &ChunkId) -> String {
+    format!("xet-first/{size:016x}/{}", hex::encode(first.0))
+}
+
+/// The value of a `xet-first/` record (after its tag): the sha256 of the content read,
+/// then the first 8 bytes of BLAKE3 `derive_key("modelcas index xet-first hint v1")` over
+/// the size (u64 LE), the chunk id and the sha256.
+pub fn xet_first_record(size: u64, first: &ChunkId, sha256: &[u8; 32]) -> [u8; 40] {
+    let mut h = blake3::Hasher::new_derive_key("modelcas index xet-first hint v1");
+    h.update(&size.to_le_bytes());
+    h.update(&first.0);
+    h.update(sha256);
+    let mut out = [0u8; 40];
+    out[..32].copy_from_slice(sha256);
+    out[32..].copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out
+}
+
+/// The sha256 a `xet-first/` record names, if it checks.
+pub fn parse_xet_first_record(size: u64, first: &ChunkId, v: &[u8]) -> Option<[u8; 32]> {
+    let sha: [u8; 32] = v.get(..32)?.try_into().ok()?;
+    (v == xet_first_record(size, first, &sha)).then_some(sha)
 }
 
 /// What tells a file on this machine has not changed since it was read, without reading

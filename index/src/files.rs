@@ -26,6 +26,14 @@ impl Index {
         }
     }
 
+    /// The chunks (id and length, in order) the index recorded for a file with content
+    /// `sha256`, wherever they are (or are not) stored.
+    pub fn file_chunk_list(&self, sha256: &[u8; 32]) -> Result<Option<Vec<(ChunkId, u32)>>> {
+        Ok(self
+            .cached_object(&values::file_key(sha256), "")?
+            .and_then(|v| values::parse_file_record(&v)))
+    }
+
     /// The chunks a `files/` record lists, each with where it is, if every one is in a
     /// known pack with the recorded length.
     pub(crate) fn locate_file_record(&self, v: &[u8]) -> Result<Option<Vec<(ChunkId, ChunkLoc)>>> {

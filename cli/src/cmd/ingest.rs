@@ -80,6 +80,8 @@ fn record(report: &IngestReport, started: std::time::Instant) {
         snapshots = report.snapshots.len(),
         bytes_read = report.bytes_read,
         bytes_unchanged = report.bytes_unchanged,
+        xet_bytes_reused = report.xet_bytes_reused,
+        xet_bytes_reread = report.xet_bytes_reread,
         new_chunk_bytes = report.new_chunk_bytes,
         pack_bytes_written = report.pack_bytes_written,
         duration_ms = started.elapsed().as_millis() as u64,
@@ -100,6 +102,7 @@ fn report_json(report: &IngestReport) -> serde_json::Value {
     json!({
         "snapshots": snaps, "files_read": report.files_read, "bytes_read": report.bytes_read,
         "files_unchanged": report.files_unchanged, "bytes_unchanged": report.bytes_unchanged,
+        "xet_bytes_reused": report.xet_bytes_reused, "xet_bytes_reread": report.xet_bytes_reread,
         "chunks": report.chunks, "new_chunks": report.new_chunks, "new_chunk_bytes": report.new_chunk_bytes,
         "packs_written": report.packs_written, "pack_bytes_written": report.pack_bytes_written,
         "sync": {"packs": report.sync.packs, "learned": report.sync.learned,

@@ -43,6 +43,7 @@ use repo::{Result, StoreError};
 
 mod pipeline;
 mod stamps;
+mod xet_memo;
 
 use pipeline::{run_pipeline, FileResult};
 
@@ -148,6 +149,12 @@ pub struct IngestReport {
     pub files_unchanged: usize,
     /// Bytes of those files.
     pub bytes_unchanged: u64,
+    /// Bytes read whose Xet hash was not computed: their content's was recorded
+    /// (docs/format/xet.md, "When it is computed").
+    pub xet_bytes_reused: u64,
+    /// Bytes read a second time to compute a Xet hash (a file that began as one read
+    /// before and turned out not to be it).
+    pub xet_bytes_reread: u64,
     /// Chunks seen (with repeats).
     pub chunks: u64,
     /// Chunks not yet in the store, written now.
@@ -200,11 +207,14 @@ impl Opened<'_> {
         }
     }
 
-    /// A reader of the content.
-    fn reader(&mut self) -> Box<dyn Read + Send + '_> {
+    /// A reader of the content, and the file where the source is one (to read back from).
+    fn reader(&mut self) -> (Box<dyn Read + Send + '_>, Option<&File>) {
         match self {
-            Opened::File(f) => Box::new(&*f),
-            Opened::Stream(r) => Box::new(r),
+            Opened::File(f) => {
+                let f: &File = f;
+                (Box::new(f), Some(f))
+            }
+            Opened::Stream(r) => (Box::new(r), None),
         }
     }
 }

@@ -13,6 +13,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use format::ChunkId;
 use sha2::{Digest, Sha256};
 
+use super::xet_memo::{self, Step, XetMemo};
 use super::{stamps, IngestOptions, IngestReport, Opener, Source};
 use format::frame;
 use format::index::{chunk_list_digest, ChunkLoc, FileStamp};
@@ -71,6 +72,8 @@ struct Shared<'a> {
     new_chunk_bytes: AtomicU64,
     pack_bytes: AtomicU64,
     packs: AtomicU64,
+    xet_reused: AtomicU64,
+    xet_reread: AtomicU64,
 }
 
 impl Shared<'_> {
@@ -87,6 +90,8 @@ struct Job {
     lane: usize,
     seq: u64,
     data: Arc<Vec<u8>>,
+    /// The chunk's id, where the reader computed it already.
+    id: Option<ChunkId>,
     reply: Sender<(u64, ChunkId, u32)>,
 }
 
@@ -151,6 +156,8 @@ pub(super) fn run_pipeline(
     report.new_chunk_bytes = shared.new_chunk_bytes.load(Ordering::SeqCst);
     report.packs_written = shared.packs.load(Ordering::SeqCst) as usize;
     report.pack_bytes_written = shared.pack_bytes.load(Ordering::SeqCst);
+    report.xet_bytes_reused = shared.xet_reused.load(Ordering::SeqCst);
+    report.xet_bytes_reread = shared.xet_reread.load(Ordering::SeqCst);
     let results = results
         .into_iter()
         .enumerate()
@@ -193,6 +200,8 @@ impl<'a> Shared<'a> {
             new_chunk_bytes: AtomicU64::new(0),
             pack_bytes: AtomicU64::new(0),
             packs: AtomicU64::new(0),
+            xet_reused: AtomicU64::new(0),
+            xet_reread: AtomicU64::new(0),
         }
     }
 }
@@ -301,49 +310,81 @@ const INLINE_SHA_MAX: u64 = 8 << 20;
 /// A file's SHA-256 and Xet hash, computed in the caller's thread for a small file and in
 /// a thread of their own, fed in order, for a large one (so that one large file keeps two
 /// cores busy, chunking in the lane and hashing there, instead of one). One thread for
-/// both: a thread each costs a wake-up each per chunk.
+/// both: a thread each costs a wake-up each per chunk. The Xet hash is computed only from
+/// the chunk [`xet_memo::XetMemo`] says (possibly none).
 enum FileSha {
-    Inline(Sha256, Box<xethash::Hasher>),
+    Inline(Sha256, Option<Box<xethash::Hasher>>),
     Thread {
-        feed: Sender<Arc<Vec<u8>>>,
-        hasher: std::thread::JoinHandle<([u8; 32], [u8; 32])>,
+        feed: Sender<Feed>,
+        hasher: std::thread::JoinHandle<([u8; 32], Option<[u8; 32]>)>,
     },
 }
 
+/// What the hashing thread of a large file is fed, in order.
+enum Feed {
+    /// The next bytes of the file.
+    Data(Arc<Vec<u8>>),
+    /// The Xet hasher to feed from here on (it holds every byte before).
+    Xet(Box<xethash::Hasher>),
+}
+
 impl FileSha {
-    fn start(size: u64) -> FileSha {
+    fn start(size: u64, xet: bool) -> FileSha {
+        let xet = xet.then(Box::<xethash::Hasher>::default);
         if size <= INLINE_SHA_MAX {
-            return FileSha::Inline(Sha256::new(), Box::default());
+            return FileSha::Inline(Sha256::new(), xet);
         }
-        let (feed, rx) = bounded::<Arc<Vec<u8>>>(4);
+        let (feed, rx) = bounded::<Feed>(4);
         let hasher = std::thread::spawn(move || {
-            let (mut sha, mut xet) = (Sha256::new(), xethash::Hasher::new());
-            for data in rx {
-                sha.update(&data[..]);
-                xet.update(&data[..]);
+            let (mut sha, mut xet) = (Sha256::new(), xet);
+            for f in rx {
+                match f {
+                    Feed::Data(data) => {
+                        sha.update(&data[..]);
+                        if let Some(x) = xet.as_mut() {
+                            x.update(&data[..]);
+                        }
+                    }
+                    Feed::Xet(h) => xet = Some(h),
+                }
             }
-            (<[u8; 32]>::from(sha.finalize()), xet.finalize().0)
+            (
+                <[u8; 32]>::from(sha.finalize()),
+                xet.map(|x| x.finalize().0),
+            )
         });
         FileSha::Thread { feed, hasher }
+    }
+
+    /// Computes the Xet hash from the next bytes on, with `hasher`.
+    fn start_xet(&mut self, hasher: Box<xethash::Hasher>) {
+        match self {
+            FileSha::Inline(_, xet) => *xet = Some(hasher),
+            FileSha::Thread { feed, .. } => {
+                // A send fails only if the hasher is gone; `finish` reports that.
+                let _ = feed.send(Feed::Xet(hasher));
+            }
+        }
     }
 
     fn update(&mut self, data: &Arc<Vec<u8>>) {
         match self {
             FileSha::Inline(sha, xet) => {
                 sha.update(&data[..]);
-                xet.update(&data[..]);
+                if let Some(x) = xet.as_mut() {
+                    x.update(&data[..]);
+                }
             }
             FileSha::Thread { feed, .. } => {
-                // A send fails only if the hasher is gone; `finish` reports that.
-                let _ = feed.send(data.clone());
+                let _ = feed.send(Feed::Data(data.clone()));
             }
         }
     }
 
-    /// The sha256 and the Xet hash.
-    fn finish(self) -> Result<([u8; 32], [u8; 32])> {
+    /// The sha256 and, where it was computed, the Xet hash.
+    fn finish(self) -> Result<([u8; 32], Option<[u8; 32]>)> {
         match self {
-            FileSha::Inline(sha, xet) => Ok((sha.finalize().into(), xet.finalize().0)),
+            FileSha::Inline(sha, xet) => Ok((sha.finalize().into(), xet.map(|x| x.finalize().0))),
             FileSha::Thread { feed, hasher } => {
                 drop(feed);
                 hasher
@@ -352,36 +393,6 @@ impl FileSha {
             }
         }
     }
-}
-
-/// The index key under which ingest records the Xet hash of the content with a sha256
-/// (best effort, a cache: the hash of an unchanged file taken from the index unread).
-fn xet_memo_key(sha256: &[u8; 32]) -> String {
-    format!("xet-hash/{}", hex::encode(sha256))
-}
-
-/// The tag of [`xet_memo_key`]'s entries.
-const XET_MEMO_TAG: &str = "xet1";
-
-/// A memo entry: the Xet hash, then 8 bytes of a BLAKE3 over the sha256 and the hash (a
-/// damaged or misplaced entry reads as none: the file is read again).
-fn xet_memo_entry(sha256: &[u8; 32], xet: &[u8; 32]) -> [u8; 40] {
-    let mut h = blake3::Hasher::new_derive_key("modelcas index xet-hash memo v1");
-    h.update(sha256);
-    h.update(xet);
-    let mut out = [0u8; 40];
-    out[..32].copy_from_slice(xet);
-    out[32..].copy_from_slice(&h.finalize().as_bytes()[..8]);
-    out
-}
-
-/// The Xet hash the index recorded for the content with this sha256.
-fn xet_memo(index: &Index, sha256: &[u8; 32]) -> Option<[u8; 32]> {
-    let bytes = index
-        .cached_object(&xet_memo_key(sha256), XET_MEMO_TAG)
-        .ok()??;
-    let xet: [u8; 32] = bytes.get(..32)?.try_into().ok()?;
-    (bytes[..] == xet_memo_entry(sha256, &xet)[..]).then_some(xet)
 }
 
 /// The chunked form of one source: taken from the index when the file is unchanged since
@@ -421,11 +432,7 @@ fn read_file(
     // download). The stamp is kept only if the file has the same stamp after the read:
     // nothing wrote to it meanwhile; it is recorded with the others once every file is read.
     let _ = shared.index.remember_file(&r.sha256, &r.chunks);
-    let _ = shared.index.cache_object(
-        &xet_memo_key(&r.sha256),
-        XET_MEMO_TAG,
-        &xet_memo_entry(&r.sha256, &r.xet),
-    );
+    xet_memo::remember(shared.index, r.size, &r.sha256, &r.xet, &r.chunks);
     if let Some((f, st)) = opened.file().zip(record_as) {
         if st.size == r.size && shared.stamper.stamp_again(f) == Some(st) {
             let digest = chunk_list_digest(&r.chunks);
@@ -457,7 +464,7 @@ fn unchanged_file(
         return Ok(None);
     }
     // Without its Xet hash recorded (an index from before them), the file is read.
-    let Some(xet) = xet_memo(shared.index, &sha256) else {
+    let Some(xet) = xet_memo::recorded(shared.index, &sha256) else {
         return Ok(None);
     };
     if expected_xet.is_some_and(|e| e != xet) {
@@ -490,22 +497,32 @@ fn unchanged_file(
     }))
 }
 
-/// Reads a file through FastCDC and SHA-256, handing its chunks to the workers.
+/// Reads a file through FastCDC, SHA-256 and (where [`XetMemo`] says) Xet's hash, handing
+/// its chunks to the workers. `file` is the open file the reader reads, where the source
+/// is one.
 fn chunk_file(
     shared: &Shared<'_>,
     lane: usize,
-    file: Box<dyn std::io::Read + Send + '_>,
+    (reader, file): (Box<dyn std::io::Read + Send + '_>, Option<&std::fs::File>),
     (path, expected, source_size, expected_xet): &Source,
     params: ChunkParams,
     jobs: &Sender<Job>,
     progress: &dyn Progress,
 ) -> Result<FileResult> {
     let (reply_tx, reply_rx) = unbounded();
-    let mut sha = FileSha::start(*source_size);
+    let mut memo = XetMemo::start(
+        shared.index,
+        path,
+        file,
+        *source_size,
+        *expected,
+        shared.reread,
+    );
+    let mut sha = FileSha::start(*source_size, memo.hashing());
     let mut size = 0u64;
     let mut seq = 0u64;
     let mut failed = None;
-    for chunk in StreamChunker::with_size_hint(file, params, *source_size) {
+    for chunk in StreamChunker::with_size_hint(reader, params, *source_size) {
         if shared.abort.load(Ordering::SeqCst) {
             failed = Some(StoreError::Invalid("ingest aborted".into()));
             break;
@@ -519,22 +536,33 @@ fn chunk_file(
         };
         size += data.len() as u64;
         progress.advance(data.len() as u64);
+        let id = match memo.next(&data) {
+            Ok(Step::Hash) => None,
+            Ok(Step::Skip(id)) => id,
+            Ok(Step::Start(hasher, id)) => {
+                sha.start_xet(hasher);
+                Some(id)
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
         sha.update(&data);
-        if jobs
-            .send(Job {
-                lane,
-                seq,
-                data,
-                reply: reply_tx.clone(),
-            })
-            .is_err()
-        {
+        let job = Job {
+            lane,
+            seq,
+            data,
+            id,
+            reply: reply_tx.clone(),
+        };
+        if jobs.send(job).is_err() {
             failed = Some(StoreError::Invalid("ingest workers stopped".into()));
             break;
         }
         seq += 1;
     }
-    let (sha256, xet) = sha.finish()?;
+    let (sha256, hashed) = sha.finish()?;
     if let Some(e) = failed {
         return Err(e);
     }
@@ -559,6 +587,9 @@ fn chunk_file(
             });
         }
     }
+    let (xet, tally) = memo.finish(&sha256, hashed)?;
+    shared.xet_reused.fetch_add(tally.reused, Ordering::Relaxed);
+    shared.xet_reread.fetch_add(tally.reread, Ordering::Relaxed);
     if let Some(exp) = expected_xet.filter(|e| *e != xet) {
         return Err(StoreError::BadSource {
             path: path.clone(),
@@ -583,7 +614,7 @@ fn worker(shared: &Shared<'_>, jobs: Receiver<Job>) {
         if shared.abort.load(Ordering::SeqCst) {
             continue; // drain so that readers never block
         }
-        let id = ChunkId::of(&job.data);
+        let id = job.id.unwrap_or_else(|| ChunkId::of(&job.data));
         let raw_len = job.data.len() as u32;
         shared.chunks.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = place(shared, job.lane, id, &job.data, &mut frame) {
@@ -682,54 +713,36 @@ mod tests {
     use crate::ingest::tests::loc;
 
     #[test]
-    fn the_xet_memo_reads_back_only_what_was_recorded_for_that_sha256() {
-        let dir = tempfile::tempdir().unwrap();
-        let index = Index::open(dir.path(), &[7; 16]).unwrap();
-        let (sha, xet) = ([1u8; 32], [2u8; 32]);
-        assert_eq!(xet_memo(&index, &sha), None);
-        let entry = xet_memo_entry(&sha, &xet);
-        index
-            .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &entry)
-            .unwrap();
-        assert_eq!(xet_memo(&index, &sha), Some(xet));
-        // An entry moved under another sha256, or with a flipped bit, or short: none.
-        let other = [3u8; 32];
-        index
-            .cache_object(&xet_memo_key(&other), XET_MEMO_TAG, &entry)
-            .unwrap();
-        assert_eq!(xet_memo(&index, &other), None);
-        for damage in [0usize, 31, 39] {
-            let mut bad = entry;
-            bad[damage] ^= 4;
-            index
-                .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &bad)
-                .unwrap();
-            assert_eq!(xet_memo(&index, &sha), None, "byte {damage}");
-        }
-        index
-            .cache_object(&xet_memo_key(&sha), XET_MEMO_TAG, &xet)
-            .unwrap();
-        assert_eq!(xet_memo(&index, &sha), None, "no check bytes");
-    }
-
-    #[test]
     fn file_sha_inline_and_in_a_thread_agree_with_sha256_and_xet() {
+        let parts: Vec<Arc<Vec<u8>>> = (0..5u8).map(|i| Arc::new(vec![i; 1000])).collect();
+        let all: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        let mut want = Sha256::new();
+        want.update(&all);
+        let want = <[u8; 32]>::from(want.finalize());
         for size in [0u64, 1, INLINE_SHA_MAX, INLINE_SHA_MAX + 1] {
-            let mut sha = FileSha::start(size);
-            assert_eq!(matches!(sha, FileSha::Inline(..)), size <= INLINE_SHA_MAX);
-            let parts: Vec<Arc<Vec<u8>>> = (0..5u8).map(|i| Arc::new(vec![i; 1000])).collect();
-            let mut want = Sha256::new();
-            for p in &parts {
-                sha.update(p);
-                want.update(&p[..]);
+            for xet in [true, false] {
+                let mut sha = FileSha::start(size, xet);
+                assert_eq!(matches!(sha, FileSha::Inline(..)), size <= INLINE_SHA_MAX);
+                for p in &parts {
+                    sha.update(p);
+                }
+                let got = sha.finish().unwrap();
+                assert_eq!(got, (want, xet.then(|| xethash::file_hash(&all).0)));
             }
-            let all: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            // A Xet hasher handed over after two parts, holding those two: the same hash.
+            let mut sha = FileSha::start(size, false);
+            let mut late = Box::<xethash::Hasher>::default();
+            for p in &parts[..2] {
+                sha.update(p);
+                late.update(p);
+            }
+            sha.start_xet(late);
+            for p in &parts[2..] {
+                sha.update(p);
+            }
             assert_eq!(
                 sha.finish().unwrap(),
-                (
-                    <[u8; 32]>::from(want.finalize()),
-                    xethash::file_hash(&all).0
-                )
+                (want, Some(xethash::file_hash(&all).0))
             );
         }
     }
