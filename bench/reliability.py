@@ -890,11 +890,16 @@ def index_files(d):
 def index_round(pristine, up, s, how, reader):
     """Damages one file of a copy of `pristine`'s index, then runs a command that uses the
     index (`reader`: a new ingest of the series, which takes stamped files from the index
-    and deduplicates against it; or a pull of the last revision, removed from the copy,
-    whose weights the third revision holds: the pull reads them back through the index) and reads every file back with cat:
-    (wrong files, the damaged file, whether the command failed). The index is a cache of
-    the store: a damaged one may make the command fail, never publish or return wrong
-    bytes; after `index rebuild` the command must succeed."""
+    and deduplicates against it, and takes the recorded Xet hash of blobs it knows by name;
+    an ingest of a copy of the last revision with one shard changed in place, which follows
+    the shards it read before by their first chunk, reusing their recorded Xet hashes, and
+    reads the changed one back; or a pull of the last revision, removed from the copy,
+    whose weights the third revision holds: the pull reads them back through the index) and
+    reads every file back with cat: (wrong files, the damaged file, whether the command
+    failed). The index is a cache of the store: a damaged one may make the command fail,
+    never publish or return wrong bytes or record a wrong Xet hash (every revision must
+    then pass `verify`, which computes the Xet hashes again); after `index rebuild` the
+    command must succeed."""
     shutil.copytree(f"{pristine.dir}/store", f"{s.dir}/store")
     shutil.copytree(f"{pristine.dir}/index", f"{s.dir}/index")
     if reader == "pull":  # the last revision (the third's weights) pulled back
@@ -903,12 +908,24 @@ def index_round(pristine, up, s, how, reader):
     name = rng.choice([f for f in index_files(d) if os.path.getsize(f"{d}/{f}")])
     corrupt_file(f"{d}/{name}", how)
 
+    src = f"{s.dir}/src"
+    if reader == "ingest-copy":
+        shutil.copytree(f"{A.series}/plain/{REVS[-1]['name']}", src)
+        big = sorted(p for p, _ in source_files(src) if os.path.getsize(f"{src}/{p}") >= 1 << 20)
+        overwrite_in_place(f"{src}/{rng.choice(big)}")
+
     def command():
         if reader == "ingest":
             return s.run("ingest", CACHE_REPO)
+        if reader == "ingest-copy":
+            return s.run("ingest", src, "--repo", SKIP_REPO, "--ref", "main")
         return s.run("pull", REPO, "--endpoint", up.serve.url)
     r = command()
     wrong = read_back(s, "cat")
+    if reader == "ingest-copy" and r.returncode == 0:
+        s.same_bytes(f"{SKIP_REPO}@main", source_files(src), f"index-{how} of {name}")
+    if r.returncode == 0:  # every visible revision verifies: bytes, sha256, Xet hashes
+        s.consistent(f"index-{how} of {name} ({reader})")
     failed = r.returncode != 0
     if failed:
         why = r.stderr.decode(errors="replace").strip()[-300:]
@@ -1029,7 +1046,7 @@ def corruptions(n, up):
             if wrong:
                 fail(f"{key} of {rel}: {reader} returned {wrong} wrong files")
         elif target == "index":  # read back by the commands that use the index
-            reader = ["ingest", "pull"][turn % 2]
+            reader = ["ingest", "ingest-copy", "pull"][turn % 3]
             wrong, name, failed = index_round(pristine, up, s, how, reader)
             # detected: refused (the command failed) or harmless (all right); never wrong
             detected = not wrong

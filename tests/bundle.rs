@@ -457,7 +457,7 @@ fn with_repo(object: &[u8], org: &str, name: &str) -> Vec<u8> {
 
 /// Issue 11, point 8: hand-crafted hostile bundles (repository names that would escape
 /// their prefix, lengths no record may have, a chunk longer than any chunk, a stream cut
-/// short) are each refused with an error naming the problem, and change nothing.
+/// short, a manifest whose Xet hash is not its bytes') are each refused with an error naming the problem, and change nothing.
 #[test]
 fn regression_hostile_bundles_are_refused_and_change_nothing() {
     use format::codec::{decode, encode, Kind};
@@ -481,6 +481,17 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
     let (ref_at, bref) = owned.iter().enumerate().find(|(_, r)| r.0 == 2).unwrap();
     let m: format::manifest::Manifest = decode(Kind::Manifest, &manifest.1).unwrap();
     let plain_manifest = encode(Kind::Manifest, &m, false);
+    // The same manifest recording a Xet hash one bit off for its largest file (a checksum
+    // made to match: only re-reading the bytes tells).
+    let mut lying = m.clone();
+    let largest = (0..m.files.len()).max_by_key(|&i| m.files[i].size).unwrap();
+    assert_eq!(
+        lying.xet_hashes.len(),
+        m.files.len(),
+        "the export carries Xet hashes"
+    );
+    lying.xet_hashes[largest][0] ^= 1;
+    let lying_manifest = encode(Kind::Manifest, &lying, false);
     let r: format::bundle::BundleRef = decode(Kind::BundleRef, &bref.1).unwrap();
     let plain_ref = encode(Kind::BundleRef, &r, false);
     let replaced = |i: usize, payload: Vec<u8>| {
@@ -542,6 +553,12 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
             bytes[..first_chunk + 100].to_vec(),
             "truncated",
         ),
+        // Last: refused after its packs were written, which the cases above compare with.
+        (
+            "manifest recording a wrong Xet hash",
+            replaced(manifest_at, lying_manifest),
+            "Xet hash",
+        ),
     ] {
         let p = dst.path("hostile.bundle");
         std::fs::write(&p, &data).unwrap();
@@ -550,7 +567,12 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
             err.contains("bundle refused") && err.contains(want),
             "{name}: {err}"
         );
-        assert_eq!(dst.objects(), before, "{name}: the destination changed");
+        if want == "Xet hash" {
+            // Refused once its files were re-read: after its packs were written.
+            only_new_packs(&before, &dst.objects(), name);
+        } else {
+            assert_eq!(dst.objects(), before, "{name}: the destination changed");
+        }
     }
     verifies(&dst, "r4");
     dst.ok(&["import", good.to_str().unwrap()]);

@@ -107,7 +107,8 @@ pub enum Command {
         /// earlier ingest read them (on ext4, xfs or btrfs: same device, inode, size, mtime
         /// and ctime, in the same boot and mount, the file still for 2 s before that read,
         /// every chunk still stored); those are otherwise taken from the index without
-        /// reading them.
+        /// reading them. Also computes every file's Xet hash instead of reusing the one
+        /// recorded for the same content.
         #[arg(long)]
         reread: bool,
         /// Print the report as JSON.
@@ -136,7 +137,8 @@ pub enum Command {
         /// Path of the file in the revision.
         path: String,
     },
-    /// Re-read every file of a revision through the store and check chunk hashes and sha256.
+    /// Re-read every file of a revision through the store and check chunk hashes, sha256 and
+    /// the recorded Xet hashes.
     Verify {
         /// ORG/NAME@REV.
         revision: String,
