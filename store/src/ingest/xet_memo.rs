@@ -345,10 +345,7 @@ mod tests {
     fn on_disk(data: &[u8]) -> File0 {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        std::fs::File::create(&path)
-            .unwrap()
-            .write_all(data)
-            .unwrap();
+        File::create(&path).unwrap().write_all(data).unwrap();
         let file = File::open(&path).unwrap();
         File0 {
             _dir: dir,
