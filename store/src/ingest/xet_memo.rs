@@ -171,32 +171,31 @@ impl<'a> XetMemo<'a> {
 
     /// What to do with the next chunk of the file.
     pub(super) fn next(&mut self, data: &[u8]) -> Result<Step> {
-        let known = match &mut self.state {
-            State::Hashing => return Ok(Step::Hash),
+        match self.state {
+            State::Hashing => Ok(Step::Hash),
             State::Expected(..) => {
                 self.skipped += data.len() as u64;
-                return Ok(Step::Skip(None));
+                Ok(Step::Skip(None))
             }
             State::First => {
-                let first = (ChunkId::of(data), data.len() as u32);
-                match known_by_first(self.index, self.size, &first) {
+                let chunk = (ChunkId::of(data), data.len() as u32);
+                match known_by_first(self.index, self.size, &chunk) {
                     Some(known) => {
                         self.state = State::Following { known, seen: 0 };
-                        return self.next_known(first);
+                        self.follow(chunk)
                     }
                     None => {
                         self.state = State::Hashing;
-                        return Ok(Step::Start(Box::default(), first.0));
+                        Ok(Step::Start(Box::default(), chunk.0))
                     }
                 }
             }
-            State::Following { .. } => (ChunkId::of(data), data.len() as u32),
-        };
-        self.next_known(known)
+            State::Following { .. } => self.follow((ChunkId::of(data), data.len() as u32)),
+        }
     }
 
     /// Follows the known file with a chunk of this id and length, or starts hashing.
-    fn next_known(&mut self, chunk: (ChunkId, u32)) -> Result<Step> {
+    fn follow(&mut self, chunk: (ChunkId, u32)) -> Result<Step> {
         if let State::Following { known, seen } = &mut self.state {
             if known.chunks.get(*seen) == Some(&chunk) {
                 *seen += 1;
