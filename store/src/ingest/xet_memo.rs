@@ -146,7 +146,8 @@ impl<'a> XetMemo<'a> {
         expected: Option<[u8; 32]>,
         fresh: bool,
     ) -> XetMemo<'a> {
-        let state = match expected.and_then(|e| Some((e, recorded(index, &e)?))) {
+        let recorded = || expected.and_then(|e| Some((e, recorded(index, &e)?)));
+        let state = match (!fresh).then(recorded).flatten() {
             _ if fresh => State::Hashing,
             Some((sha256, xet)) => State::Expected(sha256, xet),
             None if file.is_some() && size >= FOLLOW_MIN => State::First,
@@ -423,8 +424,8 @@ mod tests {
         let (_d, index) = index();
         let a = bytes(2, 4 * PIECE + 77);
         read_before(&index, &a);
-        // Changed in the first piece, in the third, in the last byte; cut short; longer
-        // by a piece (another size: not followed at all).
+        // Changed in the first piece, in the third, in the last byte; cut short, and longer
+        // by a piece (another size than the one read before: never followed).
         let mut cases: Vec<(Vec<u8>, u64)> = Vec::new();
         for (at, reread) in [
             (5, 0),
@@ -480,38 +481,70 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_hint_record_or_list_costs_a_hash_never_a_wrong_one() {
+    fn a_damaged_hint_record_or_list_is_no_candidate_and_costs_a_hash() {
         let a = bytes(7, 5 * PIECE + 5);
-        let (s, size, first) = (sha(&a), a.len() as u64, ChunkId::of(&a[..PIECE]));
-        let damages: [&dyn Fn(&Index); 4] = [
-            &|i| {
-                let mut v = values::xet_first_record(size, &first, &s);
-                v[3] ^= 1;
-                i.cache_object(&values::xet_first_key(size, &first), XET_MEMO_TAG, &v)
-                    .unwrap();
-            },
-            &|i| {
+        let (s, size) = (sha(&a), a.len() as u64);
+        let first = pieces(&a)[0];
+        let hint = values::xet_first_key(size, &first.0);
+        let damages: [(&str, &dyn Fn(&Index)); 6] = [
+            ("a flipped check byte of the hint", &|i| {
+                let mut v = values::xet_first_record(size, &first.0, &s);
+                v[35] ^= 1;
+                i.cache_object(&hint, XET_MEMO_TAG, &v).unwrap();
+            }),
+            ("the hint of another size moved here", &|i| {
+                let v = values::xet_first_record(size + 1, &first.0, &s);
+                i.cache_object(&hint, XET_MEMO_TAG, &v).unwrap();
+            }),
+            ("a flipped byte of the Xet record", &|i| {
                 let mut v = values::xet_hash_record(&s, &xethash::file_hash(&a).0);
                 v[0] ^= 1;
                 i.cache_object(&values::xet_hash_key(&s), XET_MEMO_TAG, &v)
                     .unwrap();
-            },
-            &|i| {
+            }),
+            ("a chunk list cut short", &|i| {
                 i.cache_object(&values::file_key(&s), "", b"\x01\0\0")
                     .unwrap()
-            },
-            &|i| i.remember_file(&s, &pieces(&a)[1..]).unwrap(),
+            }),
+            ("a chunk list without its first chunk", &|i| {
+                i.remember_file(&s, &pieces(&a)[1..]).unwrap()
+            }),
+            ("a chunk list of another length", &|i| {
+                let mut list = pieces(&a);
+                list.last_mut().unwrap().1 += 1;
+                i.remember_file(&s, &list).unwrap()
+            }),
         ];
-        for (k, damage) in damages.iter().enumerate() {
+        for (what, damage) in damages {
             let (_d, index) = index();
             read_before(&index, &a);
+            assert!(
+                known_by_first(&index, size, &first).is_some(),
+                "{what}: intact"
+            );
             damage(&index);
+            assert!(known_by_first(&index, size, &first).is_none(), "{what}");
             let f = on_disk(&a);
             let memo = XetMemo::start(&index, &f.path, Some(&f.file), size, None, false);
             let (xet, tally) = drive(memo, &a).unwrap();
-            assert_eq!(xet, xethash::file_hash(&a).0, "damage {k}");
-            assert_eq!(tally.reused, 0, "damage {k}");
+            assert_eq!(xet, xethash::file_hash(&a).0, "{what}");
+            assert_eq!((tally.reused, tally.reread), (0, 0), "{what}");
         }
+    }
+
+    #[test]
+    fn a_file_that_shrinks_while_followed_is_read_back_and_hashed() {
+        let (_d, index) = index();
+        let a = bytes(12, 5 * PIECE);
+        read_before(&index, &a);
+        // Listed with a's size, the reader gets only its first three pieces (cut short
+        // under it): followed to the end of what came, then read back whole.
+        let f = on_disk(&a);
+        let got = &a[..3 * PIECE];
+        let memo = XetMemo::start(&index, &f.path, Some(&f.file), a.len() as u64, None, false);
+        let (xet, tally) = drive(memo, got).unwrap();
+        assert_eq!(xet, xethash::file_hash(got).0);
+        assert_eq!((tally.reused, tally.reread), (0, got.len() as u64));
     }
 
     #[test]
