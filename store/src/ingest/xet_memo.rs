@@ -480,13 +480,16 @@ mod tests {
         assert_eq!((tally.reused, tally.reread), (0, a.len() as u64));
     }
 
+    /// A change made to an index.
+    type Damage<'a> = dyn Fn(&Index) + 'a;
+
     #[test]
     fn a_damaged_hint_record_or_list_is_no_candidate_and_costs_a_hash() {
         let a = bytes(7, 5 * PIECE + 5);
         let (s, size) = (sha(&a), a.len() as u64);
         let first = pieces(&a)[0];
         let hint = values::xet_first_key(size, &first.0);
-        let damages: [(&str, &dyn Fn(&Index)); 6] = [
+        let damages: [(&str, &Damage<'_>); 6] = [
             ("a flipped check byte of the hint", &|i| {
                 let mut v = values::xet_first_record(size, &first.0, &s);
                 v[35] ^= 1;
