@@ -435,3 +435,49 @@ fn two_opens_of_an_unchecked_entry_check_it_once() {
     assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 0.0);
     assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 2.0);
 }
+
+/// An entry one bit of which is flipped on the node's disk while a first open of its file
+/// (another process: a pod) still holds it: a second open, which shares the inode's mode,
+/// checks the held file again, finds it damaged, and reads the file from the store (the
+/// held file is rewritten from the store in place and checked again); with passthrough
+/// and without. Before the fix, the second open took the first one's mode unchecked and
+/// read the flipped bit.
+fn a_held_entry_changed_on_disk_is_checked_again_for_the_next_open(extra: &[&str]) {
+    let env = Env::new();
+    fill_r1(&env, extra);
+    let (victim, path, sha) = largest_entry(&env);
+    let addr = common::local_addr();
+    let mut flags = vec!["--metrics-listen", addr.as_str()];
+    flags.extend_from_slice(extra);
+    let m = Mount::start(&env, &flags);
+    let rel = m.p(&format!("{REPO}/r1/{path}"));
+    let held = File::open(&rel).unwrap();
+    let mut b = [0u8; 8];
+    held.read_exact_at(&mut b, 0).unwrap();
+    flip_one_bit(&victim);
+    assert_eq!(
+        sha256_file(&rel),
+        sha,
+        "{path} opened while held, after a flip"
+    );
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 1.0);
+    assert_eq!(
+        metric(&page, "modelcas_file_cache_checks_total"),
+        3.0,
+        "the first open, the second (damaged), the rewritten file"
+    );
+    drop(held);
+    wait_closed(&addr);
+    assert_eq!(sha256_file(&rel), sha, "after every handle closed");
+}
+
+#[test]
+fn a_held_entry_changed_on_disk_is_not_served_to_the_next_open_with_passthrough() {
+    a_held_entry_changed_on_disk_is_checked_again_for_the_next_open(&[]);
+}
+
+#[test]
+fn a_held_entry_changed_on_disk_is_not_served_to_the_next_open_without_passthrough() {
+    a_held_entry_changed_on_disk_is_checked_again_for_the_next_open(&["--no-passthrough"]);
+}

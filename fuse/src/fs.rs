@@ -258,7 +258,8 @@ impl<B> MountCore<B> {
     /// chooses how it is read: the node's whole file, handed to the kernel when
     /// passthrough is on and `register` (the kernel's backing-file registration) takes
     /// it, else read by `pread`; or streamed. Later opens share that mode until the last
-    /// handle is released. The handle holds its revision in use until released.
+    /// handle is released, a whole file only once checked again for them. The handle holds
+    /// its revision in use until released.
     pub fn open(
         &self,
         ino: u64,
@@ -274,12 +275,17 @@ impl<B> MountCore<B> {
             Err(e) => return Err(eio(e)),
         };
         // The node's whole file, checked (which can read the whole file) before the lock
-        // that every open takes: only when no handle of the inode is open yet.
-        let whole = self.open.whole_file(ino, &tree.manifest.files[i]);
+        // that every open takes; an inode open on a whole file has that file checked again.
+        let prepared = self.open.prepare(
+            ino,
+            self.ns.store(),
+            &tree.manifest,
+            &tree.manifest.files[i],
+        );
         let mut inodes = self.open.inodes.lock().unwrap_or_else(|p| p.into_inner());
         let mode = match inodes.get(&ino) {
-            Some(open) => open.mode.clone(),
-            None => self.open.choose_mode(whole, register),
+            Some(open) => OpenFiles::shared_mode(&open.mode, &prepared)?,
+            None => self.open.choose_mode(prepared.fresh(), register),
         };
         let handle = match &mode {
             Mode::Stream => match self.open.stream(&tree.manifest, i) {

@@ -5,9 +5,12 @@
 //!   and its bytes checked (by this process, under the stamp the file still has; the check
 //!   runs outside the lock on open inodes, and a concurrent open of the same entry waits for
 //!   it), and the kernel accepts it as a backing file: the kernel reads it itself, no
-//!   request reaches us;
+//!   request reaches us. A later open while a handle is open shares the backing file only
+//!   once it is checked again for that open (`FileCache::reuse_held`: its stamp, else its
+//!   bytes; a damaged one is written again from the store), else fails (EIO);
 //! * **whole file**: the same, where passthrough is unavailable (older kernel, no
-//!   `CAP_SYS_ADMIN`, or `--no-passthrough`): reads are `pread`s of that file;
+//!   `CAP_SYS_ADMIN`, or `--no-passthrough`): reads are `pread`s of that file (a later open
+//!   checks it again the same way, and streams where it is still bad);
 //! * **stream**: chunks through the decoded-chunk cache with read-ahead; when the last
 //!   handle of such a file is released, the file cache is asked to make it whole in the
 //!   background, for the next open.
@@ -52,6 +55,26 @@ impl<B> Clone for Mode<B> {
                 id: id.clone(),
                 file: file.clone(),
             },
+        }
+    }
+}
+
+/// What an open found in the node's file cache before choosing its mode
+/// ([`OpenFiles::prepare`]).
+pub(crate) enum Prepared {
+    /// No handle of the inode was open: the node's whole file, checked (None: none).
+    Fresh(Option<File>),
+    /// A handle was open on this whole file: whether it is, checked again, right.
+    Held { file: Arc<File>, good: bool },
+}
+
+impl Prepared {
+    /// The checked whole file for an inode that has no open handle now (a held file is
+    /// not: its inode was closed since, and the open streams).
+    pub(crate) fn fresh(self) -> Option<File> {
+        match self {
+            Prepared::Fresh(file) => file,
+            Prepared::Held { .. } => None,
         }
     }
 }
@@ -123,19 +146,59 @@ impl<B> OpenFiles<B> {
         Ok(stream)
     }
 
-    /// The node's whole file of `f`, its bytes checked, for an open of inode `ino` that has
-    /// no open handle (None when it has one: the open takes that handle's mode).
-    pub(crate) fn whole_file(&self, ino: u64, f: &FileEntry) -> Option<File> {
-        let files = self.files.as_ref()?;
-        let open = self
+    /// What an open of inode `ino` (file `f` of `manifest`, in `store`) may read from the
+    /// node's file cache, found before the lock that every open takes (a check can read the
+    /// whole file): with no handle of the inode open, the entry checked; with one open on a
+    /// whole file, that held file checked again (or written again from the store).
+    pub(crate) fn prepare(
+        &self,
+        ino: u64,
+        store: &repo::Store,
+        manifest: &Manifest,
+        f: &FileEntry,
+    ) -> Prepared {
+        let Some(files) = self.files.as_ref() else {
+            return Prepared::Fresh(None);
+        };
+        let held = match self
             .inodes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&ino);
-        if open {
-            return None;
+            .get(&ino)
+            .map(|open| &open.mode)
+        {
+            None => None,
+            Some(Mode::Stream) => return Prepared::Fresh(None),
+            Some(Mode::Whole(file) | Mode::Passthrough { file, .. }) => Some(file.clone()),
+        };
+        match held {
+            None => Prepared::Fresh(files.open_file(f)),
+            Some(file) => {
+                let good = files.reuse_held(store, manifest, f, &file);
+                Prepared::Held { file, good }
+            }
         }
-        files.open_file(f)
+    }
+
+    /// The mode of an open of an inode whose handles are open in `mode`, given what
+    /// [`OpenFiles::prepare`] found. A held whole file found bad: this handle streams
+    /// (checked chunks from the store), or, in passthrough, where the kernel takes no other
+    /// way while the inode has a backing file, the open fails (EIO). A mode set by an open
+    /// that began after `prepared` was taken is shared: its check is as recent as ours.
+    pub(crate) fn shared_mode(mode: &Mode<B>, prepared: &Prepared) -> Result<Mode<B>, FsError> {
+        let held = match mode {
+            Mode::Stream => return Ok(Mode::Stream),
+            Mode::Whole(file) | Mode::Passthrough { file, .. } => file,
+        };
+        match (prepared, mode) {
+            (Prepared::Held { file, good: false }, Mode::Whole(_)) if Arc::ptr_eq(file, held) => {
+                Ok(Mode::Stream)
+            }
+            (Prepared::Held { file, good: false }, _) if Arc::ptr_eq(file, held) => {
+                Err(FsError::Io)
+            }
+            _ => Ok(mode.clone()),
+        }
     }
 
     /// How to open an inode that has no open handle: from `whole`, the node's whole file

@@ -34,6 +34,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::fs;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -181,29 +182,68 @@ impl FileCache {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .ok()?;
+        if self.verdict(f, &hex, &file, true) != Some(Verdict::Good) {
+            return None;
+        }
+        self.dir.note_use(&path);
+        Some(file)
+    }
+
+    /// Whether the entry `file` of `f`, which this process holds open for an earlier open
+    /// still in use, may serve another open: by its stamp it is the file that was checked,
+    /// or it is checked again now. A held file found damaged is written again in place
+    /// from `store` (file `f` of `manifest`: every byte the reader gives is checked, and
+    /// the file is then checked again under a new stamp). False: it could not be made
+    /// right, and the caller does not hand it out.
+    pub fn reuse_held(
+        &self,
+        store: &Store,
+        manifest: &Manifest,
+        f: &FileEntry,
+        file: &fs::File,
+    ) -> bool {
+        let hex = f.sha256_hex();
+        if self.verdict(f, &hex, file, false) == Some(Verdict::Good) {
+            return true;
+        }
+        if let Err(e) = rewrite(store, manifest, f, file) {
+            tracing::warn!("file cache: {}: a held file not written again: {e}", f.path);
+            return false;
+        }
+        tracing::warn!(
+            "file cache: {}: a held file written again from the store",
+            f.path
+        );
+        self.verdict(f, &hex, file, false) == Some(Verdict::Good)
+    }
+
+    /// The verdict on the open entry `file` of `f` under the stamp it has now: recorded by
+    /// this process under that very stamp, or checked now (a concurrent check of the entry
+    /// is waited for). `mark`: the entry is marked as used before a check. None: no stamp,
+    /// no check ended, or the file kept changing under checks.
+    fn verdict(&self, f: &FileEntry, hex: &str, file: &fs::File, mark: bool) -> Option<Verdict> {
+        let path = self.dir.path(hex);
         // A concurrent check of this entry moves its ctime: ask again with a fresh stamp
         // (a file that keeps changing under checks is not used).
         for _ in 0..3 {
-            let stamp = self.stamp(&file, &path)?;
+            let stamp = self.stamp(file, &path)?;
             if stamp.size != f.size {
-                self.drop_entry(&hex, Some(&stamp), "has the wrong length");
-                return None;
+                self.drop_entry(hex, Some(&stamp), "has the wrong length");
+                return Some(Verdict::Damaged);
             }
             match self.checks.claim(&f.sha256, &stamp) {
-                Claim::Known(Verdict::Good) => {
-                    self.dir.note_use(&path);
-                    return Some(file);
-                }
-                Claim::Known(Verdict::Damaged) => return None,
+                Claim::Known(v) => return Some(v),
                 Claim::Waited => continue,
                 Claim::Mine(pending) => {
                     // Marked as used first: the mark moves the ctime, which the check's
                     // stamps must already hold.
-                    let _ = file.set_modified(std::time::SystemTime::now());
-                    let verdict = self.check(f, &hex, &file);
-                    let good = verdict.is_some_and(|(_, v)| v == Verdict::Good);
+                    if mark {
+                        let _ = file.set_modified(std::time::SystemTime::now());
+                    }
+                    let verdict = self.check(f, hex, file);
+                    let v = verdict.map(|(_, v)| v);
                     pending.finish(verdict);
-                    return good.then_some(file);
+                    return v;
                 }
             }
         }
@@ -460,6 +500,24 @@ impl FileCache {
             self.wake.notify_all();
         }
     }
+}
+
+/// Writes `f`'s bytes (file `f` of `manifest`, from `store`) over the entry `file`, open
+/// for reading, in place (through `/proc/self/fd`: the same inode, wherever its name went),
+/// then syncs it. Bytes written before an error may be wrong: the caller checks the file
+/// again before any use.
+fn rewrite(store: &Store, manifest: &Manifest, f: &FileEntry, file: &fs::File) -> Result<()> {
+    let fd = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let out = fs::File::options()
+        .write(true)
+        .open(&fd)
+        .map_err(|e| StoreError::io(&fd, e))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, &out);
+    FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut w, &NoProgress)?;
+    w.flush().map_err(|e| StoreError::io(&fd, e))?;
+    drop(w);
+    out.set_len(f.size).map_err(|e| StoreError::io(&fd, e))?;
+    out.sync_all().map_err(|e| StoreError::io(&fd, e))
 }
 
 /// `d` in whole milliseconds, saturating.
