@@ -369,3 +369,82 @@ fn damaged_packs_never_leave_through_xet() {
     let f = client(&srv, &env, "damaged", None);
     assert!(f["refused"].as_u64().unwrap() > 0, "{f}");
 }
+
+/// A GET with extra headers over HTTP/1.0: (status, body bytes).
+fn get_bytes(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&out[..end]).to_string();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, out[end + 4..].to_vec())
+}
+
+/// The payload of a served xorb (scheme none): every record's bytes after its header.
+fn xorb_payload(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let len = u32::from_le_bytes([body[1], body[2], body[3], 0]) as usize;
+        out.extend_from_slice(&body[8..8 + len]);
+        body = &body[8 + len..];
+    }
+    out
+}
+
+/// Issue 36 point 1: a fetch URL handed out for a file names that file's content, never
+/// its place in the commit's file list. The commit is stored with `b.bin` alone, a URL is
+/// handed out for it, then the commit is replaced (`rm --force`, ingest again) by one whose
+/// first file is `a.bin`: the URL must still answer `b.bin`'s bytes, or nothing.
+#[test]
+fn a_fetch_url_names_content_not_a_place_in_the_file_list() {
+    let env = Env::new();
+    let commit = "1234567890abcdef1234567890abcdef12345678";
+    let (first, second) = (env.path("first"), env.path("second"));
+    let bytes = |seed: u8, n: usize| -> Vec<u8> {
+        (0..n).map(|i| (i as u32).wrapping_mul(2654435761).wrapping_add(seed as u32) as u8 ^ seed).collect()
+    };
+    let (a, b) = (bytes(1, 300_000), bytes(2, 200_000));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(first.join("b.bin"), &b).unwrap();
+    std::fs::write(second.join("a.bin"), &a).unwrap();
+    std::fs::write(second.join("b.bin"), &b).unwrap();
+    let args = ["--repo", "o/m", "--revision", commit, "--ref", "main"];
+    env.ingest(&first, &args);
+    let srv = Served::start(&env, &[]);
+    let (st, tree) = get_bytes(&srv.addr, "/api/models/o/m/tree/main", &[]);
+    assert_eq!(st, 200);
+    let tree: serde_json::Value = serde_json::from_slice(&tree).unwrap();
+    let hash = tree[0]["xetHash"].as_str().unwrap().to_string();
+    let (st, tok) = get_bytes(&srv.addr, "/api/models/o/m/xet-read-token/main", &[]);
+    assert_eq!(st, 200);
+    let tok: serde_json::Value = serde_json::from_slice(&tok).unwrap();
+    let auth = format!("Bearer {}", tok["accessToken"].as_str().unwrap());
+    let path = format!("/v1/reconstructions/{hash}");
+    let (st, rec) = get_bytes(&srv.addr, &path, &[("Authorization", &auth)]);
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&rec));
+    let rec: serde_json::Value = serde_json::from_slice(&rec).unwrap();
+    let infos = rec["fetch_info"].as_object().unwrap();
+    assert_eq!(infos.len(), 1, "{rec}");
+    let url = infos.values().next().unwrap()[0]["url"].as_str().unwrap().to_string();
+    let url_path = url.split_once(&srv.addr).unwrap().1.to_string();
+    let (st, body) = get_bytes(&srv.addr, &url_path, &[]);
+    assert_eq!((st, xorb_payload(&body) == b), (200, true));
+    // The commit replaced: a.bin comes first now.
+    env.ok(&["rm", "--force", &format!("o/m@{commit}")]);
+    env.ingest(&second, &args);
+    let (st, body) = get_bytes(&srv.addr, &url_path, &[]);
+    assert!(
+        st == 404 || (st == 200 && xorb_payload(&body) == b),
+        "the URL handed out for b.bin answered {st} with {} bytes{}",
+        body.len(),
+        if xorb_payload(&body) == a { " of a.bin" } else { "" }
+    );
+}

@@ -116,20 +116,25 @@ impl XetOptions {
         }
     }
 
-    /// The path of a signed fetch URL for xorb `x` of file `file` of `repo@commit`,
-    /// expiring at `exp`.
-    pub fn xorb_path(&self, repo: &str, commit: &str, file: usize, x: usize, exp: u64) -> String {
-        let (f, xs, e) = (file.to_string(), x.to_string(), exp.to_string());
+    /// The path of a signed fetch URL for the xorb with id `xorb` of the file whose Xet
+    /// hash is `file` in `repo@commit`, expiring at `exp`. The URL names content, never a
+    /// place in the commit's file list: a commit replaced meanwhile (`rm --force` and an
+    /// ingest, a partial pull completed) answers these bytes or nothing.
+    pub fn xorb_path(
+        &self,
+        repo: &str,
+        commit: &str,
+        file: &xethash::XetHash,
+        xorb: &[u8; 32],
+        exp: u64,
+    ) -> String {
+        let (f, xs, e) = (file.hex(), hex::encode(xorb), exp.to_string());
         let mac = self.mac("xorb", &[repo, commit, &f, &xs, &e]);
         format!("/xet/xorbs/{repo}/{commit}/{f}/{xs}/{e}/{mac}")
     }
 
-    /// Checks the parts of a fetch URL's path (after `/xet/xorbs/`): `(file, xorb)`.
-    pub fn open_xorb_path(
-        &self,
-        parts: [&str; 7],
-        now: u64,
-    ) -> Result<(String, String, usize, usize), Refusal> {
+    /// Checks the parts of a fetch URL's path (after `/xet/xorbs/`): what it names.
+    pub fn open_xorb_path(&self, parts: [&str; 7], now: u64) -> Result<XorbUrl, Refusal> {
         let [org, name, commit, f, x, e, mac] = parts;
         let repo = format!("{org}/{name}");
         if !self.check("xorb", &[&repo, commit, f, x, e], mac) {
@@ -139,11 +144,28 @@ impl XetOptions {
         if exp <= now {
             return Err(Refusal::Expired);
         }
-        match (f.parse(), x.parse()) {
-            (Ok(f), Ok(x)) => Ok((repo, commit.to_string(), f, x)),
+        let mut xorb = [0u8; 32];
+        match (xethash::XetHash::parse(f), hex::decode_to_slice(x, &mut xorb)) {
+            (Ok(file), Ok(())) => Ok(XorbUrl {
+                repo,
+                commit: commit.to_string(),
+                file,
+                xorb,
+            }),
             _ => Err(Refusal::BadSignature),
         }
     }
+}
+
+/// What a signed fetch URL names: a xorb (by id) of a file (by Xet hash) of a commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XorbUrl {
+    pub repo: String,
+    pub commit: String,
+    /// The file's Xet hash.
+    pub file: xethash::XetHash,
+    /// The xorb's id ([`Xorb::id`]).
+    pub xorb: [u8; 32],
 }
 
 /// Why a token or a URL is refused.
@@ -232,12 +254,17 @@ pub fn xorb_len(records: &[u64]) -> u64 {
 }
 
 /// The v1 reconstruction of bytes `[from, to]` (inclusive, `to < size`) of file `f`:
-/// `terms`, `fetch_info` (URLs made by `url(xorb index)`) and `offset_into_first_range`.
-pub fn reconstruction(f: &FileEntry, from: u64, to: u64, url: &dyn Fn(usize) -> String) -> Value {
+/// `terms`, `fetch_info` (URLs made by `url(xorb id)`) and `offset_into_first_range`.
+pub fn reconstruction(
+    f: &FileEntry,
+    from: u64,
+    to: u64,
+    url: &dyn Fn(&[u8; 32]) -> String,
+) -> Value {
     let mut terms = Vec::new();
     let mut fetch: serde_json::Map<String, Value> = serde_json::Map::new();
     let mut offset = 0;
-    for (xi, x) in xorbs(f).iter().enumerate() {
+    for x in &xorbs(f) {
         if x.file_end <= from || x.file_start > to {
             continue;
         }
@@ -267,7 +294,7 @@ pub fn reconstruction(f: &FileEntry, from: u64, to: u64, url: &dyn Fn(usize) -> 
             "hash": hash, "range": {"start": a, "end": b}, "unpacked_length": unpacked,
         }));
         let info = json!({
-            "range": {"start": a, "end": b}, "url": url(xi),
+            "range": {"start": a, "end": b}, "url": url(&x.id),
             "url_range": {"start": a_byte, "end": b_byte - 1},
         });
         match fetch.get_mut(&hash) {
@@ -335,17 +362,24 @@ mod tests {
             ..opts()
         };
         assert_eq!(other.open_token(&t, 0), Err(Refusal::BadToken));
-        let p = o.xorb_path("org/m", "ab", 1, 2, 100);
+        let file = xethash::XetHash([3; 32]);
+        let p = o.xorb_path("org/m", "ab", &file, &[4; 32], 100);
         let parts: Vec<&str> = p.trim_start_matches("/xet/xorbs/").split('/').collect();
         let parts: [&str; 7] = parts.try_into().unwrap();
-        assert_eq!(
-            o.open_xorb_path(parts, 5),
-            Ok(("org/m".into(), "ab".into(), 1, 2))
-        );
+        let named = XorbUrl {
+            repo: "org/m".into(),
+            commit: "ab".into(),
+            file,
+            xorb: [4; 32],
+        };
+        assert_eq!(o.open_xorb_path(parts, 5), Ok(named));
         assert_eq!(o.open_xorb_path(parts, 100), Err(Refusal::Expired));
-        let mut moved = parts;
-        moved[4] = "3";
-        assert_eq!(o.open_xorb_path(moved, 5), Err(Refusal::BadSignature));
+        let other = hex::encode([5u8; 32]);
+        for i in [3, 4] {
+            let mut moved = parts;
+            moved[i] = &other;
+            assert_eq!(o.open_xorb_path(moved, 5), Err(Refusal::BadSignature));
+        }
     }
 
     #[test]
@@ -365,7 +399,7 @@ mod tests {
             (299_999, 300_004),
             (f.size - 1, f.size - 1),
         ] {
-            let v = reconstruction(&f, from, to, &|x| format!("u{x}"));
+            let v = reconstruction(&f, from, to, &|x| format!("u{}", x[0]));
             let terms = v["terms"].as_array().unwrap();
             let total: u64 = terms
                 .iter()

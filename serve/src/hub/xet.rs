@@ -203,7 +203,8 @@ impl Hub {
             at.commit.to_hex(),
             now() + x.url_ttl.as_secs().max(1),
         );
-        let url = |xi: usize| format!("{cas}{}", x.xorb_path(&repo, &commit, i, xi, exp));
+        let file = xethash::XetHash(hash.0);
+        let url = |id: &[u8; 32]| format!("{cas}{}", x.xorb_path(&repo, &commit, &file, id, exp));
         let v = if from < to {
             xet::reconstruction(f, from, to - 1, &url)
         } else {
@@ -224,23 +225,27 @@ impl Hub {
     }
 
     fn xorb(&self, x: &XetOptions, req: &Head<'_>, parts: [&str; 7]) -> Reply {
-        let (repo, commit, fi, xi) = match x.open_xorb_path(parts, now()) {
+        let named = match x.open_xorb_path(parts, now()) {
             Ok(p) => p,
             Err(why) => return refused(StatusCode::FORBIDDEN, why.message()),
         };
-        let Some((org, name)) = repo.split_once('/') else {
+        let Some((org, name)) = named.repo.split_once('/') else {
             return not_found("", "no such xorb", None);
         };
-        let at = match self.locate(org, name, &commit) {
+        let at = match self.locate(org, name, &named.commit) {
             Ok(at) => at,
             Err(r) => return *r,
         };
-        let Some(f) = at.manifest.files.get(fi) else {
-            return not_found("", "no such xorb", None);
+        // The file by its content and the xorb by its id: a commit replaced since the URL
+        // was handed out answers the same bytes where it still has them, else 404.
+        let gone = "the content this URL names is no longer in this commit";
+        let Some(fi) = at.manifest.xet_hashes.iter().position(|h| *h == named.file.0) else {
+            return not_found("", gone, None);
         };
+        let f = &at.manifest.files[fi];
         let xorbs = xet::xorbs(f);
-        let Some(xb) = xorbs.get(xi) else {
-            return not_found("", "no such xorb", None);
+        let Some(xb) = xorbs.iter().find(|xb| xb.id == named.xorb) else {
+            return not_found("", gone, None);
         };
         let recs = xet::records(f, xb);
         let total = xet::xorb_len(&recs);
