@@ -603,3 +603,142 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.at as *mut libc::c_void, self.len) };
     }
 }
+
+/// Issue 36 point 2: one `write(2)` sets the file's times when it starts and copies its
+/// bytes afterwards. An ingest that reads the file while such a write is still copying (a
+/// throttled writeback, a slow source) sees part old, part new content under times that
+/// stay as they are when the write ends; it must not record that stamp, or the next ingest
+/// takes the mixed content unread. The write is held in the middle of its copy, with no
+/// sleep: its source buffer's second half is a userfaultfd range whose pages are handed
+/// over only after the first ingest. (Before, the second ingest took the file unread and
+/// its checkout differed from the file.)
+#[test]
+fn regression_a_file_read_during_one_long_write_is_read_again() {
+    use std::os::unix::fs::FileExt;
+    let env = Env::new();
+    let snap = snapshot();
+    let dir = snap.path();
+    let path = dir.join("model.safetensors");
+    let new: Vec<u8> = std::fs::read(&path).unwrap().iter().map(|b| !b).collect();
+    let stall = uffd::Stalled::new(&new);
+    let src = stall.buffer();
+    let (target, n) = (path.clone(), new.len());
+    let writer = std::thread::spawn(move || {
+        let f = std::fs::OpenOptions::new().write(true).open(target).unwrap();
+        // SAFETY: the buffer lives until `release` has run and this thread is joined.
+        let buf = unsafe { std::slice::from_raw_parts(src.0 as *const u8, n) };
+        f.write_at(buf, 0).unwrap()
+    });
+    stall.wait_for_the_fault();
+    until_the_clock_passes(&path);
+    ingest(&env, dir, "a", 0, &[]);
+    stall.release(&new);
+    assert_eq!(writer.join().unwrap(), new.len(), "one write(2)");
+    assert_eq!(std::fs::read(&path).unwrap(), new);
+    ingest(&env, dir, "b", 0, &[]);
+    assert_eq!(checked_out(&env, "b"), tree_hashes(dir));
+}
+
+/// Just enough userfaultfd (Linux; root, or `vm.unprivileged_userfaultfd`) to hold a
+/// `write(2)` in the middle of copying its buffer: the buffer's second half has no pages
+/// until [`uffd::Stalled::release`] copies them in.
+mod uffd {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
+    const UFFDIO_REGISTER: libc::c_ulong = 0xC020_AA00;
+    const UFFDIO_COPY: libc::c_ulong = 0xC028_AA03;
+    const EVENT_PAGEFAULT: u8 = 0x12;
+
+    /// The buffer (address, length) as plain numbers, to move into the writer thread.
+    #[derive(Clone, Copy)]
+    pub struct Buffer(pub usize, pub usize);
+
+    pub struct Stalled {
+        fd: OwnedFd,
+        at: usize,
+        len: usize,
+        /// Where the pages withheld start, and how many bytes.
+        held: (usize, usize),
+    }
+
+    impl Stalled {
+        /// A mapping holding `data`'s first half; the rest faults until released.
+        pub fn new(data: &[u8]) -> Stalled {
+            let page = 4096;
+            let len = data.len().div_ceil(page) * page;
+            // SAFETY: a new anonymous private mapping; checked below.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            let at = at as usize;
+            let half = (len / 2) / page * page;
+            // SAFETY: `half <= data.len()` bytes into the new mapping of `len >= half`.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, half) };
+            // SAFETY: the userfaultfd system call with flags only.
+            let raw = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) };
+            assert!(
+                raw >= 0,
+                "userfaultfd: {} (these tests run as root, or with vm.unprivileged_userfaultfd=1)",
+                std::io::Error::last_os_error()
+            );
+            // SAFETY: a new descriptor the call returned, owned here alone.
+            let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+            let mut api = [0xAAu64, 0, 0];
+            ioctl(&fd, UFFDIO_API, api.as_mut_ptr().cast());
+            let mut reg = [(at + half) as u64, (len - half) as u64, 1, 0];
+            ioctl(&fd, UFFDIO_REGISTER, reg.as_mut_ptr().cast());
+            Stalled {
+                fd,
+                at,
+                len,
+                held: (at + half, len - half),
+            }
+        }
+
+        pub fn buffer(&self) -> Buffer {
+            Buffer(self.at, self.len)
+        }
+
+        /// Blocks until something touched the withheld pages.
+        pub fn wait_for_the_fault(&self) {
+            let mut msg = [0u8; 32];
+            // SAFETY: reads one message into `msg`, ours and 32 bytes long.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), msg.as_mut_ptr().cast(), 32) };
+            assert_eq!(n, 32, "{}", std::io::Error::last_os_error());
+            assert_eq!(msg[0], EVENT_PAGEFAULT);
+        }
+
+        /// Copies `data`'s withheld part into place, waking whoever waits on it.
+        pub fn release(&self, data: &[u8]) {
+            let (dst, len) = self.held;
+            let mut src = vec![0u8; len];
+            let from = dst - self.at;
+            let n = data.len().saturating_sub(from).min(len);
+            src[..n].copy_from_slice(&data[from..from + n]);
+            let mut copy = [dst as u64, src.as_ptr() as u64, len as u64, 0, 0];
+            ioctl(&self.fd, UFFDIO_COPY, copy.as_mut_ptr().cast());
+        }
+    }
+
+    fn ioctl(fd: &OwnedFd, req: libc::c_ulong, arg: *mut libc::c_void) {
+        // SAFETY: `arg` points at the struct `req` names, ours for the call.
+        let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) };
+        assert_eq!(rc, 0, "ioctl {req:#x}: {}", std::io::Error::last_os_error());
+    }
+
+    impl Drop for Stalled {
+        fn drop(&mut self) {
+            // SAFETY: the mapping `new` made, unmapped once, here.
+            unsafe { libc::munmap(self.at as *mut libc::c_void, self.len) };
+        }
+    }
+}
