@@ -278,3 +278,35 @@ fn an_upstream_xet_hash_must_match_and_is_recorded() {
     pull(&again, &up.url, fake::REPO, &[]);
     assert_eq!(recorded_xet(&again, fake::REPO, fake::COMMIT), want);
 }
+
+/// Issue 36 point 3: a commit stored under the upstream's sha with a small (non-LFS) file
+/// whose content differs at the same length is not the upstream's commit: `pull` refuses
+/// it naming the file, sets no ref and changes nothing (before, it compared small files by
+/// size only, exited 0, set the ref and served the altered file as the upstream's).
+#[test]
+fn regression_pull_compares_stored_small_files_by_content() {
+    let upstream = Env::new();
+    ingest_rev(&upstream, "r1", &["main"]);
+    let srv = Served::start(&upstream, &[]);
+    let url = format!("http://{}", srv.addr);
+    let local = Env::new();
+    let c1 = series().commit("r1");
+    let altered = local.path("altered");
+    let copy = std::process::Command::new("cp")
+        .args(["-r"])
+        .arg(series().plain("r1"))
+        .arg(&altered)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let config = altered.join("config.json");
+    let mut text = std::fs::read(&config).unwrap();
+    let at = text.iter().position(|b| b.is_ascii_digit()).expect("a digit in config.json");
+    text[at] = if text[at] == b'9' { b'8' } else { text[at] + 1 };
+    std::fs::write(&config, &text).unwrap();
+    local.ingest(&altered, &["--repo", REPO, "--revision", &c1]);
+    let err = local.fails(&["pull", &format!("{REPO}@main"), "--endpoint", &url]);
+    assert!(err.contains("config.json"), "{err}");
+    let refs = local.json(&["ls", REPO, "--json"])["refs"].clone();
+    assert!(refs.get("main").is_none(), "a refused pull set main: {refs}");
+}

@@ -114,7 +114,7 @@ pub fn pull(
     };
     // What the manifest will hold: the selection, plus what is stored of the commit.
     let files = match &stored {
-        Some(m) => with_stored(m, &rev.files, &selection)?,
+        Some(m) => with_stored(store, m, &rev.files, &selection)?,
         None => selection,
     };
     let whole = files.len() == rev.files.len();
@@ -222,19 +222,23 @@ fn refs_to_set(revision: &str, extra: &[String]) -> Vec<String> {
 
 /// The files of a commit stored as `m` once `selection` is added: every upstream file that
 /// is stored or selected, in the upstream's order. Every stored file must be one of the
-/// upstream's with the content it states; else the commit is not the upstream's, and
-/// nothing is pulled.
+/// upstream's with the content it states ([`same_as_upstream`]); else the commit is not
+/// the upstream's, and nothing is pulled.
 fn with_stored(
+    store: &Store,
     m: &Manifest,
     upstream: &[RemoteFile],
     selection: &[RemoteFile],
 ) -> Result<Vec<RemoteFile>, PullError> {
     let by_path: HashMap<&str, &RemoteFile> =
         upstream.iter().map(|f| (f.path.as_str(), f)).collect();
-    for s in &m.files {
-        let same = by_path
-            .get(s.path.as_str())
-            .is_some_and(|f| f.size == s.size && f.sha256.is_none_or(|w| w == s.sha256));
+    // Chunk locations as they are now (gc may have moved packs), for small files read back.
+    let mut resolved: Option<Manifest> = None;
+    for (i, s) in m.files.iter().enumerate() {
+        let same = match by_path.get(s.path.as_str()) {
+            None => false,
+            Some(f) => same_as_upstream(store, m, &mut resolved, i, f)?,
+        };
         if !same {
             return Err(PullError::Invalid(format!(
                 "{}@{} is already stored with {} other than the upstream has it (an ingest of other files under this commit); `modelcas rm` that commit first",
@@ -251,6 +255,47 @@ fn with_stored(
         .filter(|f| m.file(&f.path).is_some() || chosen.contains(f.path.as_str()))
         .cloned()
         .collect())
+}
+
+/// Whether file `i` of the stored manifest `m` has the content upstream file `f` states:
+/// the same size, the same Xet hash where both record one, and the same sha256 for an LFS
+/// file; any other file is read back from the store (each chunk checked against its id)
+/// and its git blob id compared with the upstream's. A size alone proves nothing: a
+/// `config.json` changed at equal length is another commit.
+fn same_as_upstream(
+    store: &Store,
+    m: &Manifest,
+    resolved: &mut Option<Manifest>,
+    i: usize,
+    f: &RemoteFile,
+) -> Result<bool, PullError> {
+    let s = &m.files[i];
+    if f.size != s.size || f.xet_hash.zip(m.xet_hash(i)).is_some_and(|(a, b)| a != b) {
+        return Ok(false);
+    }
+    if let Some(sha) = f.sha256 {
+        return Ok(sha == s.sha256);
+    }
+    if resolved.is_none() {
+        *resolved = Some(store.resolved(m.clone())?);
+    }
+    let Some(now) = resolved.as_ref() else {
+        return Ok(false);
+    };
+    let chunks = ChunkMap::new(now, &now.files[i])?.sources;
+    let mut blob = gitblob::GitBlob::new(s.size);
+    let mut stored = StoredFile::new(store, &chunks);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = stored
+            .read(&mut buf)
+            .map_err(|e| StoreError::io(Path::new(&s.path), e))?;
+        if n == 0 {
+            break;
+        }
+        blob.update(&buf[..n]);
+    }
+    Ok(blob.finish_hex() == f.git_oid)
 }
 
 /// Where the bytes of each source come from.
