@@ -425,3 +425,49 @@ impl JsonFail for Env {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 }
+
+/// Issue 36 point 4: a snapshot link in a Hugging Face cache is followed only into its own
+/// repository's `blobs/`. A user who can write into a shared cache plants links to a file
+/// of someone else's (absolute, relative through `..`, into another repository's blobs, or
+/// a blob that is itself a link out): each ingest is refused naming the link, and nothing
+/// is stored (before, the target was stored and served to any client).
+#[test]
+fn regression_hf_cache_links_lead_only_into_the_repositorys_blobs() {
+    let (env, listing) = with_r1();
+    let s = series();
+    let secret = env.path("secret");
+    std::fs::write(&secret, b"root's secret: do not store\n").unwrap();
+    let other_blob = env.path("hub-other/models--x--y/blobs/abc");
+    std::fs::create_dir_all(other_blob.parent().unwrap()).unwrap();
+    std::fs::write(&other_blob, b"another repository's blob\n").unwrap();
+    type Plant = fn(&Path, &Path, &Path, &Path);
+    let plants: [(&str, Plant); 4] = [
+        ("absolute", |_, link, secret, _| symlink(secret, link).unwrap()),
+        ("relative", |_, link, secret, _| {
+            let up = "../".repeat(link.parent().unwrap().components().count() - 1);
+            let rel = format!("{up}{}", secret.strip_prefix("/").unwrap().display());
+            symlink(rel, link).unwrap();
+        }),
+        ("another repository's blob", |_, link, _, other| symlink(other, link).unwrap()),
+        ("a blob that links out", |cache, link, secret, _| {
+            let blob = cache.join("blobs/planted");
+            symlink(secret, &blob).unwrap();
+            symlink("../../blobs/planted", link).unwrap();
+        }),
+    ];
+    for (i, (what, plant)) in plants.iter().enumerate() {
+        let cache = env.path(&format!("hub{i}/models--demo-org--demo-llm"));
+        copy_dir(&s.cache_repo(), &cache);
+        let link = cache
+            .join("snapshots")
+            .join(s.commit("r2"))
+            .join("config.json");
+        std::fs::remove_file(&link).unwrap();
+        plant(&cache, &link, &secret, &other_blob);
+        assert_eq!(std::fs::read(&link).unwrap(), std::fs::read(if *what == "another repository's blob" { &other_blob } else { &secret }).unwrap(), "{what}: the plant works");
+        let err = env.fails(&["ingest".as_ref(), cache.as_os_str()]);
+        let line = one_line(&err);
+        assert!(line.contains("config.json") && line.contains("blobs"), "{what}: {err}");
+        unchanged(&env, &listing);
+    }
+}

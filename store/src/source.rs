@@ -237,6 +237,9 @@ fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<
             ));
         }
     }
+    // Snapshot links are followed only into this repository's own blobs (a user who can
+    // write into a shared cache must not make another user's ingest read their files).
+    let blobs = fs::canonicalize(&blobs).ok();
     let mut commits = Vec::new();
     for entry in fs::read_dir(&snaps_dir).map_err(|e| StoreError::io(&snaps_dir, e))? {
         let entry = entry.map_err(|e| StoreError::io(&snaps_dir, e))?;
@@ -252,7 +255,8 @@ fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<
     commits.sort();
     for (commit, snap) in commits {
         let mut files = Vec::new();
-        collect(&snap, &snap, &mut files, true)?;
+        let within = Within::Blobs(blobs.as_deref());
+        collect(&snap, &snap, &mut files, within)?;
         if files.is_empty() {
             out.warnings
                 .push(format!("snapshot {} is empty; skipped", snap.display()));
@@ -292,7 +296,7 @@ fn plain(dir: &Path, opts: &DiscoverOptions, out: &mut Discovered) -> Result<()>
         )
     })?;
     let mut files = Vec::new();
-    collect(dir, dir, &mut files, false)?;
+    collect(dir, dir, &mut files, Within::Anywhere)?;
     if files.is_empty() {
         return Err(bad(dir, "not a snapshot: no files in it"));
     }
@@ -336,10 +340,22 @@ fn local_dir_commit(dir: &Path, out: &mut Discovered) -> Option<CommitId> {
     found
 }
 
+/// Where the links of a snapshot may lead.
+#[derive(Clone, Copy)]
+enum Within<'a> {
+    /// A plain directory: anywhere (the user named it and what it links to).
+    Anywhere,
+    /// A cache snapshot: only to a file directly in this repository's `blobs/` (its
+    /// canonical path; `None` when the repository has none, so no link leads anywhere).
+    Blobs(Option<&'a Path>),
+}
+
 /// Collects the files under `dir` (relative to `root`). Symlinks are followed to a
-/// regular file; a dangling one is an error that names it. In a cache snapshot, a link into
-/// `blobs/` named by 64 hex digits gives the expected sha256.
-fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, cache: bool) -> Result<()> {
+/// regular file; a dangling one is an error that names it. In a cache snapshot, a link must
+/// lead to a file directly in the repository's `blobs/` ([`Within::Blobs`]), and a blob
+/// named by 64 hex digits gives the expected sha256.
+fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, within: Within<'_>) -> Result<()> {
+    let cache = matches!(within, Within::Blobs(_));
     let mut entries: Vec<_> = fs::read_dir(dir)
         .map_err(|e| StoreError::io(dir, e))?
         .collect::<std::io::Result<Vec<_>>>()
@@ -366,7 +382,7 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, cache: bool) -> R
         }
         let lmeta = fs::symlink_metadata(&p).map_err(|e| StoreError::io(&p, e))?;
         if lmeta.is_dir() {
-            collect(root, &p, out, cache)?;
+            collect(root, &p, out, within)?;
             continue;
         }
         // A regular file's lstat says all; a link is followed to what it names.
@@ -400,6 +416,11 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, cache: bool) -> R
         } else {
             p.clone()
         };
+        if let (Within::Blobs(blobs), true) = (within, lmeta.file_type().is_symlink()) {
+            if blobs.is_none_or(|b| source.parent() != Some(b)) {
+                return Err(outside_blobs(&p, &source));
+            }
+        }
         if name.ends_with(".incomplete") && cache {
             continue;
         }
@@ -414,6 +435,17 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, cache: bool) -> R
         });
     }
     Ok(())
+}
+
+/// The error for a cache snapshot entry that is not a link into its repository's blobs.
+fn outside_blobs(entry: &Path, source: &Path) -> StoreError {
+    bad(
+        entry,
+        format!(
+            "leads to {}, outside this repository's blobs/ (a Hugging Face cache snapshot holds only links to its own blobs/; refusing to read anything else)",
+            source.display()
+        ),
+    )
 }
 
 /// For a dangling link into `blobs/`, says whether a partial download is there.

@@ -224,14 +224,31 @@ pub struct FileSystem;
 
 impl Opener for FileSystem {
     fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>> {
-        let f = File::open(source).map_err(|e| StoreError::io(source, e))?;
-        Ok(Box::new(f))
+        Ok(Box::new(open_no_follow(source)?))
     }
 
     fn open_source(&self, source: &Path) -> Result<Opened<'_>> {
-        let f = File::open(source).map_err(|e| StoreError::io(source, e))?;
-        Ok(Opened::File(f))
+        Ok(Opened::File(open_no_follow(source)?))
     }
+}
+
+/// Opens a source file for reading without following a link in its last component:
+/// discovery resolved every link already (and, in a cache snapshot, checked that it leads
+/// into the repository's blobs), so a link there now was put in place since, and is
+/// refused rather than followed.
+fn open_no_follow(source: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(source)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => StoreError::BadSource {
+                path: source.to_path_buf(),
+                reason: "became a symbolic link after it was found; refusing to follow it".into(),
+            },
+            _ => StoreError::io(source, e),
+        })
 }
 
 /// Ingests `snapshots` into `store`, using `index` for dedup, reading their files from the
