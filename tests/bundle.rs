@@ -578,3 +578,46 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
     dst.ok(&["import", good.to_str().unwrap()]);
     verifies(&dst, "r1");
 }
+
+/// Issue 36 point 6: a bundle whose manifest says it was published 50 years from now (made
+/// on a host whose clock runs ahead, or forged) is ordered by when this store took it: a
+/// revision ingested after the import is the newest, and `gc --keep-last 1` keeps it and
+/// expires the imported one (before, the imported revision counted as newest forever and
+/// the later ingest was expired).
+#[test]
+fn regression_a_bundle_from_the_future_does_not_outrank_later_revisions() {
+    use format::codec::{decode, encode, Kind};
+    let s = series();
+    let src = Env::new();
+    common::ingest_rev(&src, "r1", &["r1"]);
+    let good = src.path("r1.bundle");
+    src.ok(&["export", &rev("r1"), "-o", good.to_str().unwrap()]);
+    let bytes = std::fs::read(&good).unwrap();
+    // The manifest stamped 50 years ahead, the ref records left out (a ref would keep it).
+    let mut owned: Vec<(u8, Vec<u8>)> = Vec::new();
+    for (kind, at, len) in records(&bytes) {
+        let mut payload = bytes[at..at + len].to_vec();
+        if kind == 1 {
+            let mut m: format::manifest::Manifest = decode(Kind::Manifest, &payload).unwrap();
+            let p = m.published.as_mut().expect("a manifest of version 2 or later");
+            p.store_ms += 50 * 365 * 24 * 3600 * 1000;
+            p.seq += 50 * 365 * 24 * 3600 * 1000;
+            payload = encode(Kind::Manifest, &m, false);
+        }
+        if kind != 2 {
+            owned.push((kind, payload));
+        }
+    }
+    let future = src.path("future.bundle");
+    std::fs::write(&future, bundle_of(&owned)).unwrap();
+    let dst = Env::new();
+    dst.ok(&["import", future.to_str().unwrap()]);
+    common::ingest_rev(&dst, "r2", &[]);
+    dst.ok(&["gc", "--keep-last", "1"]);
+    assert_eq!(
+        listed_commits(&dst),
+        vec![s.commit("r2")],
+        "gc --keep-last 1 must keep the revision ingested last"
+    );
+    dst.verifies(&format!("{REPO}@{}", s.commit("r2")));
+}

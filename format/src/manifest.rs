@@ -166,10 +166,16 @@ impl Manifest {
     /// Its place in its repository's history: `(store time in ms, sequence, commit)` from
     /// [`Published`]; for a manifest without it, the manifest object's modification time by
     /// the store's clock (`listed_ms`, from the listing; `ingested_at` when the store gives
-    /// none), then `ingested_at`.
+    /// none), then `ingested_at`. A publication time later than the object's modification
+    /// time (a manifest imported with another host's time before imports stamped their
+    /// own) counts as that modification time: no revision is newer than when this store
+    /// got it.
     pub fn order(&self, listed_ms: Option<u64>) -> Order {
         match self.published {
-            Some(p) => (p.store_ms, p.seq, self.commit.0),
+            Some(p) => {
+                let at = listed_ms.map_or(p.store_ms, |l| p.store_ms.min(l));
+                (at, p.seq, self.commit.0)
+            }
             None => {
                 let ingested_ms = self.ingested_at.saturating_mul(1000);
                 (listed_ms.unwrap_or(ingested_ms), ingested_ms, self.commit.0)
@@ -688,7 +694,12 @@ mod version_tests {
         assert_eq!(&bytes[8..10], &[3, 0], "written as version 3");
         let back = decode(KEY, &bytes).unwrap();
         assert_eq!(back, m);
-        assert_eq!(back.order(Some(0)), (1_796_091_248_123, 42, m.commit.0));
+        assert_eq!(back.order(None), (1_796_091_248_123, 42, m.commit.0));
+        let later = Some(1_796_091_249_000);
+        assert_eq!(back.order(later), (1_796_091_248_123, 42, m.commit.0));
+        // Published after the object was written (another host's time, issue 36): the
+        // object's time wins, so the revision is no newer than when this store got it.
+        assert_eq!(back.order(Some(5)), (5, 42, m.commit.0));
         // The example of the test vectors (docs/format/vectors.md): the 19 bytes after `files`.
         m.published = Some(Published {
             store_ms: 1_796_091_248_123,

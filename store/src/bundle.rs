@@ -24,7 +24,7 @@ use std::io::{Read, Write};
 use format::bundle::{self as wire, BundleRef, KIND_CHUNK, KIND_END, KIND_MANIFEST, KIND_REF};
 use format::codec::{self, Kind};
 use format::layout;
-use format::manifest::{ChunkRef, FileEntry, Manifest};
+use format::manifest::{ChunkRef, FileEntry, Manifest, Published};
 use format::names::{CommitId, RepoId};
 use format::{ChunkId, MAX_CHUNK_LEN};
 use index::Index;
@@ -562,10 +562,17 @@ fn check_conflicts(store: &Store, rx: &Received) -> Result<()> {
 fn publish(store: &Store, index: &Index, lease: &Held, mut rx: Received) -> Result<ImportReport> {
     check_conflicts(store, &rx)?;
     lease.check()?;
+    // Retention orders revisions by when this store published them, by its own clock: the
+    // bundle's time is another host's (ahead, behind, or forged), so it is not kept.
+    let store_ms = lock::store_now_ms(store.backend().as_ref())?;
     for m in &rx.manifests {
         if !store.has_commit(&m.repo, &m.commit)? {
             let key = layout::manifest_key(&m.repo, &m.commit);
-            let relocated = relocate(m, index)?;
+            let mut relocated = relocate(m, index)?;
+            relocated.published = Some(Published {
+                store_ms,
+                seq: repo::clock::sequence_ms(),
+            });
             store
                 .backend()
                 .put(&key, &codec::encode(Kind::Manifest, &relocated, true))?;
