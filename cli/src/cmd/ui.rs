@@ -90,6 +90,7 @@ fn reason(k: Keep) -> &'static str {
         Keep::Last => "among the keep_last newest",
         Keep::Within => "ingested within keep_within",
         Keep::Used => "used within unused_for",
+        Keep::New => "not used yet, published within unused_for: too new to expire",
         Keep::NoPolicy => "no retention policy",
     }
 }

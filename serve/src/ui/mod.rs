@@ -534,6 +534,12 @@ mod tests {
             };
             let page = String::from_utf8(b.to_vec()).unwrap();
             only_our_markup(&page);
+            if path == "/ui/repos/org/m" {
+                // The download line names the current client (issue 36), not the
+                // deprecated `huggingface-cli`.
+                assert!(page.contains("hf download org/"), "{page}");
+                assert!(!page.contains("huggingface-cli"), "{page}");
+            }
             if path == "/" {
                 // The link's path has the name percent-encoded, the attribute escaped.
                 assert!(

@@ -205,7 +205,7 @@ fn download(b: &mut Html, d: &RepoDetail, host: &str) {
         .unwrap_or_else(|| "main".into());
     b.raw("<h2>Download</h2><pre>");
     b.text(&format!(
-        "HF_ENDPOINT=http://{host} huggingface-cli download {} --revision {rev}\n",
+        "HF_ENDPOINT=http://{host} hf download {} --revision {rev}\n",
         d.repo
     ));
     b.raw("</pre><p>From a mount (<code>modelcas mount /models</code>): ");

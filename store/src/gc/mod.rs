@@ -468,6 +468,8 @@ struct Loaded {
     held: Vec<Rev>,
     /// Last read or ingested (a manifest's write), by the store's clock.
     last_use: HashMap<CommitId, SystemTime>,
+    /// Commits with a last-use record (read at least once).
+    used: HashSet<CommitId>,
     /// When each manifest was written, by the store's clock in ms.
     written: HashMap<CommitId, u64>,
     referenced: HashSet<CommitId>,
@@ -486,6 +488,7 @@ fn load_repo(
     let mut held = Vec::new();
     // Last read or ingested (a manifest's write), by the store's clock.
     let mut last_use = repo::usage::last_used(store, repo)?;
+    let used: HashSet<CommitId> = last_use.keys().copied().collect();
     // When each manifest was written, by the store's clock (for manifests that do not say).
     let mut written: HashMap<CommitId, u64> = HashMap::new();
     for obj in backend.list(&prefix)? {
@@ -535,6 +538,7 @@ fn load_repo(
     Ok(Loaded {
         held,
         last_use,
+        used,
         written,
         referenced,
         pins,
@@ -573,6 +577,7 @@ impl Loaded {
                     order,
                     age_secs: now_ms.saturating_sub(order.0) / 1000,
                     idle_secs: idle(&m.commit),
+                    used: self.used.contains(&m.commit),
                 }
             })
             .collect();

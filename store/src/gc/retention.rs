@@ -111,6 +111,9 @@ pub struct Candidate {
     /// Seconds since it was last used or ingested, by the object store's clock; `None`
     /// when unknown (then `unused_for` keeps it).
     pub idle_secs: Option<u64>,
+    /// Whether a use of it was ever recorded (a mount, serve, checkout, cat or pull); when
+    /// not, `idle_secs` counts from its publication and `unused_for` keeps it as new.
+    pub used: bool,
 }
 
 /// Why a commit is kept.
@@ -124,8 +127,10 @@ pub enum Keep {
     Last,
     /// Ingested within `keep_within`.
     Within,
-    /// Read or ingested within `unused_for`.
+    /// Read within `unused_for`.
     Used,
+    /// Never read, and published within `unused_for`: too new to expire.
+    New,
     /// No policy for the repository.
     NoPolicy,
 }
@@ -160,7 +165,7 @@ pub fn decide(
             .unused_for
             .is_some_and(|d| c.idle_secs.is_none_or(|i| i < d.as_secs().max(1)))
         {
-            Some(Keep::Used)
+            Some(if c.used { Keep::Used } else { Keep::New })
         } else {
             None
         };
@@ -198,6 +203,7 @@ mod tests {
             order: (store_ms, seq, [n; 20]),
             age_secs: 1000u64.saturating_sub(store_ms / 1000),
             idle_secs: None,
+            used: false,
         }
     }
 
@@ -314,6 +320,7 @@ mod tests {
     fn unused_for_keeps_what_was_read_recently_and_what_is_unknown() {
         let idle = |n: u8, secs: Option<u64>| Candidate {
             idle_secs: secs,
+            used: n != 5,
             ..c(n, 0)
         };
         let commits = [
@@ -321,6 +328,7 @@ mod tests {
             idle(2, Some(3600)),
             idle(3, None),
             idle(4, Some(31 * 86_400)),
+            idle(5, Some(3600)),
         ];
         let refs: HashSet<_> = [CommitId([4; 20])].into();
         let p = Policy {
@@ -333,5 +341,7 @@ mod tests {
         assert_eq!(reason(2), Some(Keep::Used));
         assert_eq!(reason(3), Some(Keep::Used));
         assert_eq!(reason(4), Some(Keep::Ref));
+        // Never used, published an hour ago: kept as too new, not as used (issue 36).
+        assert_eq!(reason(5), Some(Keep::New));
     }
 }
