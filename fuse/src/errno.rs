@@ -17,6 +17,9 @@ pub enum FsError {
     BadHandle,
     /// `EIO`: the store failed (logged and counted).
     Io,
+    /// `ESTALE`: an inode of a revision removed or replaced by other content since it was
+    /// handed out (the kernel then looks the path up again).
+    Stale,
 }
 
 impl FsError {
@@ -29,6 +32,7 @@ impl FsError {
             FsError::ReadOnly => libc::EROFS,
             FsError::BadHandle => libc::EBADF,
             FsError::Io => libc::EIO,
+            FsError::Stale => libc::ESTALE,
         }
     }
 }

@@ -7,16 +7,21 @@
 //!
 //! The errors answered, besides `EIO` for a store that fails (`crate::errno`):
 //! * lookup: `ENOENT` for a name that is not there (a removed revision, a ref deleted, a
-//!   path absent from the commit) or a parent inode never handed out;
+//!   path absent from the commit) or a parent inode never handed out; `ESTALE` in a
+//!   directory inode of a revision removed or replaced since it was handed out;
 //! * getattr: `ENOENT` for an inode never handed out;
-//! * listings: `ENOTDIR` for a file or an unknown inode;
-//! * open: `EROFS` for write or truncate flags, `EISDIR` for what is not a file;
+//! * listings: `ENOTDIR` for a file or an unknown inode, `ESTALE` for a directory inode no
+//!   longer current;
+//! * open: `EROFS` for write or truncate flags, `EISDIR` for what is not a file, `ESTALE`
+//!   for a file inode no longer current (its revision removed, or ingested again with
+//!   other content at that path);
 //! * read: `EBADF` for a handle not open.
 //!
-//! An inode once handed out keeps answering: a File inode is (repo, commit, path) and a
-//! commit's tree is kept for the life of the mount, so its attributes stay, and a read of a
-//! removed revision's file returns its bytes while the store or the chunk cache still has
-//! them, else `EIO` (never other bytes).
+//! On `ESTALE` the kernel walks the path again, asking each name anew: a commit removed
+//! and ingested again with other files shows them (new inodes: see `crate::namespace`),
+//! never the kernel's cached pages of the old ones. An inode once handed out keeps its
+//! attributes, and an open handle reads the bytes it opened while the store or the chunk
+//! cache still has them, else `EIO` (never other bytes).
 //!
 //! The kernel's part of an open in passthrough (registering the backing file) is a
 //! function given to [`MountCore::open`]: it runs under the lock that settles the inode's
@@ -38,9 +43,12 @@ use crate::handles::{read_whole, Handle, InodeOpen, Mode, OpenFiles};
 pub use crate::namespace::{Attr, Kind};
 use crate::namespace::{Namespace, Node};
 
-/// Timeout for entries and attributes that never change (inside a commit).
+/// Timeout for entries and attributes that never change: a file inode's attributes (its
+/// content is part of it), the entries of a revision's subdirectories (a directory of other
+/// content is another inode).
 pub const IMMUTABLE_TTL: Duration = Duration::from_secs(24 * 3600);
-/// Timeout for what can change: listings of repos and refs, entries under a ref.
+/// Timeout for what can change: listings of repos and refs, the entries at the top of a
+/// revision (a ref moves; a commit may be removed and ingested again with other files).
 pub const MUTABLE_TTL: Duration = Duration::from_secs(1);
 
 /// The timeout of attributes `a`: long for what never changes (inside a commit).
@@ -162,8 +170,18 @@ impl<B> MountCore<B> {
                 attr_ttl: attr_ttl(&attr),
                 entry_ttl: self.entry_ttl(parent),
             }),
-            Ok(_) => Err(FsError::NotFound),
+            Ok(_) => Err(self.missing(parent, FsError::NotFound)),
             Err(e) => Err(eio(e)),
+        }
+    }
+
+    /// `otherwise` for an inode that answered nothing, `ESTALE` if it is no longer current.
+    fn missing(&self, ino: u64, otherwise: FsError) -> FsError {
+        match self.ns.current(ino) {
+            Ok(true) => otherwise,
+            Ok(false) if self.ns.node(ino).is_some() => FsError::Stale,
+            Ok(false) => otherwise,
+            Err(e) => eio(e),
         }
     }
 
@@ -197,7 +215,7 @@ impl<B> MountCore<B> {
     ) -> FsResult<()> {
         let entries = match self.ns.list(ino) {
             Ok(Some(e)) => e,
-            Ok(None) => return Err(FsError::NotDir),
+            Ok(None) => return Err(self.missing(ino, FsError::NotDir)),
             Err(e) => return Err(eio(e)),
         };
         let mut all = vec![(".".into(), ino, Kind::Dir), ("..".into(), ino, Kind::Dir)];
@@ -271,6 +289,9 @@ impl<B> MountCore<B> {
         }
         let (tree, i) = match self.ns.file(ino) {
             Ok(Some(found)) => found,
+            Ok(None) if matches!(self.ns.node(ino), Some(Node::File { .. })) => {
+                return Err(FsError::Stale)
+            }
             Ok(None) => return Err(FsError::IsDir),
             Err(e) => return Err(eio(e)),
         };
@@ -332,16 +353,22 @@ impl<B> MountCore<B> {
             .insert(fh, hold);
     }
 
-    /// Up to `size` bytes at `offset` of file `ino` through its open handle `fh`.
-    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    /// Up to `size` bytes at `offset` of file `_ino` through its open handle `fh` (the
+    /// handle knows its file: the bytes it opened, whatever the inode shows since).
+    pub fn read(&self, _ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         let handle = self.open.lock_handles().get(&fh).cloned();
         let started = std::time::Instant::now();
         let data = match handle.as_deref() {
             None => return Err(FsError::BadHandle),
             Some(Handle::Whole(file)) => read_whole(file, offset, size as usize),
-            Some(Handle::Stream { stream, .. }) => self.open.noting_read(|| {
+            Some(Handle::Stream {
+                stream,
+                manifest,
+                index,
+            }) => self.open.noting_read(|| {
+                let file = (&**manifest, *index);
                 self.open
-                    .read_stream(&self.ns, ino, fh, stream, offset, size)
+                    .read_stream(&self.ns, fh, stream, file, offset, size)
             }),
         }?;
         let m = &*crate::metrics::METRICS;

@@ -264,22 +264,26 @@ impl<B> OpenFiles<B> {
         result
     }
 
-    /// A read through the chunk cache. A pack gone (gc may have repacked this revision):
-    /// the manifest is read again (from `ns`) and the read retried once with the new
-    /// locations.
+    /// A read through the chunk cache of `file` (a manifest and the file's index in it). A
+    /// pack gone (gc may have repacked this revision): the manifest is read again (through
+    /// `ns`) and the read retried once with the new locations, if the file is still there
+    /// with the same content (else `EIO`: never another content's bytes).
     pub(crate) fn read_stream(
         &self,
         ns: &Namespace,
-        ino: u64,
         fh: u64,
         stream: &FileStream,
+        file: (&Manifest, usize),
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, FsError> {
         match stream.read(offset, size as usize) {
             Ok(data) => Ok(data),
             Err(e) if e.is_not_found() => {
-                let Ok(Some((tree, i))) = ns.reload_file(ino) else {
+                let (manifest, index) = file;
+                let was = &manifest.files[index];
+                let Ok(Some((tree, i))) = ns.reload_file(&manifest.repo, &manifest.commit, was)
+                else {
                     return Err(eio(e));
                 };
                 let fresh = match self.stream(&tree.manifest, i) {

@@ -12,26 +12,62 @@
 //! With `--repo ORG/NAME@REV` the root itself is a View of that commit.
 //!
 //! Inode numbers are handed out on first sight and never reused while mounted, so they are
-//! stable for the life of the mount. A File inode is keyed by (repo, commit, path): the same
-//! file seen through a ref, a sha and a prefix is one inode, and a file opened through a
-//! ref keeps its commit when the ref moves. Directory inodes are keyed by the view they are
-//! reached through, so a directory never has two parents. A View of a ref resolves the ref
-//! again when the cached refs are older than [`REFRESH`]; the core (`crate::fs`) gives
-//! the children of such views short entry timeouts so the kernel asks again.
+//! stable for the life of the mount. A File inode is keyed by (repo, commit, path) and the
+//! file's content (sha256, size, executable bit): the same file seen through a ref, a sha
+//! and a prefix is one inode, a file opened through a ref keeps its commit when the ref
+//! moves, and a commit removed and ingested again with other files (`rm --force`, then
+//! `ingest`) shows its changed files as new inodes, so the kernel never serves its cached
+//! pages or size of the old bytes under the new name. Directory inodes are keyed by the
+//! view they are reached through (a directory never has two parents) and by a digest of
+//! the revision's file list. An inode of a replaced or removed revision keeps its
+//! attributes, but is no longer current ([`Namespace::current`]): the core answers `ESTALE`
+//! to opens and lookups through it, and the kernel looks the path up again.
+//!
+//! A View of a ref resolves the ref again when the cached refs are older than the refresh
+//! ([`REFRESH`]); a revision's tree older than the refresh is checked against the tag of
+//! its manifest object and read again when that changed (a gc that only moves chunks gives
+//! the same content, so the same inodes). The core (`crate::fs`) gives the children of
+//! views short entry timeouts so the kernel asks again. At most [`TREES`] trees are kept
+//! (an open file holds its own).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use format::{CommitId, RepoId};
+use format::{layout, CommitId, RepoId};
 use read::tree::{Child, Tree};
+use repo::manifest::{FileEntry, Manifest};
 use repo::{Store, StoreError};
 
-/// How long listings of repositories and refs are trusted before being read again.
+/// How long listings of repositories and refs, and revisions' trees, are trusted before
+/// being checked again.
 pub const REFRESH: Duration = Duration::from_secs(2);
+
+/// How many revisions' trees are cached; the least recently used beyond it are dropped.
+pub const TREES: usize = 64;
 
 /// The root inode.
 pub const ROOT: u64 = 1;
+
+/// What a File inode stands for besides its name: the file's bytes and mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Content {
+    pub sha256: [u8; 32],
+    pub size: u64,
+    pub executable: bool,
+}
+
+impl Content {
+    /// The content of a manifest's file entry.
+    pub fn of(f: &FileEntry) -> Content {
+        Content {
+            sha256: f.sha256,
+            size: f.size,
+            executable: f.executable,
+        }
+    }
+}
 
 /// What an inode is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -48,18 +84,21 @@ pub enum Node {
         name: String,
         target: Target,
     },
-    /// A subdirectory of a revision, reached through view inode `view`.
+    /// A subdirectory of a revision, reached through view inode `view`, in the revision's
+    /// content of `digest` ([`digest`]).
     Dir {
         view: u64,
         repo: RepoId,
         commit: CommitId,
         path: String,
+        digest: u64,
     },
-    /// A file of a revision.
+    /// A file of a revision, with its content.
     File {
         repo: RepoId,
         commit: CommitId,
         path: String,
+        content: Content,
     },
 }
 
@@ -95,7 +134,8 @@ pub struct Attr {
 #[derive(Default)]
 struct Inodes {
     by_node: HashMap<Node, u64>,
-    nodes: Vec<Node>, // index = ino - 1
+    /// Index = ino - 1: the node, and for a Dir or File the mtime it was first seen with.
+    nodes: Vec<(Node, u64)>,
 }
 
 /// A repository's refs, by name, with the commits they point at.
@@ -106,19 +146,108 @@ struct Timed<T> {
     value: T,
 }
 
+/// A revision's tree as read, and what tells whether it is still the store's.
+struct Cached {
+    tree: Arc<Tree>,
+    /// [`digest`] of the tree's manifest.
+    digest: u64,
+    /// The manifest object's tag when (or just before) it was read.
+    tag: String,
+    /// When the tag was last compared with the store's.
+    checked: Instant,
+    /// The [`Trees::clock`] of its last use.
+    used: u64,
+}
+
+/// The cached trees, least recently used dropped beyond [`TREES`].
+#[derive(Default)]
+struct Trees {
+    map: HashMap<(RepoId, CommitId), Cached>,
+    clock: u64,
+}
+
+/// A revision's tree and the [`digest`] of its content.
+type Revision = (Arc<Tree>, u64);
+
+impl Trees {
+    /// The entry of `key`, marked used: without `tag`, if it was checked within `refresh`;
+    /// with it, if it was read under that tag (it is then marked checked now).
+    fn get(
+        &mut self,
+        key: &(RepoId, CommitId),
+        refresh: Duration,
+        tag: Option<&str>,
+    ) -> Option<Revision> {
+        self.clock += 1;
+        let c = self.map.get_mut(key)?;
+        match tag {
+            Some(t) if !t.is_empty() && t == c.tag => c.checked = Instant::now(),
+            Some(_) => return None,
+            None if c.checked.elapsed() >= refresh => return None,
+            None => {}
+        }
+        c.used = self.clock;
+        Some((c.tree.clone(), c.digest))
+    }
+
+    /// Keeps `tree` (read under manifest tag `tag`), dropping the least recently used
+    /// beyond [`TREES`].
+    fn put(&mut self, key: (RepoId, CommitId), tree: Arc<Tree>, tag: String) -> Revision {
+        self.clock += 1;
+        let digest = digest(&tree.manifest);
+        let cached = Cached {
+            tree: tree.clone(),
+            digest,
+            tag,
+            checked: Instant::now(),
+            used: self.clock,
+        };
+        self.map.insert(key, cached);
+        while self.map.len() > TREES {
+            let oldest = self.map.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k);
+            let Some(oldest) = oldest.cloned() else {
+                break;
+            };
+            self.map.remove(&oldest);
+        }
+        (tree, digest)
+    }
+}
+
+/// A digest of a revision's content: every file's path, size, sha256 and executable bit
+/// (not where its chunks are, which gc may change).
+pub fn digest(m: &Manifest) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in &m.files {
+        (&f.path, f.size, f.sha256, f.executable).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The directory a View or Dir shows now.
+struct Shown {
+    view: u64,
+    repo: RepoId,
+    commit: CommitId,
+    tree: Arc<Tree>,
+    digest: u64,
+    path: String,
+}
+
 /// The mounted namespace.
 pub struct Namespace {
     store: Store,
     inodes: Mutex<Inodes>,
-    trees: Mutex<HashMap<(RepoId, CommitId), Arc<Tree>>>,
+    trees: Mutex<Trees>,
     repos: Mutex<Option<Timed<Vec<RepoId>>>>,
     refs: Mutex<HashMap<RepoId, Timed<RefList>>>,
     mounted_at: u64,
-    /// How long listings of repositories and refs are trusted ([`REFRESH`] by default).
+    /// How long listings of repositories and refs, and trees, are trusted ([`REFRESH`] by
+    /// default).
     refresh: Duration,
     on_first_entry: Option<EntryHook>,
     /// Revisions a name has been looked up in or listed, for `on_first_entry`.
-    entered: Mutex<std::collections::HashSet<(RepoId, CommitId)>>,
+    entered: Mutex<HashSet<(RepoId, CommitId)>>,
 }
 
 /// Called with a revision's tree the first time a name inside it is looked up or one of
@@ -150,17 +279,17 @@ impl Namespace {
     fn with_root(store: Store, root: Node) -> Namespace {
         let mut inodes = Inodes::default();
         inodes.by_node.insert(root.clone(), ROOT);
-        inodes.nodes.push(root);
+        inodes.nodes.push((root, 0));
         Namespace {
             store,
             inodes: Mutex::new(inodes),
-            trees: Mutex::new(HashMap::new()),
+            trees: Mutex::new(Trees::default()),
             repos: Mutex::new(None),
             refs: Mutex::new(HashMap::new()),
             mounted_at: repo::manifest::now_secs(),
             refresh: REFRESH,
             on_first_entry: None,
-            entered: Mutex::new(std::collections::HashSet::new()),
+            entered: Mutex::new(HashSet::new()),
         }
     }
 
@@ -172,16 +301,20 @@ impl Namespace {
         self
     }
 
-    /// Trusts listings of repositories and refs for `refresh` instead of [`REFRESH`]
-    /// (zero: every lookup and listing reads them again; the model tests use it).
+    /// Trusts listings of repositories and refs, and trees, for `refresh` instead of
+    /// [`REFRESH`] (zero: every lookup and listing reads them again, and checks the tree's
+    /// manifest tag; the model tests use it).
     pub fn with_refresh(mut self, refresh: Duration) -> Namespace {
         self.refresh = refresh;
         self
     }
 
-    /// The tree of a revision being entered (a lookup or listing inside it).
-    fn enter(&self, repo: &RepoId, commit: &CommitId) -> Result<Arc<Tree>> {
-        let tree = self.tree(repo, commit)?;
+    /// The tree of a revision being entered (a lookup or listing inside it), with its
+    /// digest; `None` when the revision is gone.
+    fn enter(&self, repo: &RepoId, commit: &CommitId) -> Result<Option<Revision>> {
+        let Some(rev) = self.revision(repo, commit)? else {
+            return Ok(None);
+        };
         if let Some(hook) = &self.on_first_entry {
             let first = self
                 .entered
@@ -189,10 +322,10 @@ impl Namespace {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert((repo.clone(), *commit));
             if first {
-                hook(&tree);
+                hook(&rev.0);
             }
         }
-        Ok(tree)
+        Ok(Some(rev))
     }
 
     /// The store.
@@ -202,16 +335,22 @@ impl Namespace {
 
     /// The node of an inode.
     pub fn node(&self, ino: u64) -> Option<Node> {
+        self.node_seen(ino).map(|(n, _)| n)
+    }
+
+    /// The node of an inode, with the mtime of a Dir or File when first seen.
+    fn node_seen(&self, ino: u64) -> Option<(Node, u64)> {
         let inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
         inodes.nodes.get((ino as usize).checked_sub(1)?).cloned()
     }
 
-    fn ino(&self, node: Node) -> u64 {
+    /// The inode of `node`, handed out now if it has none (with `mtime`, for a Dir or File).
+    fn ino(&self, node: Node, mtime: u64) -> u64 {
         let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&i) = inodes.by_node.get(&node) {
             return i;
         }
-        inodes.nodes.push(node.clone());
+        inodes.nodes.push((node.clone(), mtime));
         let i = inodes.nodes.len() as u64;
         inodes.by_node.insert(node, i);
         i
@@ -262,43 +401,113 @@ impl Namespace {
         }
     }
 
-    /// The tree of a commit (cached for the life of the mount: commits never change).
-    pub fn tree(&self, repo: &RepoId, commit: &CommitId) -> Result<Arc<Tree>> {
-        let key = (repo.clone(), *commit);
-        if let Some(t) = self
-            .trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            return Ok(t.clone());
-        }
-        let m = self.store.manifest(repo, commit)?;
-        let tree = Arc::new(Tree::new(Arc::new(m)));
-        self.trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, tree.clone());
-        Ok(tree)
+    fn lock_trees(&self) -> MutexGuard<'_, Trees> {
+        self.trees.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// For a View or Dir: (view ino, repo, commit, path) of the directory it shows.
-    fn dir_of(&self, ino: u64, node: &Node) -> Result<Option<(u64, RepoId, CommitId, String)>> {
-        Ok(match node {
-            Node::View { repo, target, .. } => self
-                .view_commit(repo, target)?
-                .map(|c| (ino, repo.clone(), c, String::new())),
+    /// The tree of a revision as the store has it now (`None`: the revision is gone).
+    pub fn tree(&self, repo: &RepoId, commit: &CommitId) -> Result<Option<Arc<Tree>>> {
+        Ok(self.revision(repo, commit)?.map(|(t, _)| t))
+    }
+
+    /// The tree of a revision and its digest: the cached one while checked within the
+    /// refresh; else the tag of the manifest object is asked for, and the manifest read
+    /// again when the tag is not the cached one's (the commit was removed and ingested
+    /// again, or the manifest rewritten). `None` when the manifest is gone. No lock is held
+    /// while the store is asked.
+    fn revision(&self, repo: &RepoId, commit: &CommitId) -> Result<Option<Revision>> {
+        let key = (repo.clone(), *commit);
+        if let Some(hit) = self.lock_trees().get(&key, self.refresh, None) {
+            return Ok(Some(hit));
+        }
+        // The tag before the read: a manifest replaced in between is read again next time.
+        let stat = self
+            .store
+            .backend()
+            .stat(&layout::manifest_key(repo, commit));
+        let Some(meta) = stat.map_err(StoreError::from)? else {
+            self.lock_trees().map.remove(&key);
+            return Ok(None);
+        };
+        if let Some(hit) = self.lock_trees().get(&key, self.refresh, Some(&meta.tag)) {
+            return Ok(Some(hit));
+        }
+        let m = match self.store.manifest(repo, commit) {
+            Ok(m) => m,
+            Err(StoreError::UnknownRevision { .. }) => {
+                self.lock_trees().map.remove(&key);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let tree = Arc::new(Tree::new(Arc::new(m)));
+        Ok(Some(self.lock_trees().put(key, tree, meta.tag)))
+    }
+
+    /// For a View or Dir: the directory it shows now, entering its revision; `None` when
+    /// it shows none (a ref deleted, a revision gone, a Dir of content replaced since).
+    fn shown(&self, ino: u64, node: &Node) -> Result<Option<Shown>> {
+        let (view, repo, commit, path, want) = match node {
+            Node::View { repo, target, .. } => match self.view_commit(repo, target)? {
+                Some(c) => (ino, repo, c, String::new(), None),
+                None => return Ok(None),
+            },
             Node::Dir {
                 view,
                 repo,
                 commit,
                 path,
-            } => Some((*view, repo.clone(), *commit, path.clone())),
-            _ => None,
-        })
+                digest,
+            } => (*view, repo, *commit, path.clone(), Some(*digest)),
+            _ => return Ok(None),
+        };
+        let Some((tree, digest)) = self.enter(repo, &commit)? else {
+            return Ok(None);
+        };
+        if want.is_some_and(|d| d != digest) {
+            return Ok(None);
+        }
+        Ok(Some(Shown {
+            view,
+            repo: repo.clone(),
+            commit,
+            tree,
+            digest,
+            path,
+        }))
     }
 
-    /// Looks `name` up in directory `parent`; `None` when it does not exist.
+    /// The inode of entry `name` (`child`) of directory `at`.
+    fn child_ino(&self, at: &Shown, name: &str, child: Child) -> (u64, Kind) {
+        let path = Tree::join(&at.path, name);
+        let mtime = at.tree.manifest.ingested_at;
+        let (repo, commit) = (at.repo.clone(), at.commit);
+        match child {
+            Child::Dir => {
+                let node = Node::Dir {
+                    view: at.view,
+                    repo,
+                    commit,
+                    path,
+                    digest: at.digest,
+                };
+                (self.ino(node, mtime), Kind::Dir)
+            }
+            Child::File(i) => {
+                let content = Content::of(&at.tree.manifest.files[i]);
+                let node = Node::File {
+                    repo,
+                    commit,
+                    path,
+                    content,
+                };
+                (self.ino(node, mtime), Kind::File)
+            }
+        }
+    }
+
+    /// Looks `name` up in directory `parent`; `None` when it does not exist (or `parent`
+    /// is no longer current: [`Namespace::current`]).
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>> {
         let Some(node) = self.node(parent) else {
             return Ok(None);
@@ -306,61 +515,55 @@ impl Namespace {
         match &node {
             Node::Root => {
                 let found = self.repos()?.iter().any(|r| r.org() == name);
-                Ok(found.then(|| self.ino(Node::Org(name.to_string()))))
+                Ok(found.then(|| self.ino(Node::Org(name.to_string()), 0)))
             }
             Node::Org(org) => {
                 let found = self
                     .repos()?
                     .into_iter()
                     .find(|r| r.org() == org && r.name() == name);
-                Ok(found.map(|r| self.ino(Node::Repo(r))))
+                Ok(found.map(|r| self.ino(Node::Repo(r), 0)))
             }
-            Node::Repo(repo) => {
-                if self
-                    .refs(repo)?
-                    .iter()
-                    .any(|(n, _)| n == &unescape_ref(name))
-                {
-                    let target = Target::Ref(unescape_ref(name));
-                    return Ok(Some(self.ino(Node::View {
-                        repo: repo.clone(),
-                        name: name.to_string(),
-                        target,
-                    })));
-                }
-                match self.store.resolve(repo, name) {
-                    Ok(c) => Ok(Some(self.ino(Node::View {
-                        repo: repo.clone(),
-                        name: name.to_string(),
-                        target: Target::Commit(c),
-                    }))),
-                    Err(
-                        StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. },
-                    ) => Ok(None),
-                    Err(e) => Err(e),
-                }
-            }
+            Node::Repo(repo) => self.lookup_view(repo, name),
             Node::View { .. } | Node::Dir { .. } => {
-                let Some((view, repo, commit, dir)) = self.dir_of(parent, &node)? else {
+                let Some(at) = self.shown(parent, &node)? else {
                     return Ok(None);
                 };
-                let tree = self.enter(&repo, &commit)?;
-                let path = Tree::join(&dir, name);
-                Ok(tree.lookup(&dir, name).map(|child| match child {
-                    Child::Dir => self.ino(Node::Dir {
-                        view,
-                        repo,
-                        commit,
-                        path,
-                    }),
-                    Child::File(_) => self.ino(Node::File { repo, commit, path }),
-                }))
+                let child = at.tree.lookup(&at.path, name);
+                Ok(child.map(|c| self.child_ino(&at, name, c).0))
             }
             Node::File { .. } => Ok(None),
         }
     }
 
-    /// Entries of directory `ino` (name, ino, kind); `None` if it is not a directory.
+    /// The View of revision `name` (a ref, else a sha or a prefix of one) of `repo`.
+    fn lookup_view(&self, repo: &RepoId, name: &str) -> Result<Option<u64>> {
+        let view = |target| {
+            let node = Node::View {
+                repo: repo.clone(),
+                name: name.to_string(),
+                target,
+            };
+            Some(self.ino(node, 0))
+        };
+        if self
+            .refs(repo)?
+            .iter()
+            .any(|(n, _)| n == &unescape_ref(name))
+        {
+            return Ok(view(Target::Ref(unescape_ref(name))));
+        }
+        match self.store.resolve(repo, name) {
+            Ok(c) => Ok(view(Target::Commit(c))),
+            Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Entries of directory `ino` (name, ino, kind); `None` if it is not a directory (or
+    /// no longer current: [`Namespace::current`]).
     pub fn list(&self, ino: u64) -> Result<Option<Vec<(String, u64, Kind)>>> {
         let Some(node) = self.node(ino) else {
             return Ok(None);
@@ -371,70 +574,29 @@ impl Namespace {
                     self.repos()?.iter().map(|r| r.org().to_string()).collect();
                 orgs.dedup();
                 orgs.into_iter()
-                    .map(|o| (o.clone(), self.ino(Node::Org(o)), Kind::Dir))
+                    .map(|o| (o.clone(), self.ino(Node::Org(o), 0), Kind::Dir))
                     .collect()
             }
             Node::Org(org) => self
                 .repos()?
                 .into_iter()
                 .filter(|r| r.org() == org)
-                .map(|r| (r.name().to_string(), self.ino(Node::Repo(r)), Kind::Dir))
+                .map(|r| (r.name().to_string(), self.ino(Node::Repo(r), 0), Kind::Dir))
                 .collect(),
-            Node::Repo(repo) => {
-                let mut out = Vec::new();
-                for (name, _) in self.refs(repo)? {
-                    let shown = escape_ref(&name);
-                    let ino = self.ino(Node::View {
-                        repo: repo.clone(),
-                        name: shown.clone(),
-                        target: Target::Ref(name),
-                    });
-                    out.push((shown, ino, Kind::Dir));
-                }
-                for c in self.store.commits(repo)? {
-                    let name = c.to_hex();
-                    let ino = self.ino(Node::View {
-                        repo: repo.clone(),
-                        name: name.clone(),
-                        target: Target::Commit(c),
-                    });
-                    out.push((name, ino, Kind::Dir));
-                }
-                out
-            }
+            Node::Repo(repo) => self.list_views(repo)?,
             Node::View { .. } | Node::Dir { .. } => {
-                let Some((view, repo, commit, dir)) = self.dir_of(ino, &node)? else {
-                    return Ok(Some(Vec::new()));
+                let Some(at) = self.shown(ino, &node)? else {
+                    // A view whose ref or revision is gone is empty; a Dir not current.
+                    return Ok(matches!(node, Node::View { .. }).then(Vec::new));
                 };
-                let tree = self.enter(&repo, &commit)?;
-                let Some(entries) = tree.list(&dir) else {
+                let Some(entries) = at.tree.list(&at.path) else {
                     return Ok(None);
                 };
                 entries
                     .iter()
                     .map(|(name, child)| {
-                        let path = Tree::join(&dir, name);
-                        match child {
-                            Child::Dir => (
-                                name.clone(),
-                                self.ino(Node::Dir {
-                                    view,
-                                    repo: repo.clone(),
-                                    commit,
-                                    path,
-                                }),
-                                Kind::Dir,
-                            ),
-                            Child::File(_) => (
-                                name.clone(),
-                                self.ino(Node::File {
-                                    repo: repo.clone(),
-                                    commit,
-                                    path,
-                                }),
-                                Kind::File,
-                            ),
-                        }
+                        let (i, kind) = self.child_ino(&at, name, *child);
+                        (name.clone(), i, kind)
                     })
                     .collect()
             }
@@ -443,9 +605,34 @@ impl Namespace {
         Ok(Some(out))
     }
 
-    /// Attributes of an inode.
+    /// The views of a repository: every ref, then every commit.
+    fn list_views(&self, repo: &RepoId) -> Result<Vec<(String, u64, Kind)>> {
+        let mut out = Vec::new();
+        for (name, _) in self.refs(repo)? {
+            let shown = escape_ref(&name);
+            let node = Node::View {
+                repo: repo.clone(),
+                name: shown.clone(),
+                target: Target::Ref(name),
+            };
+            out.push((shown, self.ino(node, 0), Kind::Dir));
+        }
+        for c in self.store.commits(repo)? {
+            let name = c.to_hex();
+            let node = Node::View {
+                repo: repo.clone(),
+                name: name.clone(),
+                target: Target::Commit(c),
+            };
+            out.push((name, self.ino(node, 0), Kind::Dir));
+        }
+        Ok(out)
+    }
+
+    /// Attributes of an inode. A Dir or File answers what it was first seen with, even
+    /// once its revision is replaced or removed (its content never changes).
     pub fn attr(&self, ino: u64) -> Result<Option<Attr>> {
-        let Some(node) = self.node(ino) else {
+        let Some((node, seen)) = self.node_seen(ino) else {
             return Ok(None);
         };
         let dir = |mtime, immutable| Attr {
@@ -458,66 +645,70 @@ impl Namespace {
         };
         Ok(Some(match &node {
             Node::Root | Node::Org(_) | Node::Repo(_) => dir(self.mounted_at, false),
-            Node::View { repo, target, .. } => match self.view_commit(repo, target)? {
-                Some(c) => dir(
-                    self.tree(repo, &c)?.manifest.ingested_at,
-                    matches!(target, Target::Commit(_)),
-                ),
-                None => dir(self.mounted_at, false),
-            },
-            Node::Dir { repo, commit, .. } => {
-                dir(self.tree(repo, commit)?.manifest.ingested_at, true)
-            }
-            Node::File { repo, commit, path } => {
-                let tree = self.tree(repo, commit)?;
-                let Some(f) = tree.manifest.file(path) else {
-                    return Ok(None);
+            Node::View { repo, target, .. } => {
+                let tree = match self.view_commit(repo, target)? {
+                    Some(c) => self.tree(repo, &c)?,
+                    None => None,
                 };
-                Attr {
-                    ino,
-                    kind: Kind::File,
-                    size: f.size,
-                    executable: f.executable,
-                    mtime: tree.manifest.ingested_at,
-                    immutable: true,
-                }
+                let mtime = tree.map_or(self.mounted_at, |t| t.manifest.ingested_at);
+                dir(mtime, false)
             }
+            Node::Dir { .. } => dir(seen, true),
+            Node::File { content, .. } => Attr {
+                ino,
+                kind: Kind::File,
+                size: content.size,
+                executable: content.executable,
+                mtime: seen,
+                immutable: true,
+            },
         }))
     }
 
-    /// Whether entries found in directory `ino` may change (a ref view, or above).
+    /// Whether entries found in directory `ino` may change (a view, or above: a commit
+    /// may be removed and ingested again with other files). A Dir's do not: a Dir of
+    /// other content is another inode.
     pub fn children_may_change(&self, ino: u64) -> bool {
+        !matches!(self.node(ino), Some(Node::Dir { .. }) | None)
+    }
+
+    /// Whether inode `ino` still shows what it showed when handed out: false for a Dir or
+    /// File of a revision removed or replaced by other content since (the core answers
+    /// `ESTALE` to opens and lookups through it, and the kernel looks the path up again).
+    pub fn current(&self, ino: u64) -> Result<bool> {
         match self.node(ino) {
-            Some(Node::View {
-                target: Target::Commit(_),
-                ..
-            })
-            | Some(Node::Dir { .. }) => false,
-            Some(_) => true,
-            None => false,
+            Some(node @ Node::Dir { .. }) => Ok(self.shown(ino, &node)?.is_some()),
+            Some(Node::File { .. }) => Ok(self.file(ino)?.is_some()),
+            Some(_) => Ok(true),
+            None => Ok(false),
         }
     }
 
-    /// Reads the manifest of a File inode's commit again ([`read::reload::same_file`]) and
-    /// replaces the cached tree, if the file is still there with the same content: a mount
-    /// that held a revision's chunk locations while gc repacked it finds the new ones here.
-    pub fn reload_file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
-        let Some(Node::File { repo, commit, path }) = self.node(ino) else {
+    /// Reads the manifest of the revision of file `was` again
+    /// ([`read::reload::same_file`]) and replaces the cached tree, if the file is still
+    /// there with the same content: a mount that held a revision's chunk locations while
+    /// gc repacked it finds the new ones here. `None` when the file changed or is gone.
+    pub fn reload_file(
+        &self,
+        repo: &RepoId,
+        commit: &CommitId,
+        was: &FileEntry,
+    ) -> Result<Option<(Arc<Tree>, usize)>> {
+        // The tag before the read: a manifest replaced in between is read again next time.
+        let stat = self
+            .store
+            .backend()
+            .stat(&layout::manifest_key(repo, commit));
+        let Some(meta) = stat.map_err(StoreError::from)? else {
             return Ok(None);
         };
-        let old = self.tree(&repo, &commit)?;
-        let Some(was) = old.manifest.file(&path) else {
+        let Some((m, i)) = read::reload::same_file(&self.store, repo, commit, was)? else {
             return Ok(None);
         };
-        let Some((m, _)) = read::reload::same_file(&self.store, &repo, &commit, was)? else {
-            return Ok(None);
-        };
-        let tree = Arc::new(Tree::new(m));
-        self.trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((repo, commit), tree.clone());
-        self.file(ino)
+        let (tree, _) =
+            self.lock_trees()
+                .put((repo.clone(), *commit), Arc::new(Tree::new(m)), meta.tag);
+        Ok(Some((tree, i)))
     }
 
     /// Notes that a file of `tree`'s revision was opened (its last-use record, written
@@ -536,17 +727,27 @@ impl Namespace {
         repo::usage::hold(&self.store, &m.repo, &m.commit, "mount")
     }
 
-    /// The file behind a File inode: its tree and index in the manifest.
+    /// The file behind a File inode: its revision's current tree and its index in the
+    /// manifest; `None` for another inode, or a file whose revision is gone or no longer
+    /// has this content at this path.
     pub fn file(&self, ino: u64) -> Result<Option<(Arc<Tree>, usize)>> {
-        let Some(Node::File { repo, commit, path }) = self.node(ino) else {
+        let Some(Node::File {
+            repo,
+            commit,
+            path,
+            content,
+        }) = self.node(ino)
+        else {
             return Ok(None);
         };
-        let tree = self.tree(&repo, &commit)?;
-        let idx = tree
-            .manifest
-            .files
+        let Some(tree) = self.tree(&repo, &commit)? else {
+            return Ok(None);
+        };
+        let files = &tree.manifest.files;
+        let idx = files
             .binary_search_by(|f| f.path.as_str().cmp(&path))
-            .ok();
+            .ok()
+            .filter(|&i| Content::of(&files[i]) == content);
         Ok(idx.map(|i| (tree, i)))
     }
 }
@@ -712,8 +913,121 @@ mod tests {
             .map(|e| e.0)
             .collect();
         assert_eq!(names, ["config.json", "sub"]);
-        assert!(!ns.children_may_change(ROOT));
+        // A commit may be removed and ingested again with other files.
+        assert!(ns.children_may_change(ROOT));
         let f = walk(&ns, "sub/w.bin").unwrap();
         assert_eq!(ns.attr(f).unwrap().unwrap().size, 4000);
+    }
+
+    /// Ingests `files` (path, bytes) as `commit` of `repo` into `store`, `main` at it.
+    fn put_files(store: &Store, repo: &RepoId, commit: &str, files: &[(&str, &[u8])]) {
+        let idx = tempfile::tempdir().unwrap();
+        let index = Index::open(idx.path(), &store.config().store_id).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for (path, bytes) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        let opts = DiscoverOptions {
+            repo: Some(repo.clone()),
+            revision: Some(CommitId::parse(commit).unwrap()),
+            refs: vec!["main".to_string()],
+        };
+        let snaps = discover(dir.path(), &opts).unwrap().snapshots;
+        let done = ingest(store, &index, &snaps, IngestOptions::default(), &NoProgress);
+        done.unwrap();
+    }
+
+    #[test]
+    fn a_commit_ingested_again_with_other_files_is_seen_after_the_refresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(objects::LocalStore::new(dir.path()));
+        let opts = CreateOptions {
+            chunk: ChunkParams::tiny(),
+            pack_target: 64 * 1024,
+        };
+        let store = Store::open_or_create(backend, opts).unwrap();
+        let repo = RepoId::parse("org/model").unwrap();
+        put_files(&store, &repo, A, &[("a", b"old"), ("sub/w.bin", b"w")]);
+        let ns = Namespace::full(store.clone()).with_refresh(Duration::ZERO);
+        let held = Namespace::full(store.clone()).with_refresh(Duration::from_secs(3600));
+        let paths = ["org/model/main/a", &format!("org/model/{A}/a")];
+        let (a, sub) = (
+            walk(&ns, paths[0]).unwrap(),
+            walk(&ns, "org/model/main/sub"),
+        );
+        assert_eq!(walk(&ns, paths[1]), Some(a));
+        let held_a = walk(&held, paths[0]).unwrap();
+        // A gc that rewrites the manifest with the same content: a new tag, the same inodes.
+        let key = layout::manifest_key(&repo, &CommitId::parse(A).unwrap());
+        let bytes = store.backend().get(&key).unwrap();
+        store.backend().put(&key, &bytes).unwrap();
+        assert_eq!(walk(&ns, paths[0]), Some(a));
+        assert_eq!(walk(&ns, "org/model/main/sub"), sub);
+        // Removed and ingested again with other files: new inodes, the old ones stale.
+        let c = CommitId::parse(A).unwrap();
+        store.remove_commit(&repo, &c, true).unwrap();
+        put_files(
+            &store,
+            &repo,
+            A,
+            &[("a", b"longer"), ("b", b"b"), ("sub/w.bin", b"w")],
+        );
+        for path in paths {
+            let new = walk(&ns, path).unwrap();
+            assert_ne!(new, a, "{path}");
+            assert_eq!(ns.attr(new).unwrap().unwrap().size, 6);
+            assert_eq!(ns.file(new).unwrap().unwrap().0.manifest.files.len(), 3);
+        }
+        assert!(walk(&ns, "org/model/main/b").is_some());
+        let (new_sub, old_sub) = (walk(&ns, "org/model/main/sub").unwrap(), sub.unwrap());
+        assert_ne!(
+            new_sub, old_sub,
+            "a directory of other content is another inode"
+        );
+        assert_eq!(ns.lookup(old_sub, "w.bin").unwrap(), None);
+        assert_eq!(ns.list(old_sub).unwrap(), None);
+        assert!(!ns.current(a).unwrap() && !ns.current(old_sub).unwrap());
+        assert!(ns.current(new_sub).unwrap());
+        // The old file inode keeps its attributes, but opens nothing.
+        assert_eq!(ns.attr(a).unwrap().unwrap().size, 3);
+        assert!(ns.file(a).unwrap().is_none());
+        // Within its refresh a namespace keeps the tree it read.
+        assert_eq!(walk(&held, paths[0]), Some(held_a));
+        // Removed: gone, and its inodes stale.
+        store.remove_commit(&repo, &c, true).unwrap();
+        assert_eq!(walk(&ns, paths[1]), None);
+        assert!(!ns.current(new_sub).unwrap());
+    }
+
+    #[test]
+    fn the_tree_cache_keeps_the_most_recently_used() {
+        let tree = |n: u8| {
+            let m = Manifest {
+                repo: RepoId::parse("a/b").unwrap(),
+                commit: CommitId([n; 20]),
+                ingested_at: 0,
+                source: "plain".into(),
+                packs: vec![],
+                files: vec![],
+                published: None,
+                xet_hashes: Vec::new(),
+            };
+            Arc::new(Tree::new(Arc::new(m)))
+        };
+        let repo = RepoId::parse("a/b").unwrap();
+        let key = |n: u8| (repo.clone(), CommitId([n; 20]));
+        let mut trees = Trees::default();
+        for n in 0..=TREES as u8 {
+            trees.put(key(n), tree(n), "t".into());
+            // The first stays in use.
+            assert!(trees.get(&key(0), Duration::from_secs(60), None).is_some());
+        }
+        assert_eq!(trees.map.len(), TREES);
+        assert!(trees.map.contains_key(&key(0)) && !trees.map.contains_key(&key(1)));
+        // A tag other than the one read under is not the cached tree.
+        assert!(trees.get(&key(0), Duration::ZERO, Some("u")).is_none());
+        assert!(trees.get(&key(0), Duration::ZERO, Some("t")).is_some());
     }
 }

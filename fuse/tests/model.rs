@@ -6,13 +6,16 @@
 //!
 //! The model is what each path must show: per repository its commits (each a map of path
 //! to bytes) and its refs. Checked: every lookup finds exactly what the model has (kind,
-//! size, timeouts: long inside a commit named by sha, short under a ref), or `ENOENT`;
+//! size, timeouts: short at the top of a revision, long below it), or `ENOENT`;
 //! getattr agrees with lookup, and an inode once seen keeps its attributes; listings
 //! (root, organisation, repository, every directory of a revision) equal the model, and a
 //! listing from an offset is the tail of the whole; reads are byte-exact while the revision
 //! is in the model, and byte-exact or `EIO` once it is removed (never other bytes); a
 //! released or unknown handle reads `EBADF`; opens for writing are `EROFS`, of a directory
-//! `EISDIR`.
+//! `EISDIR`. A revision removed and ingested again with other files under the same commit
+//! shows them at once (the namespace's refresh is zero): a file whose bytes changed is a
+//! new inode, the old one keeps its attributes and answers `ESTALE` to an open, and its
+//! open handles read their own bytes or `EIO`.
 //!
 //! Open modes: the core has a node file cache (`read::file_cache::FileCache`) and a
 //! stand-in kernel that takes backing files, or refuses them from some step on (as a
@@ -83,6 +86,7 @@ struct OpenFile {
     fh: u64,
     repo: String,
     commit: CommitId,
+    path: String,
     bytes: Arc<Vec<u8>>,
     /// 'P'assthrough, 'W'hole or 'S'tream.
     how: char,
@@ -125,6 +129,8 @@ struct Counts {
     modes: [u64; 3],
     gc_runs: u64,
     packs_rewritten: u64,
+    /// Opens of a file inode whose revision was ingested again with other bytes there.
+    stale_opens: u64,
 }
 
 fn memory_store() -> Store {
@@ -295,7 +301,8 @@ impl Case {
             86 => self.getattr_seen(),
             87..=88 => self.fill_random(),
             89..=91 => self.move_ref(),
-            92..=94 => self.remove_revision(),
+            92..=93 => self.remove_revision(),
+            94 => self.replace_revision(),
             95..=96 => self.new_revision(),
             _ => self.gc(),
         }
@@ -451,8 +458,7 @@ impl Case {
         if parts.len() == 3 {
             return dir(MUTABLE_TTL);
         }
-        let under_ref = self.by_ref(parts) && parts.len() == 4;
-        let entry_ttl = if under_ref {
+        let entry_ttl = if parts.len() == 4 {
             MUTABLE_TTL
         } else {
             IMMUTABLE_TTL
@@ -469,12 +475,6 @@ impl Case {
             size,
             entry_ttl,
         })
-    }
-
-    /// Whether the revision of `parts` (org, name, rev, ...) is named by a ref.
-    fn by_ref(&self, parts: &[String]) -> bool {
-        let m = &self.model[&format!("{}/{}", parts[0], parts[1])];
-        m.refs.contains_key(&parts[2].replace("%2F", "/"))
     }
 
     fn random_parts(&mut self, depth: usize) -> Vec<String> {
@@ -555,7 +555,7 @@ impl Case {
         assert_eq!(self.core.listing(ino, from as u64).unwrap(), got[from..]);
         let entry_ttl = match parts.len() {
             0..=2 => MUTABLE_TTL,
-            3 if self.by_ref(&parts) => MUTABLE_TTL,
+            3 => MUTABLE_TTL,
             _ => IMMUTABLE_TTL,
         };
         self.check_plus(ino, parts.len() == 2, entry_ttl, &got);
@@ -689,6 +689,7 @@ impl Case {
             fh: opened.fh,
             repo,
             commit,
+            path: parts[3..].join("/"),
             bytes,
             how,
         });
@@ -767,7 +768,12 @@ impl Case {
         ));
         let from = (offset.min(len)) as usize;
         let to = (offset.saturating_add(size as u64).min(len)) as usize;
-        let removed = !self.model[&f.repo].commits.contains_key(&f.commit);
+        // Removed, or ingested again with other bytes at this path.
+        let removed = self.model[&f.repo]
+            .commits
+            .get(&f.commit)
+            .and_then(|files| files.get(&f.path))
+            .is_none_or(|b| **b != *f.bytes);
         self.counts.reads += 1;
         self.counts.reads_of_removed += removed as u64;
         match got {
@@ -863,6 +869,47 @@ impl Case {
         self.log.push(format!("remove {repo}@{}", c.to_hex()));
     }
 
+    /// Removes a revision and ingests other files as the same commit (the way out of an
+    /// import conflict), `main` at it. A file of it looked up before keeps its inode if its
+    /// bytes stayed; else that inode keeps its attributes and an open of it is `ESTALE`.
+    fn replace_revision(&mut self) {
+        let repo = self.pick(&REPOS).to_string();
+        let commits: Vec<CommitId> = self.model[&repo].commits.keys().copied().collect();
+        let c = *self.pick(&commits);
+        let old = self.model[&repo].commits[&c].clone();
+        let paths: Vec<String> = old.keys().cloned().collect();
+        let path = self.pick(&paths).clone();
+        let mut parts: Vec<String> = repo.split('/').map(String::from).collect();
+        parts.push(c.to_hex());
+        parts.extend(path.split('/').map(String::from));
+        let before = self.walk(&parts).map(|(ino, _)| ino);
+        let n = self.rng.gen_range(100..1_000_000);
+        let big = repo == REPOS[0];
+        let files = Arc::new(revision_files(&mut self.rng, Some(&old), n, big));
+        let id = Self::repo_id(&repo);
+        self.store.remove_commit(&id, &c, true).unwrap();
+        ingest_files(&self.store, &self.index, &repo, c, &files);
+        self.store.set_ref(&id, "main", &c).unwrap();
+        let m = self.model.get_mut(&repo).unwrap();
+        m.refs.retain(|_, r| *r != c);
+        m.refs.insert("main".into(), c);
+        m.commits.insert(c, files.clone());
+        self.log
+            .push(format!("replace {repo}@{} as main", c.to_hex()));
+        let Some(before) = before else { return };
+        let after = self.walk(&parts).map(|(ino, _)| ino);
+        if files.get(&path) == old.get(&path) {
+            assert_eq!(after, Some(before), "{path}: same bytes, another inode");
+            return;
+        }
+        assert_ne!(after, Some(before), "{path}: other bytes, the same inode");
+        let size = self.core.getattr(before).map(|a| a.size);
+        assert_eq!(size, Ok(old[&path].len() as u64), "{path}: attributes kept");
+        let got = self.core.open(before, libc::O_RDONLY, |_| Ok(()));
+        assert_eq!(got.err(), Some(FsError::Stale), "open of the old {path}");
+        self.counts.stale_opens += 1;
+    }
+
     /// Ingests a new revision of a repository and points `main` at it.
     fn new_revision(&mut self) {
         let repo = self.pick(&REPOS).to_string();
@@ -955,11 +1002,13 @@ fn mount_core_matches_the_model() {
         }
         all.gc_runs += c.gc_runs;
         all.packs_rewritten += c.packs_rewritten;
+        all.stale_opens += c.stale_opens;
     }
     eprintln!("model: {all:?}");
     // The run exercised what the properties are about.
     assert!(all.found > 0 && all.not_found > 0 && all.listings > 0 && all.opens > 0);
     assert!(all.read_bytes > 0 && all.reads_of_removed > 0 && all.packs_rewritten > 0);
+    assert!(all.stale_opens > 0, "no open of a replaced file");
     assert!(
         all.modes.iter().all(|&n| n > 0),
         "every open mode was taken"
