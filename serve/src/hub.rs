@@ -116,6 +116,8 @@ pub struct Hub {
     /// The read-ahead windows of each download.
     readahead: ReadaheadConfig,
     tokens: Option<HashSet<String>>,
+    /// The name of each token that has one in the token file (`whoami`).
+    token_names: HashMap<String, String>,
     metrics: &'static Metrics,
     /// What `/metrics` shows (default: the endpoint's metrics alone).
     exposition: Arc<prometheus_client::registry::Registry>,
@@ -134,6 +136,8 @@ pub struct Hub {
     xet: Option<crate::xet::XetOptions>,
     /// Xet hashes seen in manifests, with their repository (`hub/xet.rs`).
     xet_seen: Mutex<HashMap<[u8; 32], RepoId>>,
+    /// Each stored revision's place in its history (`hub/browse.rs`).
+    orders: Mutex<browse::OrderCache>,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -154,6 +158,7 @@ impl Hub {
             cache,
             readahead: ReadaheadConfig::default(),
             tokens,
+            token_names: HashMap::new(),
             metrics: &METRICS,
             exposition: Arc::new(crate::exposition::own_registry()),
             manifests: Arc::new(Mutex::new(HashMap::new())),
@@ -164,7 +169,15 @@ impl Hub {
             ui: None,
             xet: None,
             xet_seen: Mutex::new(HashMap::new()),
+            orders: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same router, naming tokens as `names` says (token → name) in `whoami`; a token
+    /// without one is named [`crate::default_token_name`].
+    pub fn with_token_names(mut self, names: HashMap<String, String>) -> Hub {
+        self.token_names = names;
+        self
     }
 
     /// The same router, offering Xet downloads with `xet` (`None`: off).
@@ -232,11 +245,7 @@ impl Hub {
         let Some(tokens) = &self.tokens else {
             return true;
         };
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| tokens.contains(t.trim()))
+        browse::bearer(headers).is_some_and(|t| tokens.contains(t))
     }
 
     /// Counts a request, unless its routing stopped to wait for the upstream: its reply is
@@ -247,8 +256,14 @@ impl Hub {
         }
     }
 
-    /// The reply to one request.
+    /// The reply to one request without a body.
     pub fn route(&self, req: &Head<'_>) -> Reply {
+        self.route_with_body(req, &[])
+    }
+
+    /// The reply to one request; `body` is read (by the server, capped) only for the
+    /// routes [`reads_body`] names, and empty for every other.
+    pub fn route_with_body(&self, req: &Head<'_>, body: &[u8]) -> Reply {
         let start = Instant::now();
         let segs = match decode::segments(req.path) {
             Ok(s) => s,
@@ -280,20 +295,47 @@ impl Hub {
             let msg = "Invalid credentials: send Authorization: Bearer <token>";
             return Reply::error(StatusCode::UNAUTHORIZED, "", msg, None);
         }
-        if !get && !head {
+        if let Some(r) = browse::other_type(&segs) {
+            self.count("other-type", 404);
+            return r;
+        }
+        let paths_info = match segs.as_slice() {
+            ["api", "models", org, name, "paths-info", rev @ ..] if !rev.is_empty() => {
+                Some((*org, *name, rev.join("/")))
+            }
+            _ => None,
+        };
+        if let (Some((org, name, rev)), true) = (&paths_info, *req.method == Method::POST) {
+            let r = self.paths_info(org, name, rev, body);
+            self.count("paths-info", r.status.as_u16());
+            return r;
+        }
+        if !get && !head || paths_info.is_some() {
             self.count("other", 405);
+            let allow = if paths_info.is_some() {
+                "POST"
+            } else {
+                "GET, HEAD"
+            };
             return Reply::error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "",
                 "read-only endpoint",
                 None,
             )
-            .header(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            .header(header::ALLOW, HeaderValue::from_static(allow));
         }
         let (endpoint, r) = match segs.as_slice() {
-            ["api", "models", org, name, "revision", rev @ ..] if !rev.is_empty() => {
-                ("revision", self.repo_info(org, name, &rev.join("/")))
+            ["api", "models", org, name, "revision", rev @ ..] if !rev.is_empty() => (
+                "revision",
+                self.repo_info(org, name, &rev.join("/"), req.query),
+            ),
+            ["api", "models"] => ("models", self.list_models(req)),
+            ["api", "models", org, name] => ("model", self.model_info(org, name, req.query)),
+            ["api", "models", org, name, "commits", rev @ ..] if !rev.is_empty() => {
+                ("commits", self.commits(req, org, name, &rev.join("/")))
             }
+            ["api", "whoami-v2"] => ("whoami", self.whoami(req.headers)),
             ["api", "models", org, name, "tree", rev, rest @ ..] => {
                 let recursive = decode::recursive(req.query);
                 (
@@ -565,25 +607,44 @@ impl Hub {
         .on_reload(move |m| remember(&cache, key.clone(), String::new(), m))
     }
 
-    fn repo_info(&self, org: &str, name: &str, rev: &str) -> Reply {
-        let at = match self.locate(org, name, rev) {
-            Ok(x) => x,
-            Err(r) => return *r,
-        };
-        self.record_use(&at);
+    fn repo_info(&self, org: &str, name: &str, rev: &str, query: &str) -> Reply {
+        match self.locate(org, name, rev) {
+            Ok(at) => self.info_reply(&at, query),
+            Err(r) => *r,
+        }
+    }
+
+    /// The `model_info` of the located revision; `?blobs=true` (`files_metadata=True`)
+    /// adds each sibling's `size`, `blobId` and `lfs`.
+    fn info_reply(&self, at: &Located, query: &str) -> Reply {
+        self.record_use(at);
         let m = &at.manifest;
-        let siblings: Vec<Value> = m
-            .files
-            .iter()
-            .map(|f| json!({ "rfilename": f.path }))
-            .collect();
+        let blobs = paths::query_flag(query, "blobs");
+        let mut siblings = Vec::with_capacity(m.files.len());
+        for (i, f) in m.files.iter().enumerate() {
+            let mut s = json!({ "rfilename": f.path });
+            if blobs {
+                let (oid, _, lfs) = match self.ids(at, i) {
+                    Ok(x) => x,
+                    Err(e) => return internal(e),
+                };
+                s["size"] = json!(f.size);
+                s["blobId"] = json!(oid);
+                if let Some(l) = lfs {
+                    s["lfs"] = json!({ "sha256": l["oid"], "size": l["size"],
+                                       "pointerSize": l["pointerSize"] });
+                }
+            }
+            siblings.push(s);
+        }
         let (commit, repo) = (at.commit.to_hex(), at.repo.to_string());
         Reply::json(
             StatusCode::OK,
             &json!({
-                "_id": commit, "id": repo, "modelId": repo, "sha": commit,
-                "lastModified": iso(m.ingested_at), "createdAt": iso(m.ingested_at),
-                "private": false, "disabled": false, "gated": false, "tags": [],
+                "_id": browse::repo_object_id(&at.repo), "id": repo, "modelId": repo,
+                "sha": commit, "lastModified": iso(m.ingested_at),
+                "createdAt": iso(m.ingested_at), "private": false, "disabled": false,
+                "gated": false, "downloads": 0, "likes": 0, "tags": [],
                 "siblings": siblings,
             }),
         )
@@ -663,26 +724,16 @@ impl Hub {
             for k in 1..=shown_dirs {
                 let d = format!("{prefix}{}", parts[..k].join("/"));
                 if dirs.insert(d.clone()) {
-                    let oid =
-                        gitblob::git_blob_id(format!("tree {}@{d}", at.commit.to_hex()).as_bytes());
-                    entries.push(json!({ "type": "directory", "oid": oid, "path": d }));
+                    entries.push(paths::dir_entry(&at, &d));
                 }
             }
             if !recursive && parts.len() > 1 {
                 continue;
             }
-            let (oid, _, lfs) = match self.ids(&at, i) {
-                Ok(x) => x,
+            match self.file_entry(&at, i) {
+                Ok(e) => entries.push(e),
                 Err(e) => return internal(e),
-            };
-            let mut e = json!({ "type": "file", "oid": oid, "size": f.size, "path": f.path });
-            if let Some(l) = lfs {
-                e["lfs"] = l;
             }
-            if let Some(x) = self.xet_listed(&at, i) {
-                e["xetHash"] = x;
-            }
-            entries.push(e);
         }
         if !found {
             let msg = format!("{dir} does not exist at {}", at.commit.to_hex());
@@ -769,6 +820,27 @@ fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, 
     cache.insert(key, (tag, m));
 }
 
+/// Whether the server reads the body of a request with `method` and `path` (still
+/// `%`-encoded) before routing it: only `POST .../paths-info/{rev}`; every other body is
+/// left unread.
+pub fn reads_body(method: &Method, path: &str) -> bool {
+    if *method != Method::POST {
+        return false;
+    }
+    let Ok(segs) = decode::segments(path) else {
+        return false;
+    };
+    matches!(
+        segs.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        ["api", "models", _, _, "paths-info", _, ..]
+    )
+}
+
+mod browse;
+mod paths;
 mod policy;
 mod resolve;
 mod xet;

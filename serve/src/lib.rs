@@ -9,6 +9,12 @@
 //! | `GET /api/models/{repo}/revision/{rev}` | `{id, sha, siblings: [{rfilename}], ...}` |
 //! | `GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=` | tree entries with `oid`, `size`, `lfs` |
 //! | `GET /api/models/{repo}/refs` | `{branches, tags, converts, pullRequests}` |
+//! | `GET /api/models/{repo}` | the same info at the default revision (`main`, else the newest) |
+//! | `GET /api/models?search=&author=&sort=&limit=` | the stored, allowed repositories, paged by `Link` |
+//! | `GET /api/models/{repo}/commits/{rev}` | the store's revisions from `rev` back, newest first, paged |
+//! | `POST /api/models/{repo}/paths-info/{rev}` | tree entries of the form body's `paths` (body capped) |
+//! | `GET /api/whoami-v2` | the bearer token's name from the token file |
+//! | `/api/datasets/...`, `/spaces/...` | 404 `RepoNotFound`: models only |
 //! | `HEAD`/`GET /{repo}/resolve/{rev}/{path}` | the file, with `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`, `X-Xet-Hash` and its `Link`; `Range` |
 //! | `GET /api/models/{repo}/xet-read-token/{rev}` | a Xet read token, the CAS URL and the expiry (headers and JSON) |
 //! | `GET /v1/reconstructions/{xet hash}` | the file's reconstruction (Xet read token; `Range`) |
@@ -52,7 +58,7 @@ pub mod ui;
 pub mod upstream;
 pub mod xet;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use read::cache::ChunkCache;
@@ -84,6 +90,9 @@ pub struct ServeOptions {
     pub listen: String,
     /// Accepted bearer tokens; `None`: no authentication.
     pub tokens: Option<HashSet<String>>,
+    /// Names of tokens (token → name, from the token file), shown by `whoami`; a token
+    /// without one is named [`default_token_name`].
+    pub token_names: HashMap<String, String>,
     /// Threads reading the store (requests being routed and chunks being read at once).
     pub threads: usize,
     /// Connection limit and timeouts.
@@ -104,6 +113,12 @@ pub struct ServeOptions {
     pub ui: Option<ui::Pages>,
     /// Xet downloads (`None`: off; docs/format/xet.md).
     pub xet: Option<xet::XetOptions>,
+}
+
+/// The name `whoami` gives a token that has none in the token file: `token-` and the first
+/// 8 hex digits of its BLAKE3 hash (which says nothing of the token itself).
+pub fn default_token_name(token: &str) -> String {
+    format!("token-{}", &blake3::hash(token.as_bytes()).to_hex()[..8])
 }
 
 /// A bound endpoint.
@@ -136,7 +151,8 @@ impl Server {
                     .with_readahead(opts.readahead)
                     .with_exposition(opts.metrics.clone())
                     .with_ui(opts.ui.clone())
-                    .with_xet(opts.xet.clone()),
+                    .with_xet(opts.xet.clone())
+                    .with_token_names(opts.token_names.clone()),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

@@ -8,6 +8,10 @@
 //!   also bounds how long a kept-alive connection may sit idle between requests.
 //! - **Request timeout**: the reply's head must be ready within [`Limits::request_timeout`]
 //!   (else 503); the body then streams as fast as the client reads.
+//! - **Request bodies**: read only for the one route that takes one
+//!   ([`crate::hub::reads_body`]: `paths-info`), at most [`Limits::max_body`] bytes (413
+//!   beyond, without reading further) within [`Limits::body_timeout`] (408); every other
+//!   body is left unread, and hyper closes the connection after the reply.
 //! - **Write stall timeout**: a response write that makes no progress for
 //!   [`Limits::write_timeout`] (a client that stopped reading) closes the connection.
 //!
@@ -26,7 +30,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, Response, StatusCode};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -51,6 +57,10 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Time a response write may make no progress.
     pub write_timeout: Duration,
+    /// Most bytes of a request body read (`paths-info`); a longer one gets 413.
+    pub max_body: usize,
+    /// Time to send a whole request body.
+    pub body_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -60,6 +70,8 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(300),
             write_timeout: Duration::from_secs(60),
+            max_body: 1 << 20,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -95,10 +107,10 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = TokioIo::new(WriteStall::new(io, limits.write_timeout));
-    let timeout = limits.request_timeout;
+    let body_limits = limits.clone();
     let svc = service_fn(move |req| {
-        let (hub, client) = (hub.clone(), client.clone());
-        async move { Ok::<_, Infallible>(respond(hub, req, client, timeout).await) }
+        let (hub, client, limits) = (hub.clone(), client.clone(), body_limits.clone());
+        async move { Ok::<_, Infallible>(respond(hub, req, client, &limits).await) }
     });
     let mut b = http1::Builder::new();
     // half_close: a client that shuts its write side after the request still gets the reply.
@@ -125,16 +137,26 @@ async fn respond(
     hub: Arc<Hub>,
     req: Request<Incoming>,
     client: String,
-    timeout: Duration,
+    limits: &Limits,
 ) -> Response<Body> {
-    // The request body is never read: hyper closes the connection after the reply.
-    let (parts, _) = req.into_parts();
+    // A body is read only for the route that takes one; any other is left unread, and
+    // hyper closes the connection after the reply.
+    let (parts, incoming) = req.into_parts();
+    let body = if crate::hub::reads_body(&parts.method, parts.uri.path()) {
+        match read_body(&parts.headers, incoming, limits).await {
+            Ok(b) => b,
+            Err(reply) => return response(*reply),
+        }
+    } else {
+        Bytes::new()
+    };
     let (parts, client) = (Arc::new(parts), Arc::new(client));
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = tokio::time::Instant::now() + limits.request_timeout;
     let mut waits = Waits::default();
     let reply = loop {
         let task = {
             let (hub, parts, client) = (hub.clone(), parts.clone(), client.clone());
+            let body = body.clone();
             tokio::task::spawn_blocking(move || {
                 let head = Head {
                     method: &parts.method,
@@ -143,7 +165,7 @@ async fn respond(
                     headers: &parts.headers,
                     client: &client,
                 };
-                waits.route(|| hub.route(&head))
+                waits.route(|| hub.route_with_body(&head, &body))
             })
         };
         let (reply, mut w) = match tokio::time::timeout_at(deadline, task).await {
@@ -170,10 +192,63 @@ async fn respond(
         }
         waits = w;
     };
+    response(reply)
+}
+
+fn response(reply: Reply) -> Response<Body> {
     let mut resp = Response::new(reply.body);
     *resp.status_mut() = reply.status;
     *resp.headers_mut() = reply.headers;
     resp
+}
+
+/// A request body, whole: at most [`Limits::max_body`] bytes (413 beyond: a
+/// `Content-Length` over it is refused unread), within [`Limits::body_timeout`] (408).
+async fn read_body(
+    headers: &http::HeaderMap,
+    mut incoming: Incoming,
+    limits: &Limits,
+) -> Result<Bytes, Box<Reply>> {
+    let too_large = || {
+        let msg = format!("request body over {} bytes", limits.max_body);
+        Box::new(Reply::error(StatusCode::PAYLOAD_TOO_LARGE, "", &msg, None))
+    };
+    let announced = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limits.max_body as u64) {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut out = Vec::new();
+        while let Some(frame) =
+            std::future::poll_fn(|cx| Pin::new(&mut incoming).poll_frame(cx)).await
+        {
+            let frame = frame.map_err(|e| {
+                let msg = format!("cannot read the request body: {e}");
+                Box::new(Reply::error(StatusCode::BAD_REQUEST, "", &msg, None))
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() + data.len() > limits.max_body {
+                    return Err(too_large());
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(Bytes::from(out))
+    };
+    match tokio::time::timeout(limits.body_timeout, read).await {
+        Ok(r) => r,
+        Err(_) => {
+            let msg = "request body not received in time";
+            Err(Box::new(Reply::error(
+                StatusCode::REQUEST_TIMEOUT,
+                "",
+                msg,
+                None,
+            )))
+        }
+    }
 }
 
 fn timed_out(msg: &str) -> Reply {

@@ -17,20 +17,34 @@ use super::Ctx;
 use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs, XetArgs};
 use crate::config::ServeConfig;
 
-/// Tokens from a file: one per line; blank lines and `#` comments ignored.
-fn tokens(path: &Path) -> Result<HashSet<String>> {
+/// Tokens accepted, and the names some of them have (token → name).
+type Tokens = (HashSet<String>, HashMap<String, String>);
+
+/// Tokens from a file: one per line, `TOKEN [NAME...]` (the first whitespace-separated
+/// field is the token, the rest its name, shown by `whoami`); blank lines and `#`
+/// comments ignored.
+fn tokens(path: &Path) -> Result<Tokens> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--token-file {}", path.display()))?;
-    let set: HashSet<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect();
+    let (mut set, mut names) = (HashSet::new(), HashMap::new());
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let Some(token) = fields.next() else {
+            continue;
+        };
+        let name = fields.collect::<Vec<_>>().join(" ");
+        if !name.is_empty() {
+            names.insert(token.to_string(), name);
+        }
+        set.insert(token.to_string());
+    }
     if set.is_empty() {
         bail!("--token-file {}: no token in it", path.display());
     }
-    Ok(set)
+    Ok((set, names))
 }
 
 /// The connection limit and timeouts: flags (or environment) over `[serve]` over defaults.
@@ -258,7 +272,10 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     if o.cache_mib < 16 {
         bail!("--cache-mib {}: at least 16 MiB is needed", o.cache_mib);
     }
-    let tokens = o.token_file.as_deref().map(tokens).transpose()?;
+    let (tokens, token_names) = match o.token_file.as_deref().map(tokens).transpose()? {
+        Some((set, names)) => (Some(set), names),
+        None => (None, HashMap::new()),
+    };
     if o.upstream.is_some() {
         // A mirror's first start on an empty directory or bucket creates the store, as
         // `ingest` and `pull` do (a plain serve of an empty store still says to ingest).
@@ -287,6 +304,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     let opts = hubserve::ServeOptions {
         listen: o.listen,
         tokens,
+        token_names,
         threads: o.threads,
         limits: o.limits,
         cache_bytes: o.cache_mib << 20,
