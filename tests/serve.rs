@@ -593,3 +593,136 @@ fn a_second_download_of_a_shard_is_served_from_the_chunk_cache() {
         "the second download and the range fetched and decoded chunks again"
     );
 }
+
+/// The small repository ingested as team/m0..m4 and hidden/secret: path → bytes.
+fn small_repo() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("config.json", b"{\"model_type\": \"tiny\"}\n".to_vec()),
+        (
+            "weights.bin",
+            (0..40_000u32).map(|i| (i * 7 % 251) as u8).collect(),
+        ),
+        ("sub/notes.txt", b"notes\n".to_vec()),
+    ]
+}
+
+/// tests/hub_routes.py against `addr` with `token`: its facts, or a panic with its output
+/// and the server's log.
+fn hub_routes_client(
+    addr: &str,
+    env: &Env,
+    token: &str,
+    name: &str,
+    log: &str,
+) -> serde_json::Value {
+    let work = env.path(&format!("routes-client-{}", addr.replace(':', "-")));
+    std::fs::create_dir_all(&work).unwrap();
+    let small: std::collections::BTreeMap<&str, String> =
+        small_repo().iter().map(|(p, d)| (*p, sha256(d))).collect();
+    let small_json = work.join("small.json");
+    std::fs::write(&small_json, serde_json::to_string(&small).unwrap()).unwrap();
+    let out = common::python()
+        .arg(repo_root().join("tests/hub_routes.py"))
+        .arg(format!("http://{addr}"))
+        .arg(series().dir.join("expected.json"))
+        .arg(&small_json)
+        .arg(&work)
+        .args([token, name])
+        .env_remove("HF_HUB_DISABLE_IMPLICIT_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed:\n{}\n{}\nserver log:\n{log}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 42: every Hub route the real client browses with (model_info without a revision,
+/// repo_exists, file_exists, list_models with its filters and pages, list_repo_commits,
+/// get_paths_info, HfFileSystem ls/info/glob/open, `hf download`, `hf auth whoami`,
+/// whoami) against serve in local mode and in mirror mode (an empty store pulling from a
+/// second serve), with an allow-list that hides hidden/secret and a token file that names
+/// its tokens. tests/hub_routes.py asserts the results.
+#[test]
+fn hub_browsing_routes_answer_the_real_client_in_local_and_mirror_mode() {
+    let env = Env::new();
+    let s = series();
+    for r in ["r1", "r2", "r3", "r4"] {
+        let commit = s.commit(r);
+        let mut args = vec!["--repo", REPO, "--revision", commit.as_str(), "--ref", r];
+        if r == "r4" {
+            args.extend(["--ref", "main"]);
+        }
+        env.ingest(&s.plain(r), &args);
+    }
+    let dir = env.path("small");
+    for (p, data) in small_repo() {
+        let path = dir.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    }
+    for repo in [
+        "team/m0",
+        "team/m1",
+        "team/m2",
+        "team/m3",
+        "team/m4",
+        "hidden/secret",
+    ] {
+        env.ingest(&dir, &["--repo", repo, "--ref", "main"]);
+    }
+    let tokens = env.path("tokens");
+    std::fs::write(&tokens, "# browse\ntok-alice Alice  Team\ntok-plain\n").unwrap();
+    let guarded = [
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--allow",
+        "demo-org/*",
+        "--allow",
+        "team/*",
+    ];
+    // Local mode.
+    let local = Served::start(&env, &guarded);
+    let facts = hub_routes_client(&local.addr, &env, "tok-alice", "Alice Team", &local.log());
+    assert_eq!(facts["list_models_pages"], 3, "{facts}");
+    assert_eq!(facts["hidden"], "HfHubHTTPError", "{facts}");
+    // A token without a name is named by its hash; no token file: whoami says why.
+    let (status, body) = get(
+        &local.addr,
+        "/api/whoami-v2",
+        &["Authorization: Bearer tok-plain"],
+    );
+    assert_eq!(status, 200, "{body}");
+    let blake = blake3::hash(b"tok-plain").to_hex();
+    assert!(
+        body.contains(&format!("\"name\":\"token-{}\"", &blake[..8])),
+        "{body}"
+    );
+    let open = Served::start(&env, &[]);
+    let (status, body) = get(&open.addr, "/api/whoami-v2", &[]);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("no tokens configured"), "{body}");
+    // Mirror mode: an empty store, the same store served plainly as its upstream.
+    let m_env = Env::new();
+    let url = format!("http://{}", open.addr);
+    let mut args = vec!["--upstream", url.as_str()];
+    args.extend_from_slice(&guarded);
+    let mirror = Served::start(&m_env, &args);
+    let facts = hub_routes_client(
+        &mirror.addr,
+        &m_env,
+        "tok-alice",
+        "Alice Team",
+        &mirror.log(),
+    );
+    assert_eq!(facts["list_models_pages"], 3, "{facts}");
+    // hidden/secret was never pulled: the mirror's store lacks it.
+    let ls = m_env.ok(&["ls"]);
+    assert!(
+        !ls.contains("hidden/secret") && ls.contains("team/m4"),
+        "{ls}"
+    );
+}
