@@ -24,6 +24,11 @@
 //!   that forbids scripts, and a cookie is only ever set for a request that carried the
 //!   token.
 //!
+//! - browsing routes (issue 42): `GET /api/models` with its query, model info without a
+//!   revision, commits, whoami, datasets and spaces, and `POST .../paths-info/{rev}` with
+//!   form bodies (well-formed, truncated, huge, malformed escapes, non-UTF-8) to the
+//!   router, and with `Content-Length`s that lie or exceed the cap to the stack.
+//!
 //! CI runs [`CASES`] cases of each. The soak (`bench/serve_fuzz.sh N`) runs the same
 //! properties `N` times: `SERVE_FUZZ_INPUTS=N cargo test --release -p modelcas-serve
 //! --test fuzz -- --ignored soak --nocapture`.
@@ -586,6 +591,11 @@ fn segment() -> impl Strategy<Value = String> {
             "logout",
             "%3Cscript%3E",
             "%22%3E%3Cimg%20src%3Dx%20onerror%3Dy%3E",
+            "commits",
+            "paths-info",
+            "whoami-v2",
+            "datasets",
+            "spaces",
         ])
         .prop_map(String::from),
         any::<String>(),
@@ -637,6 +647,9 @@ fn path() -> impl Strategy<Value = String> {
             |(repo, rev, rest)| { format!("/api/models/{repo}/tree/{rev}/{}", rest.join("/")) }
         ),
         (repo(), segment()).prop_map(|(repo, rev)| format!("/api/models/{repo}/revision/{rev}")),
+        // The browsing routes, twice as often as each other shape.
+        browse_path(),
+        browse_path(),
         // The pages.
         prop::sample::select(vec![
             "/",
@@ -660,6 +673,112 @@ fn path() -> impl Strategy<Value = String> {
     ]
 }
 
+/// The Xet hash and the xorb ids (in the order of its reconstruction's terms) of each
+/// fixture file, sorted by path, as its reconstruction hands them out.
+fn xorbs() -> &'static Vec<(xethash::XetHash, Vec<[u8; 32]>)> {
+    static X: OnceLock<Vec<(xethash::XetHash, Vec<[u8; 32]>)>> = OnceLock::new();
+    X.get_or_init(|| {
+        let f = fixture();
+        let mut sorted: Vec<&(String, Vec<u8>)> = f.files.iter().collect();
+        sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let token = format!("Bearer {}", xet_opts().token(REPO, &f.commit, now() + 3600));
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("serve.example:8080"));
+        headers.insert("authorization", HeaderValue::from_str(&token).unwrap());
+        sorted
+            .into_iter()
+            .map(|(_, data)| {
+                let hash = xethash::file_hash(data);
+                let path = format!("/v1/reconstructions/{}", hash.hex());
+                let head = Head {
+                    method: &Method::GET,
+                    path: &path,
+                    query: "",
+                    headers: &headers,
+                    client: "fuzz",
+                };
+                let body = f.rt.block_on(collect(f.hub.route(&head).body)).unwrap();
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let ids = v["terms"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| {
+                        xethash::XetHash::parse(t["hash"].as_str().unwrap())
+                            .unwrap()
+                            .0
+                    })
+                    .collect();
+                (hash, ids)
+            })
+            .collect()
+    })
+}
+
+/// A signed fetch URL (path) of xorb `x` of fixture file `file` (by sorted path; beyond
+/// the files or its xorbs: the last ones), expiring in ten minutes.
+fn xorb_url(file: usize, x: usize) -> String {
+    let all = xorbs();
+    let (hash, ids) = &all[file.min(all.len() - 1)];
+    let id = ids[x.min(ids.len() - 1)];
+    xet_opts().xorb_path(REPO, &fixture().commit, hash, &id, now() + 600)
+}
+
+/// The browsing routes (issue 42): list, info without a revision, commits, paths-info,
+/// whoami, and repository types the store does not hold.
+fn browse_path() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("/api/models".to_string()),
+        Just("/api/whoami-v2".to_string()),
+        repo().prop_map(|r| format!("/api/models/{r}")),
+        (repo(), segment()).prop_map(|(r, rev)| format!("/api/models/{r}/commits/{rev}")),
+        (repo(), segment()).prop_map(|(r, rev)| format!("/api/models/{r}/paths-info/{rev}")),
+        Just(format!("/api/models/{REPO}/paths-info/main")),
+        (
+            prop::sample::select(vec!["datasets", "spaces"]),
+            repo(),
+            segment()
+        )
+            .prop_map(|(k, r, s)| format!("/api/{k}/{r}/{s}")),
+        (prop::sample::select(vec!["datasets", "spaces"]), repo())
+            .prop_map(|(k, r)| format!("/{k}/{r}/resolve/main/config.json")),
+    ]
+}
+
+/// Request bodies (for `paths-info`): empty, form-encoded paths the fixture has or not,
+/// malformed escapes, arbitrary bytes, and large ones (past the path cap).
+fn body() -> impl Strategy<Value = Vec<u8>> {
+    let names = vec![
+        "config.json",
+        "sub",
+        "sub/dir",
+        "sub/dir/tokenizer.model",
+        "donn%C3%A9es",
+        "na%C3%AFve.txt",
+        "nope",
+        "",
+        "/",
+        "%ff",
+        "%C3",
+        "%",
+        "a+b",
+        "sub%2Fdir",
+    ];
+    prop_oneof![
+        3 => Just(Vec::new()),
+        4 => (prop::collection::vec(prop::sample::select(names), 0..6), any::<bool>()).prop_map(
+            |(paths, expand)| {
+                let mut b: Vec<String> = paths.iter().map(|p| format!("paths={p}")).collect();
+                b.push(format!("expand={}", if expand { "True" } else { "False" }));
+                b.join("&").into_bytes()
+            }
+        ),
+        1 => prop::collection::vec(any::<u8>(), 0..64),
+        1 => "[a-z=&%+.é]{0,40}".prop_map(String::into_bytes),
+        1 => (1usize..5).prop_map(|k| "paths=config.json&".repeat(k * 3000).into_bytes()),
+    ]
+}
+
 /// The Xet routes (issue 28): token, reconstructions of real and arbitrary hashes, fetch
 /// URLs signed for the fixture's files (some with a part changed) and arbitrary ones.
 fn xet_path() -> impl Strategy<Value = String> {
@@ -680,8 +799,7 @@ fn xet_path() -> impl Strategy<Value = String> {
         segment().prop_map(|s| format!("/v2/reconstructions/{s}")),
         // Half of them unchanged, so that some are answered with bytes.
         (0usize..8, 0usize..2, 0u8..14, segment()).prop_map(|(file, x, change, s)| {
-            let f = fixture();
-            let p = xet_opts().xorb_path(REPO, &f.commit, file, x, now() + 600);
+            let p = xorb_url(file, x);
             let mut parts: Vec<String> = p.split('/').map(str::to_string).collect();
             let n = parts.len();
             if usize::from(change) < 7 {
@@ -712,6 +830,15 @@ fn range() -> impl Strategy<Value = Option<Vec<u8>>> {
 fn query() -> impl Strategy<Value = String> {
     prop_oneof![
         3 => "[a-z=&]{0,20}",
+        2 => (
+            prop::sample::select(vec!["search", "author", "sort", "direction", "limit", "p",
+                                      "full", "blobs", "filter"]),
+            prop::sample::select(vec!["org", "MODEL", "lastModified", "createdAt", "id",
+                                      "likes", "bogus", "-1", "1", "0", "2",
+                                      "99999999999999999999", "true", "%ff", "%", "a+b"]),
+            "[a-z=&]{0,8}",
+        )
+            .prop_map(|(k, v, rest)| format!("{k}={v}&{rest}")),
         1 => "unused-for=[0-9a-z%<>\" +]{0,12}",
         1 => Just(format!("token={TOKEN}")),
     ]
@@ -753,7 +880,7 @@ fn auth() -> impl Strategy<Value = Option<Vec<u8>>> {
     ]
 }
 
-/// One routed request and everything checked about its reply.
+/// One routed request without a body and everything checked about its reply.
 fn check_route(
     hub: &Hub,
     method: &Method,
@@ -761,6 +888,23 @@ fn check_route(
     query: &str,
     range: Option<&[u8]>,
     auth: Option<&[u8]>,
+) -> Result<(), TestCaseError> {
+    check_route_body(hub, method, path, query, range, auth, &[])
+}
+
+/// [`check_route`] with a request body.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of one request, each used once"
+)]
+fn check_route_body(
+    hub: &Hub,
+    method: &Method,
+    path: &str,
+    query: &str,
+    range: Option<&[u8]>,
+    auth: Option<&[u8]>,
+    body: &[u8],
 ) -> Result<(), TestCaseError> {
     let f = fixture();
     let mut headers = HeaderMap::new();
@@ -778,7 +922,7 @@ fn check_route(
         headers: &headers,
         client: "fuzz",
     };
-    let reply = hub.route(&head);
+    let reply = hub.route_with_body(&head, body);
     let status = reply.status.as_u16();
     prop_assert!((200..600).contains(&status), "status {status}");
     for (k, v) in &reply.headers {
@@ -815,6 +959,13 @@ fn check_route(
     let body = body.map_err(|e| TestCaseError::fail(format!("body failed: {e}")))?;
     if html {
         check_page(&body)?;
+    }
+    let json = reply_is_json(&reply.headers);
+    if json && !body.is_empty() {
+        prop_assert!(
+            serde_json::from_slice::<serde_json::Value>(&body).is_ok(),
+            "a JSON reply that does not parse: {path}"
+        );
     }
     if xet_bytes {
         // Chunk records: as long as announced, each header consistent (from the start).
@@ -860,8 +1011,36 @@ fn check_route(
     Ok(())
 }
 
+/// Whether a reply says it is JSON.
+fn reply_is_json(h: &HeaderMap) -> bool {
+    h.get("content-type")
+        .is_some_and(|v| v.as_bytes() == b"application/json")
+}
+
 /// Writes `input` to one connection through hyper and reads everything back.
 fn check_stack(hub: &Arc<Hub>, input: &[u8]) -> Result<(), TestCaseError> {
+    let (out, joined) = exchange(hub, input);
+    prop_assert!(joined.is_ok(), "connection task panicked");
+    prop_assert_eq!(hub.metrics().panics(), 0);
+    if !out.is_empty() {
+        prop_assert!(
+            out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "),
+            "{:?}",
+            String::from_utf8_lossy(&out[..out.len().min(200)])
+        );
+        let code = &out[9..out.len().min(12)];
+        prop_assert!(
+            code.len() == 3 && code.iter().all(u8::is_ascii_digit),
+            "{:?}",
+            code
+        );
+    }
+    Ok(())
+}
+
+/// `input` written to one connection through hyper: what came back, and whether the
+/// connection task ended without a panic.
+fn exchange(hub: &Arc<Hub>, input: &[u8]) -> (Vec<u8>, Result<(), bool>) {
     let f = fixture();
     let limits = Limits {
         header_timeout: Duration::from_secs(5),
@@ -888,22 +1067,7 @@ fn check_stack(hub: &Arc<Hub>, input: &[u8]) -> Result<(), TestCaseError> {
         (out, r.is_ok(), joined.map_err(|e| e.is_panic()))
     });
     let (out, _, joined) = out;
-    prop_assert!(joined.is_ok(), "connection task panicked");
-    prop_assert_eq!(hub.metrics().panics(), 0);
-    if !out.is_empty() {
-        prop_assert!(
-            out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "),
-            "{:?}",
-            String::from_utf8_lossy(&out[..out.len().min(200)])
-        );
-        let code = &out[9..out.len().min(12)];
-        prop_assert!(
-            code.len() == 3 && code.iter().all(u8::is_ascii_digit),
-            "{:?}",
-            code
-        );
-    }
-    Ok(())
+    (out, joined.map(|_| ()))
 }
 
 /// A request built from arbitrary parts, as raw bytes.
@@ -912,6 +1076,7 @@ fn raw_request() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             Just(b"GET".to_vec()),
             Just(b"HEAD".to_vec()),
+            Just(b"POST".to_vec()),
             prop::collection::vec(any::<u8>(), 0..6)
         ],
         prop_oneof![
@@ -921,8 +1086,9 @@ fn raw_request() -> impl Strategy<Value = Vec<u8>> {
         range(),
         auth(),
         prop::collection::vec(any::<u8>(), 0..16),
+        raw_body(),
     )
-        .prop_map(|(m, target, range, auth, junk)| {
+        .prop_map(|(m, target, range, auth, junk, body)| {
             let mut r = m;
             r.push(b' ');
             r.extend(target);
@@ -934,10 +1100,29 @@ fn raw_request() -> impl Strategy<Value = Vec<u8>> {
                     r.extend_from_slice(b"\r\n");
                 }
             }
+            if let Some((Some(n), _)) = &body {
+                r.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes());
+            }
             r.extend(junk);
             r.extend_from_slice(b"\r\n\r\n");
+            if let Some((_, b)) = body {
+                r.extend(b);
+            }
             r
         })
+}
+
+/// A body after the head, with its `Content-Length`: the body's own, one that lies (more
+/// or fewer bytes than sent), one past the server's cap, or none.
+fn raw_body() -> impl Strategy<Value = Option<(Option<u64>, Vec<u8>)>> {
+    prop_oneof![
+        2 => Just(None),
+        3 => body().prop_map(|b| Some((Some(b.len() as u64), b))),
+        1 => (body(), any::<u64>()).prop_map(|(b, n)| Some((Some(n % (3 << 20)), b))),
+        1 => Just(Some((Some(u64::MAX), b"paths=config.json".to_vec()))),
+        1 => Just(Some((Some(2 << 20), vec![b'a'; 2 << 20]))),
+        1 => body().prop_map(|b| Some((None, b))),
+    ]
 }
 
 fn cfg(cases: u32) -> Config {
@@ -954,8 +1139,10 @@ fn run(cases: u32) -> u64 {
     let mut runner = TestRunner::new(cfg(cases));
     runner
         .run(
-            &(method(), path(), query(), range(), auth()),
-            |(m, p, q, r, a)| check_route(&f.hub, &m, &p, &q, r.as_deref(), a.as_deref()),
+            &(method(), path(), query(), range(), auth(), body()),
+            |(m, p, q, r, a, b)| {
+                check_route_body(&f.hub, &m, &p, &q, r.as_deref(), a.as_deref(), &b)
+            },
         )
         .unwrap();
     n += cases as u64;
@@ -988,10 +1175,10 @@ fn run_policy(cases: u32) -> u64 {
     let mut runner = TestRunner::new(cfg(cases));
     runner
         .run(
-            &(method(), path(), query(), range(), auth()),
-            |(m, path, q, r, a)| {
+            &(method(), path(), query(), range(), auth(), body()),
+            |(m, path, q, r, a, b)| {
                 let before = policy_state();
-                check_route(&p.hub, &m, &path, &q, r.as_deref(), a.as_deref())?;
+                check_route_body(&p.hub, &m, &path, &q, r.as_deref(), a.as_deref(), &b)?;
                 check_policy(before)
             },
         )
@@ -1018,17 +1205,22 @@ fn run_policy(cases: u32) -> u64 {
                 repo(),
                 known_rev(),
                 prop::sample::select(files().into_iter().map(|(p, _)| p).collect::<Vec<_>>()),
-                0..3usize,
+                0..6usize,
             ),
             |(m, repo, rev, file, shape)| {
                 let before = policy_state();
                 let path = match shape {
                     0 => format!("/{repo}/resolve/{rev}/{file}"),
                     1 => format!("/api/models/{repo}/tree/{rev}"),
+                    2 => format!("/api/models/{repo}/commits/{rev}"),
+                    3 => format!("/api/models/{repo}"),
+                    4 => format!("/api/models/{repo}/paths-info/{rev}"),
                     _ => format!("/api/models/{repo}/revision/{rev}"),
                 };
+                let m = if shape == 4 { Method::POST } else { m };
+                let body = format!("paths={file}&paths=sub&expand=False");
                 let auth = format!("Bearer {TOKEN}").into_bytes();
-                check_route(&p.hub, &m, &path, "", None, Some(&auth))?;
+                check_route_body(&p.hub, &m, &path, "", None, Some(&auth), body.as_bytes())?;
                 check_policy(before)
             },
         )
@@ -1118,7 +1310,7 @@ fn well_formed_xet_requests() {
     let mut sorted: Vec<&(String, Vec<u8>)> = f.files.iter().collect();
     sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     for (file, (name, want)) in sorted.into_iter().enumerate() {
-        let path = xet_opts().xorb_path(REPO, &f.commit, file, 0, now() + 600);
+        let path = xorb_url(file, 0);
         for range in [None, Some(&b"bytes=0-99"[..])] {
             check_route(&f.hub, &Method::GET, &path, "", range, None).unwrap();
         }
@@ -1260,4 +1452,117 @@ fn soak() {
         started.elapsed().as_secs_f64()
     );
     assert_eq!(panics, 0);
+}
+
+/// A routed request with the token: status, headers and body as JSON (Null if none).
+fn routed(
+    method: Method,
+    path: &str,
+    query: &str,
+    body: &[u8],
+) -> (u16, HeaderMap, serde_json::Value) {
+    let f = fixture();
+    let mut headers = HeaderMap::new();
+    headers.insert("host", HeaderValue::from_static("serve.example:8080"));
+    let auth = format!("Bearer {TOKEN}");
+    headers.insert("authorization", HeaderValue::from_str(&auth).unwrap());
+    let head = Head {
+        method: &method,
+        path,
+        query,
+        headers: &headers,
+        client: "fuzz",
+    };
+    let r = f.hub.route_with_body(&head, body);
+    let bytes = f.rt.block_on(collect(r.body)).unwrap();
+    let v = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+    (r.status.as_u16(), r.headers, v)
+}
+
+/// Issue 42: the browsing routes answer well-formed requests with the fixture's facts, and
+/// the stack reads a `paths-info` body (413 past the cap, 405 for other methods).
+#[test]
+fn browsing_routes_answer_with_the_stored_facts() {
+    let f = fixture();
+    let (s, _, v) = routed(
+        Method::GET,
+        "/api/models",
+        "search=MOD&sort=lastModified",
+        &[],
+    );
+    assert_eq!(
+        (s, v[0]["id"].as_str(), v[0]["sha"].as_str()),
+        (200, Some(REPO), Some(&f.commit[..]))
+    );
+    let (s, _, v) = routed(Method::GET, "/api/models", "author=nobody", &[]);
+    assert_eq!((s, v), (200, serde_json::json!([])));
+    let (s, _, v) = routed(Method::GET, &format!("/api/models/{REPO}"), "", &[]);
+    assert_eq!((s, v["sha"].as_str()), (200, Some(&f.commit[..])));
+    assert_eq!(v["siblings"].as_array().map(Vec::len), Some(f.files.len()));
+    let (s, _, v) = routed(
+        Method::GET,
+        &format!("/api/models/{REPO}/commits/main"),
+        "",
+        &[],
+    );
+    assert_eq!((s, v[0]["id"].as_str()), (200, Some(&f.commit[..])));
+    let path = format!("/api/models/{REPO}/paths-info/main");
+    let (s, _, v) = routed(
+        Method::POST,
+        &path,
+        "",
+        b"paths=config.json&paths=sub&paths=nope",
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        (v[0]["type"].as_str(), v[0]["size"].as_u64()),
+        (Some("file"), Some(9))
+    );
+    assert_eq!(
+        (v[1]["type"].as_str(), v[1]["path"].as_str()),
+        (Some("directory"), Some("sub"))
+    );
+    assert_eq!(v.as_array().map(Vec::len), Some(2));
+    let (s, _, v) = routed(Method::GET, "/api/whoami-v2", "", &[]);
+    assert_eq!(
+        (s, v["name"].as_str()),
+        (200, Some(&hubserve::default_token_name(TOKEN)[..]))
+    );
+    let (s, h, _) = routed(Method::GET, &format!("/api/datasets/{REPO}"), "", &[]);
+    assert_eq!(
+        (s, h.get("x-error-code").map(|v| v.as_bytes())),
+        (404, Some(&b"RepoNotFound"[..]))
+    );
+    // Through hyper: the body is read, capped; other methods are refused.
+    let body = "paths=config.json";
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (out, joined) = exchange(&f.hub, req.as_bytes());
+    let out = String::from_utf8_lossy(&out);
+    assert!(
+        joined.is_ok() && out.starts_with("HTTP/1.1 200") && out.contains("\"config.json\""),
+        "{out}"
+    );
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\npaths=x",
+        2 << 20
+    );
+    let (out, _) = exchange(&f.hub, req.as_bytes());
+    assert!(
+        out.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let req = format!("PUT {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n");
+    let (out, _) = exchange(&f.hub, req.as_bytes());
+    assert!(
+        out.starts_with(b"HTTP/1.1 405"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(f.hub.metrics().panics(), 0);
 }
