@@ -7,6 +7,7 @@
 mod common;
 
 use std::fs::File;
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -480,4 +481,30 @@ fn a_held_entry_changed_on_disk_is_not_served_to_the_next_open_with_passthrough(
 #[test]
 fn a_held_entry_changed_on_disk_is_not_served_to_the_next_open_without_passthrough() {
     a_held_entry_changed_on_disk_is_checked_again_for_the_next_open(&["--no-passthrough"]);
+}
+
+/// The held handle read the damaged entry whole (without passthrough its reads come from
+/// the node's file through the mount, and the kernel keeps the pages): the next open's
+/// check finds the damage and rewrites the file, and that open must also drop the pages
+/// the kernel kept, or it is served the damaged bytes from the page cache (issue 36 point
+/// 5, the page-cache half; before the fix the open kept the cache and read the flip).
+#[test]
+fn pages_read_from_a_damaged_held_entry_are_not_served_to_the_next_open() {
+    let env = Env::new();
+    fill_r1(&env, &["--no-passthrough"]);
+    let (victim, path, sha) = largest_entry(&env);
+    let m = Mount::start(&env, &["--no-passthrough"]);
+    let rel = m.p(&format!("{REPO}/r1/{path}"));
+    let held = File::open(&rel).unwrap();
+    let mut b = [0u8; 8];
+    held.read_exact_at(&mut b, 0).unwrap();
+    flip_one_bit(&victim);
+    let mut whole = Vec::new();
+    (&held).read_to_end(&mut whole).unwrap();
+    assert_eq!(
+        sha256_file(&rel),
+        sha,
+        "{path} opened after the held handle read the damaged entry"
+    );
+    drop(held);
 }

@@ -160,7 +160,11 @@ impl Filesystem for ModelFs {
         let fh = FileHandle(opened.fh);
         match &opened.how {
             OpenHow::Passthrough(id) => reply.opened_passthrough(fh, FopenFlags::empty(), id),
-            OpenHow::Whole | OpenHow::Stream => reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE),
+            OpenHow::Whole | OpenHow::Stream if opened.keep_cache => {
+                reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            // Without KEEP_CACHE the kernel drops the inode's pages at this open.
+            OpenHow::Whole | OpenHow::Stream => reply.opened(fh, FopenFlags::empty()),
         }
     }
 

@@ -97,6 +97,10 @@ pub enum OpenHow<B> {
 pub struct Opened<B> {
     pub fh: u64,
     pub how: OpenHow<B>,
+    /// Whether the kernel may keep the pages it has of the inode (`FOPEN_KEEP_CACHE`):
+    /// not when this open found the file held for another handle damaged, since pages read
+    /// from it before may be wrong.
+    pub keep_cache: bool,
 }
 
 /// The mount's file system; `B` is the kernel's backing-file id (`fuser::BackingId`).
@@ -303,6 +307,7 @@ impl<B> MountCore<B> {
             &tree.manifest,
             &tree.manifest.files[i],
         );
+        let keep_cache = prepared.keeps_cache();
         let mut inodes = self.open.inodes.lock().unwrap_or_else(|p| p.into_inner());
         let mode = match inodes.get(&ino) {
             Some(open) => OpenFiles::shared_mode(&open.mode, &prepared)?,
@@ -339,6 +344,7 @@ impl<B> MountCore<B> {
                 Mode::Whole(_) => OpenHow::Whole,
                 Mode::Stream => OpenHow::Stream,
             },
+            keep_cache,
         })
     }
 

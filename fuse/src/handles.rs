@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use read::cache::ChunkCache;
-use read::file_cache::FileCache;
+use read::file_cache::{FileCache, HeldFile};
 use read::readahead::{FileStream, ReadaheadConfig};
 use read::tensor_plan::TensorOrder;
 use repo::manifest::{FileEntry, Manifest};
@@ -64,11 +64,23 @@ impl<B> Clone for Mode<B> {
 pub(crate) enum Prepared {
     /// No handle of the inode was open: the node's whole file, checked (None: none).
     Fresh(Option<File>),
-    /// A handle was open on this whole file: whether it is, checked again, right.
-    Held { file: Arc<File>, good: bool },
+    /// A handle was open on this whole file: what checking it again found.
+    Held { file: Arc<File>, found: HeldFile },
 }
 
 impl Prepared {
+    /// Whether pages the kernel kept for the inode may stay: not when the held file was
+    /// found damaged (the pages may hold what was read from it before).
+    pub(crate) fn keeps_cache(&self) -> bool {
+        !matches!(
+            self,
+            Prepared::Held {
+                found: HeldFile::Repaired | HeldFile::Bad,
+                ..
+            }
+        )
+    }
+
     /// The checked whole file for an inode that has no open handle now (a held file is
     /// not: its inode was closed since, and the open streams).
     pub(crate) fn fresh(self) -> Option<File> {
@@ -174,8 +186,8 @@ impl<B> OpenFiles<B> {
         match held {
             None => Prepared::Fresh(files.open_file(f)),
             Some(file) => {
-                let good = files.reuse_held(store, manifest, f, &file);
-                Prepared::Held { file, good }
+                let found = files.reuse_held(store, manifest, f, &file);
+                Prepared::Held { file, found }
             }
         }
     }
@@ -191,12 +203,20 @@ impl<B> OpenFiles<B> {
             Mode::Whole(file) | Mode::Passthrough { file, .. } => file,
         };
         match (prepared, mode) {
-            (Prepared::Held { file, good: false }, Mode::Whole(_)) if Arc::ptr_eq(file, held) => {
-                Ok(Mode::Stream)
-            }
-            (Prepared::Held { file, good: false }, _) if Arc::ptr_eq(file, held) => {
-                Err(FsError::Io)
-            }
+            (
+                Prepared::Held {
+                    file,
+                    found: HeldFile::Bad,
+                },
+                Mode::Whole(_),
+            ) if Arc::ptr_eq(file, held) => Ok(Mode::Stream),
+            (
+                Prepared::Held {
+                    file,
+                    found: HeldFile::Bad,
+                },
+                _,
+            ) if Arc::ptr_eq(file, held) => Err(FsError::Io),
             _ => Ok(mode.clone()),
         }
     }

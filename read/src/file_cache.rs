@@ -89,6 +89,18 @@ struct Pending {
     deferred: u64,
 }
 
+/// What [`FileCache::reuse_held`] found of a file held open for an earlier open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldFile {
+    /// The file that was checked (same stamp), or checked again and right.
+    Good,
+    /// Found damaged, written again from the store and right now: what was read from it
+    /// before (pages the kernel may keep) may have been wrong.
+    Repaired,
+    /// Damaged, and not made right: not to be handed out.
+    Bad,
+}
+
 /// Whole, verified files of revisions on the node's disk.
 pub struct FileCache {
     dir: LruDir,
@@ -193,28 +205,31 @@ impl FileCache {
     /// still in use, may serve another open: by its stamp it is the file that was checked,
     /// or it is checked again now. A held file found damaged is written again in place
     /// from `store` (file `f` of `manifest`: every byte the reader gives is checked, and
-    /// the file is then checked again under a new stamp). False: it could not be made
-    /// right, and the caller does not hand it out.
+    /// the file is then checked again under a new stamp). [`HeldFile::Bad`]: it could not
+    /// be made right, and the caller does not hand it out.
     pub fn reuse_held(
         &self,
         store: &Store,
         manifest: &Manifest,
         f: &FileEntry,
         file: &fs::File,
-    ) -> bool {
+    ) -> HeldFile {
         let hex = f.sha256_hex();
         if self.verdict(f, &hex, file, false) == Some(Verdict::Good) {
-            return true;
+            return HeldFile::Good;
         }
         if let Err(e) = rewrite(store, manifest, f, file) {
             tracing::warn!("file cache: {}: a held file not written again: {e}", f.path);
-            return false;
+            return HeldFile::Bad;
         }
         tracing::warn!(
             "file cache: {}: a held file written again from the store",
             f.path
         );
-        self.verdict(f, &hex, file, false) == Some(Verdict::Good)
+        match self.verdict(f, &hex, file, false) {
+            Some(Verdict::Good) => HeldFile::Repaired,
+            _ => HeldFile::Bad,
+        }
     }
 
     /// The verdict on the open entry `file` of `f` under the stamp it has now: recorded by
