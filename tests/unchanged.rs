@@ -650,9 +650,9 @@ mod uffd {
     const UFFDIO_COPY: libc::c_ulong = 0xC028_AA03;
     const EVENT_PAGEFAULT: u8 = 0x12;
 
-    /// The buffer (address, length) as plain numbers, to move into the writer thread.
+    /// The buffer's address as a plain number, to move into the writer thread.
     #[derive(Clone, Copy)]
-    pub struct Buffer(pub usize, pub usize);
+    pub struct Buffer(pub usize);
 
     pub struct Stalled {
         fd: OwnedFd,
@@ -705,7 +705,7 @@ mod uffd {
         }
 
         pub fn buffer(&self) -> Buffer {
-            Buffer(self.at, self.len)
+            Buffer(self.at)
         }
 
         /// Blocks until something touched the withheld pages.
