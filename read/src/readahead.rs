@@ -1,11 +1,10 @@
 //! Per-open-file reads with sequential detection and a growing read-ahead window, on top of
 //! the shared [`ChunkCache`].
 //!
-//! How model servers read (see `shared/notes/read-path.md`): `safe_open` memory-maps a
-//! shard and faults pages in roughly sequential order with jumps; the `eager`/`prefetch`
-//! strategies read whole files sequentially, sometimes from several threads in 16 MiB
-//! blocks; tokenizer and config files are small reads. The kernel's own read-ahead reorders
-//! requests a little. So:
+//! How model servers read: `safe_open` memory-maps a shard and faults pages in roughly
+//! sequential order with jumps; the `eager`/`prefetch` strategies read whole files
+//! sequentially, sometimes from several threads in 16 MiB blocks; tokenizer and config
+//! files are small reads. The kernel's own read-ahead reorders requests a little. So:
 //!
 //! * A read counts as sequential when it starts no more than
 //!   [`ReadaheadConfig::back_slack`] before or [`ReadaheadConfig::forward_slack`] after where

@@ -2,7 +2,7 @@
 //!
 //! Every model server starts a load the same way: `config.json`, then
 //! `generation_config.json`, `tokenizer_config.json`, `special_tokens_map.json`, the
-//! `model.safetensors.index.json`, a `README.md` now and then (`shared/notes/read-path.md`).
+//! `model.safetensors.index.json`, a `README.md` now and then (vLLM, transformers).
 //! With the default chunking each is one chunk (a file below the minimum chunk is never
 //! cut), and on a cold node each costs a pack open and a disk read before its first byte.
 //! So when a reader first
