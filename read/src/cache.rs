@@ -19,7 +19,7 @@
 //! (about 30 yields per small file read through the mount; docs/BENCHMARKS.md).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{unbounded, Sender};
 
@@ -98,27 +98,18 @@ struct Decode {
     cached: bool,
 }
 
-/// One fetch in flight: its waiters sleep here until the outcome is set.
+/// One fetch in flight: its waiters sleep here until the outcome is set (once).
 #[derive(Default)]
-struct Slot {
-    outcome: Mutex<Option<Outcome>>,
-    done: Condvar,
-}
+struct Slot(std::sync::OnceLock<Outcome>);
 
 impl Slot {
     fn wait(&self) -> Outcome {
-        let mut g = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(o) = g.as_ref() {
-                return o.clone();
-            }
-            g = self.done.wait(g).unwrap_or_else(|p| p.into_inner());
-        }
+        self.0.wait().clone()
     }
 
     fn set(&self, o: Outcome) {
-        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(o);
-        self.done.notify_all();
+        // Set once: a second outcome for the same fetch is not possible (one fetcher).
+        let _ = self.0.set(o);
     }
 }
 
