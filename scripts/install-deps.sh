@@ -14,9 +14,20 @@
 # Safe to run repeatedly: a second run checks and does nothing (a second or two).
 # Prints nothing but problems and what it installs; `. scripts/env.sh` then points
 # MODELCAS_PYTHON at the venv's interpreter.
+#   scripts/install-deps.sh          everything above (the tests, CI)
+#   scripts/install-deps.sh --main   only what building and running the main job needs
+#                                    (scripts/quickstart.sh): steps 1 (without chromium
+#                                    and the venv) and 2; a later run without --main adds
+#                                    the rest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail() { echo "install-deps: FAILED at step '$1': $2" >&2; exit 1; }
+main_only=false
+case "${1:-}" in
+  --main) main_only=true ;;
+  "") ;;
+  *) fail args "unknown argument '$1' (usage: install-deps.sh [--main])" ;;
+esac
 
 # 1. Debian packages.
 need_apt=()
@@ -24,9 +35,10 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
 dpkg -s python3-venv >/dev/null 2>&1 || python3 -c 'import ensurepip, venv' >/dev/null 2>&1 \
   || need_apt+=(python3-venv)
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+$main_only || command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 \
     || fail apt "missing ${need_apt[*]} and no apt-get here: install them with your package manager"
@@ -43,6 +55,18 @@ bash scripts/check-toolchain.sh || fail rust "see above"
 # 3. Python packages, in a venv of their own.
 venv="${MODELCAS_VENV:-$HOME/.cache/modelcas/venv}"
 req=scripts/requirements.txt
+if $main_only; then
+  # The main job's one package: numpy, for the demo generator (bench/gen_revisions.py),
+  # at the version requirements.txt pins.
+  if ! "$venv/bin/python" -c 'import numpy' >/dev/null 2>&1; then
+    echo "install-deps: numpy (the demo generator) into $venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv" || fail venv "python3 -m venv $venv failed (is python3-venv installed?)"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$(grep '^numpy==' "$req")" \
+      || fail pip "pip install numpy into $venv failed"
+  fi
+  exit 0
+fi
 stamp="$venv/.requirements.sha256"
 want=$(sha256sum "$req" | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

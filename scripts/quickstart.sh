@@ -8,9 +8,13 @@
 # else it generates a small demo model (four revisions, 64 MiB) and ingests that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+# Only what the main job needs (no browser, lint tools or test packages: scripts/test.sh
+# installs those), and the build of the whole workspace's binaries, so that the tests'
+# build (scripts/test.sh: the same workspace, plus the store's test hooks) reuses every
+# dependency built here and rebuilds only the store and what depends on it.
+bash scripts/install-deps.sh --main
 . scripts/env.sh
-cargo build --release -p modelcas
+cargo build --release --workspace --bins
 dist=$(bash scripts/dist.sh)
 mkdir -p "$HOME/.local/bin"
 install -m 0755 "$dist" "$HOME/.local/bin/modelcas"
@@ -24,9 +28,9 @@ if [ ! -d "$src" ]; then
 fi
 "$bin" ingest "$src"
 "$bin" ls
-for repo in $("$bin" ls --json | "$MODELCAS_PYTHON" -c 'import json,sys; [print(r["repo"]) for r in json.load(sys.stdin)["repos"]]'); do
+for repo in $("$bin" ls --json | python3 -c 'import json,sys; [print(r["repo"]) for r in json.load(sys.stdin)["repos"]]'); do
   "$bin" ls "$repo"
-  for c in $("$bin" ls "$repo" --json | "$MODELCAS_PYTHON" -c 'import json,sys; [print(c["commit"]) for c in json.load(sys.stdin)["commits"]]'); do
+  for c in $("$bin" ls "$repo" --json | python3 -c 'import json,sys; [print(c["commit"]) for c in json.load(sys.stdin)["commits"]]'); do
     "$bin" verify "$repo@$c"
   done
 done
