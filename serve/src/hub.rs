@@ -310,7 +310,7 @@ impl Hub {
             self.count("paths-info", r.status.as_u16());
             return r;
         }
-        if !get && !head || paths_info.is_some() {
+        if (!get && !head) || paths_info.is_some() {
             self.count("other", 405);
             let allow = if paths_info.is_some() {
                 "POST"

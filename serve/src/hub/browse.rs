@@ -371,45 +371,53 @@ impl Hub {
     /// `GET /api/models/{org}/{name}/commits/{rev}`: the stored revisions from the one
     /// `rev` names back, newest published first (a locked repository: its lock alone).
     pub(super) fn commits(&self, req: &Head<'_>, org: &str, name: &str, rev: &str) -> Reply {
-        let r = (|| -> Result<Reply, Box<Reply>> {
-            let q = query_pairs(req.query)?;
-            let (limit, page) = page_params(&q, COMMITS_PAGE, COMMITS_PAGE_MAX)?;
-            let at = self.locate(org, name, rev)?;
-            let history = self.history(&at.repo)?;
-            let start = history.iter().position(|(c, _)| *c == at.commit);
-            let mut from: Vec<(CommitId, RevFacts)> = match start {
-                Some(i) => history[i..].to_vec(),
-                None => vec![(
-                    at.commit,
-                    RevFacts {
-                        order: at.manifest.order(None),
-                        files: at.manifest.files.len(),
-                        source: at.manifest.source.clone(),
-                    },
-                )],
-            };
-            if self.policy.lock_of(&at.repo).is_some() {
-                from.truncate(1);
-            }
-            let mut refs: BTreeMap<CommitId, Vec<String>> = BTreeMap::new();
-            for (n, c) in self.store.refs(&at.repo).map_err(internal)? {
-                refs.entry(c).or_default().push(n);
-            }
-            let (shown, more) = page_of(&from, limit, page);
-            let items: Vec<Value> = shown
-                .iter()
-                .map(|(c, f)| commit_item(c, f, refs.get(c)))
-                .collect();
-            let mut r = Reply::json(StatusCode::OK, &Value::Array(items));
-            if more {
-                r.headers.insert(
-                    header::LINK,
-                    next_link(req.headers, req.path, req.query, page),
-                );
-            }
-            Ok(r)
-        })();
-        r.unwrap_or_else(|r| *r)
+        self.commits_inner(req, org, name, rev)
+            .unwrap_or_else(|r| *r)
+    }
+
+    fn commits_inner(
+        &self,
+        req: &Head<'_>,
+        org: &str,
+        name: &str,
+        rev: &str,
+    ) -> Result<Reply, Box<Reply>> {
+        let q = query_pairs(req.query)?;
+        let (limit, page) = page_params(&q, COMMITS_PAGE, COMMITS_PAGE_MAX)?;
+        let at = self.locate(org, name, rev)?;
+        let history = self.history(&at.repo)?;
+        let start = history.iter().position(|(c, _)| *c == at.commit);
+        let mut from: Vec<(CommitId, RevFacts)> = match start {
+            Some(i) => history[i..].to_vec(),
+            None => vec![(
+                at.commit,
+                RevFacts {
+                    order: at.manifest.order(None),
+                    files: at.manifest.files.len(),
+                    source: at.manifest.source.clone(),
+                },
+            )],
+        };
+        if self.policy.lock_of(&at.repo).is_some() {
+            from.truncate(1);
+        }
+        let mut refs: BTreeMap<CommitId, Vec<String>> = BTreeMap::new();
+        for (n, c) in self.store.refs(&at.repo).map_err(internal)? {
+            refs.entry(c).or_default().push(n);
+        }
+        let (shown, more) = page_of(&from, limit, page);
+        let items: Vec<Value> = shown
+            .iter()
+            .map(|(c, f)| commit_item(c, f, refs.get(c)))
+            .collect();
+        let mut r = Reply::json(StatusCode::OK, &Value::Array(items));
+        if more {
+            r.headers.insert(
+                header::LINK,
+                next_link(req.headers, req.path, req.query, page),
+            );
+        }
+        Ok(r)
     }
 
     /// `GET /api/whoami-v2`: the token's name from the token file (routing has checked the
