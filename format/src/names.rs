@@ -26,7 +26,7 @@ impl<Context> Decode<Context> for RepoId {
     ) -> std::result::Result<Self, bincode::error::DecodeError> {
         let org = String::decode(decoder)?;
         let name = String::decode(decoder)?;
-        if valid_part(&org) && valid_part(&name) {
+        if is_valid_repo_part(&org) && is_valid_repo_part(&name) {
             Ok(RepoId { org, name })
         } else {
             Err(bincode::error::DecodeError::OtherString(format!(
@@ -37,7 +37,11 @@ impl<Context> Decode<Context> for RepoId {
 }
 bincode::impl_borrow_decode!(RepoId);
 
-fn valid_part(s: &str) -> bool {
+/// Whether `s` is a valid part (organisation or name) of a Hub repository id: letters,
+/// digits, `-`, `_`, `.`; not empty, at most 96 bytes, no `--` or `..`, not starting or
+/// ending with `-` or `.` (the Hub's rules, which keep cache folder names unambiguous).
+/// The one definition: [`RepoId::parse`] and the Hub client's checks use it.
+pub fn is_valid_repo_part(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 96
         && s.chars()
@@ -54,10 +58,14 @@ impl RepoId {
     pub fn parse(s: &str) -> Result<RepoId> {
         let mut parts = s.split('/');
         match (parts.next(), parts.next(), parts.next()) {
-            (Some(org), Some(name), None) if valid_part(org) && valid_part(name) => Ok(RepoId {
-                org: org.to_string(),
-                name: name.to_string(),
-            }),
+            (Some(org), Some(name), None)
+                if is_valid_repo_part(org) && is_valid_repo_part(name) =>
+            {
+                Ok(RepoId {
+                    org: org.to_string(),
+                    name: name.to_string(),
+                })
+            }
             _ => Err(FormatError::Invalid(format!(
                 "invalid repo id {s:?}: expected ORG/NAME with letters, digits, '-', '_' or '.'"
             ))),

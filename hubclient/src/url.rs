@@ -22,21 +22,11 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-/// Checks a repository id: `NAME` or `ORG/NAME`, each part of letters, digits, `-`, `_`,
-/// `.`, without `--` or `..` (the Hub's rules, which keep cache folder names unambiguous).
+/// Checks a repository id: `NAME` or `ORG/NAME`, each part as
+/// [`format::names::is_valid_repo_part`] says (the Hub's rules).
 pub fn check_repo(repo: &str) -> Result<(), String> {
     let parts: Vec<&str> = repo.split('/').collect();
-    let part_ok = |s: &&str| {
-        !s.is_empty()
-            && s.len() <= 96
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && !s.contains("--")
-            && !s.contains("..")
-            && !s.starts_with(['-', '.'])
-            && !s.ends_with(['-', '.'])
-    };
-    if parts.len() <= 2 && parts.iter().all(part_ok) {
+    if parts.len() <= 2 && parts.iter().all(|p| format::names::is_valid_repo_part(p)) {
         Ok(())
     } else {
         Err(format!(
@@ -53,12 +43,13 @@ pub fn check_revision(rev: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks a file path from the upstream: relative, `/`-separated, no empty, `.` or `..`
-/// segment, no backslash, no NUL or other control character, at most [`MAX_PATH_LEN`].
+/// Checks a file path from the upstream: a safe relative path as every manifest's is
+/// ([`format::manifest::check_path`]: relative, `/`-separated, no empty, `.` or `..`
+/// segment, no NUL), and beyond that, for what an upstream may send: no backslash, no
+/// control character, at most [`MAX_PATH_LEN`].
 pub fn check_path(path: &str) -> Result<(), String> {
-    let why = if path.is_empty() {
-        "empty"
-    } else if path.len() > MAX_PATH_LEN {
+    format::manifest::check_path(path)?;
+    let why = if path.len() > MAX_PATH_LEN {
         "longer than 4096 bytes"
     } else if path.starts_with('/') {
         "absolute"
@@ -66,11 +57,6 @@ pub fn check_path(path: &str) -> Result<(), String> {
         "contains a backslash"
     } else if path.chars().any(char::is_control) {
         "contains a control character"
-    } else if path
-        .split('/')
-        .any(|s| s.is_empty() || s == "." || s == "..")
-    {
-        "has an empty, '.' or '..' segment"
     } else {
         return Ok(());
     };

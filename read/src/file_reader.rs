@@ -346,19 +346,14 @@ fn reuse(done: &std::sync::mpsc::Receiver<Arc<Vec<u8>>>) -> Option<Vec<u8>> {
     done.try_iter().find_map(|b| Arc::try_unwrap(b).ok())
 }
 
-/// Checks that a manifest path is a safe relative path.
+/// Checks that a manifest path is a safe relative path ([`format::manifest::check_path`],
+/// the one rule), before it is joined to a directory.
 pub(crate) fn safe_relative(path: &str) -> Result<&Path> {
-    let ok = !path.is_empty()
-        && !path.starts_with('/')
-        && path
-            .split('/')
-            .all(|s| !s.is_empty() && s != "." && s != "..");
-    if ok {
-        Ok(Path::new(path))
-    } else {
-        Err(StoreError::Invalid(format!(
+    match format::manifest::check_path(path) {
+        Ok(()) => Ok(Path::new(path)),
+        Err(_) => Err(StoreError::Invalid(format!(
             "refusing unsafe path {path:?} in manifest"
-        )))
+        ))),
     }
 }
 
