@@ -210,7 +210,7 @@ impl Hub {
             }
             out.push((c, facts));
         }
-        out.sort_by(|a, b| b.1.order.cmp(&a.1.order));
+        out.sort_by_key(|a| std::cmp::Reverse(a.1.order));
         Ok(out)
     }
 
