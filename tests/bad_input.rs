@@ -442,13 +442,17 @@ fn regression_hf_cache_links_lead_only_into_the_repositorys_blobs() {
     std::fs::write(&other_blob, b"another repository's blob\n").unwrap();
     type Plant = fn(&Path, &Path, &Path, &Path);
     let plants: [(&str, Plant); 4] = [
-        ("absolute", |_, link, secret, _| symlink(secret, link).unwrap()),
+        ("absolute", |_, link, secret, _| {
+            symlink(secret, link).unwrap()
+        }),
         ("relative", |_, link, secret, _| {
             let up = "../".repeat(link.parent().unwrap().components().count() - 1);
             let rel = format!("{up}{}", secret.strip_prefix("/").unwrap().display());
             symlink(rel, link).unwrap();
         }),
-        ("another repository's blob", |_, link, _, other| symlink(other, link).unwrap()),
+        ("another repository's blob", |_, link, _, other| {
+            symlink(other, link).unwrap()
+        }),
         ("a blob that links out", |cache, link, secret, _| {
             let blob = cache.join("blobs/planted");
             symlink(secret, &blob).unwrap();
@@ -464,10 +468,22 @@ fn regression_hf_cache_links_lead_only_into_the_repositorys_blobs() {
             .join("config.json");
         std::fs::remove_file(&link).unwrap();
         plant(&cache, &link, &secret, &other_blob);
-        assert_eq!(std::fs::read(&link).unwrap(), std::fs::read(if *what == "another repository's blob" { &other_blob } else { &secret }).unwrap(), "{what}: the plant works");
+        assert_eq!(
+            std::fs::read(&link).unwrap(),
+            std::fs::read(if *what == "another repository's blob" {
+                &other_blob
+            } else {
+                &secret
+            })
+            .unwrap(),
+            "{what}: the plant works"
+        );
         let err = env.fails(&["ingest".as_ref(), cache.as_os_str()]);
         let line = one_line(&err);
-        assert!(line.contains("config.json") && line.contains("blobs"), "{what}: {err}");
+        assert!(
+            line.contains("config.json") && line.contains("blobs"),
+            "{what}: {err}"
+        );
         unchanged(&env, &listing);
     }
 }

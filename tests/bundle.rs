@@ -599,7 +599,10 @@ fn regression_a_bundle_from_the_future_does_not_outrank_later_revisions() {
         let mut payload = bytes[at..at + len].to_vec();
         if kind == 1 {
             let mut m: format::manifest::Manifest = decode(Kind::Manifest, &payload).unwrap();
-            let p = m.published.as_mut().expect("a manifest of version 2 or later");
+            let p = m
+                .published
+                .as_mut()
+                .expect("a manifest of version 2 or later");
             p.store_ms += 50 * 365 * 24 * 3600 * 1000;
             p.seq += 50 * 365 * 24 * 3600 * 1000;
             payload = encode(Kind::Manifest, &m, false);

@@ -301,12 +301,18 @@ fn regression_pull_compares_stored_small_files_by_content() {
     assert!(copy.success());
     let config = altered.join("config.json");
     let mut text = std::fs::read(&config).unwrap();
-    let at = text.iter().position(|b| b.is_ascii_digit()).expect("a digit in config.json");
+    let at = text
+        .iter()
+        .position(|b| b.is_ascii_digit())
+        .expect("a digit in config.json");
     text[at] = if text[at] == b'9' { b'8' } else { text[at] + 1 };
     std::fs::write(&config, &text).unwrap();
     local.ingest(&altered, &["--repo", REPO, "--revision", &c1]);
     let err = local.fails(&["pull", &format!("{REPO}@main"), "--endpoint", &url]);
     assert!(err.contains("config.json"), "{err}");
     let refs = local.json(&["ls", REPO, "--json"])["refs"].clone();
-    assert!(refs.get("main").is_none(), "a refused pull set main: {refs}");
+    assert!(
+        refs.get("main").is_none(),
+        "a refused pull set main: {refs}"
+    );
 }

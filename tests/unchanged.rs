@@ -624,7 +624,10 @@ fn regression_a_file_read_during_one_long_write_is_read_again() {
     let src = stall.buffer();
     let (target, n) = (path.clone(), new.len());
     let writer = std::thread::spawn(move || {
-        let f = std::fs::OpenOptions::new().write(true).open(target).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(target)
+            .unwrap();
         // SAFETY: the buffer lives until `release` has run and this thread is joined.
         let buf = unsafe { std::slice::from_raw_parts(src.0 as *const u8, n) };
         f.write_at(buf, 0).unwrap()

@@ -408,7 +408,14 @@ fn a_fetch_url_names_content_not_a_place_in_the_file_list() {
     let commit = "1234567890abcdef1234567890abcdef12345678";
     let (first, second) = (env.path("first"), env.path("second"));
     let bytes = |seed: u8, n: usize| -> Vec<u8> {
-        (0..n).map(|i| (i as u32).wrapping_mul(2654435761).wrapping_add(seed as u32) as u8 ^ seed).collect()
+        (0..n)
+            .map(|i| {
+                (i as u32)
+                    .wrapping_mul(2654435761)
+                    .wrapping_add(seed as u32) as u8
+                    ^ seed
+            })
+            .collect()
     };
     let (a, b) = (bytes(1, 300_000), bytes(2, 200_000));
     std::fs::create_dir_all(&first).unwrap();
@@ -433,7 +440,10 @@ fn a_fetch_url_names_content_not_a_place_in_the_file_list() {
     let rec: serde_json::Value = serde_json::from_slice(&rec).unwrap();
     let infos = rec["fetch_info"].as_object().unwrap();
     assert_eq!(infos.len(), 1, "{rec}");
-    let url = infos.values().next().unwrap()[0]["url"].as_str().unwrap().to_string();
+    let url = infos.values().next().unwrap()[0]["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let url_path = url.split_once(&srv.addr).unwrap().1.to_string();
     let (st, body) = get_bytes(&srv.addr, &url_path, &[]);
     assert_eq!((st, xorb_payload(&body) == b), (200, true));
@@ -445,6 +455,10 @@ fn a_fetch_url_names_content_not_a_place_in_the_file_list() {
         st == 404 || (st == 200 && xorb_payload(&body) == b),
         "the URL handed out for b.bin answered {st} with {} bytes{}",
         body.len(),
-        if xorb_payload(&body) == a { " of a.bin" } else { "" }
+        if xorb_payload(&body) == a {
+            " of a.bin"
+        } else {
+            ""
+        }
     );
 }

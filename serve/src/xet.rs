@@ -145,7 +145,10 @@ impl XetOptions {
             return Err(Refusal::Expired);
         }
         let mut xorb = [0u8; 32];
-        match (xethash::XetHash::parse(f), hex::decode_to_slice(x, &mut xorb)) {
+        match (
+            xethash::XetHash::parse(f),
+            hex::decode_to_slice(x, &mut xorb),
+        ) {
             (Ok(file), Ok(())) => Ok(XorbUrl {
                 repo,
                 commit: commit.to_string(),

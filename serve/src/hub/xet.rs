@@ -239,7 +239,12 @@ impl Hub {
         // The file by its content and the xorb by its id: a commit replaced since the URL
         // was handed out answers the same bytes where it still has them, else 404.
         let gone = "the content this URL names is no longer in this commit";
-        let Some(fi) = at.manifest.xet_hashes.iter().position(|h| *h == named.file.0) else {
+        let Some(fi) = at
+            .manifest
+            .xet_hashes
+            .iter()
+            .position(|h| *h == named.file.0)
+        else {
             return not_found("", gone, None);
         };
         let f = &at.manifest.files[fi];

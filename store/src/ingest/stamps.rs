@@ -218,7 +218,11 @@ mod tests {
         };
         assert_ne!(at, libc::MAP_FAILED);
         drop(rw);
-        assert_eq!(open_for_writing(&reader), Some(true), "a mapping outlives its fd");
+        assert_eq!(
+            open_for_writing(&reader),
+            Some(true),
+            "a mapping outlives its fd"
+        );
         // SAFETY: the mapping made above, unmapped once.
         unsafe { libc::munmap(at, 8192) };
         assert_eq!(open_for_writing(&reader), Some(false));
