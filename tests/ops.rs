@@ -392,3 +392,50 @@ fn toolchain_is_stated_once_and_the_image_builds_with_it() {
         needed.0
     );
 }
+
+/// Issue 39 point 4: `ls ORG/NAME@REV --sha256sum` prints lines that `sha256sum -c` accepts
+/// in a checkout of that revision (names with a newline or a backslash included, escaped as
+/// GNU sha256sum escapes them), and that fail it for a file changed since.
+#[test]
+fn ls_sha256sum_is_checked_by_sha256sum_in_a_checkout() {
+    let env = Env::new();
+    let dir = env.path("odd");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("config.json"), b"{}\n").unwrap();
+    std::fs::write(dir.join("sub/line\nbreak.txt"), b"newline in the name\n").unwrap();
+    std::fs::write(dir.join("back\\slash.bin"), vec![7u8; 100_000]).unwrap();
+    env.ingest(&dir, &["--repo", "o/m", "--ref", "main"]);
+    let sums = env.ok(&["ls", "o/m@main", "--sha256sum"]);
+    assert_eq!(sums.lines().count(), 3, "{sums}");
+    let list = env.path("SHA256SUMS");
+    std::fs::write(&list, &sums).unwrap();
+    let co = env.path("co");
+    env.ok(&["checkout".as_ref(), "o/m@main".as_ref(), co.as_os_str()]);
+    let check = |what: &str| {
+        std::process::Command::new("sha256sum")
+            .arg("-c")
+            .arg(&list)
+            .current_dir(&co)
+            .output()
+            .unwrap_or_else(|e| panic!("{what}: sha256sum: {e}"))
+    };
+    let ok = check("checkout");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ok.stdout).matches(": OK").count(),
+        3
+    );
+    std::fs::write(co.join("config.json"), b"[]\n").unwrap();
+    let bad = check("changed");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("config.json: FAILED"));
+    // Only for one revision, and not with --json.
+    assert!(env
+        .fails(&["ls", "o/m", "--sha256sum"])
+        .contains("ORG/NAME@REV"));
+    env.fails(&["ls", "o/m@main", "--sha256sum", "--json"]);
+}

@@ -120,8 +120,12 @@ pub enum Command {
         /// ORG/NAME or ORG/NAME@REV.
         target: Option<String>,
         /// Print JSON.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "sha256sum")]
         json: bool,
+        /// With ORG/NAME@REV: print the files as `sha256sum` lines (`HASH  PATH`), which
+        /// `sha256sum -c` checks in a checkout of that revision.
+        #[arg(long)]
+        sha256sum: bool,
     },
     /// Write the files of a revision into DIR (plain files, checked against their sha256).
     Checkout {

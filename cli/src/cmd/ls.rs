@@ -10,14 +10,42 @@ use serde_json::json;
 use super::Ctx;
 use crate::output::{bytes, utc};
 
-pub fn run(ctx: &Ctx, target: Option<&str>, json: bool) -> Result<ExitCode> {
+pub fn run(ctx: &Ctx, target: Option<&str>, json: bool, sha256sum: bool) -> Result<ExitCode> {
+    if sha256sum && !target.is_some_and(|t| t.contains('@')) {
+        anyhow::bail!("--sha256sum lists the files of one revision: give ORG/NAME@REV");
+    }
     let store = ctx.open()?;
     match target {
         None => repos(&store, json)?,
+        Some(t) if sha256sum => sums(&store, t)?,
         Some(t) if t.contains('@') => files(&store, t, json)?,
         Some(t) => commits(&store, t, json)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The files of one revision as `sha256sum` writes them: `HASH  PATH`, one a line, so that
+/// `sha256sum -c` checks a checkout of the revision.
+fn sums(store: &Store, t: &str) -> Result<()> {
+    let (repo, commit) = super::resolve(store, t)?;
+    let m = store.manifest(&repo, &commit)?;
+    let mut out = std::io::stdout().lock();
+    for f in &m.files {
+        use std::io::Write;
+        writeln!(out, "{}", sha256sum_line(&f.sha256_hex(), &f.path))?;
+    }
+    Ok(())
+}
+
+/// One line as GNU `sha256sum` writes it: a name with a backslash or a newline is escaped
+/// (`\\`, `\n`) and the line then starts with a backslash.
+fn sha256sum_line(hex: &str, path: &str) -> String {
+    if path.contains(['\\', '\n']) {
+        let escaped = path.replace('\\', "\\\\").replace('\n', "\\n");
+        format!("\\{hex}  {escaped}")
+    } else {
+        format!("{hex}  {path}")
+    }
 }
 
 /// Every repository with its commit count and refs.
@@ -159,4 +187,16 @@ pub struct Row {
     /// When a mount, serve, checkout, cat or pull last read it (the store's clock; `None`:
     /// never since last-use records exist).
     pub last_used: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sha256sum_line;
+
+    #[test]
+    fn names_with_a_backslash_or_a_newline_are_escaped_as_sha256sum_does() {
+        assert_eq!(sha256sum_line("ab", "a/b.json"), "ab  a/b.json");
+        assert_eq!(sha256sum_line("ab", "a\\b"), "\\ab  a\\\\b");
+        assert_eq!(sha256sum_line("ab", "a\nb"), "\\ab  a\\nb");
+    }
 }

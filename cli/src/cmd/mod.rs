@@ -299,7 +299,11 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             };
             ingest::run(ctx, &path, repo, revision, refs, flags)
         }
-        Command::Ls { target, json } => ls::run(ctx, target.as_deref(), json),
+        Command::Ls {
+            target,
+            json,
+            sha256sum,
+        } => ls::run(ctx, target.as_deref(), json, sha256sum),
         Command::Checkout { revision, dir } => read::checkout(ctx, &revision, &dir),
         Command::Cat { revision, path } => read::cat(ctx, &revision, &path),
         Command::Verify { revision, json } => read::verify(ctx, &revision, json),
