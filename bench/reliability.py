@@ -2,11 +2,13 @@
 """Reliability figures of docs/RELIABILITY.md: kills, power losses and corruptions.
 
 usage: reliability.py MODELCAS_BIN SERIES_DIR WORK_DIR [--kills N] [--power-loss N]
-                      [--corruptions N] [--s3-env FILE] [--seed S]
+                      [--corruptions N] [--issue36 N] [--only issue36] [--s3-env FILE]
+                      [--seed S]
 
 Kills (per backend: the local directory, and S3 when --s3-env names the settings that
 tests/garage.sh wrote): N SIGKILLs for each command of the kill matrix (ingest, import, gc,
-pull, sync, serve --upstream, and an ingest that takes unchanged files unread), each at a
+pull, sync, serve --upstream, an ingest that takes unchanged files unread, and a pull that
+completes a commit an earlier `pull --include` stored partial), each at a
 crash step (`MODELCAS_CRASH_AT_STEP`, repo/src/failpoint.rs: just before the k-th
 object-store mutation), k drawn over the steps a full run makes. pull, sync and serve
 --upstream read from an upstream that is a second `modelcas serve` over a pristine store.
@@ -41,6 +43,16 @@ client written here, in turn) must return the right bytes or an error, never wro
 Every reader has a private, empty file cache of its own, so that no read comes from a
 pristine copy.
 
+Issue 36 (--issue36 N, each): Xet URLs across manifest replacement (every signed fetch URL
+of a commit handed out, the commit replaced by `rm --force` and an ingest of other files
+under the same sha, sometimes gc'ed: each old URL answers 404 or the bytes of its file);
+pull against a stored commit (a small file or an LFS file changed at equal length, or a
+file the upstream lacks: the pull fails naming it, refs unchanged; an unchanged copy as the
+control), and the pull completing a partial commit killed at a random time (then rerun:
+it verifies and holds the upstream's bytes); the file cache held open (a large file held
+open through the mount, its entry damaged in place, another process reads it: its bytes or
+EIO). `--only issue36` runs just those and the pull-partial kills on the local store.
+
 Prints one JSON object with the counts; exits 1 if any check failed.
 """
 import argparse, fcntl, hashlib, json, os, random, shutil, signal, socket, struct, subprocess
@@ -55,6 +67,10 @@ ap.add_argument("--kills", type=int, default=36, help="per command and backend")
 ap.add_argument("--power-loss", type=int, default=0, help="per command (local store, root)")
 ap.add_argument("--corruptions", type=int, default=1000)
 ap.add_argument("--s3-env", help="the env file tests/garage.sh wrote")
+ap.add_argument("--issue36", type=int, default=24,
+                help="rounds of each of issue 36's three (Xet URLs, pull, file cache held)")
+ap.add_argument("--only", choices=["issue36"],
+                help="issue36: only the pull-partial kills (local) and issue 36's rounds")
 ap.add_argument("--seed", type=int, default=1)
 A = ap.parse_args()
 EXP = json.load(open(f"{A.series}/expected.json"))
@@ -547,6 +563,26 @@ class Skip(Case):
         s.same_bytes(f"{SKIP_REPO}@main", source_files(s.src), what)
 
 
+class PullPartial(Case):
+    """`pull REPO` (main: the last revision) completing a partial commit: the store holds
+    that commit pulled with `--include` (the JSON files and the first shard), so the pull
+    compares every stored file with the upstream's (issue 36 point 3) before it adds the
+    rest."""
+    name = "pull-partial"
+    include = ("--include", "*.json", "--include", "model-00001-*")
+
+    def prepare(self, s, phase=0):
+        s.run("pull", REPO, "--endpoint", self.up.serve.url, *self.include, check=True)
+
+    def act(self, s, extra, phase=0):
+        return s.run("pull", REPO, "--endpoint", self.up.serve.url, extra=extra).returncode
+
+    def check(self, s, what):
+        s.same_bytes(f"{REPO}@main", files_of(REVS[-1]), what)
+        if s.run("verify", f"{REPO}@main").returncode != 0:
+            fail(f"{what}: {REPO}@main does not verify")
+
+
 def steps(case, backend):
     """The crash steps of each phase of a full run of `case`."""
     out = []
@@ -598,12 +634,12 @@ def kill_round(case, backend, label, k, counts, rerun, fs=None):
     return True
 
 
-CASES = [Ingest, Import, Gc, Pull, Sync, ServeUpstream, Skip]
+CASES = [Ingest, Import, Gc, Pull, Sync, ServeUpstream, Skip, PullPartial]
 
 
-def kills(backend, label, up):
+def kills(backend, label, up, cases=None):
     done = {}
-    for cls in CASES:
+    for cls in cases or CASES:
         case = cls(up)
         counts = steps(case, backend)
         done[case.name] = 0
@@ -1085,6 +1121,355 @@ def corruptions(n, up):
     return stats
 
 
+# ---- issue 36: the shortcuts it removed, in the matrices ----
+
+XET_REPO = "demo-org/xet-urls"  # the repository whose commit the Xet URL rounds replace
+
+
+def xet_records(blob):
+    """The payloads of the chunk records of a fetched xorb range, or None if malformed."""
+    recs, at = [], 0
+    while at < len(blob):
+        h = blob[at:at + 8]
+        n = int.from_bytes(h[1:4], "little")
+        if len(h) < 8 or h[0] != 0 or h[4] != 0 or h[5:8] != h[1:4] or at + 8 + n > len(blob):
+            return None
+        recs.append(blob[at + 8:at + 8 + n])
+        at += 8 + n
+    return recs
+
+
+def xet_handout(srv, repo, commit, src):
+    """Every signed fetch URL a Xet client is handed for the files of repo@commit: a list of
+    (path, url, Range header, offset in the file) with the payload of each URL's range
+    checked against the file's bytes in `src` (else the round proves nothing)."""
+    st, _, body = srv.fetch(f"{srv.url}/api/models/{repo}/tree/{commit}?recursive=true")
+    if st != 200:
+        raise RuntimeError(f"tree of {repo}@{commit}: {st}")
+    entries = [e for e in json.loads(body) if e.get("type") == "file" and e["size"]]
+    st, _, body = srv.fetch(f"{srv.url}/api/models/{repo}/xet-read-token/{commit}")
+    if st != 200:
+        raise RuntimeError(f"xet-read-token of {repo}@{commit}: {st}")
+    tok = json.loads(body)
+    auth = {"Authorization": f"Bearer {tok['accessToken']}"}
+    out = []
+    for e in entries:
+        data = open(f"{src}/{e['path']}", "rb").read()
+        st, _, body = srv.fetch(f"{tok['casUrl']}/v1/reconstructions/{e['xetHash']}", auth)
+        if st != 200:
+            raise RuntimeError(f"reconstruction of {e['path']}: {st}")
+        r = json.loads(body)
+        pos = -r["offset_into_first_range"]
+        for t in r["terms"]:
+            info = next(i for i in r["fetch_info"][t["hash"]]
+                        if i["range"]["start"] <= t["range"]["start"]
+                        and t["range"]["end"] <= i["range"]["end"])
+            # a xorb holds chunks of one file only, in order: the URL's whole range is
+            # consecutive bytes of the file, from where the term starts less the chunks
+            # of the range before it
+            a, b = info["url_range"]["start"], info["url_range"]["end"]
+            rng_h = f"bytes={a}-{b}"
+            st, _, blob = srv.fetch(info["url"], {"Range": rng_h})
+            recs = xet_records(blob) if st == 206 else None
+            if recs is None:
+                raise RuntimeError(f"fetch of {e['path']}: {st}")
+            k0 = t["range"]["start"] - info["range"]["start"]
+            at = pos - sum(len(x) for x in recs[:k0])
+            payload = b"".join(recs)
+            if data[max(at, 0):at + len(payload)] != payload[max(-at, 0):][:len(data)]:
+                raise RuntimeError(f"the Xet URL of {e['path']} gave other bytes before "
+                                   "the commit was replaced")
+            out.append((e["path"], info["url"], rng_h, at))
+            pos += t["unpacked_length"]
+        if pos < len(data):
+            raise RuntimeError(f"the terms of {e['path']} cover {pos} of {len(data)} bytes")
+    return out
+
+
+def xet_url_round(i, st):
+    """Issue 36 point 1: serve over a store holding XET_REPO@C; every signed fetch URL of
+    every file is handed out, then the commit is replaced (`rm --force`, an ingest of C with
+    a file added that sorts first, a file removed, or a shard changed at equal length; every
+    fourth time followed by gc, which deletes what only the old commit held) and every old
+    URL fetched again: each must answer 404 or the bytes of the file it was handed out for.
+    The new commit must then read back byte-exact through Xet."""
+    how = ["added-first", "removed", "changed", "changed+gc"][i % 4]
+    rev = rng.choice(REVS)
+    commit = rev["commit"]
+    s = Store("local")
+    src, src2 = f"{s.dir}/src1", f"{s.dir}/src2"
+    shutil.copytree(f"{A.series}/plain/{rev['name']}", src)
+    shutil.copytree(src, src2)
+    args = ("--repo", XET_REPO, "--revision", commit, "--ref", "main")
+    s.run("ingest", src, *args, check=True)
+    srv = Serve(s)
+    k = st["by_kind"].setdefault(how, {"tried": 0, "urls": 0, "same_bytes": 0, "not_found": 0,
+                                       "wrong_bytes": 0})
+    try:
+        urls = xet_handout(srv, XET_REPO, commit, src)
+        paths = sorted(p for p, _ in source_files(src2))
+        big = [p for p in paths if os.path.getsize(f"{src2}/{p}") >= FILE_CACHE_MIN]
+        if how == "added-first":  # every file of the list one place further
+            with open(f"{src2}/00-added.bin", "wb") as f:
+                f.write(rng.randbytes(300_000))
+        elif how == "removed":  # the files after it one place nearer
+            os.remove(f"{src2}/{rng.choice(paths[:-1])}")
+        else:
+            overwrite_in_place(f"{src2}/{rng.choice(big)}")
+        s.run("rm", "--force", f"{XET_REPO}@{commit}", check=True)
+        s.run("ingest", src2, *args, check=True)
+        if how.endswith("+gc"):
+            for _ in range(2):  # the first run condemns, the second deletes
+                s.run("gc", "--keep-last", "0", "--grace", "0s", "--rewrite-below", "1",
+                      check=True)
+        for path, url, rng_h, at in urls:
+            code, _, blob = srv.fetch(url, {"Range": rng_h})
+            k["urls"] += 1
+            if code == 404:
+                k["not_found"] += 1
+                continue
+            data = open(f"{src}/{path}", "rb").read()
+            recs = xet_records(blob) if code == 206 else None
+            payload = b"".join(recs) if recs is not None else None
+            if payload is not None and (data[max(at, 0):at + len(payload)]
+                                        == payload[max(-at, 0):][:len(data)]):
+                k["same_bytes"] += 1
+                continue
+            k["wrong_bytes"] += 1
+            fail(f"xet-urls {how} ({rev['name']}): the URL handed out for {path} answered "
+                 f"{code} with {len(blob)} bytes that are not its bytes")
+        got = srv.xet_get_all(XET_REPO, commit)
+        for p, sha in source_files(src2):
+            if got.get(p) is None or hashlib.sha256(got[p]).hexdigest() != sha:
+                fail(f"xet-urls {how} ({rev['name']}): the new commit's {p} did not read "
+                     "back byte-exact through Xet")
+    finally:
+        srv.stop()
+        shutil.rmtree(s.dir, ignore_errors=True)
+    k["tried"] += 1
+
+
+def alter_small(path):
+    """Changes one letter or digit of a small file, at equal length (still valid JSON)."""
+    b = bytearray(open(path, "rb").read())
+    at = rng.choice([j for j, c in enumerate(b) if chr(c).isalnum()])
+    c = chr(b[at])
+    b[at] = ord(("8" if c == "9" else chr(ord(c) + 1)) if c.isdigit() else
+                ("a" if c in "zZ" else chr(ord(c) + 1)))
+    open(path, "wb").write(bytes(b))
+
+
+def pull_stored_round(i, up, st):
+    """Issue 36 point 3: the store holds commit C ingested from a copy of the upstream's
+    files with one small file changed at equal length, one LFS file changed at equal
+    length, or one file the upstream lacks; `pull REPO@C --ref pulled` must fail naming the
+    file and leave the refs as they were. Every fourth, the copy is unchanged (the control:
+    the pull must complete and give the upstream's bytes)."""
+    how = ["small", "lfs", "extra", "unchanged"][i % 4]
+    rev = rng.choice(REVS)
+    s = Store("local")
+    src = f"{s.dir}/src"
+    shutil.copytree(f"{A.series}/plain/{rev['name']}", src)
+    paths = sorted(p for p, _ in source_files(src))
+    big = [p for p in paths if os.path.getsize(f"{src}/{p}") >= FILE_CACHE_MIN]
+    victim = None
+    if how == "small":
+        victim = rng.choice([p for p in paths if p not in big])
+        alter_small(f"{src}/{victim}")
+    elif how == "lfs":
+        victim = rng.choice(big)
+        overwrite_in_place(f"{src}/{victim}")
+    elif how == "extra":
+        victim = "extra.bin"
+        open(f"{src}/{victim}", "wb").write(rng.randbytes(50_000))
+    s.run("ingest", src, "--repo", REPO, "--revision", rev["commit"], check=True)
+    before = json.loads(s.run("ls", REPO, "--json", check=True).stdout)["refs"]
+    r = s.run("pull", f"{REPO}@{rev['commit']}", "--endpoint", up.serve.url, "--ref", "pulled")
+    after = json.loads(s.run("ls", REPO, "--json", check=True).stdout)["refs"]
+    k = st["by_kind"].setdefault(how, {"tried": 0, "refused": 0, "named": 0,
+                                       "accepted_wrong": 0})
+    k["tried"] += 1
+    what = f"pull-stored {how} ({rev['name']}, {victim})"
+    if how == "unchanged":
+        if r.returncode != 0:
+            fail(f"{what}: the pull of an unchanged stored commit failed: "
+                 f"{r.stderr.decode(errors='replace')[-300:]}")
+        else:
+            s.same_bytes(f"{REPO}@pulled", files_of(rev), what)
+    elif r.returncode == 0:
+        k["accepted_wrong"] += 1
+        fail(f"{what}: pull accepted a stored commit other than the upstream's")
+    else:
+        k["refused"] += 1
+        if victim in r.stderr.decode(errors="replace"):
+            k["named"] += 1
+        else:
+            fail(f"{what}: the refusal does not name the file: "
+                 f"{r.stderr.decode(errors='replace')[-300:]}")
+        if after != before:
+            fail(f"{what}: a refused pull changed the refs: {before} -> {after}")
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+def pull_partial_timed_kills(up, n):
+    """kill -9 of the pull that completes a partial commit (PullPartial) at a random time
+    of its run, not only at a crash step: then `fsck` and every visible revision must be
+    right, and the rerun must complete with the upstream's bytes, `verify` passing."""
+    case = PullPartial(up)
+    s = Store("local")
+    case.prepare(s)
+    t = time.time()
+    if case.act(s, {}) != 0:
+        raise RuntimeError("pull-partial: the probe run failed")
+    took = time.time() - t
+    shutil.rmtree(s.dir, ignore_errors=True)
+    st = {"tried": 0, "killed": 0, "finished_first": 0}
+    for _ in range(n):
+        s = Store("local")
+        case.prepare(s)
+        delay = rng.uniform(0, took)
+        p = subprocess.Popen([A.bin, "-q", "pull", REPO, "--endpoint", up.serve.url],
+                             env=s.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            p.wait(timeout=delay)
+            st["finished_first"] += 1
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            st["killed"] += 1
+        what = f"pull-partial killed after {delay:.2f} s"
+        s.consistent(what)
+        if case.act(s, {}) != 0:
+            fail(f"{what}: the rerun failed")
+        s.consistent(f"{what}, rerun")
+        case.check(s, f"{what}, rerun")
+        st["tried"] += 1
+        shutil.rmtree(s.dir, ignore_errors=True)
+    return st
+
+
+def mount_start(s, args):
+    mnt = f"{s.dir}/mnt"
+    os.makedirs(mnt, exist_ok=True)
+    p = subprocess.Popen([A.bin, "-q", "mount", mnt, *args], env=s.env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: os.path.isdir(f"{mnt}/{REPO}") or p.poll() is not None, "mount")
+    return p, mnt
+
+
+def mount_stop(p, mnt):
+    subprocess.run([A.bin, "umount", mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p.terminate()
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def read_by_another_process(path, data):
+    """`cat` of `path` in a process of its own: (wrong bytes, EIO). Bytes that came before
+    an error must be the file's too."""
+    r = subprocess.run(["cat", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=120)
+    got = r.stdout
+    if r.returncode == 0 and got == data:
+        return 0, False
+    if r.returncode != 0 and data[:len(got)] == got:
+        return 0, True
+    n = min(len(got), len(data))
+    return sum(1 for x, y in zip(got[:n], data[:n]) if x != y) + abs(len(got) - len(data)), False
+
+
+def damage_in_place(path, how):
+    """A bit flipped, or the file truncated, in place (the same inode), past its first half:
+    beyond what the holder's first read and the kernel's read-ahead brought in."""
+    size = os.path.getsize(path)
+    at = rng.randrange(size // 2, size)
+    with open(path, "r+b") as f:
+        if how == "truncate":
+            f.truncate(at)
+        else:
+            f.seek(at)
+            b = f.read(1)[0] ^ (1 << rng.randrange(8))
+            f.seek(at)
+            f.write(bytes([b]))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def file_cache_held_round(i, pristine, fc, st):
+    """Issue 36 point 5: a mount of a copy of `pristine` with its node file cache; this
+    process holds a large file open (read a little), its cache entry is damaged in place
+    (a bit flip or a truncation, in its second half), then another process reads the whole
+    file through the mount: the file's bytes or EIO, never the damaged bytes; then, the
+    holder closed, once more. With passthrough and without."""
+    mode = ["passthrough", "no-passthrough"][i % 2]
+    how = ["flip", "truncate"][(i // 2) % 2]
+    entries, _ = fc
+    by_sha = {os.path.basename(e): e for e in entries}
+    rev = rng.choice(REVS)
+    path, sha = rng.choice([(p, h) for p, h in files_of(rev) if h in by_sha])
+    data = open(f"{A.series}/plain/{rev['name']}/{path}", "rb").read()
+    s = Store("local")
+    shutil.copytree(f"{pristine.dir}/store", f"{s.dir}/store")
+    shutil.copytree(f"{pristine.dir}/files", f"{s.dir}/files")
+    entry = f"{s.dir}/files/{by_sha[sha]}"
+    key = f"{mode}-{how}"
+    k = st["by_kind"].setdefault(key, {"tried": 0, "detected": 0, "eio": 0, "wrong_bytes": 0})
+    p, mnt = mount_start(s, [] if mode == "passthrough" else ["--no-passthrough"])
+    f = f"{mnt}/{REPO}/{rev['commit']}/{path}"
+    wrong = 0
+    try:
+        held = open(f, "rb")
+        held.read(4096)
+        time.sleep(0.02)  # the damage gets a later ctime than the check of the first open
+        damage_in_place(entry, how)
+        damaged = open(entry, "rb").read()
+        w, eio = read_by_another_process(f, data)
+        wrong += w
+        k["eio"] += eio
+        k["detected"] += not os.path.exists(entry) or open(entry, "rb").read() != damaged
+        held.close()
+        w, eio = read_by_another_process(f, data)
+        wrong += w
+        if eio:
+            fail(f"file-cache-held {key} of {path}: EIO once no handle was open")
+    finally:
+        mount_stop(p, mnt)
+    if wrong:
+        fail(f"file-cache-held {key} of {path} ({rev['name']}): another process read "
+             f"{wrong} wrong bytes")
+    k["wrong_bytes"] += wrong
+    k["tried"] += 1
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+def issue36(up, n):
+    """The three rounds of issue 36, n each; their counts."""
+    out = {}
+    st = out["xet_urls"] = {"by_kind": {}}
+    for i in range(n):
+        xet_url_round(i, st)
+    st = out["pull_stored"] = {"by_kind": {}}
+    for i in range(n):
+        pull_stored_round(i, up, st)
+    killed = pull_partial_timed_kills(up, n)
+    pristine = Store("local")
+    pristine.run("import", up.bundle, check=True)
+    fc = file_cache_store(pristine)
+    st = out["file_cache_held"] = {"by_kind": {}}
+    for i in range(n):
+        file_cache_held_round(i, pristine, fc, st)
+    shutil.rmtree(pristine.dir, ignore_errors=True)
+    for st in out.values():
+        for k in st["by_kind"].values():
+            for name, v in k.items():
+                st[name] = st.get(name, 0) + v
+    out["pull_partial_killed"] = killed
+    return out
+
+
 def main():
     # A run stopped with SIGTERM unwinds, so that each loop device's file system is unmounted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -1092,13 +1477,19 @@ def main():
     t = time.time()
     up = Upstream()
     try:
-        report = {"kills": {"local": kills("local", "local", up)}}
-        if A.s3_env:
-            report["kills"]["s3"] = kills(s3_settings(A.s3_env), "s3", up)
+        if A.only == "issue36":
+            report = {"kills": {"local": kills("local", "local", up, [PullPartial])}}
+        else:
+            report = {"kills": {"local": kills("local", "local", up)}}
+            if A.s3_env:
+                report["kills"]["s3"] = kills(s3_settings(A.s3_env), "s3", up)
         report["kills_total"] = sum(sum(v.values()) for v in report["kills"].values())
-        if A.power_loss:
+        if A.power_loss and not A.only:
             report["power_loss"] = power_losses(up)
-        report["corruptions"] = corruptions(A.corruptions, up)
+        if not A.only:
+            report["corruptions"] = corruptions(A.corruptions, up)
+        if A.issue36:
+            report["issue36"] = issue36(up, A.issue36)
     finally:
         up.serve.stop()
     report["failures"] = len(failures)
