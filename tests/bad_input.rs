@@ -487,3 +487,77 @@ fn regression_hf_cache_links_lead_only_into_the_repositorys_blobs() {
         unchanged(&env, &listing);
     }
 }
+
+/// Issue 36 point 4, after review: a snapshot directory that is itself a link out of the
+/// repository (its regular files would be read from wherever it points), and a `blobs/`
+/// or `snapshots/` directory (above a regular snapshot file) swapped for a link between
+/// discovery and the read (an ingest
+/// paused after discovery, with the pause point `ingest-after-lease`): each is refused
+/// and nothing is stored. Before, the first ingested the victim directory's files (exit 0),
+/// and the swap was followed (the open refused only a link in the last component).
+#[test]
+fn regression_hf_cache_directories_that_lead_out_are_refused() {
+    let (env, listing) = with_r1();
+    let s = series();
+    let victim = env.path("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("secret.txt"), b"root's secret\n").unwrap();
+    // A snapshot directory that is a link to the victim's directory.
+    let cache = env.path("hub-a/models--demo-org--demo-llm");
+    copy_dir(&s.cache_repo(), &cache);
+    let snap = cache.join("snapshots").join(s.commit("r2"));
+    std::fs::remove_dir_all(&snap).unwrap();
+    symlink(&victim, &snap).unwrap();
+    let err = env.fails(&["ingest".as_ref(), cache.as_os_str()]);
+    assert!(
+        one_line(&err).contains("secret.txt") && err.contains("outside"),
+        "{err}"
+    );
+    unchanged(&env, &listing);
+    // blobs/ swapped, after discovery, for a link to a directory holding a file named as
+    // the blob that config.json's link names.
+    for swapped in ["blobs", "snapshots"] {
+        let cache = env.path(&format!("hub-{swapped}/models--demo-org--demo-llm"));
+        copy_dir(&s.cache_repo(), &cache);
+        let link = cache
+            .join("snapshots")
+            .join(s.commit("r2"))
+            .join("config.json");
+        let blob = std::fs::read_link(&link).unwrap();
+        let blob_name = blob.file_name().unwrap().to_owned();
+        if swapped == "snapshots" {
+            // A snapshot file that is a regular file (its path runs through snapshots/).
+            let content = std::fs::read(&link).unwrap();
+            std::fs::remove_file(&link).unwrap();
+            std::fs::write(&link, content).unwrap();
+        }
+        let decoy = env.path(&format!("decoy-{swapped}"));
+        let decoy_dir = if swapped == "blobs" {
+            decoy.clone()
+        } else {
+            decoy.join(s.commit("r2"))
+        };
+        std::fs::create_dir_all(&decoy_dir).unwrap();
+        if swapped == "blobs" {
+            std::fs::write(decoy_dir.join(&blob_name), b"root's secret\n").unwrap();
+        } else {
+            std::fs::write(decoy_dir.join("config.json"), b"root's secret\n").unwrap();
+        }
+        let pause = env.path(&format!("pause-{swapped}"));
+        let mut cmd = env.cmd();
+        cmd.arg("ingest").arg(&cache);
+        let child = common::spawn_paused(&mut cmd, "ingest-after-lease", &pause);
+        let dir = cache.join(swapped);
+        std::fs::rename(&dir, cache.join(format!("{swapped}.old"))).unwrap();
+        symlink(&decoy, &dir).unwrap();
+        common::go_on(&pause, "ingest-after-lease");
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{swapped} swapped: the ingest succeeded"
+        );
+        assert!(err.contains("symbolic link"), "{swapped}: {err}");
+        unchanged(&env, &listing);
+    }
+}

@@ -237,9 +237,11 @@ fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<
             ));
         }
     }
-    // Snapshot links are followed only into this repository's own blobs (a user who can
-    // write into a shared cache must not make another user's ingest read their files).
+    // Snapshot links are followed only into this repository's own blobs, and a snapshot's
+    // regular files must lie inside the repository (a user who can write into a shared
+    // cache must not make another user's ingest read their files).
     let blobs = fs::canonicalize(&blobs).ok();
+    let inside = fs::canonicalize(dir).map_err(|e| StoreError::io(dir, e))?;
     let mut commits = Vec::new();
     for entry in fs::read_dir(&snaps_dir).map_err(|e| StoreError::io(&snaps_dir, e))? {
         let entry = entry.map_err(|e| StoreError::io(&snaps_dir, e))?;
@@ -255,7 +257,10 @@ fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<
     commits.sort();
     for (commit, snap) in commits {
         let mut files = Vec::new();
-        let within = Within::Blobs(blobs.as_deref());
+        let within = Within::Cache {
+            blobs: blobs.as_deref(),
+            repo: &inside,
+        };
         collect(&snap, &snap, &mut files, within)?;
         if files.is_empty() {
             out.warnings
@@ -340,14 +345,33 @@ fn local_dir_commit(dir: &Path, out: &mut Discovered) -> Option<CommitId> {
     found
 }
 
-/// Where the links of a snapshot may lead.
+/// Where the files of a snapshot may lie.
 #[derive(Clone, Copy)]
 enum Within<'a> {
     /// A plain directory: anywhere (the user named it and what it links to).
     Anywhere,
-    /// A cache snapshot: only to a file directly in this repository's `blobs/` (its
-    /// canonical path; `None` when the repository has none, so no link leads anywhere).
-    Blobs(Option<&'a Path>),
+    /// A cache snapshot: a link only to a file directly in this repository's `blobs/` (its
+    /// canonical path; `None` when the repository has none, so no link leads anywhere),
+    /// and a regular file only inside the repository's directory (`repo`, canonical), so
+    /// that a snapshot directory that is itself a link out reads nothing.
+    Cache {
+        blobs: Option<&'a Path>,
+        repo: &'a Path,
+    },
+}
+
+impl Within<'_> {
+    /// Whether a file found at `source` (canonical) may be read; `link`: it was reached
+    /// through a link in the snapshot.
+    fn admits(&self, source: &Path, link: bool) -> bool {
+        match *self {
+            Within::Anywhere => true,
+            Within::Cache { blobs, .. } if link => {
+                blobs.is_some_and(|b| source.parent() == Some(b))
+            }
+            Within::Cache { repo, .. } => source.starts_with(repo),
+        }
+    }
 }
 
 /// Collects the files under `dir` (relative to `root`). Symlinks are followed to a
@@ -355,7 +379,7 @@ enum Within<'a> {
 /// lead to a file directly in the repository's `blobs/` ([`Within::Blobs`]), and a blob
 /// named by 64 hex digits gives the expected sha256.
 fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, within: Within<'_>) -> Result<()> {
-    let cache = matches!(within, Within::Blobs(_));
+    let cache = matches!(within, Within::Cache { .. });
     let mut entries: Vec<_> = fs::read_dir(dir)
         .map_err(|e| StoreError::io(dir, e))?
         .collect::<std::io::Result<Vec<_>>>()
@@ -411,15 +435,11 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceFile>, within: Within<'_
         if !meta.is_file() {
             return Err(bad(&p, "not a regular file"));
         }
-        let source = if lmeta.file_type().is_symlink() {
-            fs::canonicalize(&p).map_err(|e| StoreError::io(&p, e))?
-        } else {
-            p.clone()
-        };
-        if let (Within::Blobs(blobs), true) = (within, lmeta.file_type().is_symlink()) {
-            if blobs.is_none_or(|b| source.parent() != Some(b)) {
-                return Err(outside_blobs(&p, &source));
-            }
+        // Every source is named by its canonical path: ingest opens it refusing any link on
+        // the way (`open_source`), so a link put anywhere in the path after this is refused.
+        let source = fs::canonicalize(&p).map_err(|e| StoreError::io(&p, e))?;
+        if !within.admits(&source, lmeta.file_type().is_symlink()) {
+            return Err(outside_blobs(&p, &source));
         }
         if name.ends_with(".incomplete") && cache {
             continue;
@@ -442,7 +462,7 @@ fn outside_blobs(entry: &Path, source: &Path) -> StoreError {
     bad(
         entry,
         format!(
-            "leads to {}, outside this repository's blobs/ (a Hugging Face cache snapshot holds only links to its own blobs/; refusing to read anything else)",
+            "leads to {}, outside this repository's blobs/ (a Hugging Face cache snapshot holds only links to files in its own blobs/, and its own files; refusing to read anything else; a blobs/ directory that is a link to another disk is fine, a blob that is a link is not)",
             source.display()
         ),
     )
