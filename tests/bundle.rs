@@ -624,3 +624,29 @@ fn regression_a_bundle_from_the_future_does_not_outrank_later_revisions() {
     );
     dst.verifies(&format!("{REPO}@{}", s.commit("r2")));
 }
+
+/// Issue 36 point 6, after review: an import stamps its revisions with this store's clock,
+/// and keeps their order among themselves from the bundle's own times, whatever order the
+/// export listed them in: `export NEW OLD` then `gc --keep-last 1` keeps NEW (before, the
+/// sequence followed the bundle's order and gc expired NEW).
+#[test]
+fn regression_an_import_keeps_its_revisions_order_whatever_the_bundle_order() {
+    let s = series();
+    let src = Env::new();
+    common::ingest_rev(&src, "r1", &[]);
+    common::ingest_rev(&src, "r2", &[]);
+    let b = src.path("new-old.bundle");
+    let (new, old) = (s.commit("r2"), s.commit("r1"));
+    src.ok(&[
+        "export",
+        &format!("{REPO}@{new}"),
+        &format!("{REPO}@{old}"),
+        "-o",
+        b.to_str().unwrap(),
+    ]);
+    let dst = Env::new();
+    dst.ok(&["import", b.to_str().unwrap()]);
+    dst.ok(&["gc", "--keep-last", "1"]);
+    assert_eq!(listed_commits(&dst), vec![new.clone()]);
+    dst.verifies(&format!("{REPO}@{new}"));
+}

@@ -84,6 +84,11 @@ pub struct Manifest {
     pub xet_hashes: Vec<[u8; 32]>,
 }
 
+/// How much later than its manifest object's modification time a publication may be and
+/// still be taken as it is ([`Manifest::order`]): more than any store's clock resolution
+/// (whole seconds on S3, a kernel tick for a local directory).
+pub const PUBLISHED_SLACK_MS: u64 = 2_000;
+
 /// When a revision was published: its place in its repository's history (for
 /// `gc --keep-last`) and its age by the store's clock (for `gc --keep-within`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
@@ -167,13 +172,18 @@ impl Manifest {
     /// [`Published`]; for a manifest without it, the manifest object's modification time by
     /// the store's clock (`listed_ms`, from the listing; `ingested_at` when the store gives
     /// none), then `ingested_at`. A publication time later than the object's modification
-    /// time (a manifest imported with another host's time before imports stamped their
-    /// own) counts as that modification time: no revision is newer than when this store
-    /// got it.
+    /// time by more than [`PUBLISHED_SLACK_MS`] (a manifest imported with another host's
+    /// time before imports stamped their own) counts as that modification time: no
+    /// revision is newer than when this store got it. Within the slack (the store's clock
+    /// read just before the write, and a modification time from a coarser clock) the
+    /// publication stands, so revisions published together keep their sequence's order.
     pub fn order(&self, listed_ms: Option<u64>) -> Order {
         match self.published {
             Some(p) => {
-                let at = listed_ms.map_or(p.store_ms, |l| p.store_ms.min(l));
+                let at = match listed_ms {
+                    Some(l) if p.store_ms > l.saturating_add(PUBLISHED_SLACK_MS) => l,
+                    _ => p.store_ms,
+                };
                 (at, p.seq, self.commit.0)
             }
             None => {
@@ -291,18 +301,25 @@ impl Manifest {
 }
 
 /// Checks that a file path is a safe relative name: not empty, no leading `/`, no empty,
-/// `.` or `..` segment, no NUL.
+/// `.` or `..` segment, no NUL. The one rule for every path joined to a directory (a
+/// checkout, the Hub client's checks add what an upstream may not send); the error says
+/// which part of it fails.
 pub fn check_path(path: &str) -> std::result::Result<(), String> {
-    let ok = !path.is_empty()
-        && !path.contains('\0')
-        && path
-            .split('/')
-            .all(|s| !s.is_empty() && s != "." && s != "..");
-    if ok {
-        Ok(())
+    let why = if path.is_empty() {
+        "empty"
+    } else if path.starts_with('/') {
+        "absolute"
+    } else if path.contains('\0') {
+        "contains a NUL"
+    } else if path
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        "has an empty, '.' or '..' segment"
     } else {
-        Err(format!("unsafe file path {path:?}"))
-    }
+        return Ok(());
+    };
+    Err(format!("unsafe file path {path:?}: {why}"))
 }
 
 /// The commit id modelcas derives for a snapshot that has none: the first 20 bytes of a
@@ -698,8 +715,11 @@ mod version_tests {
         let later = Some(1_796_091_249_000);
         assert_eq!(back.order(later), (1_796_091_248_123, 42, m.commit.0));
         // Published after the object was written (another host's time, issue 36): the
-        // object's time wins, so the revision is no newer than when this store got it.
+        // object's time wins, so the revision is no newer than when this store got it;
+        // within the slack of clock resolutions, the publication stands.
         assert_eq!(back.order(Some(5)), (5, 42, m.commit.0));
+        let just_before = Some(1_796_091_248_123 - PUBLISHED_SLACK_MS);
+        assert_eq!(back.order(just_before).0, 1_796_091_248_123);
         // The example of the test vectors (docs/format/vectors.md): the 19 bytes after `files`.
         m.published = Some(Published {
             store_ms: 1_796_091_248_123,

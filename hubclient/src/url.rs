@@ -51,8 +51,6 @@ pub fn check_path(path: &str) -> Result<(), String> {
     format::manifest::check_path(path)?;
     let why = if path.len() > MAX_PATH_LEN {
         "longer than 4096 bytes"
-    } else if path.starts_with('/') {
-        "absolute"
     } else if path.contains('\\') {
         "contains a backslash"
     } else if path.chars().any(char::is_control) {

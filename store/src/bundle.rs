@@ -562,17 +562,12 @@ fn check_conflicts(store: &Store, rx: &Received) -> Result<()> {
 fn publish(store: &Store, index: &Index, lease: &Held, mut rx: Received) -> Result<ImportReport> {
     check_conflicts(store, &rx)?;
     lease.check()?;
-    // Retention orders revisions by when this store published them, by its own clock: the
-    // bundle's time is another host's (ahead, behind, or forged), so it is not kept.
-    let store_ms = lock::store_now_ms(store.backend().as_ref())?;
-    for m in &rx.manifests {
+    let published = publications(store, &rx.manifests)?;
+    for (m, published) in rx.manifests.iter().zip(published) {
         if !store.has_commit(&m.repo, &m.commit)? {
             let key = layout::manifest_key(&m.repo, &m.commit);
             let mut relocated = relocate(m, index)?;
-            relocated.published = Some(Published {
-                store_ms,
-                seq: repo::clock::sequence_ms(),
-            });
+            relocated.published = Some(published);
             store
                 .backend()
                 .put(&key, &codec::encode(Kind::Manifest, &relocated, true))?;
@@ -586,6 +581,22 @@ fn publish(store: &Store, index: &Index, lease: &Held, mut rx: Received) -> Resu
             .push(format!("{}@{} -> {}", r.repo, r.name, r.commit));
     }
     Ok(rx.report)
+}
+
+/// When this store publishes each of `manifests`: its own clock, read once (the bundle's
+/// times are another host's: ahead, behind, or forged), and sequence numbers handed out in
+/// the order of the bundle's own publication times, so that revisions keep their order
+/// among themselves whatever order the bundle lists them in, and all come after what this
+/// store held before.
+fn publications(store: &Store, manifests: &[Manifest]) -> Result<Vec<Published>> {
+    let store_ms = lock::store_now_ms(store.backend().as_ref())?;
+    let mut ranked: Vec<usize> = (0..manifests.len()).collect();
+    ranked.sort_by_key(|&i| manifests[i].order(None));
+    let mut out = vec![Published { store_ms, seq: 0 }; manifests.len()];
+    for i in ranked {
+        out[i].seq = repo::clock::sequence_ms();
+    }
+    Ok(out)
 }
 
 /// The manifest with every chunk pointing at where this store holds it.
