@@ -316,3 +316,35 @@ fn regression_pull_compares_stored_small_files_by_content() {
         "a refused pull set main: {refs}"
     );
 }
+
+/// A commit pulled in part with small (non-LFS) files, then completed: the stored small
+/// files, proved the upstream's by their git blob id, are read back from the store, not
+/// downloaded again (before, the full pull compared them and then downloaded them all).
+#[test]
+fn completing_a_commit_reads_its_stored_small_files_back() {
+    let upstream = Env::new();
+    ingest_rev(&upstream, "r1", &["main"]);
+    let srv = Served::start(&upstream, &[]);
+    let url = format!("http://{}", srv.addr);
+    let local = Env::new();
+    let part = pull(
+        &local,
+        &url,
+        &format!("{REPO}@main"),
+        &["--include", "*.json"],
+    );
+    let small = part["files"].as_u64().unwrap();
+    assert!(small > 0);
+    let whole = pull(&local, &url, &format!("{REPO}@main"), &[]);
+    assert!(
+        whole["files_from_store"].as_u64().unwrap() >= small,
+        "{whole}"
+    );
+    assert_eq!(
+        whole["files_downloaded"].as_u64().unwrap(),
+        whole["files"].as_u64().unwrap() - small,
+        "{whole}"
+    );
+    assert_eq!(stored_files(&local, "main"), expected_files("r1"));
+    local.verifies(&format!("{REPO}@main"));
+}

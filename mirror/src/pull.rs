@@ -252,8 +252,15 @@ fn with_stored(
         selection.iter().map(|f| f.path.as_str()).collect();
     Ok(upstream
         .iter()
-        .filter(|f| m.file(&f.path).is_some() || chosen.contains(f.path.as_str()))
-        .cloned()
+        .filter_map(|f| match m.file(&f.path) {
+            // Proved the upstream's content above: its sha256 is the stored one, so the
+            // file is read back from the store (and checked against it), not downloaded.
+            Some(s) => Some(RemoteFile {
+                sha256: Some(s.sha256),
+                ..f.clone()
+            }),
+            None => chosen.contains(f.path.as_str()).then(|| f.clone()),
+        })
         .collect())
 }
 
