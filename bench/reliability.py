@@ -815,14 +815,7 @@ def mount_reads(s, passthrough=True, before_umount=None):
         if before_umount:
             before_umount()
     finally:
-        subprocess.run([A.bin, "umount", mnt], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        mount_stop(p, mnt)
     return out
 
 
