@@ -104,6 +104,9 @@ fn iso(secs: u64) -> String {
     format!("{}.000Z", s.trim_end_matches('Z'))
 }
 
+/// Most git blob ids of small files remembered (about 120 bytes each: under 8 MiB).
+const BLOB_IDS_MAX: usize = 1 << 16;
+
 /// Manifests read, by repository and commit, each with the tag of the manifest object it
 /// was read from (`""`: unknown, read again on the next request).
 type ManifestCache = HashMap<(RepoId, CommitId), (String, Arc<Manifest>)>;
@@ -122,8 +125,9 @@ pub struct Hub {
     /// What `/metrics` shows (default: the endpoint's metrics alone).
     exposition: Arc<prometheus_client::registry::Registry>,
     manifests: Arc<Mutex<ManifestCache>>,
-    /// sha256 of a small file → its git blob id.
-    blob_ids: Mutex<HashMap<[u8; 32], String>>,
+    /// sha256 of a small file → its git blob id: at most [`BLOB_IDS_MAX`] entries, the
+    /// least useful evicted first (a miss reads the file again).
+    blob_ids: quick_cache::sync::Cache<[u8; 32], String>,
     /// `--allow` and `[serve.locks]`.
     policy: Policy,
     /// `--upstream`: what the store lacks is pulled from there.
@@ -162,7 +166,7 @@ impl Hub {
             metrics: &METRICS,
             exposition: Arc::new(crate::exposition::own_registry()),
             manifests: Arc::new(Mutex::new(HashMap::new())),
-            blob_ids: Mutex::new(HashMap::new()),
+            blob_ids: quick_cache::sync::Cache::new(BLOB_IDS_MAX),
             policy: Policy::default(),
             mirror: None,
             names: policy::Names::default(),
@@ -653,13 +657,7 @@ impl Hub {
     /// The git blob id of a small file (read once, then remembered by sha256).
     fn blob_id(&self, at: &Located, i: usize) -> Result<String, crate::body::ReadError> {
         let f = &at.manifest.files[i];
-        let known = self
-            .blob_ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&f.sha256)
-            .cloned();
-        if let Some(id) = known {
+        if let Some(id) = self.blob_ids.get(&f.sha256) {
             return Ok(id);
         }
         let mut blob = gitblob::GitBlob::new(f.size);
@@ -668,10 +666,7 @@ impl Hub {
             true
         })?;
         let id = blob.finish_hex();
-        self.blob_ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(f.sha256, id.clone());
+        self.blob_ids.insert(f.sha256, id.clone());
         Ok(id)
     }
 
