@@ -245,7 +245,7 @@ impl Hub {
         self.metrics
     }
 
-    fn authorized(&self, headers: &HeaderMap) -> bool {
+    pub fn authorized(&self, headers: &HeaderMap) -> bool {
         let Some(tokens) = &self.tokens else {
             return true;
         };

@@ -9,9 +9,10 @@
 //! - **Request timeout**: the reply's head must be ready within [`Limits::request_timeout`]
 //!   (else 503); the body then streams as fast as the client reads.
 //! - **Request bodies**: read only for the one route that takes one
-//!   ([`crate::hub::reads_body`]: `paths-info`), at most [`Limits::max_body`] bytes (413
-//!   beyond, without reading further) within [`Limits::body_timeout`] (408); every other
-//!   body is left unread, and hyper closes the connection after the reply.
+//!   ([`crate::hub::reads_body`]: `paths-info`) and only once the request is authorized,
+//!   at most [`Limits::max_body`] bytes (413 beyond, without reading further) within
+//!   [`Limits::body_timeout`] (408), and at most `BODIES_AT_ONCE` at a time (503 beyond);
+//!   every other body is left unread, and hyper closes the connection after the reply.
 //! - **Write stall timeout**: a response write that makes no progress for
 //!   [`Limits::write_timeout`] (a client that stopped reading) closes the connection.
 //!
@@ -141,8 +142,17 @@ async fn respond(
 ) -> Response<Body> {
     // A body is read only for the route that takes one; any other is left unread, and
     // hyper closes the connection after the reply.
+    // An unauthorized request's body is never read (the router answers 401), and at most
+    // BODIES_AT_ONCE bodies are buffered at once: memory for bodies stays under
+    // BODIES_AT_ONCE x max_body whatever the clients send.
     let (parts, incoming) = req.into_parts();
-    let body = if crate::hub::reads_body(&parts.method, parts.uri.path()) {
+    let wants_body =
+        crate::hub::reads_body(&parts.method, parts.uri.path()) && hub.authorized(&parts.headers);
+    let body = if wants_body {
+        let Ok(_permit) = BODIES.try_acquire() else {
+            let msg = "too many request bodies at once; try again";
+            return response(Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", msg, None));
+        };
         match read_body(&parts.headers, incoming, limits).await {
             Ok(b) => b,
             Err(reply) => return response(*reply),
@@ -201,6 +211,11 @@ fn response(reply: Reply) -> Response<Body> {
     *resp.headers_mut() = reply.headers;
     resp
 }
+
+/// Request bodies buffered at once, across connections (each at most
+/// [`Limits::max_body`]); another gets 503 at once.
+const BODIES_AT_ONCE: usize = 32;
+static BODIES: Semaphore = Semaphore::const_new(BODIES_AT_ONCE);
 
 /// A request body, whole: at most [`Limits::max_body`] bytes (413 beyond: a
 /// `Content-Length` over it is refused unread), within [`Limits::body_timeout`] (408).

@@ -1548,12 +1548,23 @@ fn browsing_routes_answer_with_the_stored_facts() {
         "{out}"
     );
     let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\npaths=x",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\npaths=x",
         2 << 20
     );
     let (out, _) = exchange(&f.hub, req.as_bytes());
     assert!(
         out.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    // Without a token the body is not read at all: 401 (the review of issue 42).
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\npaths=x",
+        2 << 20
+    );
+    let (out, _) = exchange(&f.hub, req.as_bytes());
+    assert!(
+        out.starts_with(b"HTTP/1.1 401"),
         "{}",
         String::from_utf8_lossy(&out)
     );

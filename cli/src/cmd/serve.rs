@@ -31,13 +31,9 @@ fn tokens(path: &Path) -> Result<Tokens> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let mut fields = line.split_whitespace();
-        let Some(token) = fields.next() else {
-            continue;
-        };
-        let name = fields.collect::<Vec<_>>().join(" ");
-        if !name.is_empty() {
-            names.insert(token.to_string(), name);
+        let (token, name) = token_and_name(line);
+        if let Some(name) = name {
+            names.insert(token.to_string(), name.to_string());
         }
         set.insert(token.to_string());
     }
@@ -45,6 +41,24 @@ fn tokens(path: &Path) -> Result<Tokens> {
         bail!("--token-file {}: no token in it", path.display());
     }
     Ok((set, names))
+}
+
+/// A token file line (trimmed, not a comment): the token, and its name when a `#` after
+/// whitespace follows it (`hf_abc123  # CI runners`). Everything before that is the token,
+/// spaces included, as in files written before names: a line without ` #` means what it
+/// always meant.
+fn token_and_name(line: &str) -> (&str, Option<&str>) {
+    let cut = line
+        .char_indices()
+        .find(|&(i, c)| c == '#' && line[..i].ends_with(char::is_whitespace))
+        .map(|(i, _)| i);
+    match cut {
+        Some(i) => {
+            let name = line[i + 1..].trim();
+            (line[..i].trim_end(), (!name.is_empty()).then_some(name))
+        }
+        None => (line, None),
+    }
 }
 
 /// The connection limit and timeouts: flags (or environment) over `[serve]` over defaults.
@@ -343,4 +357,26 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     );
     server.run()?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_and_name;
+
+    #[test]
+    fn a_token_line_names_its_token_only_after_a_hash() {
+        assert_eq!(token_and_name("hf_abc"), ("hf_abc", None));
+        assert_eq!(
+            token_and_name("hf_abc  # CI runners"),
+            ("hf_abc", Some("CI runners"))
+        );
+        assert_eq!(token_and_name("hf_abc\t#alice"), ("hf_abc", Some("alice")));
+        // Files written before names: the whole line is the token, spaces included.
+        assert_eq!(
+            token_and_name("Open Sesame 2024"),
+            ("Open Sesame 2024", None)
+        );
+        assert_eq!(token_and_name("a#b"), ("a#b", None));
+        assert_eq!(token_and_name("tok #"), ("tok", None));
+    }
 }

@@ -474,8 +474,13 @@ fn commit_item(c: &CommitId, f: &RevFacts, refs: Option<&Vec<String>>) -> Value 
 /// `/spaces/...`), if `segs` names one: a 404 `RepoNotFound`, so that `repo_exists(...,
 /// repo_type="dataset")` is False.
 pub(super) fn other_type(segs: &[&str]) -> Option<Reply> {
+    // `/api/{kind}/...`, and `/{kind}/{org}/{name}/{resolve|tree|...}/...`: a model whose
+    // organisation is named `datasets` is `/datasets/{name}/resolve/...`, one segment
+    // shorter before `resolve`, and stays a model.
     let kind = match segs {
-        ["api", k, ..] | [k, _, ..] => *k,
+        ["api", k, ..] => *k,
+        [_, _, "resolve", ..] => return None,
+        [k, _, ..] => *k,
         _ => return None,
     };
     if !matches!(kind, "datasets" | "spaces") {
@@ -516,5 +521,8 @@ mod tests {
         assert!(other_type(&["api", "models", "a", "b"]).is_none());
         assert!(other_type(&["org", "model", "resolve"]).is_none());
         assert!(other_type(&["datasets"]).is_none());
+        // A model of the organisation `datasets`: org/name/resolve, not a dataset.
+        assert!(other_type(&["datasets", "foo", "resolve", "main", "config.json"]).is_none());
+        assert!(other_type(&["datasets", "o", "d", "resolve", "main", "x"]).is_some());
     }
 }
