@@ -458,7 +458,11 @@ impl Case {
         if parts.len() == 3 {
             return dir(MUTABLE_TTL);
         }
-        let entry_ttl = if parts.len() == 4 {
+        // Names directly under a ref's view expire soon (the ref moves, the commit may be
+        // replaced); under a commit's view they stay (a replaced commit's stale names
+        // answer ESTALE, and the kernel looks them up again).
+        let by_ref = m.refs.contains_key(&parts[2].replace("%2F", "/"));
+        let entry_ttl = if parts.len() == 4 && by_ref {
             MUTABLE_TTL
         } else {
             IMMUTABLE_TTL
@@ -553,9 +557,11 @@ impl Case {
         assert_eq!(names, self.model_listing(&parts), "listing of {parts:?}");
         let from = self.rng.gen_range(0..=got.len());
         assert_eq!(self.core.listing(ino, from as u64).unwrap(), got[from..]);
+        // The names in a ref's view expire soon; in a commit's view they stay.
+        let by_ref = |m: &RepoModel| m.refs.contains_key(&parts[2].replace("%2F", "/"));
         let entry_ttl = match parts.len() {
             0..=2 => MUTABLE_TTL,
-            3 => MUTABLE_TTL,
+            3 if by_ref(&self.model[&format!("{}/{}", parts[0], parts[1])]) => MUTABLE_TTL,
             _ => IMMUTABLE_TTL,
         };
         self.check_plus(ino, parts.len() == 2, entry_ttl, &got);

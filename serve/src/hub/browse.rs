@@ -167,6 +167,10 @@ struct Listed {
     newest: u64,
     oldest: u64,
     newest_commit: CommitId,
+    /// The full publication order of those two revisions (time, sequence, commit): a total
+    /// order even where the store's clock has whole seconds (S3) and times tie.
+    newest_order: Order,
+    oldest_order: Order,
 }
 
 impl Hub {
@@ -282,6 +286,8 @@ impl Hub {
                 newest: first.1.order.0,
                 oldest: last.1.order.0,
                 newest_commit: first.0,
+                newest_order: first.1.order,
+                oldest_order: last.1.order,
                 repo,
             });
         }
@@ -316,8 +322,8 @@ impl Hub {
         };
         rows.sort_by(|a, b| {
             let key = match sort {
-                Sort::LastModified => a.newest.cmp(&b.newest),
-                Sort::CreatedAt => a.oldest.cmp(&b.oldest),
+                Sort::LastModified => a.newest_order.cmp(&b.newest_order),
+                Sort::CreatedAt => a.oldest_order.cmp(&b.oldest_order),
                 Sort::Id | Sort::Zero => std::cmp::Ordering::Equal,
             };
             let key = if desc { key.reverse() } else { key };
