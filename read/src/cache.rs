@@ -25,6 +25,8 @@ use crossbeam_channel::{unbounded, Sender};
 
 use format::ChunkId;
 
+use crate::plan::FrameAt;
+
 use repo::pack;
 use repo::Store;
 use repo::{Result, StoreError};
@@ -46,36 +48,19 @@ pub struct ChunkSource {
 
 /// Most bytes fetched with one ranged read when prefetching.
 pub const MAX_COALESCED: u64 = 8 * 1024 * 1024;
-/// A ranged read may include bytes of frames nobody asked for, up to this fraction of the
-/// range: frames of one file are mostly in order in a pack, with small swaps where two
-/// workers appended concurrently.
-const MAX_WASTE_FRACTION: u64 = 4;
 
-/// The byte range of a group of frames in their pack.
-fn span(group: &[(ChunkSource, Arc<Slot>)]) -> (u64, u64) {
-    let start = group.iter().map(|(g, _)| g.offset).min().unwrap_or(0);
-    let end = group
-        .iter()
-        .map(|(g, _)| g.offset + g.frame_len as u64)
-        .max()
-        .unwrap_or(0);
-    (start, end)
+/// Where the frame of `src` lies, for the request planner.
+fn frame_at(src: &ChunkSource) -> FrameAt<Arc<str>> {
+    FrameAt {
+        pack: src.key.clone(),
+        offset: src.offset,
+        len: src.frame_len as u64,
+    }
 }
 
-/// Whether `src` can join `group` in one ranged read.
-fn fits(group: &[(ChunkSource, Arc<Slot>)], src: &ChunkSource) -> bool {
-    if group[0].0.key != src.key {
-        return false;
-    }
-    let (start, end) = span(group);
-    let (start, end) = (
-        start.min(src.offset),
-        end.max(src.offset + src.frame_len as u64),
-    );
-    let wanted: u64 =
-        group.iter().map(|(g, _)| g.frame_len as u64).sum::<u64>() + src.frame_len as u64;
-    let range = end - start;
-    range <= MAX_COALESCED && range - wanted.min(range) <= range / MAX_WASTE_FRACTION
+/// The byte range of a group of frames in their pack.
+fn span(group: &[(ChunkSource, Arc<Slot>)]) -> std::ops::Range<u64> {
+    crate::plan::span(group.iter().map(|(s, _)| frame_at(s)))
 }
 
 /// A failed fetch: the reason, and whether the pack was missing (gc may have repacked the
@@ -259,8 +244,7 @@ impl ChunkCache {
     pub fn prefetch_run(self: &Arc<Self>, run: &[ChunkSource]) -> usize {
         let mut inner = self.lock();
         let mut accepted = 0;
-        let mut group: Vec<(ChunkSource, Arc<Slot>)> = Vec::new();
-        let mut groups = Vec::new();
+        let mut claimed: Vec<(ChunkSource, Arc<Slot>)> = Vec::new();
         for src in run {
             if inner.map.contains_key(&src.id) {
                 accepted += 1;
@@ -269,19 +253,20 @@ impl ChunkCache {
             if inner.loading_bytes + src.raw_len as usize > self.budget / 2 {
                 break;
             }
-            if !group.is_empty() && !fits(&group, src) {
-                groups.push(std::mem::take(&mut group));
-            }
             let slot = Arc::new(Slot::default());
             inner.map.insert(src.id, Entry::Loading(slot.clone()));
             inner.loading_bytes += src.raw_len as usize;
-            group.push((src.clone(), slot));
+            claimed.push((src.clone(), slot));
             accepted += 1;
             crate::metrics::METRICS.readahead_chunks.inc();
         }
-        if !group.is_empty() {
-            groups.push(group);
-        }
+        let plan =
+            crate::plan::ranged_reads(&claimed, |(s, _)| frame_at(s), |_| false, MAX_COALESCED);
+        let mut claimed = claimed.into_iter();
+        let groups: Vec<Vec<_>> = plan
+            .iter()
+            .map(|g| claimed.by_ref().take(g.len()).collect())
+            .collect();
         drop(inner);
         for g in groups {
             let me = self.clone();
@@ -309,7 +294,7 @@ impl ChunkCache {
             }
         }
         if !missing.is_empty() {
-            let (start, end) = span(&missing);
+            let std::ops::Range { start, end } = span(&missing);
             let key = missing[0].0.key.clone();
             match self.store.backend().get_range(&key, start, end - start) {
                 Ok(bytes) => {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
+use crate::cache::ChunkSource;
 use crate::chunk_map::ChunkMap;
 use crate::progress::Progress;
 use format::frame;
@@ -31,8 +32,17 @@ const WINDOW_BYTES: u64 = 4 * 1024 * 1024;
 /// Bytes per `write` call: writes of a whole window at once were often slower here (the
 /// kernel's copy into the page cache doubled in some runs), 1 MiB pieces were not.
 const WRITE_BYTES: usize = 1024 * 1024;
-/// Frames read with one ranged read when they lie next to each other in a pack.
+/// The most bytes of one ranged read of frames (the request planner's bound).
 const RUN_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Where the frame of chunk `c` lies, for the request planner.
+fn frame_at(c: &ChunkSource) -> crate::plan::FrameAt<Arc<str>> {
+    crate::plan::FrameAt {
+        pack: c.key.clone(),
+        offset: c.offset,
+        len: c.frame_len as u64,
+    }
+}
 
 /// Random access to one file of a revision.
 pub struct FileReader<'a> {
@@ -232,52 +242,30 @@ impl<'a> FileReader<'a> {
         end
     }
 
-    /// Decodes chunks `range` into `out` (exactly their bytes), in parallel: runs of frames
-    /// that lie next to each other in one pack are read with one ranged read each.
+    /// Decodes chunks `range` into `out` (exactly their bytes), in parallel: the chunks are
+    /// grouped by the request planner ([`crate::plan`]) into ranged reads of at most
+    /// [`RUN_BYTES`]; with a node-local chunk cache (a remote store), a chunk the cache
+    /// holds is read from there on its own.
     fn decode_window(&self, range: Range<usize>, out: &mut [u8], check: bool) -> Result<()> {
+        let cache = self.store.disk_cache();
+        let runs = crate::plan::ranged_reads(
+            &self.map.sources[range.clone()],
+            frame_at,
+            |c| cache.is_some_and(|d| d.contains(&c.id)),
+            RUN_BYTES,
+        );
         let mut tasks: Vec<(Range<usize>, &mut [u8])> = Vec::new();
         let mut rest = out;
-        let mut i = range.start;
-        while i < range.end {
-            let end = self.run_end(i, range.end);
-            let len = (self.map.starts[end] - self.map.starts[i]) as usize;
+        for run in runs {
+            let run = run.start + range.start..run.end + range.start;
+            let len = (self.map.starts[run.end] - self.map.starts[run.start]) as usize;
             let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
-            tasks.push((i..end, head));
+            tasks.push((run, head));
             rest = tail;
-            i = end;
         }
         tasks
             .into_par_iter()
             .try_for_each(|(run, out)| self.decode_run(run, out, check))
-    }
-
-    /// The end of the run of frames from chunk `i`: adjacent in one pack, at most
-    /// [`RUN_BYTES`] of frames, before `limit`. With a node-local chunk cache (a remote
-    /// store), a chunk the cache holds is a run of its own (read from there) and a run of
-    /// missing ones stops before the next chunk it holds: one ranged GET per run instead of
-    /// one per chunk.
-    fn run_end(&self, i: usize, limit: usize) -> usize {
-        let cache = self.store.disk_cache();
-        let cached = |j: usize| cache.is_some_and(|c| c.contains(&self.map.sources[j].id));
-        if cached(i) {
-            return i + 1;
-        }
-        let first = &self.map.sources[i];
-        let mut end = i + 1;
-        let mut next = first.offset + first.frame_len as u64;
-        while end < limit {
-            let c = &self.map.sources[end];
-            if c.key != first.key
-                || c.offset != next
-                || next + c.frame_len as u64 - first.offset > RUN_BYTES
-                || cached(end)
-            {
-                break;
-            }
-            next += c.frame_len as u64;
-            end += 1;
-        }
-        end
     }
 
     /// Decodes the chunks of one run into `out`. The run's frames are read at once and
@@ -286,15 +274,14 @@ impl<'a> FileReader<'a> {
     /// that does not decode or, with `check`, match its id) is left to the chunk-by-chunk
     /// path, which follows forwarding records and names the bad chunk.
     fn decode_run(&self, run: Range<usize>, out: &mut [u8], check: bool) -> Result<()> {
-        let first = &self.map.sources[run.start];
         let base = self.map.starts[run.start];
         let cache = self.store.disk_cache();
+        let sources = &self.map.sources[run.clone()];
+        let span = crate::plan::span(sources.iter().map(frame_at));
         let frames = if run.len() > 1 || cache.is_none() {
-            let last = &self.map.sources[run.end - 1];
-            let len = last.offset + last.frame_len as u64 - first.offset;
             self.store
                 .backend()
-                .get_range(&first.key, first.offset, len)
+                .get_range(&sources[0].key, span.start, span.end - span.start)
                 .ok()
         } else {
             None
@@ -308,7 +295,7 @@ impl<'a> FileReader<'a> {
             let at = (self.map.starts[i] - base) as usize;
             let dst = &mut out[at..at + c.raw_len as usize];
             let fast = frames.as_deref().and_then(|f| {
-                let from = (c.offset - first.offset) as usize;
+                let from = (c.offset - span.start) as usize;
                 let frame = f.get(from..from + c.frame_len as usize)?;
                 frame::decode_into(frame, dst).ok()?;
                 match cache {

@@ -4,6 +4,8 @@
 //! * [`chunk_map`] — a file's chunks as offsets into it, built and checked once.
 //! * [`cache`] — the shared cache of decoded, verified chunks and the workers that fill it
 //!   (every reader of a process shares it: the mount's files, serve's downloads).
+//! * [`plan`] — the one request planner: which frames are fetched with one ranged read
+//!   (the cache's prefetches, the whole-file reader, bundles).
 //! * [`readahead`] — [`readahead::FileStream`]: ranged reads of one file through the cache,
 //!   with read-ahead while the reader is sequential (the mount and serve).
 //! * [`safetensors`] — the header of a `.safetensors` file: its tensors' byte ranges.
@@ -27,6 +29,7 @@ mod fault_tests;
 pub mod file_cache;
 pub mod file_reader;
 pub mod metrics;
+pub mod plan;
 pub mod progress;
 pub mod readahead;
 pub mod reload;

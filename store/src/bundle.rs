@@ -156,23 +156,14 @@ pub fn export(
                 if !sent.insert(c.id) {
                     continue;
                 }
-                let p = m.packs[c.pack as usize];
-                if let Some((lp, last)) = run.last() {
-                    let start = run[0].1.offset as u64;
-                    let contiguous = *lp == p
-                        && c.offset as u64 >= last.offset as u64 + last.frame_len as u64
-                        && c.offset as u64 - (last.offset as u64 + last.frame_len as u64)
-                            <= MAX_GAP
-                        && c.offset as u64 + c.frame_len as u64 - start <= MAX_RUN;
-                    if !contiguous {
-                        send_run(store, &mut run, &mut w, &mut records, &mut report)?;
-                    }
+                run.push((m.packs[c.pack as usize], *c));
+                if run.len() >= PLAN_AHEAD {
+                    send_planned(store, &mut run, false, &mut w, &mut records, &mut report)?;
                 }
-                run.push((p, *c));
             }
         }
     }
-    send_run(store, &mut run, &mut w, &mut records, &mut report)?;
+    send_planned(store, &mut run, true, &mut w, &mut records, &mut report)?;
     progress.finish();
     let end = wire::end_payload(records, w.hasher.finalize().as_bytes());
     // The end record is not part of its own checksum.
@@ -186,28 +177,66 @@ pub fn export(
 
 /// Largest span fetched with one ranged read when exporting.
 const MAX_RUN: u64 = 8 << 20;
-/// Largest gap (bytes of frames not needed) bridged inside one read.
-const MAX_GAP: u64 = 256 << 10;
+/// Chunks waiting to be planned into ranged reads; every group but the last (which a
+/// later chunk may still join) is sent once this many wait.
+const PLAN_AHEAD: usize = 1024;
 
-/// Fetches a run of chunks of one pack with one ranged read, checks and writes them.
-fn send_run<W: Write>(
+/// Where the frame of a chunk lies, for the request planner.
+fn frame_at((pack, c): &(PackId, ChunkRef)) -> read::plan::FrameAt<PackId> {
+    read::plan::FrameAt {
+        pack: *pack,
+        offset: c.offset as u64,
+        len: c.frame_len as u64,
+    }
+}
+
+/// Groups the chunks of `run` into ranged reads ([`read::plan`]) and sends them; unless
+/// `all`, the last group stays in `run` for chunks still to come.
+fn send_planned<W: Write>(
     store: &Store,
     run: &mut Vec<(PackId, ChunkRef)>,
+    all: bool,
     w: &mut Tee<W>,
     records: &mut u64,
     report: &mut ExportReport,
 ) -> Result<()> {
-    let Some((pack_id, first)) = run.first().copied() else {
+    let mut groups = read::plan::ranged_reads(run, frame_at, |_| false, MAX_RUN);
+    let keep = if all { None } else { groups.pop() };
+    for g in groups {
+        send_run(store, &run[g], w, records, report)?;
+    }
+    match keep {
+        Some(g) => drop(run.drain(..g.start)),
+        None => run.clear(),
+    }
+    Ok(())
+}
+
+/// Fetches a run of chunks of one pack with one ranged read, checks and writes them.
+fn send_run<W: Write>(
+    store: &Store,
+    run: &[(PackId, ChunkRef)],
+    w: &mut Tee<W>,
+    records: &mut u64,
+    report: &mut ExportReport,
+) -> Result<()> {
+    let Some((pack_id, _)) = run.first().copied() else {
         return Ok(());
     };
     let key = layout::pack_key(&pack_id);
-    let start = first.offset as u64;
-    let (_, last) = run[run.len() - 1];
-    let end = last.offset as u64 + last.frame_len as u64;
+    let std::ops::Range { start, end } = read::plan::span(run.iter().map(frame_at));
     let bytes = store.backend().get_range(&key, start, end - start)?;
-    for (_, c) in run.drain(..) {
+    for (_, c) in run {
         let at = (c.offset as u64 - start) as usize;
-        let frame = &bytes[at..at + c.frame_len as usize];
+        let frame =
+            bytes
+                .get(at..at + c.frame_len as usize)
+                .ok_or_else(|| StoreError::CorruptChunk {
+                    chunk: c.chunk_id().to_hex(),
+                    pack: key.clone(),
+                    offset: c.offset as u64,
+                    reason: "the ranged read ended before the frame".into(),
+                })?;
         // Never send a damaged chunk: the import would refuse the whole bundle.
         pack::decode_checked(frame, &c.chunk_id(), &key, c.offset as u64)?;
         w.record(
