@@ -37,8 +37,8 @@ impl FsError {
     }
 }
 
-/// `EIO` for a store error, counted and logged.
-pub(crate) fn eio(e: repo::StoreError) -> FsError {
+/// `EIO` for a store or read error, counted and logged.
+pub(crate) fn eio(e: impl std::fmt::Display) -> FsError {
     crate::metrics::METRICS.read_errors.inc();
     tracing::error!("mount: {e}");
     FsError::Io

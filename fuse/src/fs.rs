@@ -105,7 +105,7 @@ pub struct Opened<B> {
 
 /// The mount's file system; `B` is the kernel's backing-file id (`fuser::BackingId`).
 pub struct MountCore<B> {
-    ns: Namespace,
+    ns: Arc<Namespace>,
     open: OpenFiles<B>,
 }
 
@@ -113,7 +113,7 @@ impl<B> MountCore<B> {
     /// A file system over `ns`, reading through `cache`.
     pub fn new(ns: Namespace, cache: Arc<ChunkCache>) -> MountCore<B> {
         MountCore {
-            ns,
+            ns: Arc::new(ns),
             open: OpenFiles::new(cache),
         }
     }
@@ -128,13 +128,13 @@ impl<B> MountCore<B> {
 
     /// Streams files with the read-ahead of `config`.
     pub fn with_readahead(mut self, config: ReadaheadConfig) -> Self {
-        self.open.readahead = config;
+        self.open.plan.readahead = config;
         self
     }
 
     /// Follows safetensors loaders in `order`.
     pub fn with_tensor_order(mut self, order: TensorOrder) -> Self {
-        self.open.tensor_order = order;
+        self.open.plan.tensor_order = order;
         self
     }
 
@@ -314,14 +314,12 @@ impl<B> MountCore<B> {
             None => self.open.choose_mode(prepared.fresh(), register),
         };
         let handle = match &mode {
-            Mode::Stream => match self.open.stream(&tree.manifest, i) {
-                Ok(stream) => Handle::Stream {
-                    stream: Arc::new(stream),
-                    manifest: tree.manifest.clone(),
-                    index: i,
-                },
-                Err(e) => return Err(eio(e)),
-            },
+            Mode::Stream => {
+                let reload = Arc::new(crate::namespace::Reloading(self.ns.clone()));
+                let source = self.open.source(reload, tree.manifest.clone(), i);
+                source.open().map_err(eio)?;
+                Handle::Stream(Arc::new(source))
+            }
             Mode::Whole(file) | Mode::Passthrough { file, .. } => Handle::Whole(file.clone()),
         };
         let fh = self.open.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -367,15 +365,9 @@ impl<B> MountCore<B> {
         let data = match handle.as_deref() {
             None => return Err(FsError::BadHandle),
             Some(Handle::Whole(file)) => read_whole(file, offset, size as usize),
-            Some(Handle::Stream {
-                stream,
-                manifest,
-                index,
-            }) => self.open.noting_read(|| {
-                let file = (&**manifest, *index);
-                self.open
-                    .read_stream(&self.ns, fh, stream, file, offset, size)
-            }),
+            Some(Handle::Stream(source)) => self
+                .open
+                .noting_read(|| source.read(offset, size as usize).map_err(eio)),
         }?;
         let m = &*crate::metrics::METRICS;
         m.reads.inc();
@@ -397,14 +389,9 @@ impl<B> MountCore<B> {
         };
         crate::metrics::METRICS.open_files.dec();
         self.open.forget_open(ino);
-        if let (
-            Handle::Stream {
-                manifest, index, ..
-            },
-            Some(files),
-        ) = (&*handle, &self.open.files)
-        {
-            files.request(self.ns.store(), manifest.clone(), *index);
+        if let (Handle::Stream(source), Some(files)) = (&*handle, &self.open.files) {
+            let (manifest, index) = source.file();
+            files.request(self.ns.store(), manifest, index);
         }
     }
 

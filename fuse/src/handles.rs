@@ -28,12 +28,10 @@ use std::sync::{Arc, Mutex};
 
 use read::cache::ChunkCache;
 use read::file_cache::{FileCache, HeldFile};
-use read::readahead::{FileStream, ReadaheadConfig};
-use read::tensor_plan::TensorOrder;
+use read::source::{FileSource, ReadPlan, Reload};
 use repo::manifest::{FileEntry, Manifest};
 
-use crate::errno::{eio, FsError};
-use crate::namespace::Namespace;
+use crate::errno::FsError;
 
 /// How the open handles of one inode read it; `B` is the kernel's backing-file id.
 pub(crate) enum Mode<B> {
@@ -94,11 +92,7 @@ impl Prepared {
 /// One open file handle.
 pub(crate) enum Handle {
     /// Chunks through the cache; on release, the file is asked for in the file cache.
-    Stream {
-        stream: Arc<FileStream>,
-        manifest: Arc<Manifest>,
-        index: usize,
-    },
+    Stream(Arc<FileSource>),
     /// A whole file on the node.
     Whole(Arc<File>),
 }
@@ -116,9 +110,8 @@ pub(crate) struct OpenFiles<B> {
     pub(crate) handles: Mutex<HashMap<u64, Arc<Handle>>>,
     pub(crate) inodes: Mutex<HashMap<u64, InodeOpen<B>>>,
     pub(crate) next_fh: AtomicU64,
-    pub(crate) tensor_order: TensorOrder,
-    /// The read-ahead of streamed files.
-    pub(crate) readahead: ReadaheadConfig,
+    /// How streamed files are read ahead (sequentially; safetensors along the loader's walk).
+    pub(crate) plan: ReadPlan,
     /// Asked for (`--no-passthrough` clears it), then whether the kernel offers it; cleared
     /// when the kernel refuses a backing file (said once in the log).
     pub(crate) passthrough: AtomicBool,
@@ -137,25 +130,21 @@ impl<B> OpenFiles<B> {
             handles: Mutex::new(HashMap::new()),
             inodes: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            tensor_order: TensorOrder::Name,
-            readahead: ReadaheadConfig::default(),
+            plan: ReadPlan::default(),
             passthrough: AtomicBool::new(false),
             uses: Mutex::new(HashMap::new()),
         }
     }
 
-    /// A stream over file `i` of `manifest`; for a `.safetensors` file, one that reads its
-    /// header and prefetches along the loader's walk (a header it refuses is logged, and the
-    /// file is read with sequential read-ahead).
-    pub(crate) fn stream(&self, manifest: &Manifest, i: usize) -> repo::Result<FileStream> {
-        let file = &manifest.files[i];
-        let stream = FileStream::new(self.cache.clone(), self.readahead, manifest, file)?;
-        if self.tensor_order != TensorOrder::Off && file.path.ends_with(".safetensors") {
-            if let Err(e) = stream.follow_safetensors(self.tensor_order) {
-                tracing::debug!("{}: sequential read-ahead only: {e}", file.path);
-            }
-        }
-        Ok(stream)
+    /// File `i` of `manifest` read through the chunk cache with the mount's read plan,
+    /// manifests read again through `reload` after a pack was gone.
+    pub(crate) fn source(
+        &self,
+        reload: Arc<dyn Reload>,
+        manifest: Arc<Manifest>,
+        i: usize,
+    ) -> FileSource {
+        FileSource::new(self.cache.clone(), self.plan, reload, manifest, i)
     }
 
     /// What an open of inode `ino` (file `f` of `manifest`, in `store`) may read from the
@@ -282,50 +271,6 @@ impl<B> OpenFiles<B> {
         let result = read();
         note();
         result
-    }
-
-    /// A read through the chunk cache of `file` (a manifest and the file's index in it). A
-    /// pack gone (gc may have repacked this revision): the manifest is read again (through
-    /// `ns`) and the read retried once with the new locations, if the file is still there
-    /// with the same content (else `EIO`: never another content's bytes).
-    pub(crate) fn read_stream(
-        &self,
-        ns: &Namespace,
-        fh: u64,
-        stream: &FileStream,
-        file: (&Manifest, usize),
-        offset: u64,
-        size: u32,
-    ) -> Result<Vec<u8>, FsError> {
-        match stream.read(offset, size as usize) {
-            Ok(data) => Ok(data),
-            Err(e) if e.is_not_found() => {
-                let (manifest, index) = file;
-                let was = &manifest.files[index];
-                let Ok(Some((tree, i))) = ns.reload_file(&manifest.repo, &manifest.commit, was)
-                else {
-                    return Err(eio(e));
-                };
-                let fresh = match self.stream(&tree.manifest, i) {
-                    Ok(s) => Arc::new(s),
-                    Err(_) => return Err(eio(e)),
-                };
-                let data = fresh.read(offset, size as usize).map_err(eio)?;
-                self.handles
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(
-                        fh,
-                        Arc::new(Handle::Stream {
-                            stream: fresh,
-                            manifest: tree.manifest.clone(),
-                            index: i,
-                        }),
-                    );
-                Ok(data)
-            }
-            Err(e) => Err(eio(e)),
-        }
     }
 
     /// Counts an open in `mode` in the mount's metrics.

@@ -771,6 +771,24 @@ fn unescape_ref(name: &str) -> String {
     name.replace("%2F", "/")
 }
 
+/// The mount's way of reading a manifest again after a pack was gone
+/// ([`Namespace::reload_file`]): the fresh tree replaces the cached one, for later opens.
+pub struct Reloading(pub Arc<Namespace>);
+
+impl read::source::Reload for Reloading {
+    fn same_file(
+        &self,
+        repo: &RepoId,
+        commit: &CommitId,
+        was: &FileEntry,
+    ) -> repo::Result<Option<(Arc<Manifest>, usize)>> {
+        Ok(self
+            .0
+            .reload_file(repo, commit, was)?
+            .map(|(tree, i)| (tree.manifest.clone(), i)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1042,3 +1060,4 @@ mod tests {
         assert!(trees.get(&key(0), Duration::ZERO, Some("t")).is_some());
     }
 }
+

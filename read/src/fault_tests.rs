@@ -610,3 +610,107 @@ fn reads_under_faults_return_the_files_bytes_or_an_error() {
         );
     }
 }
+
+/// The test's way of reading the manifest again: the revision's manifest as gc left it
+/// (`fresh`), counted; `changed` says the commit now holds other content.
+struct Resolving {
+    fresh: std::sync::Mutex<Option<Manifest>>,
+    changed: bool,
+    reloads: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::source::Reload for Resolving {
+    fn same_file(
+        &self,
+        _: &RepoId,
+        _: &CommitId,
+        _: &FileEntry,
+    ) -> repo::Result<Option<(Arc<Manifest>, usize)>> {
+        self.reloads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.changed {
+            return Ok(None);
+        }
+        let fresh = self.fresh.lock().unwrap().clone();
+        Ok(fresh.map(|m| (Arc::new(m), 0)))
+    }
+}
+
+/// A file source whose pack gc moved after the source was opened (its forwarding record
+/// expired too): a read goes on through the manifest read again with the file's exact bytes (where a plain stream fails), readers
+/// sharing the source reload once, and a commit whose file changed is refused.
+#[test]
+fn a_file_source_reads_on_after_gc_moved_its_pack_and_refuses_a_changed_file() {
+    use crate::source::{FileSource, ReadError, ReadPlan};
+    for changed in [false, true] {
+        let mut rng = StdRng::seed_from_u64(7);
+        let c = content(&mut rng);
+        let backend = Arc::new(MemoryStore::new());
+        let perm: Vec<usize> = (0..c.unique.len()).collect();
+        let (pack, entries) = put_pack(backend.as_ref(), &c, &perm);
+        let store = Store::open_or_create(backend.clone(), CreateOptions::default()).unwrap();
+        // A budget too small to keep the file: reads after the move fetch again.
+        let cache = Arc::new(ChunkCache::new(store.clone(), 4 << 10, 2).unwrap());
+        let m = manifest(&c, pack, &entries);
+        let reload = Arc::new(Resolving {
+            fresh: Default::default(),
+            changed,
+            reloads: Default::default(),
+        });
+        let plan = ReadPlan {
+            tensor_order: TensorOrder::Off,
+            ..ReadPlan::default()
+        };
+        let src = Arc::new(FileSource::new(
+            cache.clone(),
+            plan,
+            reload.clone(),
+            Arc::new(m.clone()),
+            0,
+        ));
+        let plain =
+            FileStream::new(cache.clone(), ReadaheadConfig::default(), &m, &m.files[0]).unwrap();
+        let size = c.data.len() as u64;
+        // Opened (its chunk list taken) before gc; nothing read yet, so nothing cached.
+        src.open().unwrap();
+        // gc moved the pack, and the forwarding record is gone too (a later gc expired it):
+        // only a manifest read again knows the places.
+        let moved = gc_move(backend.as_ref(), &c, (pack, &entries));
+        backend.delete(&layout::moved_key(&pack)).unwrap();
+        *reload.fresh.lock().unwrap() = Some(moved);
+        let last = (size - 1) as usize;
+        // The control: the plain stream of the old places fails (the pack is gone).
+        let e = plain.read(size - 1, 1).unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let src = src.clone();
+                std::thread::spawn(move || src.read(size - 1, 1))
+            })
+            .collect();
+        for r in readers {
+            match (r.join().unwrap(), changed) {
+                (Ok(b), false) => assert_eq!(b, c.data[last..]),
+                (Err(ReadError::Changed { path, .. }), true) => {
+                    assert_eq!(path, "model.safetensors")
+                }
+                (other, _) => panic!("changed={changed}: {other:?}"),
+            }
+        }
+        if !changed {
+            let mut all = Vec::new();
+            src.copy_range(0, size, &mut |b| {
+                all.extend_from_slice(&b);
+                true
+            })
+            .unwrap();
+            assert_eq!(all, c.data);
+            assert_eq!(reload.reloads.load(std::sync::atomic::Ordering::SeqCst), 1);
+            assert_ne!(
+                src.file().0.packs,
+                m.packs,
+                "the source reads the new places"
+            );
+        }
+    }
+}

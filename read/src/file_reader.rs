@@ -1,6 +1,6 @@
 //! Reading revisions back: random access into a file, streaming a whole file with its
 //! sha256 checked, and `verify`; `checkout` of a revision into a directory is in
-//! `crate::checkout` (re-exported here).
+//! `crate::checkout`.
 //!
 //! Every chunk read is checked against its BLAKE3 id before its bytes are used, and every
 //! whole-file read is checked against the file's sha256, so corrupted or truncated packs
@@ -22,8 +22,6 @@ use format::ChunkId;
 use repo::manifest::{FileEntry, Manifest};
 use repo::Store;
 use repo::{Result, StoreError};
-
-pub use crate::checkout::{checkout, CheckoutReport};
 
 /// Decoded bytes per window of a file stream: the chunks of a window are decoded in
 /// parallel, then the window is written while the next one is decoded and hashed one

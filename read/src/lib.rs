@@ -8,6 +8,8 @@
 //!   (the cache's prefetches, the whole-file reader, bundles).
 //! * [`readahead`] — [`readahead::FileStream`]: ranged reads of one file through the cache,
 //!   with read-ahead while the reader is sequential (the mount and serve).
+//! * [`source`] — [`source::FileSource`]: one file's byte ranges as the mount and serve
+//!   hand them out (the read plan, the retry after gc), over [`readahead::FileStream`].
 //! * [`safetensors`] — the header of a `.safetensors` file: its tensors' byte ranges.
 //! * [`tensor_plan`] — the order a loader walks those ranges in, for read-ahead.
 //! * [`file_reader`] — whole files with their sha256 checked: `cat`, `checkout`, `verify`.
@@ -34,6 +36,7 @@ pub mod progress;
 pub mod readahead;
 pub mod reload;
 pub mod safetensors;
+pub mod source;
 pub mod tensor_plan;
 #[cfg(any(test, feature = "test-util"))]
 #[doc(hidden)]

@@ -13,16 +13,17 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use read::cache::ChunkCache;
 use read::readahead::ReadaheadConfig;
-use repo::manifest::Manifest;
+use repo::manifest::{FileEntry, Manifest};
 use repo::{Store, StoreError};
 use serde_json::{json, Value};
 
-use crate::body::{Body, FileSource};
+use crate::body::Body;
 use crate::decode::{self, header_ascii, header_text};
 use crate::etag;
 use crate::metrics::{Metrics, METRICS};
 use crate::upstream::{Mirror, Policy, UpstreamError, UpstreamOptions};
 use policy::Role;
+use read::source::{FileSource, ReadPlan, Reload};
 
 /// Manifests kept in memory (each is small next to the files it describes).
 const MANIFEST_CACHE: usize = 64;
@@ -599,16 +600,16 @@ impl Hub {
     fn source(&self, at: &Located, i: usize) -> FileSource {
         let cache = self.manifests.clone();
         let key = (at.repo.clone(), at.commit);
-        FileSource::new(
-            self.store.clone(),
-            self.cache.clone(),
-            at.repo.clone(),
-            at.commit,
-            at.manifest.clone(),
-            i,
-        )
-        .with_readahead(self.readahead)
-        .on_reload(move |m| remember(&cache, key.clone(), String::new(), m))
+        let reload = Arc::new(Remembering {
+            store: self.store.clone(),
+            manifests: cache,
+            key,
+        });
+        let plan = ReadPlan {
+            readahead: self.readahead,
+            ..ReadPlan::default()
+        };
+        FileSource::new(self.cache.clone(), plan, reload, at.manifest.clone(), i)
     }
 
     fn repo_info(&self, org: &str, name: &str, rev: &str, query: &str) -> Reply {
@@ -655,7 +656,7 @@ impl Hub {
     }
 
     /// The git blob id of a small file (read once, then remembered by sha256).
-    fn blob_id(&self, at: &Located, i: usize) -> Result<String, crate::body::ReadError> {
+    fn blob_id(&self, at: &Located, i: usize) -> Result<String, read::source::ReadError> {
         let f = &at.manifest.files[i];
         if let Some(id) = self.blob_ids.get(&f.sha256) {
             return Ok(id);
@@ -675,7 +676,7 @@ impl Hub {
         &self,
         at: &Located,
         i: usize,
-    ) -> Result<(String, String, Option<Value>), crate::body::ReadError> {
+    ) -> Result<(String, String, Option<Value>), read::source::ReadError> {
         let f = &at.manifest.files[i];
         if etag::is_lfs(&f.path, f.size) {
             let sha = f.sha256_hex();
@@ -807,6 +808,29 @@ fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
 }
 
 /// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).
+/// Reads a manifest again after a pack was gone ([`read::reload::same_file`]) and keeps
+/// the fresh one in the manifest cache, for the next request of the revision.
+struct Remembering {
+    store: Store,
+    manifests: Arc<Mutex<ManifestCache>>,
+    key: (RepoId, CommitId),
+}
+
+impl Reload for Remembering {
+    fn same_file(
+        &self,
+        repo: &RepoId,
+        commit: &CommitId,
+        was: &FileEntry,
+    ) -> repo::Result<Option<(Arc<Manifest>, usize)>> {
+        let found = read::reload::same_file(&self.store, repo, commit, was)?;
+        if let Some((m, _)) = &found {
+            remember(&self.manifests, self.key.clone(), String::new(), m.clone());
+        }
+        Ok(found)
+    }
+}
+
 fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, m: Arc<Manifest>) {
     let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
     if cache.len() >= MANIFEST_CACHE && !cache.contains_key(&key) {

@@ -18,7 +18,7 @@ pub fn checkout(ctx: &Ctx, spec: &str, dir: &Path) -> Result<ExitCode> {
     let (repo, commit) = resolve(&store, spec)?;
     let m = store.manifest(&repo, &commit)?;
     let start = std::time::Instant::now();
-    let r = file_reader::checkout(&store, &m, dir, &Bar::new(ctx.quiet))?;
+    let r = read::checkout::checkout(&store, &m, dir, &Bar::new(ctx.quiet))?;
     record_use(&store, &repo, &commit, "checkout");
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     println!(

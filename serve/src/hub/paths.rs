@@ -68,7 +68,7 @@ impl Hub {
         &self,
         at: &Located,
         i: usize,
-    ) -> Result<Value, crate::body::ReadError> {
+    ) -> Result<Value, read::source::ReadError> {
         let f = &at.manifest.files[i];
         let (oid, _, lfs) = self.ids(at, i)?;
         let mut e = json!({ "type": "file", "oid": oid, "size": f.size, "path": f.path });
@@ -87,7 +87,7 @@ impl Hub {
         &self,
         at: &Located,
         path: &str,
-    ) -> Result<Option<Value>, crate::body::ReadError> {
+    ) -> Result<Option<Value>, read::source::ReadError> {
         let files = &at.manifest.files;
         if let Ok(i) = files.binary_search_by(|f| f.path.as_str().cmp(path)) {
             return self.file_entry(at, i).map(Some);

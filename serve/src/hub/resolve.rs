@@ -147,7 +147,7 @@ impl Hub {
 
     /// The headers of file `i` of the located revision that the client reads before the
     /// body: the commit, the etag (and for LFS files the linked etag and size), the name.
-    fn file_headers(&self, at: &Located, i: usize) -> Result<HeaderMap, crate::body::ReadError> {
+    fn file_headers(&self, at: &Located, i: usize) -> Result<HeaderMap, read::source::ReadError> {
         let f = &at.manifest.files[i];
         let (_, etag, lfs) = self.ids(at, i)?;
         let quoted = header_ascii(&format!("\"{etag}\""));

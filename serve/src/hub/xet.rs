@@ -304,7 +304,7 @@ impl Hub {
         recs: &[u64],
         from: u64,
         to: u64,
-    ) -> Result<Vec<Bytes>, crate::body::ReadError> {
+    ) -> Result<Vec<Bytes>, read::source::ReadError> {
         // The records overlapping [from, to), and their payload's place in the file.
         let (mut byte, mut pos) = (0u64, xb.file_start);
         let mut first: Option<(usize, u64, u64)> = None;
@@ -321,7 +321,7 @@ impl Hub {
         let Some((k0, byte0, mut pos)) = first else {
             return Ok(Vec::new());
         };
-        let mut src = self.source(at, fi);
+        let src = self.source(at, fi);
         let mut parts = Vec::with_capacity(3 * (last - k0));
         let (mut skip, mut keep) = (from - byte0, to - from);
         let mut take = |b: Bytes, parts: &mut Vec<Bytes>| {
@@ -346,7 +346,7 @@ impl Hub {
                 true
             })?;
             if got != *len {
-                return Err(crate::body::ReadError::Inconsistent {
+                return Err(read::source::ReadError::Inconsistent {
                     commit: at.commit.to_hex(),
                     what: format!("{}: short read for a xorb", at.manifest.files[fi].path),
                 });
