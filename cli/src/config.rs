@@ -36,11 +36,16 @@
 //! keep_last = 10
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use format::{CommitId, RepoId};
 use serde::{Deserialize, Serialize};
+use store::gc::retention::{check_unused_for, parse_duration, Policy};
+use store::gc::GcOptions;
+
+use crate::args::GcArgs;
 
 /// Where the config is looked for when neither `--config` nor `MODELCAS_CONFIG` is set.
 pub const DEFAULT_PATH: &str = "/etc/modelcas/config.toml";
@@ -201,6 +206,86 @@ pub fn merge_globals(cli: &crate::args::Cli, file: Config) -> Config {
         serve: file.serve,
         gc: file.gc,
     }
+}
+
+/// `[serve.locks]`, checked: each entry a repository id and a 40-hex commit sha, and no
+/// repository twice (ids compare without case, as on the Hub: `Org/M` and `org/m` are one).
+pub fn locks(file: &BTreeMap<String, String>) -> Result<HashMap<RepoId, CommitId>> {
+    let mut out: HashMap<RepoId, CommitId> = HashMap::new();
+    for (repo, sha) in file {
+        let entry = || format!("[serve.locks] {repo:?} = {sha:?}");
+        let id = RepoId::parse(repo).with_context(entry)?;
+        let is_sha = sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+        if !is_sha {
+            bail!("{}: expected a 40-hex commit sha", entry());
+        }
+        if let Some(other) = out.keys().find(|r| r.same_repo(&id)) {
+            bail!(
+                "{}: {other} is locked too, and names the same repository (ids compare without case)",
+                entry()
+            );
+        }
+        out.insert(
+            id,
+            CommitId::parse(&sha.to_ascii_lowercase()).with_context(entry)?,
+        );
+    }
+    Ok(out)
+}
+
+/// A duration from the config file or a flag, named `what` when it is not one.
+pub fn duration(what: &str, s: &str) -> Result<std::time::Duration> {
+    parse_duration(s).with_context(|| what.to_string())
+}
+
+/// The gc options from the config file with the flags on top.
+pub fn gc_options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
+    let gc = &config.gc;
+    let mut opts = GcOptions::default();
+    let within = |s: &Option<String>, what: &str| -> Result<Option<std::time::Duration>> {
+        s.as_deref().map(|v| duration(what, v)).transpose()
+    };
+    let flag_within = within(&args.keep_within, "--keep-within")?;
+    let flag_unused = within(&args.unused_for, "--unused-for")?;
+    if let Some(d) = flag_unused {
+        check_unused_for("--unused-for", d)?;
+    }
+    opts.retention.default = Policy {
+        keep_last: args.keep_last.or(gc.keep_last),
+        keep_within: flag_within.or(within(&gc.keep_within, "config gc.keep_within")?),
+        unused_for: flag_unused.or(within(&gc.unused_for, "config gc.unused_for")?),
+    };
+    for (name, p) in &gc.repos {
+        let repo = RepoId::parse(name).with_context(|| format!("config gc.repos.{name:?}"))?;
+        let what = |k: &str| format!("config gc.repos.\"{name}\".{k}");
+        let policy = Policy {
+            keep_last: args.keep_last.or(p.keep_last).or(gc.keep_last),
+            keep_within: flag_within
+                .or(within(&p.keep_within, &what("keep_within"))?)
+                .or(opts.retention.default.keep_within),
+            unused_for: flag_unused
+                .or(within(&p.unused_for, &what("unused_for"))?)
+                .or(opts.retention.default.unused_for),
+        };
+        opts.retention.repos.insert(repo, policy);
+    }
+    if let Some(g) = args.grace.as_ref().or(gc.grace.as_ref()) {
+        opts.grace = duration("--grace", g)?;
+    }
+    if let Some(r) = args.rewrite_below.or(gc.rewrite_below) {
+        if !(0.0..=1.0).contains(&r) {
+            bail!("--rewrite-below {r}: must be between 0 and 1");
+        }
+        opts.rewrite_below = r;
+    }
+    opts.retention.check().context("config [gc]")?;
+    opts.dry_run = args.dry_run;
+    // serve's version locks protect their commits like pins.
+    opts.protected = locks(&config.serve.locks)
+        .context("config [serve.locks]")?
+        .into_iter()
+        .collect();
+    Ok(opts)
 }
 
 /// A URL with any `user:password@` replaced by `***@`.

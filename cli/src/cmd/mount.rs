@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use modelfs::{FileCache, MountOptions};
 
-use super::{resolve, Ctx};
 use crate::args::MountArgs;
+use crate::ctx::{resolve, Ctx};
 
 /// Options of `modelcas mount`.
 pub struct Options {
@@ -63,7 +63,7 @@ fn tensor_order(v: Option<&str>) -> Result<modelfs::TensorOrder> {
 /// read-only home in a container).
 fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
     let size = match &o.file_cache_size {
-        Some(s) => super::parse_size(s).with_context(|| format!("--file-cache-size {s:?}"))?,
+        Some(s) => crate::ctx::parse_size(s).with_context(|| format!("--file-cache-size {s:?}"))?,
         None => 20 << 30,
     };
     if size == 0 {
@@ -110,7 +110,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         threads,
         cache_bytes: cache_mib << 20,
         fetch_threads: o.fetch_threads.unwrap_or(if remote {
-            super::REMOTE_READ_THREADS
+            crate::ctx::REMOTE_READ_THREADS
         } else {
             4
         }),

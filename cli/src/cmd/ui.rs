@@ -1,7 +1,7 @@
 //! The figures of `serve`'s pages ([`hubserve::ui::Inventory`]), from the functions the
-//! commands use: the rows of `modelcas ls ORG/NAME` ([`super::ls::rows`]), `modelcas
+//! commands use: the rows of `modelcas ls ORG/NAME` ([`store::listing::rows`]), `modelcas
 //! stats` ([`store::stats`]), and gc's retention decision with the options `modelcas gc
-//! --dry-run` builds from the config file and flags ([`super::gc::options`],
+//! --dry-run` builds from the config file and flags ([`crate::config::gc_options`],
 //! [`store::gc::verdicts`]). Nothing is recomputed here, so a page shows what those
 //! commands print for the same store.
 
@@ -15,7 +15,7 @@ use repo::Store;
 use store::gc::retention::Keep;
 use store::gc::GcOptions;
 
-use super::gc::GcArgs;
+use crate::args::GcArgs;
 use crate::config::Config;
 
 /// The store and the config file `serve` was started with.
@@ -40,7 +40,7 @@ impl StoreInventory {
             dry_run: true,
             json: false,
         };
-        super::gc::options(&self.config, &args)
+        crate::config::gc_options(&self.config, &args)
     }
 
     /// gc's decision for each commit of `repo` under each of `opts` (read once), in words.
@@ -168,8 +168,7 @@ impl Inventory for StoreInventory {
     }
 
     fn repo(&self, repo: &RepoId, unused_for: Duration) -> facts::Result<Option<RepoDetail>> {
-        let Some((_, rows)) = super::ls::rows(&self.store, repo).map_err(|e| format!("{e:#}"))?
-        else {
+        let Some((_, rows)) = store::listing::rows(&self.store, repo).map_err(text)? else {
             return Ok(None);
         };
         let pins = self.store.pins(repo).map_err(text)?;

@@ -12,9 +12,10 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::{internal, not_found, Head, Hub, Located, Reply};
+use super::{Hub, Located};
 use crate::body::Body;
 use crate::decode::{self, header_ascii};
+use crate::reply::{internal, not_found, Head, Reply};
 use crate::xet::{self, Refusal, XetOptions};
 
 /// Most Xet hashes remembered with their repository (to tell "another repository's" from

@@ -5,6 +5,7 @@
 //! into manifests and refs.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,8 +14,11 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use format::ChunkId;
 use sha2::{Digest, Sha256};
 
+use super::opener::Opener;
+use super::options::{IngestOptions, SETTLE};
+use super::report::IngestReport;
+use super::stamps;
 use super::xet_memo::{self, Step, XetMemo};
-use super::{stamps, IngestOptions, IngestReport, Opener, Source};
 use format::frame;
 use format::index::{chunk_list_digest, ChunkLoc, FileStamp};
 use format::layout;
@@ -23,6 +27,10 @@ use read::progress::Progress;
 use repo::handle::Store;
 use repo::pack::{PackBuilder, PackId};
 use repo::{Result, StoreError};
+
+/// A distinct source file: its path, the SHA-256 its snapshot expects, its size.
+/// A distinct source file: its path, the sha256 and Xet hash it must have, its size.
+pub(super) type Source = (PathBuf, Option<[u8; 32]>, u64, Option<[u8; 32]>);
 
 /// Where a chunk seen in this session lives.
 #[derive(Clone, Copy, Debug)]
@@ -193,7 +201,7 @@ impl<'a> Shared<'a> {
             files_unchanged: AtomicU64::new(0),
             bytes_unchanged: AtomicU64::new(0),
             reread: false,
-            settle: super::SETTLE,
+            settle: SETTLE,
             stamps: Mutex::new(Vec::new()),
             stamper: stamps::Stamper::new(),
             new_chunks: AtomicU64::new(0),
