@@ -38,14 +38,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use format::{CommitId, RepoId};
 use serde::{Deserialize, Serialize};
-use store::gc::retention::{check_unused_for, parse_duration, Policy};
-use store::gc::GcOptions;
-
-use crate::args::GcArgs;
+use store::gc::retention::{parse_duration, Policy};
+use store::gc::GcSettings;
 
 /// Where the config is looked for when neither `--config` nor `MODELCAS_CONFIG` is set.
 pub const DEFAULT_PATH: &str = "/etc/modelcas/config.toml";
@@ -233,59 +232,48 @@ pub fn locks(file: &BTreeMap<String, String>) -> Result<HashMap<RepoId, CommitId
     Ok(out)
 }
 
-/// A duration from the config file or a flag, named `what` when it is not one.
-pub fn duration(what: &str, s: &str) -> Result<std::time::Duration> {
-    parse_duration(s).with_context(|| what.to_string())
+/// A duration of the config file, named `what` when it is not one.
+fn duration(what: &str, s: &Option<String>) -> Result<Option<Duration>> {
+    s.as_deref()
+        .map(|v| parse_duration(v).with_context(|| what.to_string()))
+        .transpose()
 }
 
-/// The gc options from the config file with the flags on top.
-pub fn gc_options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
+/// `[gc]`'s grace period, typed (`fsck` uses it too).
+pub fn gc_grace(gc: &GcConfig) -> Result<Option<Duration>> {
+    duration("config gc.grace", &gc.grace)
+}
+
+/// gc's settings from `[gc]` and `[serve.locks]`, typed; a run's flags go on top of them
+/// ([`GcSettings::options`]).
+pub fn gc_settings(config: &Config) -> Result<GcSettings> {
     let gc = &config.gc;
-    let mut opts = GcOptions::default();
-    let within = |s: &Option<String>, what: &str| -> Result<Option<std::time::Duration>> {
-        s.as_deref().map(|v| duration(what, v)).transpose()
-    };
-    let flag_within = within(&args.keep_within, "--keep-within")?;
-    let flag_unused = within(&args.unused_for, "--unused-for")?;
-    if let Some(d) = flag_unused {
-        check_unused_for("--unused-for", d)?;
-    }
-    opts.retention.default = Policy {
-        keep_last: args.keep_last.or(gc.keep_last),
-        keep_within: flag_within.or(within(&gc.keep_within, "config gc.keep_within")?),
-        unused_for: flag_unused.or(within(&gc.unused_for, "config gc.unused_for")?),
+    let mut settings = GcSettings {
+        default: Policy {
+            keep_last: gc.keep_last,
+            keep_within: duration("config gc.keep_within", &gc.keep_within)?,
+            unused_for: duration("config gc.unused_for", &gc.unused_for)?,
+        },
+        grace: gc_grace(gc)?,
+        rewrite_below: gc.rewrite_below,
+        ..GcSettings::default()
     };
     for (name, p) in &gc.repos {
         let repo = RepoId::parse(name).with_context(|| format!("config gc.repos.{name:?}"))?;
         let what = |k: &str| format!("config gc.repos.\"{name}\".{k}");
         let policy = Policy {
-            keep_last: args.keep_last.or(p.keep_last).or(gc.keep_last),
-            keep_within: flag_within
-                .or(within(&p.keep_within, &what("keep_within"))?)
-                .or(opts.retention.default.keep_within),
-            unused_for: flag_unused
-                .or(within(&p.unused_for, &what("unused_for"))?)
-                .or(opts.retention.default.unused_for),
+            keep_last: p.keep_last,
+            keep_within: duration(&what("keep_within"), &p.keep_within)?,
+            unused_for: duration(&what("unused_for"), &p.unused_for)?,
         };
-        opts.retention.repos.insert(repo, policy);
+        settings.repos.insert(repo, policy);
     }
-    if let Some(g) = args.grace.as_ref().or(gc.grace.as_ref()) {
-        opts.grace = duration("--grace", g)?;
-    }
-    if let Some(r) = args.rewrite_below.or(gc.rewrite_below) {
-        if !(0.0..=1.0).contains(&r) {
-            bail!("--rewrite-below {r}: must be between 0 and 1");
-        }
-        opts.rewrite_below = r;
-    }
-    opts.retention.check().context("config [gc]")?;
-    opts.dry_run = args.dry_run;
     // serve's version locks protect their commits like pins.
-    opts.protected = locks(&config.serve.locks)
+    settings.protected = locks(&config.serve.locks)
         .context("config [serve.locks]")?
         .into_iter()
         .collect();
-    Ok(opts)
+    Ok(settings)
 }
 
 /// A URL with any `user:password@` replaced by `***@`.

@@ -1,6 +1,7 @@
 //! `modelcas gc`, `rm`, `pin`, `unpin` and `fsck`: retention and store maintenance.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use format::RepoId;
@@ -16,7 +17,7 @@ pub const EXIT_LOCKED: u8 = 3;
 
 /// `modelcas gc`.
 pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
-    let opts = crate::config::gc_options(config, args)?;
+    let opts = crate::config::gc_settings(config)?.options(&args.flags())?;
     let store = ctx.open_plain()?;
     let cache = ctx.try_index(&store);
     let warn = |w: String| tracing::warn!("{w}");
@@ -196,12 +197,12 @@ pub fn fsck(
     ctx: &Ctx,
     config: &Config,
     read_data: bool,
-    grace: Option<&str>,
+    grace: Option<Duration>,
     json: bool,
 ) -> Result<ExitCode> {
-    let grace = match grace.or(config.gc.grace.as_deref()) {
-        Some(g) => crate::config::duration("--grace", g)?,
-        None => store::gc::DEFAULT_GRACE,
+    let grace = match grace {
+        Some(g) => g,
+        None => crate::config::gc_grace(&config.gc)?.unwrap_or(store::gc::DEFAULT_GRACE),
     };
     let store = ctx.open_plain()?;
     let report = store::fsck::run(&store, &store::fsck::FsckOptions { read_data, grace })?;

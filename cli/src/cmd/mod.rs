@@ -155,6 +155,6 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             read_data,
             grace,
             json,
-        } => gc::fsck(ctx, &ctx.config, read_data, grace.as_deref(), json),
+        } => gc::fsck(ctx, &ctx.config, read_data, grace, json),
     }
 }

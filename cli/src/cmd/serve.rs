@@ -308,7 +308,8 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         metrics: ctx.metrics.clone(),
         ui: (!o.no_ui).then(|| {
             let store = hubserve::ui::manifest_cache::cached(&store);
-            let inventory = super::ui::StoreInventory::new(store, ctx.config.clone());
+            let gc = crate::config::gc_settings(&ctx.config).map_err(|e| format!("{e:#}"));
+            let inventory = super::ui::StoreInventory::new(store, gc);
             hubserve::ui::Pages(Arc::new(inventory))
         }),
         xet: o.xet,

@@ -50,7 +50,8 @@ mod session;
 pub mod state;
 
 pub use options::{
-    GcOptions, DEFAULT_GRACE, DEFAULT_REWRITE_BELOW, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE,
+    GcFlags, GcOptions, GcSettings, DEFAULT_GRACE, DEFAULT_REWRITE_BELOW, MAX_CLOCK_SKEW,
+    TEMPORARY_MIN_AGE,
 };
 pub use report::{ExpiredRevision, GcReport};
 
