@@ -97,7 +97,7 @@ pub fn ingest_from(
     };
     failpoint::pause("ingest-after-sync");
     let (sources, source_ix) = distinct_sources(snapshots);
-    let total: u64 = sources.iter().map(|s| s.2).sum();
+    let total: u64 = sources.iter().map(|s| s.size).sum();
     progress.start("ingest", total);
     let (results, located) =
         run_pipeline(store, index, &sources, opts, opener, progress, &mut report)?;
@@ -178,7 +178,12 @@ fn distinct_sources(snapshots: &[Snapshot]) -> (Vec<Source>, HashMap<PathBuf, us
     for s in snapshots {
         for f in &s.files {
             source_ix.entry(f.source.clone()).or_insert_with(|| {
-                sources.push((f.source.clone(), f.expected_sha256, f.size, f.expected_xet));
+                sources.push(Source {
+                    path: f.source.clone(),
+                    size: f.size,
+                    sha256: f.expected_sha256,
+                    xet: f.expected_xet,
+                });
                 sources.len() - 1
             });
         }
@@ -402,7 +407,13 @@ mod tests {
             dir: "/snap".into(),
         };
         let (sources, source_ix) = distinct_sources(std::slice::from_ref(&snapshot));
-        assert_eq!(sources, [(PathBuf::from("/blobs/1"), None, 200, None)]);
+        let want = Source {
+            path: PathBuf::from("/blobs/1"),
+            size: 200,
+            sha256: None,
+            xet: None,
+        };
+        assert_eq!(sources, [want]);
         let (a, b) = (ChunkId([1; 32]), ChunkId([2; 32]));
         let results = [FileResult {
             size: 200,
