@@ -11,13 +11,6 @@ use format::RepoId;
 use objects::{LocalStore, ObjectStore};
 use repo::Store;
 
-/// Now, by this machine's clock (seconds since the epoch).
-pub fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Records a completed run of `command` in the store (`runs/<command>`, shown by serve's
 /// pages); best-effort: a failure is a warning, never the command's failure.
 pub fn record_run(store: &Store, command: &str, started: u64, ok: bool, summary: &str) {
@@ -25,7 +18,7 @@ pub fn record_run(store: &Store, command: &str, started: u64, ok: bool, summary:
         store.backend().as_ref(),
         command,
         started,
-        now_secs(),
+        repo::clock::now_secs(),
         ok,
         summary,
     );

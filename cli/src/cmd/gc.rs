@@ -21,7 +21,7 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
     let store = ctx.open_plain()?;
     let cache = ctx.try_index(&store);
     let warn = |w: String| tracing::warn!("{w}");
-    let started = crate::ctx::now_secs();
+    let started = repo::clock::now_secs();
     let report = match store::gc::run(&store, cache, &opts, &warn) {
         Ok(r) => r,
         Err(e @ repo::StoreError::LockHeld { .. }) => {

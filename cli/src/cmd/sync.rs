@@ -35,7 +35,7 @@ pub fn run(ctx: &Ctx, a: &SyncArgs) -> Result<ExitCode> {
         let store = Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
         let index = ctx.index(&store)?;
         let bar = Bar::new(ctx.quiet || a.json);
-        let started = crate::ctx::now_secs();
+        let started = repo::clock::now_secs();
         let report = mirror::sync(&store, &index, &client, &list, jobs, &bar);
         let ok = report.failed == 0;
         crate::ctx::record_run(&store, "sync", started, ok, &summary(&report));

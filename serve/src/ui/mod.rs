@@ -41,7 +41,6 @@ use sha2::{Digest, Sha256};
 
 use crate::body::Body;
 use crate::reply::{Head, Reply};
-use crate::upstream::recent;
 pub use ctx::Ctx;
 pub use facts::Inventory;
 
@@ -117,7 +116,7 @@ impl Ui {
     }
 
     fn page(&self, ctx: &Ctx<'_>, req: &Head<'_>, segs: &[&str]) -> Reply {
-        let now = recent::now_secs();
+        let now = repo::clock::now_secs();
         let inv = self.inventory.as_ref();
         match segs {
             [""] | ["ui"] | ["ui", ""] | ["ui", "repos"] => {

@@ -44,7 +44,7 @@ pub fn message(title: &str, text: &str) -> String {
     let mut b = Html::default();
     b.elem("h1", &[], title);
     b.elem("p", &[], text);
-    document(title, b, recent::now_secs())
+    document(title, b, repo::clock::now_secs())
 }
 
 fn error_para(b: &mut Html, what: &str, e: &str) {
