@@ -64,7 +64,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use read::cache::ChunkCache;
-pub use read::readahead::ReadaheadConfig;
+use read::readahead::ReadaheadConfig;
 use repo::Store;
 
 pub use crate::auth::default_token_name;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use modelfs::{FileCache, MountOptions};
+use modelfs::MountOptions;
+use read::file_cache::FileCache;
+use read::tensor_plan::TensorOrder;
 
 use crate::args::MountArgs;
 use crate::ctx::{resolve, Ctx};
@@ -46,10 +48,10 @@ impl Options {
 /// `--safetensors-order` (`MODELCAS_SAFETENSORS_ORDER`, `[mount] safetensors_order`):
 /// `name` (the default), `file` or `off`: the order in which the mount expects loaders to
 /// walk a `.safetensors` file's tensors, for read-ahead.
-fn tensor_order(v: Option<&str>) -> Result<modelfs::TensorOrder> {
+fn tensor_order(v: Option<&str>) -> Result<TensorOrder> {
     match v {
-        None => Ok(modelfs::TensorOrder::Name),
-        Some(v) => match modelfs::TensorOrder::parse(v) {
+        None => Ok(TensorOrder::Name),
+        Some(v) => match TensorOrder::parse(v) {
             Some(o) => Ok(o),
             None => bail!("--safetensors-order {v:?}: expected name, file or off"),
         },

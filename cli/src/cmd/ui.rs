@@ -202,7 +202,7 @@ impl Inventory for StoreInventory {
             condemned_bytes: state.condemned.iter().map(|c| c.size).sum(),
             gc_state_written_ms: (state.written_ms > 0).then_some(state.written_ms),
             would_expire,
-            runs: store::runs::COMMANDS
+            runs: format::runs::COMMANDS
                 .iter()
                 .map(|c| (c.to_string(), last_run(&self.store, c)))
                 .collect(),
