@@ -13,7 +13,7 @@ use fastcdc::v2020::{cut, select_masks, Normalization};
 
 use format::ChunkId;
 
-use crate::ChunkParams;
+use crate::params::ChunkParams;
 
 /// The smallest buffer used, so that reads from files are large.
 const MIN_BUFFER: usize = 8 * 1024 * 1024;

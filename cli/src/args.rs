@@ -1,9 +1,12 @@
-//! Command-line arguments (clap derive). Plain values only; `cmd/` turns them into store
-//! objects.
+//! Command-line arguments (clap derive). Plain values only (durations parsed as gc parses
+//! them); `cmd/` turns them into store objects.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use store::gc::retention::{parse_duration, Policy};
+use store::gc::GcFlags;
 
 /// A deduplicating store for model weights.
 #[derive(Parser, Debug)]
@@ -200,8 +203,8 @@ pub enum Command {
         #[arg(long)]
         read_data: bool,
         /// Leftover temporaries older than this are problems (default 24h).
-        #[arg(long, value_name = "DURATION")]
-        grace: Option<String>,
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        grace: Option<Duration>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -336,18 +339,18 @@ pub struct GcArgs {
     pub keep_last: Option<usize>,
     /// Keep revisions ingested within this long, by the object store's clock (e.g. 30d,
     /// 12h, 1d12h).
-    #[arg(long, env = "MODELCAS_GC_KEEP_WITHIN", value_name = "DURATION")]
-    pub keep_within: Option<String>,
+    #[arg(long, env = "MODELCAS_GC_KEEP_WITHIN", value_name = "DURATION", value_parser = parse_duration)]
+    pub keep_within: Option<Duration>,
     /// Keep revisions used (by a mount, serve, checkout, cat or pull) or ingested within
     /// this long, by the object store's clock; expire the others unless a ref, pin or
     /// version lock protects them (e.g. 30d). At least 1h: a process using a revision
     /// rewrites its last-use record every 10 minutes at most, so shorter is refused.
-    #[arg(long, env = "MODELCAS_GC_UNUSED_FOR", value_name = "DURATION")]
-    pub unused_for: Option<String>,
+    #[arg(long, env = "MODELCAS_GC_UNUSED_FOR", value_name = "DURATION", value_parser = parse_duration)]
+    pub unused_for: Option<Duration>,
     /// Time between marking a pack unused and deleting it: bounds how long a mount can
     /// keep reading a revision that expired while open (default 24h).
-    #[arg(long, env = "MODELCAS_GC_GRACE", value_name = "DURATION")]
-    pub grace: Option<String>,
+    #[arg(long, env = "MODELCAS_GC_GRACE", value_name = "DURATION", value_parser = parse_duration)]
+    pub grace: Option<Duration>,
     /// Rewrite packs whose live fraction is below this (0..1; default 0.8).
     #[arg(long, env = "MODELCAS_GC_REWRITE_BELOW", value_name = "FRACTION")]
     pub rewrite_below: Option<f64>,
@@ -357,6 +360,22 @@ pub struct GcArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+impl GcArgs {
+    /// The flags as gc takes them, over the config file's settings.
+    pub fn flags(&self) -> GcFlags {
+        GcFlags {
+            policy: Policy {
+                keep_last: self.keep_last,
+                keep_within: self.keep_within,
+                unused_for: self.unused_for,
+            },
+            grace: self.grace,
+            rewrite_below: self.rewrite_below,
+            dry_run: self.dry_run,
+        }
+    }
 }
 
 /// `modelcas serve`'s flags (each falls back to `[serve]` in the config file).

@@ -36,11 +36,15 @@
 //! keep_last = 10
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use format::{CommitId, RepoId};
 use serde::{Deserialize, Serialize};
+use store::gc::retention::{parse_duration, Policy};
+use store::gc::GcSettings;
 
 /// Where the config is looked for when neither `--config` nor `MODELCAS_CONFIG` is set.
 pub const DEFAULT_PATH: &str = "/etc/modelcas/config.toml";
@@ -201,6 +205,75 @@ pub fn merge_globals(cli: &crate::args::Cli, file: Config) -> Config {
         serve: file.serve,
         gc: file.gc,
     }
+}
+
+/// `[serve.locks]`, checked: each entry a repository id and a 40-hex commit sha, and no
+/// repository twice (ids compare without case, as on the Hub: `Org/M` and `org/m` are one).
+pub fn locks(file: &BTreeMap<String, String>) -> Result<HashMap<RepoId, CommitId>> {
+    let mut out: HashMap<RepoId, CommitId> = HashMap::new();
+    for (repo, sha) in file {
+        let entry = || format!("[serve.locks] {repo:?} = {sha:?}");
+        let id = RepoId::parse(repo).with_context(entry)?;
+        let is_sha = sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+        if !is_sha {
+            bail!("{}: expected a 40-hex commit sha", entry());
+        }
+        if let Some(other) = out.keys().find(|r| r.same_repo(&id)) {
+            bail!(
+                "{}: {other} is locked too, and names the same repository (ids compare without case)",
+                entry()
+            );
+        }
+        out.insert(
+            id,
+            CommitId::parse(&sha.to_ascii_lowercase()).with_context(entry)?,
+        );
+    }
+    Ok(out)
+}
+
+/// A duration of the config file, named `what` when it is not one.
+fn duration(what: &str, s: &Option<String>) -> Result<Option<Duration>> {
+    s.as_deref()
+        .map(|v| parse_duration(v).with_context(|| what.to_string()))
+        .transpose()
+}
+
+/// `[gc]`'s grace period, typed (`fsck` uses it too).
+pub fn gc_grace(gc: &GcConfig) -> Result<Option<Duration>> {
+    duration("config gc.grace", &gc.grace)
+}
+
+/// gc's settings from `[gc]` and `[serve.locks]`, typed; a run's flags go on top of them
+/// ([`GcSettings::options`]).
+pub fn gc_settings(config: &Config) -> Result<GcSettings> {
+    let gc = &config.gc;
+    let mut settings = GcSettings {
+        default: Policy {
+            keep_last: gc.keep_last,
+            keep_within: duration("config gc.keep_within", &gc.keep_within)?,
+            unused_for: duration("config gc.unused_for", &gc.unused_for)?,
+        },
+        grace: gc_grace(gc)?,
+        rewrite_below: gc.rewrite_below,
+        ..GcSettings::default()
+    };
+    for (name, p) in &gc.repos {
+        let repo = RepoId::parse(name).with_context(|| format!("config gc.repos.{name:?}"))?;
+        let what = |k: &str| format!("config gc.repos.\"{name}\".{k}");
+        let policy = Policy {
+            keep_last: p.keep_last,
+            keep_within: duration(&what("keep_within"), &p.keep_within)?,
+            unused_for: duration(&what("unused_for"), &p.unused_for)?,
+        };
+        settings.repos.insert(repo, policy);
+    }
+    // serve's version locks protect their commits like pins.
+    settings.protected = locks(&config.serve.locks)
+        .context("config [serve.locks]")?
+        .into_iter()
+        .collect();
+    Ok(settings)
 }
 
 /// A URL with any `user:password@` replaced by `***@`.

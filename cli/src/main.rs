@@ -4,6 +4,7 @@
 mod args;
 mod cmd;
 mod config;
+mod ctx;
 mod logging;
 mod metrics;
 mod output;

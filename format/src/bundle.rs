@@ -14,8 +14,9 @@
 use bincode::{Decode, Encode};
 
 use crate::codec::{self, Kind};
+use crate::error::{FormatError, Result};
 use crate::names::{self, CommitId, RepoId};
-use crate::{frame, ChunkId, FormatError, Result, MAX_CHUNK_LEN};
+use crate::{frame, ChunkId, MAX_CHUNK_LEN};
 
 /// First bytes of a bundle.
 pub const BUNDLE_MAGIC: &[u8; 8] = b"MCASBNDL";

@@ -13,8 +13,8 @@
 use bincode::{Decode, Encode};
 
 use crate::codec::{self, Kind};
+use crate::error::{FormatError, Result};
 use crate::layout;
-use crate::{FormatError, Result};
 
 /// Features this build implements.
 pub const KNOWN: &[&str] = &[];

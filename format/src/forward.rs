@@ -18,10 +18,10 @@ use std::collections::{HashMap, HashSet};
 use bincode::{Decode, Encode};
 
 use crate::codec::{self, Kind};
+use crate::error::{FormatError, Result};
 use crate::layout;
 use crate::manifest::{ChunkRef, Manifest};
 use crate::pack::PackId;
-use crate::{FormatError, Result};
 
 /// Longest chain of forwarding records followed for one chunk. Each hop is a pack that
 /// fell below gc's rewrite threshold again after being written by a rewrite, so real chains

@@ -6,9 +6,9 @@
 use bincode::{Decode, Encode};
 
 use crate::codec::{self, Kind};
+use crate::error::{FormatError, Result};
 use crate::layout;
 use crate::pack::PackId;
-use crate::{FormatError, Result};
 
 /// One pack marked for deletion.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]

@@ -24,6 +24,7 @@
 pub mod bundle;
 pub mod chunk;
 pub mod codec;
+mod error;
 pub mod features;
 pub mod forward;
 pub mod frame;
@@ -38,18 +39,5 @@ pub mod pack;
 pub mod runs;
 
 pub use chunk::{ChunkId, ParseChunkIdError, MAX_CHUNK_LEN};
+pub use error::{FormatError, Result};
 pub use names::{CommitId, RepoId};
-
-/// A value that does not parse, or bytes that do not decode as the format says.
-#[derive(Debug, thiserror::Error)]
-pub enum FormatError {
-    /// A name, id or argument that is not valid.
-    #[error("{0}")]
-    Invalid(String),
-    /// An object whose bytes fail their magic, version, checksum, decoding or invariants.
-    #[error("corrupt object {key}: {reason}")]
-    Corrupt { key: String, reason: String },
-}
-
-/// The result of parsing or decoding.
-pub type Result<T, E = FormatError> = std::result::Result<T, E>;

@@ -11,10 +11,10 @@ use crate::ChunkId;
 use bincode::{Decode, Encode};
 
 use crate::codec::{self, Kind};
+use crate::error::{FormatError, Result};
 use crate::layout;
 use crate::names::{CommitId, RepoId};
 use crate::pack::PackId;
-use crate::{FormatError, Result};
 
 /// One chunk of a file, located.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]

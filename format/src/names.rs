@@ -7,7 +7,7 @@ use std::fmt;
 
 use bincode::{Decode, Encode};
 
-use crate::{FormatError, Result};
+use crate::error::{FormatError, Result};
 
 /// A Hugging Face style repository id: `org/name`.
 ///

@@ -15,8 +15,8 @@ use crate::ChunkId;
 use bincode::{Decode, Encode};
 
 use crate::codec::{self, Kind};
+use crate::error::{FormatError, Result};
 use crate::frame;
-use crate::{FormatError, Result};
 
 /// Magic at the start of every pack.
 pub const PACK_MAGIC: &[u8; 8] = b"MCASPACK";

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{FormatError, Result};
+use crate::error::{FormatError, Result};
 
 /// Where the records live: `runs/gc`, `runs/sync`.
 pub const RUNS_PREFIX: &str = "runs/";

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use format::{CommitId, RepoId};
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use read::cache::ChunkCache;
-pub use read::file_cache::FileCache;
-pub use read::readahead::ReadaheadConfig;
-pub use read::tensor_plan::TensorOrder;
+use read::file_cache::FileCache;
+use read::readahead::ReadaheadConfig;
+use read::tensor_plan::TensorOrder;
 use repo::Store;
 
 use crate::adapter::ModelFs;

@@ -1060,4 +1060,3 @@ mod tests {
         assert!(trees.get(&key(0), Duration::ZERO, Some("t")).is_some());
     }
 }
-

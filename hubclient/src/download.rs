@@ -119,7 +119,7 @@ impl HubClient {
         &self,
         repo: &str,
         commit: &str,
-        file: &crate::RemoteFile,
+        file: &crate::revision::RemoteFile,
         offset: u64,
     ) -> Result<Download, Error> {
         self.open(repo, commit, &file.path, offset, Some(file.size))

@@ -6,7 +6,7 @@ use format::index::{self as values, ChunkLoc};
 use format::ChunkId;
 use repo::Result;
 
-use crate::Index;
+use crate::db::Index;
 
 impl Index {
     /// Records the chunks of a file whose content has `sha256` (chunk id and length, in

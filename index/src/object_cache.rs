@@ -4,7 +4,7 @@
 use format::index as values;
 use repo::Result;
 
-use crate::{Index, CF_MANIFESTS};
+use crate::db::{Index, CF_MANIFESTS};
 
 impl Index {
     /// Caches an object's bytes under its listing tag.

@@ -12,7 +12,7 @@ use repo::pack;
 use repo::Result;
 use rocksdb::WriteBatch;
 
-use crate::{Index, CF_CHUNKS, CF_PACKS};
+use crate::db::{discard, Index, Opening, CF_CHUNKS, CF_PACKS};
 
 /// What [`Index::sync`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,6 +108,31 @@ impl Index {
             .property_int_value_cf(self.cf(CF_CHUNKS)?, "rocksdb.estimate-num-keys")
             .map_err(|e| self.err(e))?
             .unwrap_or(0))
+    }
+
+    /// Drops everything and relearns the packs from the bucket. An index whose files are
+    /// damaged (its entries cannot even be listed) is discarded whole and made again
+    /// first; the index to use from then on is returned.
+    pub fn rebuild(
+        self,
+        store: &dyn ObjectStore,
+        condemned: &HashSet<PackId>,
+        warn: &dyn Fn(String),
+    ) -> Result<(Index, SyncReport)> {
+        let index = match self.forget_all() {
+            Ok(()) => self,
+            Err(e) => {
+                warn(format!("{e}: discarding the index and making it again"));
+                let (path, meta) = (self.path.clone(), self.meta_values()?);
+                drop(self);
+                discard(&path)?;
+                let index = Index::open_db(&path).map_err(Opening::into_error)?;
+                index.put_meta(&meta)?;
+                index
+            }
+        };
+        let report = index.sync(store, condemned, warn)?;
+        Ok((index, report))
     }
 
     /// Brings the index up to date with the bucket: learns unknown packs from their footers,

@@ -7,7 +7,7 @@ use format::ChunkId;
 use repo::Result;
 use rocksdb::WriteBatch;
 
-use crate::{Index, CF_MANIFESTS};
+use crate::db::{Index, CF_MANIFESTS};
 
 /// What [`Index::stamped_file`] found for a stamp.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{ObjectMeta, ObjectStore, Temporary};
-use crate::Result;
+use crate::error::Result;
+use crate::store::{ObjectMeta, ObjectStore, Temporary};
 
 /// Requests made so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

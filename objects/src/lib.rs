@@ -20,133 +20,19 @@ mod error;
 mod local;
 mod memory;
 mod open_files;
+mod requests;
 #[cfg(feature = "s3")]
 mod s3;
+mod store;
 
 pub use counting::{CountingStore, Requests};
 pub use error::{ObjectError, Result};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
+pub use requests::{S3Requests, S3_REQUESTS};
 #[cfg(feature = "s3")]
 pub use s3::S3Options;
 
 #[cfg(feature = "s3")]
 pub use s3::S3Store;
-
-use std::time::SystemTime;
-
-/// SDK operations and attempts (every retry is one more attempt) of every S3 store of the
-/// process (zero where the `s3` feature is off); the store's metrics report them.
-#[derive(Debug, Default)]
-pub struct S3Requests {
-    /// Operations started (a GET, a PUT, ...).
-    pub operations: std::sync::atomic::AtomicU64,
-    /// Attempts made (operations plus retries).
-    pub attempts: std::sync::atomic::AtomicU64,
-}
-
-/// The process's S3 request counts.
-pub static S3_REQUESTS: S3Requests = S3Requests {
-    operations: std::sync::atomic::AtomicU64::new(0),
-    attempts: std::sync::atomic::AtomicU64::new(0),
-};
-
-/// One listed object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectMeta {
-    /// The full key.
-    pub key: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// Changes whenever the object is replaced (S3: the ETag; local: modification time and
-    /// inode). Lets a cache of small objects (gc's manifest cache) skip unchanged ones.
-    pub tag: String,
-    /// When the store last wrote it, by the store's clock (S3 `Last-Modified`, whole
-    /// seconds or milliseconds; local: mtime). `None` when the store does not say.
-    pub modified: Option<SystemTime>,
-}
-
-/// A leftover of an interrupted write: a local temporary file or an incomplete S3
-/// multipart upload. Invisible to readers; only space.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Temporary {
-    /// What it is, for reports (`tmp/<file>`, `upload <key> <id>`).
-    pub name: String,
-    /// Age in seconds.
-    pub age_secs: u64,
-    /// What the backend needs to remove it.
-    pub handle: String,
-    /// Key being written, where known.
-    pub key: Option<String>,
-}
-
-/// A flat key-value object store: a directory, an S3 bucket, memory.
-pub trait ObjectStore: Send + Sync {
-    /// Stores `data` under `key`, replacing any previous object, atomically and durably:
-    /// when `put` returns, the object survives a crash of the machine.
-    fn put(&self, key: &str, data: &[u8]) -> Result<()>;
-    /// Like [`ObjectStore::put`] (atomic, visible on return), but durable only once
-    /// [`ObjectStore::sync_deferred`] has returned. Ingest writes packs this way so that
-    /// writeback overlaps the work, and syncs them all before writing a manifest.
-    fn put_deferred(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.put(key, data)
-    }
-    /// Makes every object written with [`ObjectStore::put_deferred`] so far durable.
-    fn sync_deferred(&self) -> Result<()> {
-        Ok(())
-    }
-    /// Stores several small objects (manifests, refs), each as [`ObjectStore::put`] would:
-    /// every one is atomic, and durable once this returns `Ok`. Keys must be distinct; the
-    /// order in which the objects become visible is not specified. On an error some may
-    /// have been stored and others not, as with puts one after the other. A store may do
-    /// the work together: the local store syncs them all before renaming any into place
-    /// (one journal commit instead of two per object), S3 sends the PUTs concurrently.
-    fn put_many(&self, objects: &[(String, Vec<u8>)]) -> Result<()> {
-        for (key, data) in objects {
-            self.put(key, data)?;
-        }
-        Ok(())
-    }
-    /// The whole object. [`crate::ObjectError::NotFound`] when absent.
-    fn get(&self, key: &str) -> Result<Vec<u8>>;
-    /// `len` bytes from `offset`. Fewer bytes than asked is an error
-    /// ([`crate::ObjectError::CorruptObject`]: the object is truncated).
-    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
-    /// Every object whose key starts with `prefix`, sorted by key.
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>>;
-    /// Deletes `key`; deleting an absent key is not an error.
-    fn delete(&self, key: &str) -> Result<()>;
-    /// Size of `key`, or `None` when absent.
-    fn size(&self, key: &str) -> Result<Option<u64>>;
-    /// Metadata of `key` (one HEAD), or `None` when absent.
-    fn stat(&self, key: &str) -> Result<Option<ObjectMeta>>;
-    /// The store's current time: the clock that stamps `modified` (S3: the `Date` header
-    /// of a response; local: this machine's clock, which stamps file mtimes). Only
-    /// differences between this and `modified` times are meaningful.
-    fn now(&self) -> Result<SystemTime>;
-    /// Leftovers of interrupted writes at least `min_age` old (none by default).
-    fn temporaries(&self, _min_age: std::time::Duration) -> Result<Vec<Temporary>> {
-        Ok(Vec::new())
-    }
-    /// Removes a leftover found by [`ObjectStore::temporaries`].
-    fn remove_temporary(&self, _t: &Temporary) -> Result<()> {
-        Ok(())
-    }
-    /// A human-readable location (`/path/to/store`, `s3://bucket/prefix`).
-    fn location(&self) -> String;
-}
-
-/// Checks a key before it touches a filesystem or a bucket: no empty segment, no `.`
-/// or `..`, no leading `/`, no backslash.
-pub fn check_key(key: &str) -> Result<()> {
-    let bad = key.is_empty()
-        || key.starts_with('/')
-        || key.contains('\\')
-        || key
-            .split('/')
-            .any(|s| s.is_empty() || s == "." || s == "..");
-    if bad {
-        return Err(ObjectError::Invalid(format!("invalid object key {key:?}")));
-    }
-    Ok(())
-}
+pub use store::{check_key, ObjectMeta, ObjectStore, Temporary};

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::open_files::OpenFiles;
-use super::{check_key, ObjectMeta, ObjectStore, Temporary};
-use crate::{ObjectError, Result};
+use crate::error::{ObjectError, Result};
+use crate::store::{check_key, ObjectMeta, ObjectStore, Temporary};
 
 /// Directory holding temporary files before they are renamed into place.
 pub const TMP_DIR: &str = "tmp";

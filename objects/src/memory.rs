@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use super::{check_key, ObjectMeta, ObjectStore};
-use crate::{ObjectError, Result};
+use crate::error::{ObjectError, Result};
+use crate::store::{check_key, ObjectMeta, ObjectStore};
 
 /// Objects in a map; counts puts and bytes put.
 #[derive(Default)]

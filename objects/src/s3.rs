@@ -26,8 +26,8 @@ use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
 
-use super::{check_key, ObjectMeta, ObjectStore, Temporary};
-use crate::{ObjectError, Result};
+use crate::error::{ObjectError, Result};
+use crate::store::{check_key, ObjectMeta, ObjectStore, Temporary};
 
 /// Objects larger than this are uploaded in parts.
 pub const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
@@ -76,7 +76,7 @@ impl aws_sdk_s3::config::Intercept for AttemptCounter {
         _ctx: &aws_sdk_s3::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
         _cfg: &mut aws_sdk_s3::config::ConfigBag,
     ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
-        crate::S3_REQUESTS
+        crate::requests::S3_REQUESTS
             .operations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
@@ -88,7 +88,7 @@ impl aws_sdk_s3::config::Intercept for AttemptCounter {
         _rc: &aws_sdk_s3::config::RuntimeComponents,
         _cfg: &mut aws_sdk_s3::config::ConfigBag,
     ) -> std::result::Result<(), aws_sdk_s3::error::BoxError> {
-        crate::S3_REQUESTS
+        crate::requests::S3_REQUESTS
             .attempts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())

@@ -14,8 +14,8 @@ use std::path::Path;
 
 use format::ChunkId;
 
+use crate::error::Result;
 use crate::lru_dir::LruDir;
-use crate::Result;
 
 /// A directory of cached frames with a size limit.
 pub struct DiskCache {

@@ -84,16 +84,19 @@ pub fn settle_override() -> Option<std::time::Duration> {
 /// `MODELCAS_CRASH_SHUTDOWN` and `MODELCAS_STEP_COUNT`. Without the `failpoints` feature it does nothing.
 pub fn setup() {
     #[cfg(feature = "failpoints")]
-    hooks::setup();
+    hooks::setup(MUTATION);
 }
 
+/// The callbacks of the `failpoints` feature: waiting for a pause point's go file, counting
+/// crash steps and crashing (or losing power) at the chosen one.
 #[cfg(feature = "failpoints")]
 mod hooks {
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    pub fn setup() {
+    /// The callbacks on the pause points, and on `mutation` (the crash steps' fail point).
+    pub fn setup(mutation: &'static str) {
         if let Ok(at) = std::env::var("MODELCAS_PAUSE_AT") {
             let dir =
                 PathBuf::from(std::env::var("MODELCAS_PAUSE_DIR").unwrap_or_else(|_| ".".into()));
@@ -108,7 +111,7 @@ mod hooks {
         let count_file = std::env::var_os("MODELCAS_STEP_COUNT").map(PathBuf::from);
         let shutdown = std::env::var_os("MODELCAS_CRASH_SHUTDOWN").map(PathBuf::from);
         if crash_at.is_some() || count_file.is_some() {
-            let _ = fail::cfg_callback(super::MUTATION, move || {
+            let _ = fail::cfg_callback(mutation, move || {
                 count_step(crash_at, count_file.as_ref(), shutdown.as_deref())
             });
         }

@@ -2,7 +2,7 @@
 //! one place every command goes through, from [`crate::Store::open`] (to read) and from
 //! taking any lock or lease (to write).
 
-use crate::{Result, StoreError};
+use crate::error::{Result, StoreError};
 use format::layout;
 use objects::ObjectStore;
 

@@ -6,8 +6,8 @@ pub use format::forward::*;
 
 use std::collections::HashSet;
 
+use crate::error::Result;
 use crate::pack::PackId;
-use crate::Result;
 use format::layout;
 use objects::ObjectStore;
 

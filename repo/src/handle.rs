@@ -11,11 +11,11 @@ use std::time::Instant;
 use chunker::ChunkParams;
 
 use crate::disk_cache::DiskCache;
+use crate::error::{Result, StoreError};
 use crate::forward::{self, Dest, Forwards};
 use crate::manifest::{now_secs, Manifest, StoreConfig};
 use crate::pack;
 use crate::pack::{PackId, DEFAULT_PACK_TARGET};
-use crate::{Result, StoreError};
 use format::codec::{self, Kind};
 use format::layout;
 use format::names::{CommitId, RepoId};

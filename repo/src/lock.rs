@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use format::lock::{self as lock_object, LockObject};
 
 use crate::clock;
-use crate::{Result, StoreError};
+use crate::error::{Result, StoreError};
 use format::layout;
 use objects::ObjectStore;
 

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Result, StoreError};
+use crate::error::{Result, StoreError};
 
 /// Temporary files older than this are a dead writer's leftovers.
 const STALE_TEMP: Duration = Duration::from_secs(3600);

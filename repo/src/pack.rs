@@ -6,7 +6,7 @@ pub use format::pack::*;
 
 use format::ChunkId;
 
-use crate::{Result, StoreError};
+use crate::error::{Result, StoreError};
 use format::frame;
 use objects::ObjectStore;
 

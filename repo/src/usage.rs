@@ -27,9 +27,10 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::clock;
+use crate::error::Result;
 use crate::handle::Store;
 use crate::manifest::UsedObject;
-use crate::{clock, Result};
 use format::codec::{self, Kind};
 use format::layout;
 use format::names::{CommitId, RepoId};

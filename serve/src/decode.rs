@@ -8,7 +8,8 @@
 
 use http::HeaderValue;
 use percent_encoding::{
-    percent_decode_str, percent_encode, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC,
+    percent_decode, percent_decode_str, percent_encode, utf8_percent_encode, AsciiSet,
+    NON_ALPHANUMERIC,
 };
 
 /// Why a request path cannot name anything.
@@ -135,6 +136,42 @@ pub fn http_date(secs: u64) -> HeaderValue {
     header_ascii(&httpdate::fmt_http_date(t))
 }
 
+/// A form or query string that is not valid `application/x-www-form-urlencoded` UTF-8.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed form encoding: {0}")]
+pub struct FormError(String);
+
+/// The `key=value` pairs of a form body or a query string, `+` and `%xx` decoded, in
+/// order; a pair without `=` has an empty value. Non-UTF-8 (after decoding) is an error.
+pub fn form_pairs(raw: &[u8]) -> Result<Vec<(String, String)>, FormError> {
+    let decode = |s: &[u8]| -> Result<String, FormError> {
+        let plus: Vec<u8> = s
+            .iter()
+            .map(|b| if *b == b'+' { b' ' } else { *b })
+            .collect();
+        let bytes: Vec<u8> = percent_decode(&plus).collect();
+        String::from_utf8(bytes).map_err(|_| FormError("not UTF-8".into()))
+    };
+    raw.split(|b| *b == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = match p.iter().position(|b| *b == b'=') {
+                Some(i) => (&p[..i], &p[i + 1..]),
+                None => (p, &p[p.len()..]),
+            };
+            Ok((decode(k)?, decode(v)?))
+        })
+        .collect()
+}
+
+/// Whether `key` is set to true (`true`, `True`, `1`) in the query string.
+pub fn query_flag(query: &str, key: &str) -> bool {
+    form_pairs(query.as_bytes())
+        .unwrap_or_default()
+        .iter()
+        .any(|(k, v)| k == key && matches!(v.as_str(), "true" | "True" | "1"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +231,22 @@ mod tests {
             http_date(0).to_str().unwrap(),
             "Thu, 01 Jan 1970 00:00:00 GMT"
         );
+    }
+
+    #[test]
+    fn form_pairs_decode_plus_escapes_and_bare_keys() {
+        let p = form_pairs(b"paths=a+b%2Fc.json&paths=x&expand=False&flag&&=v").unwrap();
+        let want = [
+            ("paths", "a b/c.json"),
+            ("paths", "x"),
+            ("expand", "False"),
+            ("flag", ""),
+            ("", "v"),
+        ];
+        let got: Vec<(&str, &str)> = p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, want);
+        assert!(form_pairs(b"paths=%ff").is_err());
+        assert!(form_pairs(&[b'p', b'=', 0xc3]).is_err());
+        assert_eq!(form_pairs(b"a=%zz%").unwrap()[0].1, "%zz%");
     }
 }

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
+use format::manifest::Order;
 use format::{CommitId, RepoId};
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use read::cache::ChunkCache;
 use read::readahead::ReadaheadConfig;
@@ -18,86 +19,17 @@ use repo::{Store, StoreError};
 use serde_json::{json, Value};
 
 use crate::body::Body;
-use crate::decode::{self, header_ascii, header_text};
+use crate::decode;
 use crate::etag;
 use crate::metrics::{Metrics, METRICS};
+use crate::reply::{internal, not_found, repo_missing};
 use crate::upstream::{Mirror, Policy, UpstreamError, UpstreamOptions};
-use policy::Role;
 use read::source::{FileSource, ReadPlan, Reload};
+
+pub use crate::reply::{Head, Reply};
 
 /// Manifests kept in memory (each is small next to the files it describes).
 const MANIFEST_CACHE: usize = 64;
-
-/// One request as the router sees it.
-pub struct Head<'a> {
-    pub method: &'a Method,
-    /// The path as sent, still `%`-encoded.
-    pub path: &'a str,
-    pub query: &'a str,
-    pub headers: &'a HeaderMap,
-    /// The peer's address, for the access log.
-    pub client: &'a str,
-}
-
-/// A reply: status, headers, body.
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Body,
-}
-
-impl Reply {
-    fn json(status: StatusCode, v: &Value) -> Reply {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        Reply {
-            status,
-            headers,
-            body: Body::full(v.to_string()),
-        }
-    }
-
-    /// An error the client understands: `X-Error-Code`, `X-Error-Message` (escaped).
-    pub fn error(
-        status: StatusCode,
-        code: &'static str,
-        msg: &str,
-        commit: Option<&CommitId>,
-    ) -> Reply {
-        let mut r = Reply::json(status, &json!({ "error": msg }));
-        if !code.is_empty() {
-            r.headers
-                .insert(X_ERROR_CODE, HeaderValue::from_static(code));
-        }
-        r.headers.insert(X_ERROR_MESSAGE, header_text(msg));
-        if let Some(c) = commit {
-            r.headers.insert(X_REPO_COMMIT, header_ascii(&c.to_hex()));
-        }
-        r
-    }
-
-    fn header(mut self, name: HeaderName, v: HeaderValue) -> Reply {
-        self.headers.insert(name, v);
-        self
-    }
-}
-
-const X_ERROR_CODE: HeaderName = HeaderName::from_static("x-error-code");
-const X_ERROR_MESSAGE: HeaderName = HeaderName::from_static("x-error-message");
-const X_REPO_COMMIT: HeaderName = HeaderName::from_static("x-repo-commit");
-const X_LINKED_ETAG: HeaderName = HeaderName::from_static("x-linked-etag");
-const X_LINKED_SIZE: HeaderName = HeaderName::from_static("x-linked-size");
-
-fn not_found(code: &'static str, msg: &str, commit: Option<&CommitId>) -> Reply {
-    Reply::error(StatusCode::NOT_FOUND, code, msg, commit)
-}
-
-fn internal(e: impl std::fmt::Display) -> Reply {
-    Reply::error(StatusCode::INTERNAL_SERVER_ERROR, "", &e.to_string(), None)
-}
 
 /// The Hub's timestamp format (`2024-01-01T00:00:00.000Z`).
 fn iso(secs: u64) -> String {
@@ -134,7 +66,7 @@ pub struct Hub {
     /// `--upstream`: what the store lacks is pulled from there.
     mirror: Option<Mirror>,
     /// Stored spellings, roles and complete commits (`hub/policy.rs`).
-    names: policy::Names,
+    names: Names,
     /// The pages (`GET /`, `/ui/...`); `None`: `--no-ui`.
     ui: Option<crate::ui::Ui>,
     /// Xet downloads (`hub/xet.rs`); `None`: off.
@@ -142,7 +74,7 @@ pub struct Hub {
     /// Xet hashes seen in manifests, with their repository (`hub/xet.rs`).
     xet_seen: Mutex<HashMap<[u8; 32], RepoId>>,
     /// Each stored revision's place in its history (`hub/browse.rs`).
-    orders: Mutex<browse::OrderCache>,
+    orders: Mutex<OrderCache>,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -153,6 +85,53 @@ struct Located {
     /// The revision was pulled from the upstream (or waited for) by this request.
     pulled: bool,
 }
+
+/// When repositories were last listed, and their spellings by folded id.
+type Spellings = (Option<Instant>, HashMap<String, Vec<RepoId>>);
+
+/// What the endpoint remembers of stored repositories' names, roles and commits.
+#[derive(Default)]
+struct Names {
+    spellings: Mutex<Spellings>,
+    /// Repository → when its role was found, and the role (never [`Role::New`]).
+    roles: Mutex<HashMap<RepoId, (Instant, Role)>>,
+    /// Commits found without a partial record, with their manifest's tag.
+    complete: Mutex<HashSet<(RepoId, CommitId, String)>>,
+}
+
+/// What the mirror may do with a repository.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Nothing: no mirror, or the repository exists only inside the store.
+    Inside,
+    /// Look it up upstream: the mirror brought it, or `upstream_repos` names it. Refs set
+    /// inside are still never moved.
+    Mirrored,
+    /// The store does not have it: the upstream may have it.
+    New,
+}
+
+/// What a request names once the policy has read it.
+#[derive(Clone, Copy, Debug)]
+enum Wanted<'a> {
+    /// A full commit sha (any case), or the commit a lock pins.
+    Commit(CommitId),
+    /// A ref name (or a short sha).
+    Name(&'a str),
+}
+
+/// What a stored revision's manifest says of its place in the history.
+#[derive(Clone, Debug)]
+struct RevFacts {
+    /// Its place by publication ([`format::manifest::Manifest::order`]); `.0` is ms.
+    pub order: Order,
+    pub files: usize,
+    /// `plain`, `hf-cache`, ...
+    pub source: String,
+}
+
+/// Facts of revisions by repository, commit and manifest tag.
+type OrderCache = HashMap<(RepoId, CommitId, String), RevFacts>;
 
 impl Hub {
     /// A router over `store`, reading file bytes through `cache`; with `tokens`, every
@@ -170,7 +149,7 @@ impl Hub {
             blob_ids: quick_cache::sync::Cache::new(BLOB_IDS_MAX),
             policy: Policy::default(),
             mirror: None,
-            names: policy::Names::default(),
+            names: Names::default(),
             ui: None,
             xet: None,
             xet_seen: Mutex::new(HashMap::new()),
@@ -250,7 +229,7 @@ impl Hub {
         let Some(tokens) = &self.tokens else {
             return true;
         };
-        browse::bearer(headers).is_some_and(|t| tokens.contains(t))
+        crate::auth::bearer(headers).is_some_and(|t| tokens.contains(t))
     }
 
     /// Counts a request, unless its routing stopped to wait for the upstream: its reply is
@@ -300,7 +279,7 @@ impl Hub {
             let msg = "Invalid credentials: send Authorization: Bearer <token>";
             return Reply::error(StatusCode::UNAUTHORIZED, "", msg, None);
         }
-        if let Some(r) = browse::other_type(&segs) {
+        if let Some(r) = other_type(&segs) {
             self.count("other-type", 404);
             return r;
         }
@@ -422,12 +401,12 @@ impl Hub {
     ) -> Result<(RepoId, CommitId, String, bool), Box<Reply>> {
         let wanted = self.wanted(&repo, rev)?;
         let shown = match wanted {
-            policy::Wanted::Commit(c) => c.to_hex(),
-            policy::Wanted::Name(n) => n.to_string(),
+            Wanted::Commit(c) => c.to_hex(),
+            Wanted::Name(n) => n.to_string(),
         };
         let role = self.role(&repo)?;
         let inside_ref = match wanted {
-            policy::Wanted::Name(n) if role == Role::Mirrored => self.set_inside(&repo, n)?,
+            Wanted::Name(n) if role == Role::Mirrored => self.set_inside(&repo, n)?,
             _ => false,
         };
         let Some(mirror) = self
@@ -446,7 +425,7 @@ impl Hub {
             Err(_) => Err(upstream_reply(mirror.endpoint(), &e).into()),
         };
         let (commit, asked) = match wanted {
-            policy::Wanted::Commit(c) if role == Role::Mirrored => (c, false),
+            Wanted::Commit(c) if role == Role::Mirrored => (c, false),
             // A repository the store lacks is asked about first (a sha too), so that
             // only one the upstream has is recorded as the mirror's.
             _ => match mirror.resolve(&repo, &shown) {
@@ -478,7 +457,7 @@ impl Hub {
                 Err(e) => return fallback(e),
             },
         };
-        if let policy::Wanted::Name(n) = wanted {
+        if let Wanted::Name(n) = wanted {
             if asked || pulled {
                 self.follow_ref(&repo, n, &commit);
             }
@@ -624,7 +603,7 @@ impl Hub {
     fn info_reply(&self, at: &Located, query: &str) -> Reply {
         self.record_use(at);
         let m = &at.manifest;
-        let blobs = paths::query_flag(query, "blobs");
+        let blobs = decode::query_flag(query, "blobs");
         let mut siblings = Vec::with_capacity(m.files.len());
         for (i, f) in m.files.iter().enumerate() {
             let mut s = json!({ "rfilename": f.path });
@@ -646,7 +625,7 @@ impl Hub {
         Reply::json(
             StatusCode::OK,
             &json!({
-                "_id": browse::repo_object_id(&at.repo), "id": repo, "modelId": repo,
+                "_id": repo_object_id(&at.repo), "id": repo, "modelId": repo,
                 "sha": commit, "lastModified": iso(m.ingested_at),
                 "createdAt": iso(m.ingested_at), "private": false, "disabled": false,
                 "gated": false, "downloads": 0, "likes": 0, "tags": [],
@@ -720,7 +699,7 @@ impl Hub {
             for k in 1..=shown_dirs {
                 let d = format!("{prefix}{}", parts[..k].join("/"));
                 if dirs.insert(d.clone()) {
-                    entries.push(paths::dir_entry(&at, &d));
+                    entries.push(dir_entry(&at, &d));
                 }
             }
             if !recursive && parts.len() > 1 {
@@ -772,14 +751,6 @@ impl Hub {
     }
 }
 
-fn repo_missing(repo: &str) -> Reply {
-    not_found(
-        "RepoNotFound",
-        &format!("Repository {repo} not found"),
-        None,
-    )
-}
-
 /// The reply to a request the upstream could not answer (and the store could not either).
 fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
     match e {
@@ -805,6 +776,42 @@ fn upstream_reply(endpoint: &str, e: &UpstreamError) -> Reply {
             None,
         ),
     }
+}
+
+/// A stable `_id` for a repository (24 hex, as the Hub's object ids are long).
+fn repo_object_id(repo: &RepoId) -> String {
+    blake3::hash(repo.folded().as_bytes()).to_hex()[..24].to_string()
+}
+
+/// The reply to a repository type the store does not hold (`/api/datasets/...`,
+/// `/spaces/...`), if `segs` names one: a 404 `RepoNotFound`, so that `repo_exists(...,
+/// repo_type="dataset")` is False.
+fn other_type(segs: &[&str]) -> Option<Reply> {
+    // `/api/{kind}/...`, and `/{kind}/{org}/{name}/{resolve|tree|...}/...`: a model whose
+    // organisation is named `datasets` is `/datasets/{name}/resolve/...`, one segment
+    // shorter before `resolve`, and stays a model.
+    let kind = match segs {
+        ["api", k, ..] => *k,
+        [_, _, "resolve", ..] => return None,
+        [k, _, ..] => *k,
+        _ => return None,
+    };
+    if !matches!(kind, "datasets" | "spaces") {
+        return None;
+    }
+    let msg = format!("Repository not found: this server serves models only, not {kind}");
+    Some(not_found("RepoNotFound", &msg, None))
+}
+
+/// The git id the tree route gives directory `dir` of the located revision (stable for a
+/// commit; the store keeps no git trees).
+fn dir_oid(at: &Located, dir: &str) -> String {
+    gitblob::git_blob_id(format!("tree {}@{dir}", at.commit.to_hex()).as_bytes())
+}
+
+/// A directory's tree entry.
+fn dir_entry(at: &Located, dir: &str) -> Value {
+    json!({ "type": "directory", "oid": dir_oid(at, dir), "path": dir })
 }
 
 /// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).
@@ -863,3 +870,20 @@ mod paths;
 mod policy;
 mod resolve;
 mod xet;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_types_are_refused_models_are_not() {
+        assert!(other_type(&["api", "datasets", "a", "b"]).is_some());
+        assert!(other_type(&["spaces", "a", "b", "resolve"]).is_some());
+        assert!(other_type(&["api", "models", "a", "b"]).is_none());
+        assert!(other_type(&["org", "model", "resolve"]).is_none());
+        assert!(other_type(&["datasets"]).is_none());
+        // A model of the organisation `datasets`: org/name/resolve, not a dataset.
+        assert!(other_type(&["datasets", "foo", "resolve", "main", "config.json"]).is_none());
+        assert!(other_type(&["datasets", "o", "d", "resolve", "main", "x"]).is_some());
+    }
+}

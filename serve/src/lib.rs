@@ -46,6 +46,7 @@
 //! [`metrics_listener`] is the `/metrics`-only listener of the other commands. No input
 //! makes it panic, and no header value is built from unchecked bytes.
 
+pub mod auth;
 pub mod body;
 pub mod decode;
 pub mod etag;
@@ -53,6 +54,7 @@ pub mod exposition;
 pub mod hub;
 pub mod metrics;
 pub mod metrics_listener;
+pub mod reply;
 pub mod server;
 pub mod ui;
 pub mod upstream;
@@ -62,9 +64,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use read::cache::ChunkCache;
-pub use read::readahead::ReadaheadConfig;
+use read::readahead::ReadaheadConfig;
 use repo::Store;
 
+pub use crate::auth::default_token_name;
 pub use crate::hub::Hub;
 pub use crate::server::Limits;
 pub use crate::upstream::{Policy, Upstream, UpstreamError, UpstreamOptions};
@@ -113,12 +116,6 @@ pub struct ServeOptions {
     pub ui: Option<ui::Pages>,
     /// Xet downloads (`None`: off; docs/format/xet.md).
     pub xet: Option<xet::XetOptions>,
-}
-
-/// The name `whoami` gives a token that has none in the token file: `token-` and the first
-/// 8 hex digits of its BLAKE3 hash (which says nothing of the token itself).
-pub fn default_token_name(token: &str) -> String {
-    format!("token-{}", &blake3::hash(token.as_bytes()).to_hex()[..8])
 }
 
 /// A bound endpoint.

@@ -25,9 +25,11 @@
 //!   it changes), and retried after [`FAILURE_RETRY`] at most.
 //!
 //! A pull publishes the revision only when every file is in and checked (`mirror::pull`
-//! writes the manifest last), so no request ever sees half of one.
+//! writes the manifest last), so no request ever sees half of one. What the mirror did
+//! lately (pulls, upstream failures) is kept in memory for the mirror page ([`recent`]).
 
 pub mod flight;
+pub mod recent;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -38,6 +40,7 @@ use format::{CommitId, RepoId};
 use crate::metrics::METRICS;
 use flight::{Flights, Outcome, Pool};
 pub use flight::{Wait, Waits};
+use recent::Recent;
 
 /// Threads resolving ref names upstream (small, quick requests: not queued behind pulls).
 pub const RESOLVE_THREADS: usize = 4;
@@ -194,7 +197,7 @@ pub struct Mirror {
     /// Failures already logged (logged again once the upstream answered).
     warned: Arc<Mutex<HashSet<String>>>,
     /// The last pulls and failures, for the mirror page.
-    pub(crate) recent: Arc<crate::ui::Recent>,
+    pub(crate) recent: Arc<Recent>,
 }
 
 impl Mirror {
@@ -299,7 +302,7 @@ impl Mirror {
 struct Notes {
     warned: Arc<Mutex<HashSet<String>>>,
     endpoint: String,
-    recent: Arc<crate::ui::Recent>,
+    recent: Arc<Recent>,
 }
 
 impl Notes {

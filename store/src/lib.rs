@@ -19,7 +19,8 @@
 //! * here: [`source`], [`ingest`] (finding snapshots on disk; the ingest pipeline),
 //!   [`bundle`] (writing and reading transfer bundles for closed networks), [`gc`]
 //!   (retention and reclaiming space beside running ingests and mounts), [`fsck`],
-//!   [`stats`], and the [`metrics`] of ingest and gc.
+//!   [`stats`], [`listing`] (a repository's refs and commits as `ls` lists them), the
+//!   [`metrics`] of ingest and gc, and the [`runs`] records.
 //!
 //! Dependencies point one way: format ← chunker; format ← objects ← repo ← read; repo ←
 //! index; store uses them all. The mount (`fuse`) and `serve` use `repo` and `read` only,
@@ -31,6 +32,7 @@ pub mod bundle;
 pub mod fsck;
 pub mod gc;
 pub mod ingest;
+pub mod listing;
 pub mod metrics;
 pub mod runs;
 pub mod source;

@@ -10,8 +10,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::gc::GcReport;
-use crate::ingest::IngestReport;
+use crate::gc::report::GcReport;
+use crate::ingest::report::IngestReport;
 
 /// A gauge of seconds.
 type SecondsGauge = Gauge<f64, AtomicU64>;

@@ -8,8 +8,6 @@ use format::runs::{key, RunRecord, MAX_RECORD};
 use objects::{ObjectError, ObjectStore};
 use repo::{Result, StoreError};
 
-pub use format::runs::{COMMANDS, MAX_SUMMARY, RUNS_PREFIX};
-
 /// Writes the record of a run of `command` (replacing the previous one).
 pub fn write(
     store: &dyn ObjectStore,
@@ -48,6 +46,7 @@ pub fn read(store: &dyn ObjectStore, command: &str) -> Result<Option<RunRecord>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use format::runs::MAX_SUMMARY;
     use objects::MemoryStore;
 
     #[test]

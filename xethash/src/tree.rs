@@ -7,7 +7,7 @@
 //! at most the next 9 nodes, so each level keeps at most 9 pending nodes and emits groups
 //! as soon as they are decided: memory is a few nodes per level whatever the file's size.
 
-use crate::{XetHash, INTERNAL_NODE_KEY};
+use crate::hash::{XetHash, INTERNAL_NODE_KEY};
 
 /// Most children of one node.
 const MAX_GROUP: usize = 9;

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use format::{CommitId, RepoId};
 use store::bundle::ExportSpec;
 
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::output::bytes;
 use crate::progress::Bar;
 
@@ -78,7 +78,7 @@ pub fn export(
         spec.revisions.push((repo, commit, refs));
     }
     for h in have {
-        spec.have.push(super::resolve(&store, h)?);
+        spec.have.push(crate::ctx::resolve(&store, h)?);
     }
     if let Some(f) = have_file {
         spec.have.extend(have_from(f)?);
@@ -141,7 +141,7 @@ pub fn import(ctx: &Ctx, file: &Path, json: bool) -> Result<ExitCode> {
     if backend.location().starts_with("s3://") {
         // The sha256 re-read waits on the network: read with more threads than cores.
         let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(super::REMOTE_READ_THREADS)
+            .num_threads(crate::ctx::REMOTE_READ_THREADS)
             .build_global();
     }
     let store = repo::Store::open_or_create(backend, repo::CreateOptions::default())?;

@@ -1,81 +1,27 @@
 //! `modelcas gc`, `rm`, `pin`, `unpin` and `fsck`: retention and store maintenance.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use format::RepoId;
-use store::gc::retention::{check_unused_for, parse_duration, Policy};
 use store::gc::{GcOptions, GcReport};
 
-use super::Ctx;
-pub use crate::args::GcArgs;
+use crate::args::GcArgs;
 use crate::config::Config;
+use crate::ctx::Ctx;
 use crate::output::{bytes, utc};
 
 /// Exit status when another gc holds the lock.
 pub const EXIT_LOCKED: u8 = 3;
 
-fn duration(what: &str, s: &str) -> Result<std::time::Duration> {
-    parse_duration(s).with_context(|| what.to_string())
-}
-
-/// The gc options from the config file with the flags on top.
-pub fn options(config: &Config, args: &GcArgs) -> Result<GcOptions> {
-    let gc = &config.gc;
-    let mut opts = GcOptions::default();
-    let within = |s: &Option<String>, what: &str| -> Result<Option<std::time::Duration>> {
-        s.as_deref().map(|v| duration(what, v)).transpose()
-    };
-    let flag_within = within(&args.keep_within, "--keep-within")?;
-    let flag_unused = within(&args.unused_for, "--unused-for")?;
-    if let Some(d) = flag_unused {
-        check_unused_for("--unused-for", d)?;
-    }
-    opts.retention.default = Policy {
-        keep_last: args.keep_last.or(gc.keep_last),
-        keep_within: flag_within.or(within(&gc.keep_within, "config gc.keep_within")?),
-        unused_for: flag_unused.or(within(&gc.unused_for, "config gc.unused_for")?),
-    };
-    for (name, p) in &gc.repos {
-        let repo = RepoId::parse(name).with_context(|| format!("config gc.repos.{name:?}"))?;
-        let what = |k: &str| format!("config gc.repos.\"{name}\".{k}");
-        let policy = Policy {
-            keep_last: args.keep_last.or(p.keep_last).or(gc.keep_last),
-            keep_within: flag_within
-                .or(within(&p.keep_within, &what("keep_within"))?)
-                .or(opts.retention.default.keep_within),
-            unused_for: flag_unused
-                .or(within(&p.unused_for, &what("unused_for"))?)
-                .or(opts.retention.default.unused_for),
-        };
-        opts.retention.repos.insert(repo, policy);
-    }
-    if let Some(g) = args.grace.as_ref().or(gc.grace.as_ref()) {
-        opts.grace = duration("--grace", g)?;
-    }
-    if let Some(r) = args.rewrite_below.or(gc.rewrite_below) {
-        if !(0.0..=1.0).contains(&r) {
-            bail!("--rewrite-below {r}: must be between 0 and 1");
-        }
-        opts.rewrite_below = r;
-    }
-    opts.retention.check().context("config [gc]")?;
-    opts.dry_run = args.dry_run;
-    // serve's version locks protect their commits like pins.
-    opts.protected = super::serve::locks(&config.serve.locks)
-        .context("config [serve.locks]")?
-        .into_iter()
-        .collect();
-    Ok(opts)
-}
-
 /// `modelcas gc`.
 pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
-    let opts = options(config, args)?;
+    let opts = crate::config::gc_settings(config)?.options(&args.flags())?;
     let store = ctx.open_plain()?;
     let cache = ctx.try_index(&store);
     let warn = |w: String| tracing::warn!("{w}");
-    let started = super::now_secs();
+    let started = repo::clock::now_secs();
     let report = match store::gc::run(&store, cache, &opts, &warn) {
         Ok(r) => r,
         Err(e @ repo::StoreError::LockHeld { .. }) => {
@@ -104,7 +50,7 @@ pub fn gc(ctx: &Ctx, config: &Config, args: &GcArgs) -> Result<ExitCode> {
             bytes(report.bytes_stored),
             report.packs_stored
         );
-        super::record_run(&store, "gc", started, true, &summary);
+        crate::ctx::record_run(&store, "gc", started, true, &summary);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -232,7 +178,7 @@ pub fn set_ref(ctx: &Ctx, repo: &str, name: &str, rev: &str) -> Result<ExitCode>
 /// `modelcas pin` / `unpin`.
 pub fn pin(ctx: &Ctx, spec: &str, pin: bool) -> Result<ExitCode> {
     let store = ctx.open_plain()?;
-    let (repo, commit) = super::resolve(&store, spec)?;
+    let (repo, commit) = crate::ctx::resolve(&store, spec)?;
     if pin {
         if store.pin(&repo, &commit)? {
             println!("pinned {repo}@{commit}");
@@ -251,12 +197,12 @@ pub fn fsck(
     ctx: &Ctx,
     config: &Config,
     read_data: bool,
-    grace: Option<&str>,
+    grace: Option<Duration>,
     json: bool,
 ) -> Result<ExitCode> {
-    let grace = match grace.or(config.gc.grace.as_deref()) {
-        Some(g) => duration("--grace", g)?,
-        None => store::gc::DEFAULT_GRACE,
+    let grace = match grace {
+        Some(g) => g,
+        None => crate::config::gc_grace(&config.gc)?.unwrap_or(store::gc::DEFAULT_GRACE),
     };
     let store = ctx.open_plain()?;
     let report = store::fsck::run(&store, &store::fsck::FsckOptions { read_data, grace })?;

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::Ctx;
 use crate::args::IndexAction;
+use crate::ctx::Ctx;
 
 pub fn run(ctx: &Ctx, action: IndexAction) -> Result<ExitCode> {
     match action {

@@ -11,7 +11,7 @@ use serde_json::json;
 use store::ingest::{IngestOptions, IngestReport};
 use store::source::{discover, DiscoverOptions};
 
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::output::bytes;
 use crate::progress::Bar;
 

@@ -7,7 +7,7 @@ use format::RepoId;
 use repo::Store;
 use serde_json::json;
 
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::output::{bytes, utc};
 
 pub fn run(ctx: &Ctx, target: Option<&str>, json: bool, sha256sum: bool) -> Result<ExitCode> {
@@ -27,7 +27,7 @@ pub fn run(ctx: &Ctx, target: Option<&str>, json: bool, sha256sum: bool) -> Resu
 /// The files of one revision as `sha256sum` writes them: `HASH  PATH`, one a line, so that
 /// `sha256sum -c` checks a checkout of the revision.
 fn sums(store: &Store, t: &str) -> Result<()> {
-    let (repo, commit) = super::resolve(store, t)?;
+    let (repo, commit) = crate::ctx::resolve(store, t)?;
     let m = store.manifest(&repo, &commit)?;
     let mut out = std::io::stdout().lock();
     for f in &m.files {
@@ -78,7 +78,7 @@ fn repos(store: &Store, json: bool) -> Result<()> {
 
 /// The files of one revision (`ORG/NAME@REV`).
 fn files(store: &Store, t: &str, json: bool) -> Result<()> {
-    let (repo, commit) = super::resolve(store, t)?;
+    let (repo, commit) = crate::ctx::resolve(store, t)?;
     let m = store.manifest(&repo, &commit)?;
     if json {
         let files: Vec<_> = m
@@ -110,7 +110,7 @@ fn files(store: &Store, t: &str, json: bool) -> Result<()> {
 /// The commits of one repository, oldest first, with the refs naming each.
 fn commits(store: &Store, t: &str, json: bool) -> Result<()> {
     let repo = RepoId::parse(t)?;
-    let Some((refs, rows)) = rows(store, &repo)? else {
+    let Some((refs, rows)) = store::listing::rows(store, &repo)? else {
         return Err(repo::StoreError::UnknownRepo(repo.to_string()).into());
     };
     if json {
@@ -138,55 +138,6 @@ fn commits(store: &Store, t: &str, json: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The refs of `repo` and its commits, oldest first, as `ls ORG/NAME` shows them (the
-/// pages of `serve` show the same rows); `None`: the store has no such repository.
-pub fn rows(store: &Store, repo: &RepoId) -> Result<Option<(Refs, Vec<Row>)>> {
-    let commits = store.commits(repo)?;
-    let refs = store.refs(repo)?;
-    if commits.is_empty() && refs.is_empty() {
-        return Ok(None);
-    }
-    let used = repo::usage::last_used(store, repo)?;
-    let mut rows = Vec::new();
-    for c in &commits {
-        let m = store.manifest(repo, c)?;
-        rows.push(Row {
-            ingested_at: m.ingested_at,
-            commit: c.to_hex(),
-            files: m.files.len(),
-            bytes: m.total_size(),
-            refs: refs
-                .iter()
-                .filter(|(_, v)| *v == c)
-                .map(|(k, _)| k.clone())
-                .collect(),
-            last_used: used.get(c).and_then(|t| {
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .ok()
-                    .map(|d| d.as_secs())
-            }),
-        });
-    }
-    rows.sort_by(|a, b| (a.ingested_at, &a.commit).cmp(&(b.ingested_at, &b.commit)));
-    Ok(Some((refs, rows)))
-}
-
-/// A repository's refs: name → commit.
-pub type Refs = std::collections::BTreeMap<String, format::CommitId>;
-
-/// One commit of `ls ORG/NAME`.
-#[derive(serde::Serialize)]
-pub struct Row {
-    pub commit: String,
-    pub ingested_at: u64,
-    pub files: usize,
-    pub bytes: u64,
-    pub refs: Vec<String>,
-    /// When a mount, serve, checkout, cat or pull last read it (the store's clock; `None`:
-    /// never since last-use records exist).
-    pub last_used: Option<u64>,
 }
 
 #[cfg(test)]

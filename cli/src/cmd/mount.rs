@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use modelfs::{FileCache, MountOptions};
+use modelfs::MountOptions;
+use read::file_cache::FileCache;
+use read::tensor_plan::TensorOrder;
 
-use super::{resolve, Ctx};
 use crate::args::MountArgs;
+use crate::ctx::{resolve, Ctx};
 
 /// Options of `modelcas mount`.
 pub struct Options {
@@ -46,10 +48,10 @@ impl Options {
 /// `--safetensors-order` (`MODELCAS_SAFETENSORS_ORDER`, `[mount] safetensors_order`):
 /// `name` (the default), `file` or `off`: the order in which the mount expects loaders to
 /// walk a `.safetensors` file's tensors, for read-ahead.
-fn tensor_order(v: Option<&str>) -> Result<modelfs::TensorOrder> {
+fn tensor_order(v: Option<&str>) -> Result<TensorOrder> {
     match v {
-        None => Ok(modelfs::TensorOrder::Name),
-        Some(v) => match modelfs::TensorOrder::parse(v) {
+        None => Ok(TensorOrder::Name),
+        Some(v) => match TensorOrder::parse(v) {
             Some(o) => Ok(o),
             None => bail!("--safetensors-order {v:?}: expected name, file or off"),
         },
@@ -63,7 +65,7 @@ fn tensor_order(v: Option<&str>) -> Result<modelfs::TensorOrder> {
 /// read-only home in a container).
 fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
     let size = match &o.file_cache_size {
-        Some(s) => super::parse_size(s).with_context(|| format!("--file-cache-size {s:?}"))?,
+        Some(s) => crate::ctx::parse_size(s).with_context(|| format!("--file-cache-size {s:?}"))?,
         None => 20 << 30,
     };
     if size == 0 {
@@ -110,7 +112,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         threads,
         cache_bytes: cache_mib << 20,
         fetch_threads: o.fetch_threads.unwrap_or(if remote {
-            super::REMOTE_READ_THREADS
+            crate::ctx::REMOTE_READ_THREADS
         } else {
             4
         }),

@@ -8,8 +8,8 @@ use hubclient::{HubClient, HubOptions};
 use mirror::{PullOptions, PullReport};
 use repo::{CreateOptions, Store};
 
-use super::Ctx;
 use crate::args::PullArgs;
+use crate::ctx::Ctx;
 use crate::output::bytes;
 use crate::progress::Bar;
 

@@ -9,7 +9,7 @@ use read::file_reader::{self, FileReader};
 use read::progress::NoProgress;
 use serde_json::json;
 
-use super::{resolve, Ctx};
+use crate::ctx::{resolve, Ctx};
 use crate::output::bytes;
 use crate::progress::Bar;
 

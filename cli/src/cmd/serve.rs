@@ -1,6 +1,6 @@
 //! `modelcas serve`: the Hub-compatible HTTP endpoint.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use format::{CommitId, RepoId};
 use hubserve::{Limits, Policy, UpstreamOptions};
 use repo::{CreateOptions, Store};
 use store::gc::retention::parse_duration;
 
-use super::Ctx;
 use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs, XetArgs};
 use crate::config::ServeConfig;
+use crate::ctx::Ctx;
 
 /// Tokens accepted, and the names some of them have (token → name).
 type Tokens = (HashSet<String>, HashMap<String, String>);
@@ -161,31 +160,6 @@ const UPSTREAM_TTL: Duration = Duration::from_secs(60);
 /// Default of `--upstream-timeout`: a request waits on metadata, so not for long.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// `[serve.locks]`, checked: each entry a repository id and a 40-hex commit sha, and no
-/// repository twice (ids compare without case, as on the Hub: `Org/M` and `org/m` are one).
-pub fn locks(file: &BTreeMap<String, String>) -> Result<HashMap<RepoId, CommitId>> {
-    let mut out: HashMap<RepoId, CommitId> = HashMap::new();
-    for (repo, sha) in file {
-        let entry = || format!("[serve.locks] {repo:?} = {sha:?}");
-        let id = RepoId::parse(repo).with_context(entry)?;
-        let is_sha = sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit());
-        if !is_sha {
-            bail!("{}: expected a 40-hex commit sha", entry());
-        }
-        if let Some(other) = out.keys().find(|r| r.same_repo(&id)) {
-            bail!(
-                "{}: {other} is locked too, and names the same repository (ids compare without case)",
-                entry()
-            );
-        }
-        out.insert(
-            id,
-            CommitId::parse(&sha.to_ascii_lowercase()).with_context(entry)?,
-        );
-    }
-    Ok(out)
-}
-
 /// The mirror's settings: flags (or environment) over `[serve]`.
 fn mirror(c: &ServeConfig, a: &UpstreamArgs) -> Result<Option<Mirror>> {
     let Some(url) = a.upstream.clone().or(c.upstream.clone()) else {
@@ -238,7 +212,8 @@ fn transport(c: &ServeConfig, a: &UpstreamArgs) -> Result<super::upstream::Trans
         .as_ref()
         .or(c.upstream_min_rate.as_ref())
     {
-        t.min_rate = super::parse_size(r).with_context(|| format!("--upstream-min-rate {r:?}"))?;
+        t.min_rate =
+            crate::ctx::parse_size(r).with_context(|| format!("--upstream-min-rate {r:?}"))?;
     }
     if let Some(n) = a.upstream_max_files.or(c.upstream_max_files) {
         if n == 0 {
@@ -269,7 +244,7 @@ impl Options {
                 } else {
                     a.upstream.allow.clone()
                 },
-                locks: locks(&c.locks)?,
+                locks: crate::config::locks(&c.locks)?,
                 upstream_repos: c.upstream_repos.clone(),
             },
             upstream: mirror(c, &a.upstream)?,
@@ -323,7 +298,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         limits: o.limits,
         cache_bytes: o.cache_mib << 20,
         fetch_threads: o.fetch_threads.unwrap_or(if remote {
-            super::REMOTE_READ_THREADS
+            crate::ctx::REMOTE_READ_THREADS
         } else {
             4
         }),
@@ -332,8 +307,9 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         readahead: Default::default(),
         metrics: ctx.metrics.clone(),
         ui: (!o.no_ui).then(|| {
-            let store = super::ui_cache::cached(&store);
-            let inventory = super::ui::StoreInventory::new(store, ctx.config.clone());
+            let store = hubserve::ui::manifest_cache::cached(&store);
+            let gc = crate::config::gc_settings(&ctx.config).map_err(|e| format!("{e:#}"));
+            let inventory = super::ui::StoreInventory::new(store, gc);
             hubserve::ui::Pages(Arc::new(inventory))
         }),
         xet: o.xet,

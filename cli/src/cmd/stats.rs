@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde_json::json;
 
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::output::bytes;
 
 pub fn run(ctx: &Ctx, json: bool) -> Result<ExitCode> {

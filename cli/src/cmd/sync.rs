@@ -9,8 +9,8 @@ use hubclient::{HubClient, HubOptions};
 use mirror::{SyncList, SyncReport};
 use repo::{CreateOptions, Store};
 
-use super::Ctx;
 use crate::args::SyncArgs;
+use crate::ctx::Ctx;
 use crate::output::bytes;
 use crate::progress::Bar;
 
@@ -35,10 +35,10 @@ pub fn run(ctx: &Ctx, a: &SyncArgs) -> Result<ExitCode> {
         let store = Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
         let index = ctx.index(&store)?;
         let bar = Bar::new(ctx.quiet || a.json);
-        let started = super::now_secs();
+        let started = repo::clock::now_secs();
         let report = mirror::sync(&store, &index, &client, &list, jobs, &bar);
         let ok = report.failed == 0;
-        super::record_run(&store, "sync", started, ok, &summary(&report));
+        crate::ctx::record_run(&store, "sync", started, ok, &summary(&report));
         report
     };
     if a.json {

@@ -1,9 +1,11 @@
 //! The figures of `serve`'s pages ([`hubserve::ui::Inventory`]), from the functions the
-//! commands use: the rows of `modelcas ls ORG/NAME` ([`super::ls::rows`]), `modelcas
+//! commands use: the rows of `modelcas ls ORG/NAME` ([`store::listing::rows`]), `modelcas
 //! stats` ([`store::stats`]), and gc's retention decision with the options `modelcas gc
-//! --dry-run` builds from the config file and flags ([`super::gc::options`],
+//! --dry-run` takes: the config file's settings ([`crate::config::gc_settings`]) with the
+//! page's `--unused-for` as a typed flag on top ([`store::gc::GcSettings::options`],
 //! [`store::gc::verdicts`]). Nothing is recomputed here, so a page shows what those
-//! commands print for the same store.
+//! commands print for the same store. This module only turns store values into the
+//! pages' facts: `serve` must not depend on `store` (RocksDB), nor `store` on `serve`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,50 +14,46 @@ use format::{CommitId, RepoId};
 use hubserve::ui::facts::{self, Figures, RepoDetail, RepoSummary, Revision, StoreFacts, Verdict};
 use hubserve::ui::Inventory;
 use repo::Store;
-use store::gc::retention::Keep;
-use store::gc::GcOptions;
+use store::gc::retention::Policy;
+use store::gc::{GcFlags, GcOptions, GcSettings};
 
-use super::gc::GcArgs;
-use crate::config::Config;
-
-/// The store and the config file `serve` was started with.
+/// The store, and gc's settings from the config file `serve` was started with (or why
+/// they cannot be read).
 pub struct StoreInventory {
     store: Store,
-    config: Config,
+    gc: Result<GcSettings, String>,
 }
 
 impl StoreInventory {
-    pub fn new(store: Store, config: Config) -> StoreInventory {
-        StoreInventory { store, config }
+    pub fn new(store: Store, gc: Result<GcSettings, String>) -> StoreInventory {
+        StoreInventory { store, gc }
     }
 
     /// The options of `modelcas gc --dry-run [--unused-for D]` with this config.
-    fn gc_options(&self, unused_for: Option<Duration>) -> anyhow::Result<GcOptions> {
-        let args = GcArgs {
-            keep_last: None,
-            keep_within: None,
-            unused_for: unused_for.map(|d| humantime::format_duration(d).to_string()),
-            grace: None,
-            rewrite_below: None,
+    fn gc_options(&self, unused_for: Option<Duration>) -> Result<GcOptions, String> {
+        let flags = GcFlags {
+            policy: Policy {
+                unused_for,
+                ..Policy::default()
+            },
             dry_run: true,
-            json: false,
+            ..GcFlags::default()
         };
-        super::gc::options(&self.config, &args)
+        let settings = self.gc.as_ref().map_err(String::clone)?;
+        settings.options(&flags).map_err(text)
     }
 
     /// gc's decision for each commit of `repo` under each of `opts` (read once), in words.
     fn verdicts(
         &self,
         repo: &RepoId,
-        opts: &[&anyhow::Result<GcOptions>],
+        opts: &[&Result<GcOptions, String>],
     ) -> Vec<BTreeMap<CommitId, Verdict>> {
         let mut usable = Vec::new();
         for o in opts {
             match o {
                 Ok(o) => usable.push(o),
-                Err(e) => {
-                    return vec![unknown_all(&self.store, repo, &format!("{e:#}")); opts.len()]
-                }
+                Err(e) => return vec![unknown_all(&self.store, repo, e); opts.len()],
             }
         }
         let mut out = vec![BTreeMap::new(); opts.len()];
@@ -63,7 +61,7 @@ impl StoreInventory {
             Ok(v) => {
                 for r in v {
                     for (i, keep) in r.keep.into_iter().enumerate() {
-                        let v = keep.map_or(Verdict::Expire, |k| Verdict::Keep(reason(k).into()));
+                        let v = keep.map_or(Verdict::Expire, |k| Verdict::Keep(k.reason().into()));
                         out[i].insert(r.commit, v);
                     }
                 }
@@ -80,19 +78,6 @@ fn unknown_all(store: &Store, repo: &RepoId, why: &str) -> BTreeMap<CommitId, Ve
         .into_iter()
         .map(|c| (c, Verdict::Unknown(why.to_string())))
         .collect()
-}
-
-/// Why gc keeps a revision, in words.
-fn reason(k: Keep) -> &'static str {
-    match k {
-        Keep::Ref => "a ref points at it",
-        Keep::Pin => "pinned or locked",
-        Keep::Last => "among the keep_last newest",
-        Keep::Within => "ingested within keep_within",
-        Keep::Used => "used within unused_for",
-        Keep::New => "not used yet, published within unused_for: too new to expire",
-        Keep::NoPolicy => "no retention policy",
-    }
 }
 
 fn figures(s: &store::stats::Stats) -> Figures {
@@ -123,25 +108,11 @@ fn text(e: impl std::fmt::Display) -> String {
 }
 
 /// The policy of `repo` in words, as gc applies it.
-fn policy_text(opts: &anyhow::Result<GcOptions>, repo: &RepoId) -> String {
-    let Ok(o) = opts else {
-        return "not readable from the config file".into();
-    };
-    let p = o.retention.policy(repo);
-    if p.is_empty() {
-        return "none (gc expires nothing; only modelcas rm removes revisions)".into();
+fn policy_text(opts: &Result<GcOptions, String>, repo: &RepoId) -> String {
+    match opts {
+        Ok(o) => o.retention.policy(repo).describe(),
+        Err(_) => "not readable from the config file".into(),
     }
-    let mut parts = Vec::new();
-    if let Some(n) = p.keep_last {
-        parts.push(format!("keep_last = {n}"));
-    }
-    if let Some(d) = p.keep_within {
-        parts.push(format!("keep_within = {}", humantime::format_duration(d)));
-    }
-    if let Some(d) = p.unused_for {
-        parts.push(format!("unused_for = {}", humantime::format_duration(d)));
-    }
-    parts.join(", ")
 }
 
 impl Inventory for StoreInventory {
@@ -168,8 +139,7 @@ impl Inventory for StoreInventory {
     }
 
     fn repo(&self, repo: &RepoId, unused_for: Duration) -> facts::Result<Option<RepoDetail>> {
-        let Some((_, rows)) = super::ls::rows(&self.store, repo).map_err(|e| format!("{e:#}"))?
-        else {
+        let Some((_, rows)) = store::listing::rows(&self.store, repo).map_err(text)? else {
             return Ok(None);
         };
         let pins = self.store.pins(repo).map_err(text)?;
@@ -205,7 +175,7 @@ impl Inventory for StoreInventory {
         let s = store::stats::stats(&self.store).map_err(text)?;
         let state = store::gc::state::read(self.store.backend().as_ref()).map_err(text)?;
         let would_expire = match self.gc_options(None) {
-            Err(e) => Err(format!("{e:#}")),
+            Err(e) => Err(e),
             Ok(opts) => (|| {
                 let (mut n, mut bytes) = (0usize, 0u64);
                 for repo in self.store.repos()? {
@@ -232,7 +202,7 @@ impl Inventory for StoreInventory {
             condemned_bytes: state.condemned.iter().map(|c| c.size).sum(),
             gc_state_written_ms: (state.written_ms > 0).then_some(state.written_ms),
             would_expire,
-            runs: store::runs::COMMANDS
+            runs: format::runs::COMMANDS
                 .iter()
                 .map(|c| (c.to_string(), last_run(&self.store, c)))
                 .collect(),

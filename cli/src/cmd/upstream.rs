@@ -111,7 +111,7 @@ impl HubUpstream {
         if let Some(i) = shared.upgrade() {
             return Ok(i);
         }
-        let i = super::open_index(&self.index_dir, &self.store)
+        let i = crate::ctx::open_index(&self.index_dir, &self.store)
             .map_err(|e| UpstreamError::Unavailable(format!("opening the index: {e:#}")))?;
         let i = Arc::new(i);
         *shared = Arc::downgrade(&i);

@@ -20,7 +20,7 @@
 //! time. The choice is made per chunk from byte-entropy estimates, so text and already
 //! compressed data take the plain paths.
 
-use crate::{FormatError, Result};
+use crate::error::{FormatError, Result};
 
 mod planes;
 

@@ -7,8 +7,8 @@
 use bincode::Decode;
 
 use super::Store;
+use crate::error::{Result, StoreError};
 use crate::manifest::{now_secs, MirrorRefObject, MirrorRepoObject, PartialObject, RefObject};
-use crate::{Result, StoreError};
 use format::codec::{self, Kind};
 use format::layout;
 use format::names::{check_ref_name, CommitId, RepoId};

@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::Store;
+use crate::error::{Result, StoreError};
 use crate::failpoint;
 use crate::lock::{self, Held};
 use crate::manifest::{now_secs, PinObject, RefObject};
-use crate::{Result, StoreError};
 use format::codec::{self, Kind};
 use format::layout;
 use format::names::{check_ref_name, CommitId, RepoId};

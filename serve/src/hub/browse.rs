@@ -7,7 +7,7 @@
 //! Lists are paged as the Hub pages them: a `Link: <...>; rel="next"` header with the
 //! next page's absolute URL (query parameter `p`, the page number), page sizes bounded.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use format::manifest::Order;
 use format::{CommitId, RepoId};
@@ -16,9 +16,10 @@ use http::StatusCode;
 use repo::StoreError;
 use serde_json::{json, Value};
 
-use super::paths::{bad_request, form_pairs};
-use super::{internal, not_found, Head, Hub, Reply, X_ERROR_CODE};
-use crate::decode::header_ascii;
+use super::{repo_object_id, Hub, RevFacts};
+use crate::auth::{bearer, default_token_name};
+use crate::decode::{form_pairs, header_ascii};
+use crate::reply::{bad_request, internal, Head, Reply, X_ERROR_CODE};
 
 /// Revisions whose order is remembered (emptied when full: reading them again is one GET
 /// each).
@@ -31,28 +32,10 @@ const COMMITS_PAGE_MAX: usize = 1000;
 /// Highest page number accepted (beyond it a list is empty anyway).
 const MAX_PAGE: usize = 1 << 20;
 
-/// What a stored revision's manifest says of its place in the history.
-#[derive(Clone, Debug)]
-pub(super) struct RevFacts {
-    /// Its place by publication ([`format::manifest::Manifest::order`]); `.0` is ms.
-    pub order: Order,
-    pub files: usize,
-    /// `plain`, `hf-cache`, ...
-    pub source: String,
-}
-
-/// Facts of revisions by repository, commit and manifest tag.
-pub(super) type OrderCache = HashMap<(RepoId, CommitId, String), RevFacts>;
-
 /// The Hub's timestamp format with milliseconds.
 fn iso_ms(ms: u64) -> String {
     let s = repo::manifest::utc_string(ms / 1000);
     format!("{}.{:03}Z", s.trim_end_matches('Z'), ms % 1000)
-}
-
-/// A stable `_id` for a repository (24 hex, as the Hub's object ids are long).
-pub(super) fn repo_object_id(repo: &RepoId) -> String {
-    blake3::hash(repo.folded().as_bytes()).to_hex()[..24].to_string()
 }
 
 /// What a query string asks of a list: its pairs, or the 400.
@@ -439,7 +422,7 @@ impl Hub {
             .token_names
             .get(token)
             .cloned()
-            .unwrap_or_else(|| crate::default_token_name(token));
+            .unwrap_or_else(|| default_token_name(token));
         let id = blake3::hash(token.as_bytes()).to_hex()[..24].to_string();
         Reply::json(
             StatusCode::OK,
@@ -451,15 +434,6 @@ impl Hub {
             }),
         )
     }
-}
-
-/// The bearer token of a request, if any.
-pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
 }
 
 /// A stored revision as a commit of `list_repo_commits`.
@@ -474,26 +448,6 @@ fn commit_item(c: &CommitId, f: &RevFacts, refs: Option<&Vec<String>>) -> Value 
         "authors": [{ "user": "modelcas", "avatar": null }],
         "date": iso_ms(f.order.0),
     })
-}
-
-/// The reply to a repository type the store does not hold (`/api/datasets/...`,
-/// `/spaces/...`), if `segs` names one: a 404 `RepoNotFound`, so that `repo_exists(...,
-/// repo_type="dataset")` is False.
-pub(super) fn other_type(segs: &[&str]) -> Option<Reply> {
-    // `/api/{kind}/...`, and `/{kind}/{org}/{name}/{resolve|tree|...}/...`: a model whose
-    // organisation is named `datasets` is `/datasets/{name}/resolve/...`, one segment
-    // shorter before `resolve`, and stays a model.
-    let kind = match segs {
-        ["api", k, ..] => *k,
-        [_, _, "resolve", ..] => return None,
-        [k, _, ..] => *k,
-        _ => return None,
-    };
-    if !matches!(kind, "datasets" | "spaces") {
-        return None;
-    }
-    let msg = format!("Repository not found: this server serves models only, not {kind}");
-    Some(not_found("RepoNotFound", &msg, None))
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -518,17 +472,5 @@ mod tests {
             "<http://hub:8080/api/models?search=a&limit=2&p=2>; rel=\"next\""
         );
         assert_eq!(iso_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
-    }
-
-    #[test]
-    fn other_types_are_refused_models_are_not() {
-        assert!(other_type(&["api", "datasets", "a", "b"]).is_some());
-        assert!(other_type(&["spaces", "a", "b", "resolve"]).is_some());
-        assert!(other_type(&["api", "models", "a", "b"]).is_none());
-        assert!(other_type(&["org", "model", "resolve"]).is_none());
-        assert!(other_type(&["datasets"]).is_none());
-        // A model of the organisation `datasets`: org/name/resolve, not a dataset.
-        assert!(other_type(&["datasets", "foo", "resolve", "main", "config.json"]).is_none());
-        assert!(other_type(&["datasets", "o", "d", "resolve", "main", "x"]).is_some());
     }
 }

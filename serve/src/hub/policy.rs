@@ -5,7 +5,7 @@
 //! says so: no dependency confusion), and which stored commits are partial (completed from
 //! the upstream before they are served).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,8 @@ use format::{CommitId, RepoId};
 use http::StatusCode;
 use repo::handle::MIN_PREFIX;
 
-use super::{internal, Hub, Reply};
+use super::{Hub, Role, Wanted};
+use crate::reply::{internal, Reply};
 
 /// A request for a name the last listing of repositories did not hold lists them again
 /// at most this often (a client asking for many unknown names costs one listing per
@@ -25,40 +26,6 @@ const ROLE_TTL: Duration = Duration::from_secs(30);
 
 /// Most commits remembered as complete (emptied when full: checking again is one GET).
 const COMPLETE_CACHE: usize = 4096;
-
-/// When repositories were last listed, and their spellings by folded id.
-type Spellings = (Option<Instant>, HashMap<String, Vec<RepoId>>);
-
-/// What the endpoint remembers of stored repositories' names, roles and commits.
-#[derive(Default)]
-pub(super) struct Names {
-    spellings: Mutex<Spellings>,
-    /// Repository → when its role was found, and the role (never [`Role::New`]).
-    roles: Mutex<HashMap<RepoId, (Instant, Role)>>,
-    /// Commits found without a partial record, with their manifest's tag.
-    complete: Mutex<HashSet<(RepoId, CommitId, String)>>,
-}
-
-/// What the mirror may do with a repository.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Role {
-    /// Nothing: no mirror, or the repository exists only inside the store.
-    Inside,
-    /// Look it up upstream: the mirror brought it, or `upstream_repos` names it. Refs set
-    /// inside are still never moved.
-    Mirrored,
-    /// The store does not have it: the upstream may have it.
-    New,
-}
-
-/// What a request names once the policy has read it.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Wanted<'a> {
-    /// A full commit sha (any case), or the commit a lock pins.
-    Commit(CommitId),
-    /// A ref name (or a short sha).
-    Name(&'a str),
-}
 
 impl Hub {
     /// The store's spelling of `repo`: the exact one if stored, else one differing only in

@@ -7,11 +7,10 @@ use std::time::Instant;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 
-use super::{
-    internal, not_found, Head, Hub, Located, Reply, X_LINKED_ETAG, X_LINKED_SIZE, X_REPO_COMMIT,
-};
+use super::{Hub, Located};
 use crate::body::Body;
 use crate::decode::{self, content_disposition, header_ascii};
+use crate::reply::{internal, not_found, Head, Reply, X_LINKED_ETAG, X_LINKED_SIZE, X_REPO_COMMIT};
 
 /// What the access log says about one request.
 #[derive(Clone)]

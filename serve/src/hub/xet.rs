@@ -5,16 +5,15 @@
 //! Only files whose manifest records their Xet hash are offered through Xet; the bytes
 //! come from [`Hub::source`], the one read path (every chunk BLAKE3-verified).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::{internal, not_found, Head, Hub, Located, Reply};
+use super::{Hub, Located};
 use crate::body::Body;
 use crate::decode::{self, header_ascii};
+use crate::reply::{internal, not_found, Head, Reply};
 use crate::xet::{self, Refusal, XetOptions};
 
 /// Most Xet hashes remembered with their repository (to tell "another repository's" from
@@ -23,10 +22,10 @@ const SEEN_MAX: usize = 1 << 18;
 
 const X_XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
 
+/// Now, in seconds since the epoch, by the process clock (`repo::clock`) that issues and
+/// checks the tokens and signed URLs.
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    repo::clock::now_secs()
 }
 
 fn refused(status: StatusCode, why: &str) -> Reply {

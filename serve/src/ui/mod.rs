@@ -21,12 +21,13 @@
 //!
 //! The figures come from an [`Inventory`] the binary implements with the functions of
 //! `modelcas ls`, `stats` and `gc --dry-run` ([`facts`]); the mirror's recent activity
-//! is kept in memory ([`recent`]).
+//! is kept in memory by the mirror ([`crate::upstream::recent`]).
 
+mod ctx;
 pub mod facts;
 pub mod html;
+pub mod manifest_cache;
 mod pages;
-pub mod recent;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -39,10 +40,9 @@ use http::{Method, StatusCode};
 use sha2::{Digest, Sha256};
 
 use crate::body::Body;
-use crate::hub::{Head, Reply};
-use crate::upstream::Policy;
+use crate::reply::{Head, Reply};
+pub use ctx::Ctx;
 pub use facts::Inventory;
-pub use recent::Recent;
 
 /// The cookie that keeps a browser signed in.
 pub const COOKIE: &str = "modelcas_ui";
@@ -66,16 +66,6 @@ pub struct Ui {
     inventory: Arc<dyn Inventory>,
     /// Key of the cookie's hash; `None` (no randomness) leaves the cookie off.
     key: Option<[u8; 32]>,
-}
-
-/// What the pages need of the endpoint besides the inventory.
-pub struct Ctx<'a> {
-    pub tokens: Option<&'a HashSet<String>>,
-    pub policy: &'a Policy,
-    /// The mirror: its upstream, TTL and recent activity.
-    pub mirror: Option<(&'a str, Duration, &'a Recent)>,
-    /// The store's spelling of a repository id (ids compare without case).
-    pub spelling: &'a dyn Fn(RepoId) -> RepoId,
 }
 
 /// Whether a path (its decoded segments) is one of the pages'. Pages have at most four
@@ -126,7 +116,7 @@ impl Ui {
     }
 
     fn page(&self, ctx: &Ctx<'_>, req: &Head<'_>, segs: &[&str]) -> Reply {
-        let now = recent::now_secs();
+        let now = repo::clock::now_secs();
         let inv = self.inventory.as_ref();
         match segs {
             [""] | ["ui"] | ["ui", ""] | ["ui", "repos"] => {
@@ -342,6 +332,8 @@ fn page_reply(status: StatusCode, body: String) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::recent::Recent;
+    use crate::upstream::Policy;
 
     struct Empty;
     impl Inventory for Empty {

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use super::ctx::Ctx;
 use super::facts::{Figures, LastRun, RepoDetail, RepoSummary, Result, StoreFacts, Verdict};
 use super::html::{repo_href, Html};
-use super::Ctx;
+use crate::upstream::recent::{self, Recent};
 use crate::upstream::Policy;
 
 const STYLE: &str = "<style>
@@ -43,7 +44,7 @@ pub fn message(title: &str, text: &str) -> String {
     let mut b = Html::default();
     b.elem("h1", &[], title);
     b.elem("p", &[], text);
-    document(title, b, super::recent::now_secs())
+    document(title, b, repo::clock::now_secs())
 }
 
 fn error_para(b: &mut Html, what: &str, e: &str) {
@@ -272,10 +273,10 @@ pub fn mirror(ctx: &Ctx<'_>, now: u64) -> String {
 }
 
 /// Recent pulls and upstream failures (this process, in memory).
-fn activity(b: &mut Html, recent: &super::Recent, now: u64) {
+fn activity(b: &mut Html, recent: &Recent, now: u64) {
     let (pulls, failures) = recent.snapshot();
     b.raw("<h2>Recent pulls</h2><p class=\"muted\">Since this serve started (the last ")
-        .text(&super::recent::KEPT.to_string())
+        .text(&recent::KEPT.to_string())
         .raw(").</p>");
     if pulls.is_empty() {
         b.raw("<p>None.</p>");

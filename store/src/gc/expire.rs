@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::{expired_revision, GcReport, Rev};
+use super::report::{expired_revision, GcReport};
+use super::session::Rev;
 use format::names::{CommitId, RepoId};
 use objects::ObjectStore;
 use repo::handle::{decode_manifest, Store};

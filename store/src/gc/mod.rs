@@ -32,173 +32,51 @@
 //! forwarding records that name them, records before anything is condemned, and deletion
 //! only removes packs that no manifest references after resolution.
 //!
-//! This module runs the steps in order ([`run`]) and lists revisions; [`retention`]
-//! decides what expires, `expire` does step 3's follow-up, `packs` steps 4 to 7 (with
-//! `pack_use`, what kept revisions use of each pack), `rewrite` the pack rewrite and its
-//! forwarding records, [`state`] the condemned list.
+//! This module runs the steps in order ([`run`]) and lists revisions; `options` holds how
+//! a run behaves ([`GcOptions`]) and `report` what it did ([`GcReport`]), `session` the
+//! state one run's steps share (the counting backend, the lock, the report being filled);
+//! [`retention`] decides what expires, `expire` does step 3's follow-up, `packs` steps 4
+//! to 7 (with `pack_use`, what kept revisions use of each pack), `rewrite` the pack rewrite
+//! and its forwarding records, [`state`] the condemned list.
 
 mod expire;
+mod options;
 mod pack_use;
 mod packs;
+pub(crate) mod report;
 pub mod retention;
 mod rewrite;
+mod session;
 pub mod state;
+
+pub use options::{
+    GcFlags, GcOptions, GcSettings, DEFAULT_GRACE, DEFAULT_REWRITE_BELOW, MAX_CLOCK_SKEW,
+    TEMPORARY_MIN_AGE,
+};
+pub use report::{ExpiredRevision, GcReport};
 
 use expire::{restore_wanted, wait_for_writers};
 use packs::{liveness, unneeded_forwards};
+use report::expired_revision;
 use rewrite::load_forwards;
+use session::{GcRun, Rev};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-
-use serde::Serialize;
+use std::time::{Instant, SystemTime};
 
 use format::layout;
-use format::manifest::Manifest;
 use format::names::{CommitId, RepoId};
 use index::Index;
-use objects::{CountingStore, ObjectStore, Requests};
+use objects::CountingStore;
 use repo::failpoint;
 use repo::handle::{decode_manifest, Store};
-use repo::lock::{self, Held};
+use repo::lock;
 use repo::pack::PackId;
 use repo::Result;
 
 use format::gc::Condemned;
-use retention::{Candidate, Keep, Retention};
-
-/// Default grace period between condemning a pack and deleting it.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
-/// Default: rewrite packs less than 80 % live.
-pub const DEFAULT_REWRITE_BELOW: f64 = 0.8;
-/// Marks and lease starts are both the object store's time; this allows for its
-/// resolution (whole seconds) and for clocks differing between the nodes of a distributed
-/// store: a lease that started up to this long after a pack was marked still protects it.
-pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
-/// gc confirms its lock before every this many pack deletions.
-const DELETE_BATCH: usize = 64;
-/// Leftover temporaries younger than this are never removed (writes in progress).
-pub const TEMPORARY_MIN_AGE: Duration = Duration::from_secs(3600);
-
-/// How a gc run behaves.
-#[derive(Clone, Debug)]
-pub struct GcOptions {
-    /// Which revisions to keep.
-    pub retention: Retention,
-    /// Time between condemning a pack and deleting it.
-    pub grace: Duration,
-    /// Rewrite packs whose live fraction is below this (0 disables rewriting; 1 rewrites
-    /// every pack with any dead byte).
-    pub rewrite_below: f64,
-    /// Report only; change nothing, take no lock.
-    pub dry_run: bool,
-    /// Time to live of the gc lock.
-    pub lock_ttl: Duration,
-    /// Commits kept as if pinned, besides the store's pins (serve's version locks).
-    pub protected: HashSet<(RepoId, CommitId)>,
-}
-
-impl Default for GcOptions {
-    fn default() -> Self {
-        GcOptions {
-            retention: Retention::default(),
-            grace: DEFAULT_GRACE,
-            rewrite_below: DEFAULT_REWRITE_BELOW,
-            dry_run: false,
-            lock_ttl: lock::default_ttl(),
-            protected: HashSet::new(),
-        }
-    }
-}
-
-/// A revision gc expired.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct ExpiredRevision {
-    /// `org/name`.
-    pub repo: String,
-    /// Commit sha.
-    pub commit: String,
-    /// When it was ingested (seconds since the epoch).
-    pub ingested_at: u64,
-    /// Total size of its files.
-    pub bytes: u64,
-}
-
-/// What a run did (or, with `dry_run`, would do).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct GcReport {
-    /// Nothing was changed.
-    pub dry_run: bool,
-    /// Repositories seen.
-    pub repos: usize,
-    /// Revisions kept.
-    pub revisions_kept: usize,
-    /// Revisions expired this run.
-    pub expired: Vec<ExpiredRevision>,
-    /// Expired manifests put back because a ref or pin appeared meanwhile.
-    pub restored: Vec<ExpiredRevision>,
-    /// Pin, ref and rm commands gc waited for before listing refs and pins again.
-    pub writers_waited_for: usize,
-    /// Manifests fetched from the bucket.
-    pub manifests_fetched: usize,
-    /// Manifests taken from the local cache.
-    pub manifests_cached: usize,
-    /// Bytes of chunk frames kept revisions reference.
-    pub live_bytes: u64,
-    /// Packs condemned this run (nothing references them).
-    pub packs_condemned: usize,
-    /// Their bytes.
-    pub bytes_condemned: u64,
-    /// Packs rewritten this run (their live chunks copied, the old pack condemned).
-    pub packs_rewritten: usize,
-    /// Bytes of the packs rewritten.
-    pub bytes_rewritten: u64,
-    /// Bytes of the new packs written by rewrites.
-    pub rewrite_bytes_written: u64,
-    /// Chunks copied by rewrites.
-    pub chunks_copied: u64,
-    /// Forwarding records in the store when the run started.
-    pub forwards: usize,
-    /// Forwarding records written (one per rewritten pack).
-    pub forwards_written: usize,
-    /// Forwarding records deleted (their old pack gone, no kept revision follows them).
-    pub forwards_deleted: usize,
-    /// Condemned packs referenced again (by an ingest that started before the mark).
-    pub packs_rescued: usize,
-    /// Packs deleted this run.
-    pub packs_deleted: usize,
-    /// Dead chunks in the packs deleted.
-    pub chunks_deleted: u64,
-    /// Bytes freed by deleting packs this run.
-    pub bytes_reclaimed: u64,
-    /// Condemned packs still waiting (grace period or a running ingest).
-    pub packs_waiting: usize,
-    /// Their bytes.
-    pub bytes_waiting: u64,
-    /// Of those, packs held back by a live ingest lease.
-    pub packs_waiting_on_ingest: usize,
-    /// Leftover temporaries removed.
-    pub temporaries_removed: usize,
-    /// Stale locks and leases removed.
-    pub stale_locks_removed: usize,
-    /// Packs in the bucket after the run.
-    pub packs_stored: usize,
-    /// Bytes of packs in the bucket after the run.
-    pub bytes_stored: u64,
-    /// Requests made to the object store.
-    pub requests: Requests,
-    /// Wall time.
-    pub duration_ms: u64,
-}
-
-/// One manifest as gc holds it.
-struct Rev {
-    repo: RepoId,
-    key: String,
-    bytes: Vec<u8>,
-    manifest: Manifest,
-}
+use retention::{Candidate, Keep};
 
 /// Runs gc on `store`. `cache` (the local index) keeps manifests between runs so that
 /// unchanged ones are not fetched again; it is closed as soon as the manifests are read,
@@ -259,50 +137,7 @@ pub fn run(
     Ok(report)
 }
 
-/// One gc run: the store through the request-counting backend, the options, the report
-/// being filled in and the gc lock (none in a dry run).
-struct GcRun<'a> {
-    backend: Arc<dyn ObjectStore>,
-    store: Store,
-    opts: &'a GcOptions,
-    warn: &'a dyn Fn(String),
-    report: GcReport,
-    lock: Option<Held>,
-}
-
-impl<'a> GcRun<'a> {
-    /// Step 1: takes the gc lock (none in a dry run); `store` is used through `backend`.
-    fn start(
-        store: &Store,
-        backend: Arc<dyn ObjectStore>,
-        opts: &'a GcOptions,
-        warn: &'a dyn Fn(String),
-    ) -> Result<Self> {
-        let store = store.with_backend(backend.clone());
-        let report = GcReport {
-            dry_run: opts.dry_run,
-            ..Default::default()
-        };
-        let lock = if opts.dry_run {
-            None
-        } else {
-            Some(Held::gc_lock(backend.clone(), opts.lock_ttl)?)
-        };
-        Ok(GcRun {
-            backend,
-            store,
-            opts,
-            warn,
-            report,
-            lock,
-        })
-    }
-
-    /// Confirms the gc lock is still held (always fine in a dry run).
-    fn check_lock(&self) -> Result<()> {
-        self.lock.as_ref().map_or(Ok(()), |l| l.check())
-    }
-
+impl GcRun<'_> {
     /// Step 2: the ingest leases live at `now` (the store's time); stale ones are removed.
     fn live_ingest_leases(&mut self, now: u64) -> Result<Vec<lock::Listed>> {
         let mut leases = Vec::new();
@@ -376,22 +211,6 @@ impl<'a> GcRun<'a> {
             report.bytes_stored = report.bytes_stored.saturating_sub(deleted);
         }
         Ok(())
-    }
-
-    /// Releases the gc lock and hands back the report.
-    fn release(self) -> GcReport {
-        let GcRun { report, lock, .. } = self;
-        drop(lock);
-        report
-    }
-}
-
-fn expired_revision(m: &Manifest) -> ExpiredRevision {
-    ExpiredRevision {
-        repo: m.repo.to_string(),
-        commit: m.commit.to_hex(),
-        ingested_at: m.ingested_at,
-        bytes: m.total_size(),
     }
 }
 

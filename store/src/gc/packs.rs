@@ -8,10 +8,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::options::{DELETE_BATCH, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE};
 use super::pack_use::PackUse;
 use super::rewrite::{forward_record, rewrite_packs, AllForwards};
+use super::session::{GcRun, Rev};
 use super::state;
-use super::{GcRun, Rev, DELETE_BATCH, MAX_CLOCK_SKEW, TEMPORARY_MIN_AGE};
 use format::gc::{Condemned, GcState};
 use format::layout;
 use objects::{ObjectError, ObjectStore};

@@ -40,6 +40,25 @@ impl Policy {
     pub fn is_empty(&self) -> bool {
         self.keep_last.is_none() && self.keep_within.is_none() && self.unused_for.is_none()
     }
+
+    /// The policy in words, as the config file spells it (`keep_last = 5, unused_for =
+    /// 30days`), or what an empty one means.
+    pub fn describe(&self) -> String {
+        if self.is_empty() {
+            return "none (gc expires nothing; only modelcas rm removes revisions)".into();
+        }
+        let mut parts = Vec::new();
+        if let Some(n) = self.keep_last {
+            parts.push(format!("keep_last = {n}"));
+        }
+        if let Some(d) = self.keep_within {
+            parts.push(format!("keep_within = {}", humantime::format_duration(d)));
+        }
+        if let Some(d) = self.unused_for {
+            parts.push(format!("unused_for = {}", humantime::format_duration(d)));
+        }
+        parts.join(", ")
+    }
 }
 
 /// Refuses an `unused_for` (named `what` in the error) shorter than
@@ -133,6 +152,21 @@ pub enum Keep {
     New,
     /// No policy for the repository.
     NoPolicy,
+}
+
+impl Keep {
+    /// Why gc keeps a revision, in words.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Keep::Ref => "a ref points at it",
+            Keep::Pin => "pinned or locked",
+            Keep::Last => "among the keep_last newest",
+            Keep::Within => "ingested within keep_within",
+            Keep::Used => "used within unused_for",
+            Keep::New => "not used yet, published within unused_for: too new to expire",
+            Keep::NoPolicy => "no retention policy",
+        }
+    }
 }
 
 /// Splits a repository's commits into kept (with a reason) and expired.

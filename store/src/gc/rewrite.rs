@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use format::ChunkId;
 
 use super::pack_use::PackUse;
-use super::GcReport;
+use super::report::GcReport;
 use format::layout;
 use index::Index;
 use objects::ObjectStore;

@@ -18,13 +18,13 @@
 //!   any point leaves no visible revision that references missing data, and a rerun
 //!   dedups against whatever packs did land (the index learns them from the bucket).
 //!
-//! The threads are in [`pipeline`]; this module takes the lease, syncs the index, and turns
-//! the chunked files into manifests and refs.
+//! The threads are in `pipeline`; this module takes the lease, syncs the index, and turns
+//! the chunked files into manifests and refs. Its parts: `options` (how an ingest runs),
+//! `report` (what it did), `opener` (where a source file's bytes come from), `stamps`
+//! (files taken unread) and `xet_memo` (Xet hashes spared).
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::source::Snapshot;
 use format::codec::{self, Kind};
@@ -41,11 +41,18 @@ use repo::manifest::now_secs;
 use repo::pack::PackId;
 use repo::{Result, StoreError};
 
+mod opener;
+mod options;
 mod pipeline;
+pub(crate) mod report;
 mod stamps;
 mod xet_memo;
 
-use pipeline::{run_pipeline, FileResult};
+pub use opener::{FileSystem, Opened, Opener};
+pub use options::{IngestOptions, MAX_READERS, MIN_READERS, SETTLE};
+pub use report::{IngestReport, SnapshotOutcome};
+
+use pipeline::{run_pipeline, FileResult, Source};
 
 use read::progress::Progress;
 
@@ -56,243 +63,6 @@ pub fn sync_index(store: &Store, index: &Index, warn: &dyn Fn(String)) -> Result
     let backend = store.backend();
     let condemned = crate::gc::state::condemned_packs(backend.as_ref())?;
     index.sync(backend.as_ref(), &condemned, warn)
-}
-
-/// Ingest settings.
-#[derive(Clone, Copy, Debug)]
-pub struct IngestOptions {
-    /// Worker threads (naming, deduplicating and compressing chunks); default: the number
-    /// of CPUs.
-    pub threads: usize,
-    /// Reader threads (one file each, FastCDC and SHA-256 as the bytes pass; each with a
-    /// pack of its own being filled in memory, so that a file's frames lie together);
-    /// default: the number of CPUs, at least [`MIN_READERS`] and at most [`MAX_READERS`].
-    pub readers: usize,
-    /// On failure, still write the packs holding the chunks read so far (no manifest names
-    /// them; a rerun deduplicates against them and, through the index's file records,
-    /// reads completed files back instead of fetching them again). `pull` sets it: its
-    /// sources are downloads. Off for files on disk, so a refused ingest writes nothing.
-    pub keep_partial: bool,
-    /// Read every file, even one the index recorded as unchanged since it was last read
-    /// (same boot and mount, device, inode, size, mtime and ctime; see
-    /// [`format::index::FileStamp`]).
-    pub reread: bool,
-    /// How long a file must have been still (its mtime and ctime that far in the past when
-    /// it is read) for its stamp to be recorded: [`SETTLE`].
-    pub settle: std::time::Duration,
-    /// A stored commit may be replaced by a manifest holding every one of its files
-    /// unchanged and more (completing a commit `pull --include` stored in part; the old
-    /// manifest's chunks are all in the new one, so a reader holding it stays right).
-    /// Any other difference is still refused.
-    pub complete: bool,
-}
-
-/// How long a file must have gone unwritten before ingest records its stamp: longer than
-/// any file system's coarse clock tick, so that a write in the tick the file was read in
-/// cannot leave the stamp as it was.
-pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Fewest reader threads by default: a reader waiting on the disk (a cold file, a small
-/// file's metadata) leaves the workers without chunks, and on 2 cores two readers left them
-/// idle a third of the time on a hub cache of 660 small blobs (4 readers: its pipeline
-/// 0.85-1.03 s to 0.71-0.75 s).
-pub const MIN_READERS: usize = 4;
-/// Most reader threads by default: each fills a pack of its own in memory (32 MiB by
-/// default), so readers bound an ingest's memory; 8 read at several GB/s, more than a
-/// disk or a network gives.
-pub const MAX_READERS: usize = 8;
-
-impl Default for IngestOptions {
-    fn default() -> Self {
-        let cpus = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2);
-        IngestOptions {
-            threads: cpus,
-            readers: cpus.clamp(MIN_READERS, MAX_READERS),
-            keep_partial: false,
-            reread: false,
-            settle: SETTLE,
-            complete: false,
-        }
-    }
-}
-
-/// The result for one snapshot.
-#[derive(Clone, Debug)]
-pub struct SnapshotOutcome {
-    /// Repository.
-    pub repo: RepoId,
-    /// Commit stored.
-    pub commit: CommitId,
-    /// Files in it.
-    pub files: usize,
-    /// Logical bytes.
-    pub bytes: u64,
-    /// False when the store already had this commit with the same content.
-    pub new_manifest: bool,
-    /// Refs set.
-    pub refs: Vec<String>,
-}
-
-/// What an ingest did.
-#[derive(Clone, Debug, Default)]
-pub struct IngestReport {
-    /// Per snapshot.
-    pub snapshots: Vec<SnapshotOutcome>,
-    /// Distinct source files ingested (read, or taken unread: `files_unchanged`).
-    pub files_read: usize,
-    /// Their bytes.
-    pub bytes_read: u64,
-    /// Of those, files taken unread: the index knew them unchanged since an earlier read
-    /// (docs/format/node.md, "Files taken unread"), and every chunk of theirs is still stored.
-    pub files_unchanged: usize,
-    /// Bytes of those files.
-    pub bytes_unchanged: u64,
-    /// Bytes read whose Xet hash was not computed: their content's was recorded
-    /// (docs/format/xet.md, "When it is computed").
-    pub xet_bytes_reused: u64,
-    /// Bytes read a second time to compute a Xet hash (a file that began as one read
-    /// before and turned out not to be it).
-    pub xet_bytes_reread: u64,
-    /// Chunks seen (with repeats).
-    pub chunks: u64,
-    /// Chunks not yet in the store, written now.
-    pub new_chunks: u64,
-    /// Uncompressed bytes of the new chunks.
-    pub new_chunk_bytes: u64,
-    /// Packs written.
-    pub packs_written: usize,
-    /// Bytes of the packs written.
-    pub pack_bytes_written: u64,
-    /// What the index learned from the bucket first.
-    pub sync: SyncReport,
-}
-
-/// A distinct source file: its path, the SHA-256 its snapshot expects, its size.
-/// A distinct source file: its path, the sha256 and Xet hash it must have, its size.
-type Source = (PathBuf, Option<[u8; 32]>, u64, Option<[u8; 32]>);
-
-/// Where the bytes of a source file come from. Ingest names each distinct source by its
-/// [`crate::source::SourceFile::source`] path and reads it once through this: from the file
-/// system ([`FileSystem`]), or from elsewhere (a download streamed as it arrives: `pull`).
-/// A reader that fails (an I/O error, a download whose bytes do not match what its origin
-/// stated) fails the ingest before any manifest is written.
-pub trait Opener: Sync {
-    /// A reader of the whole content of `source`.
-    fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>>;
-
-    /// Opens `source` for ingest: as a file where it is one on this machine (ingest then
-    /// stamps the very file it reads, before and after), else as a stream. The default:
-    /// the stream of [`Opener::open`].
-    fn open_source(&self, source: &Path) -> Result<Opened<'_>> {
-        Ok(Opened::Stream(self.open(source)?))
-    }
-}
-
-/// A source opened for ingest ([`Opener::open_source`]).
-pub enum Opened<'a> {
-    /// A file on this machine.
-    File(File),
-    /// Any other stream of the content.
-    Stream(Box<dyn Read + Send + 'a>),
-}
-
-impl Opened<'_> {
-    /// The file, where the source is one.
-    fn file(&self) -> Option<&File> {
-        match self {
-            Opened::File(f) => Some(f),
-            Opened::Stream(_) => None,
-        }
-    }
-
-    /// A reader of the content, and the file where the source is one (to read back from).
-    fn reader(&mut self) -> (Box<dyn Read + Send + '_>, Option<&File>) {
-        match self {
-            Opened::File(f) => {
-                let f: &File = f;
-                (Box::new(f), Some(f))
-            }
-            Opened::Stream(r) => (Box::new(r), None),
-        }
-    }
-}
-
-/// Source files are files on this machine.
-pub struct FileSystem;
-
-impl Opener for FileSystem {
-    fn open(&self, source: &Path) -> Result<Box<dyn Read + Send + '_>> {
-        Ok(Box::new(open_resolved(source)?))
-    }
-
-    fn open_source(&self, source: &Path) -> Result<Opened<'_>> {
-        Ok(Opened::File(open_resolved(source)?))
-    }
-}
-
-/// Opens a source file, named by the canonical path discovery found, for reading without
-/// following any link on the way (`openat2` with `RESOLVE_NO_SYMLINKS`): a link put in
-/// place of the file or of any directory above it since discovery is refused rather than
-/// followed. Where the kernel has no `openat2` (before Linux 5.6, or a sandbox that
-/// forbids it), only a link in the last component is refused (`O_NOFOLLOW`). Anything but a
-/// regular file is refused (a FIFO put in place is not waited on).
-fn open_resolved(source: &Path) -> Result<File> {
-    let refused = |why: &str| StoreError::BadSource {
-        path: source.to_path_buf(),
-        reason: why.into(),
-    };
-    let file = match openat2_no_symlinks(source) {
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(source)
-        }
-        other => other,
-    };
-    let file = file.map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => refused(
-            "it, or a directory above it, became a symbolic link after it was found; refusing to follow it",
-        ),
-        _ => StoreError::io(source, e),
-    })?;
-    let meta = file.metadata().map_err(|e| StoreError::io(source, e))?;
-    if !meta.is_file() {
-        return Err(refused("is no longer a regular file"));
-    }
-    Ok(file)
-}
-
-/// `openat2(AT_FDCWD, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, RESOLVE_NO_SYMLINKS)`.
-fn openat2_no_symlinks(path: &Path) -> std::io::Result<File> {
-    use std::os::fd::FromRawFd;
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: open_how is plain old data, for which all zero bytes are valid.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS;
-    let how_ptr: *const libc::open_how = &how;
-    // SAFETY: `c` is a NUL-terminated path and `how` ours, both outliving the call, whose
-    // size argument is `how`'s size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            how_ptr,
-            size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor the call returned, owned by the File alone.
-    Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
 
 /// Ingests `snapshots` into `store`, using `index` for dedup, reading their files from the
@@ -327,7 +97,7 @@ pub fn ingest_from(
     };
     failpoint::pause("ingest-after-sync");
     let (sources, source_ix) = distinct_sources(snapshots);
-    let total: u64 = sources.iter().map(|s| s.2).sum();
+    let total: u64 = sources.iter().map(|s| s.size).sum();
     progress.start("ingest", total);
     let (results, located) =
         run_pipeline(store, index, &sources, opts, opener, progress, &mut report)?;
@@ -408,7 +178,12 @@ fn distinct_sources(snapshots: &[Snapshot]) -> (Vec<Source>, HashMap<PathBuf, us
     for s in snapshots {
         for f in &s.files {
             source_ix.entry(f.source.clone()).or_insert_with(|| {
-                sources.push((f.source.clone(), f.expected_sha256, f.size, f.expected_xet));
+                sources.push(Source {
+                    path: f.source.clone(),
+                    size: f.size,
+                    sha256: f.expected_sha256,
+                    xet: f.expected_xet,
+                });
                 sources.len() - 1
             });
         }
@@ -632,7 +407,13 @@ mod tests {
             dir: "/snap".into(),
         };
         let (sources, source_ix) = distinct_sources(std::slice::from_ref(&snapshot));
-        assert_eq!(sources, [(PathBuf::from("/blobs/1"), None, 200, None)]);
+        let want = Source {
+            path: PathBuf::from("/blobs/1"),
+            size: 200,
+            sha256: None,
+            xet: None,
+        };
+        assert_eq!(sources, [want]);
         let (a, b) = (ChunkId([1; 32]), ChunkId([2; 32]));
         let results = [FileResult {
             size: 200,

@@ -5,6 +5,7 @@
 //! into manifests and refs.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,8 +14,11 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use format::ChunkId;
 use sha2::{Digest, Sha256};
 
+use super::opener::Opener;
+use super::options::{IngestOptions, SETTLE};
+use super::report::IngestReport;
+use super::stamps;
 use super::xet_memo::{self, Step, XetMemo};
-use super::{stamps, IngestOptions, IngestReport, Opener, Source};
 use format::frame;
 use format::index::{chunk_list_digest, ChunkLoc, FileStamp};
 use format::layout;
@@ -23,6 +27,19 @@ use read::progress::Progress;
 use repo::handle::Store;
 use repo::pack::{PackBuilder, PackId};
 use repo::{Result, StoreError};
+
+/// A distinct source file, read once however many snapshots name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Source {
+    /// Where its bytes are ([`crate::source::SourceFile::source`]), as the opener names it.
+    pub(super) path: PathBuf,
+    /// Its size, as discovery found it.
+    pub(super) size: u64,
+    /// The SHA-256 its snapshot expects (a hub cache's blob name), if any.
+    pub(super) sha256: Option<[u8; 32]>,
+    /// The Xet hash it must have (a pull's upstream stated it), if any.
+    pub(super) xet: Option<[u8; 32]>,
+}
 
 /// Where a chunk seen in this session lives.
 #[derive(Clone, Copy, Debug)]
@@ -165,7 +182,7 @@ pub(super) fn run_pipeline(
             r.ok_or_else(|| {
                 StoreError::Invalid(format!(
                     "internal error: {} was not read",
-                    sources[i].0.display()
+                    sources[i].path.display()
                 ))
             })
         })
@@ -193,7 +210,7 @@ impl<'a> Shared<'a> {
             files_unchanged: AtomicU64::new(0),
             bytes_unchanged: AtomicU64::new(0),
             reread: false,
-            settle: super::SETTLE,
+            settle: SETTLE,
             stamps: Mutex::new(Vec::new()),
             stamper: stamps::Stamper::new(),
             new_chunks: AtomicU64::new(0),
@@ -233,7 +250,7 @@ fn run_threads(
     let next_file = AtomicU64::new(0);
     // Largest files first, so that the long ones do not start last and run alone.
     let mut order: Vec<usize> = (0..sources.len()).collect();
-    order.sort_by(|&a, &b| sources[b].2.cmp(&sources[a].2));
+    order.sort_by(|&a, &b| sources[b].size.cmp(&sources[a].size));
     let order = &order;
     let (job_tx, job_rx) = bounded::<Job>(workers * 2);
     std::thread::scope(|s| {
@@ -406,7 +423,7 @@ fn read_file(
     jobs: &Sender<Job>,
     progress: &dyn Progress,
 ) -> Result<FileResult> {
-    let mut opened = shared.opener.open_source(&source.0)?;
+    let mut opened = shared.opener.open_source(&source.path)?;
     let stamp = opened.file().and_then(|f| shared.stamper.stamp_of(f));
     if let Some(st) = stamp.filter(|_| !shared.reread) {
         if let Some(r) = unchanged_file(shared, &st, source)? {
@@ -451,7 +468,12 @@ fn read_file(
 fn unchanged_file(
     shared: &Shared<'_>,
     stamp: &FileStamp,
-    (_, expected, size, expected_xet): &Source,
+    Source {
+        sha256: expected,
+        size,
+        xet: expected_xet,
+        ..
+    }: &Source,
 ) -> Result<Option<FileResult>> {
     if stamp.size != *size {
         return Ok(None);
@@ -504,7 +526,12 @@ fn chunk_file(
     shared: &Shared<'_>,
     lane: usize,
     (reader, file): (Box<dyn std::io::Read + Send + '_>, Option<&std::fs::File>),
-    (path, expected, source_size, expected_xet): &Source,
+    Source {
+        path,
+        size: source_size,
+        sha256: expected,
+        xet: expected_xet,
+    }: &Source,
     params: ChunkParams,
     jobs: &Sender<Job>,
     progress: &dyn Progress,

@@ -4,7 +4,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Entries kept of each kind; the oldest goes first.
 pub const KEPT: usize = 50;
@@ -52,12 +51,6 @@ fn clip(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
-pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 fn push<T>(q: &mut VecDeque<T>, v: T) {
     if q.len() >= KEPT {
         q.pop_front();
@@ -68,7 +61,7 @@ fn push<T>(q: &mut VecDeque<T>, v: T) {
 impl Recent {
     pub fn pull(&self, repo: &str, commit: &str, result: Result<u64, String>, millis: u64) {
         let p = Pull {
-            at: now_secs(),
+            at: repo::clock::now_secs(),
             repo: clip(repo),
             commit: clip(commit),
             result: result.map_err(|e| clip(&e)),
@@ -79,7 +72,7 @@ impl Recent {
 
     pub fn failure(&self, op: &'static str, what: &str, error: &str) {
         let f = Failure {
-            at: now_secs(),
+            at: repo::clock::now_secs(),
             op,
             what: clip(what),
             error: clip(error),
