@@ -86,6 +86,9 @@ fn pull_stores_a_revision_byte_exact_and_sets_its_ref() {
     // Weights are LFS files upstream (their sha256 is stated), and r2 keeps two of r1's.
     assert!(shared > 0);
     assert!(r["files_from_store"].as_u64().unwrap() >= 2, "{r}");
+    // Held files are taken by their stored chunk lists: not one byte read back (issue 37).
+    assert_eq!(r["files_taken_unread"], r["files_from_store"], "{r}");
+    assert_eq!(r["bytes_read_back"], 0, "{r}");
     local.verifies(&format!("{REPO}@{c2}"));
 
     // Again: nothing downloaded, the ref moved.
@@ -190,6 +193,30 @@ fn a_flipped_byte_refuses_the_revision_and_cuts_and_429_are_survived() {
     local.verifies(&format!("{}@{}", fake::REPO, fake::COMMIT));
 }
 
+/// A machine whose index has never seen the stored files (another machine pulled r1)
+/// cannot take their chunk lists as they are: it reads them back, each chunk and the
+/// sha256 checked, and the revision is byte exact all the same.
+#[test]
+fn a_fresh_machine_reads_held_files_back_and_stores_them_byte_exact() {
+    let upstream = Env::new();
+    ingest_rev(&upstream, "r1", &["main"]);
+    ingest_rev(&upstream, "r2", &["v2"]);
+    let srv = Served::start(&upstream, &[]);
+    let url = format!("http://{}", srv.addr);
+    let first = Env::new();
+    pull(&first, &url, &format!("{REPO}@main"), &[]);
+    let second = first.sharing();
+    let c2 = series().commit("r2");
+    let r = pull(&second, &url, &format!("{REPO}@{c2}"), &[]);
+    let held = r["files_from_store"].as_u64().unwrap();
+    assert!(held >= 2, "{r}");
+    let unread = r["files_taken_unread"].as_u64().unwrap();
+    let back = r["bytes_read_back"].as_u64().unwrap();
+    assert!(unread < held && back > 0, "{r}");
+    assert_eq!(stored_files(&second, &c2), expected_files("r2"));
+    second.verifies(&format!("{REPO}@{c2}"));
+}
+
 #[test]
 fn an_interrupted_pull_downloads_only_what_it_had_not_stored() {
     let up = fake::Fake::start();
@@ -216,6 +243,8 @@ fn an_interrupted_pull_downloads_only_what_it_had_not_stored() {
     // The rerun reads the weights back from what the first run stored.
     let r = pull(&local, &up.url, fake::REPO, &["--jobs", "1"]);
     assert_eq!(r["files_from_store"], 1, "{r}");
+    assert_eq!(r["files_taken_unread"], 1, "{r}");
+    assert_eq!(r["bytes_read_back"], 0, "{r}");
     assert_eq!(r["files_downloaded"], 2, "{r}");
     assert!(r["bytes_downloaded"].as_u64().unwrap() < weights, "{r}");
     assert_eq!(resolved(&up), 1);

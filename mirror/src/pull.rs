@@ -24,9 +24,10 @@ use hubclient::{HubClient, RemoteFile, Verifier};
 use index::Index;
 use read::cache::ChunkSource;
 use read::chunk_map::ChunkMap;
+use read::file_reader::FileReader;
 use read::progress::Progress;
 use repo::{Store, StoreError};
-use store::ingest::{ingest_from, IngestOptions, Opener};
+use store::ingest::{ingest_from, IngestOptions, Opened, Opener};
 use store::source::{Snapshot, SourceFile};
 
 use crate::select::Selection;
@@ -59,8 +60,14 @@ pub struct PullReport {
     pub bytes: u64,
     /// Files downloaded from the upstream.
     pub files_downloaded: u64,
-    /// Files read back from the store instead (their sha256 was already stored).
+    /// Files the store already held (their sha256 was stored): not downloaded.
     pub files_from_store: u64,
+    /// Of those, files whose stored chunk list was taken as it is, no byte read back (every
+    /// chunk in a pack the index knows); the others were read back, each chunk checked,
+    /// and chunked again.
+    pub files_taken_unread: u64,
+    /// Bytes of stored files read back and chunked again.
+    pub bytes_read_back: u64,
     /// Bytes received from the upstream (bodies, retries included).
     pub bytes_downloaded: u64,
     /// Uncompressed bytes of chunks the store did not have.
@@ -170,6 +177,8 @@ pub fn pull(
     report.new_revision = ingested.snapshots.iter().any(|s| s.new_manifest);
     report.files_downloaded = opener.downloaded.load(Ordering::Relaxed);
     report.files_from_store = opener.from_store.load(Ordering::Relaxed);
+    report.files_taken_unread = ingested.files_unchanged as u64;
+    report.bytes_read_back = opener.read_back.load(Ordering::Relaxed);
     report.bytes_downloaded = after.bytes_downloaded - before.bytes_downloaded;
     report.retries = after.retries - before.retries;
     report.bytes_stored_new = ingested.new_chunk_bytes;
@@ -289,9 +298,8 @@ fn same_as_upstream(
     let Some(now) = resolved.as_ref() else {
         return Ok(false);
     };
-    let chunks = ChunkMap::new(now, &now.files[i])?.sources;
+    let mut stored = FileReader::new(store, now, &now.files[i])?.into_read();
     let mut blob = gitblob::GitBlob::new(s.size);
-    let mut stored = StoredFile::new(store, &chunks);
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = stored
@@ -311,8 +319,14 @@ enum Plan {
     Download(RemoteFile),
     /// Read back from the store: the chunks of a file with the same sha256, from a stored
     /// manifest or from the index's record of a file an earlier (perhaps interrupted)
-    /// ingest or pull read.
-    Stored(Vec<ChunkSource>),
+    /// ingest or pull read. Ingest takes the chunk list unread where the index places
+    /// every chunk; else it reads the stored bytes back (each chunk and the sha256 checked).
+    Stored {
+        /// The source's name, to name it in errors.
+        path: String,
+        sha256: [u8; 32],
+        map: ChunkMap,
+    },
 }
 
 /// The [`Opener`] of a pull: sources are named by the first path with their content.
@@ -326,6 +340,8 @@ struct HubOpener<'a> {
     source_of: HashMap<String, PathBuf>,
     downloaded: AtomicU64,
     from_store: AtomicU64,
+    /// Bytes of stored files read back (their chunk list could not be taken as it is).
+    read_back: AtomicU64,
     slots: Option<Arc<Slots>>,
 }
 
@@ -349,8 +365,14 @@ impl<'a> HubOpener<'a> {
             }
             let src = PathBuf::from(&f.path);
             let plan = match f.sha256 {
-                Some(sha) => stored_copy(index, &stored, &sha, f.size)?
-                    .map_or_else(|| Plan::Download(f.clone()), Plan::Stored),
+                Some(sha) => match stored_copy(index, &stored, &sha, f.size)? {
+                    Some(map) => Plan::Stored {
+                        path: f.path.clone(),
+                        sha256: sha,
+                        map,
+                    },
+                    None => Plan::Download(f.clone()),
+                },
                 None => Plan::Download(f.clone()),
             };
             if let Some(s) = f.sha256 {
@@ -368,6 +390,7 @@ impl<'a> HubOpener<'a> {
             source_of,
             downloaded: AtomicU64::new(0),
             from_store: AtomicU64::new(0),
+            read_back: AtomicU64::new(0),
             slots: None,
         })
     }
@@ -389,6 +412,13 @@ impl<'a> HubOpener<'a> {
 
 impl Opener for HubOpener<'_> {
     fn open(&self, source: &Path) -> repo::Result<Box<dyn Read + Send + '_>> {
+        match self.open_source(source)? {
+            Opened::Stream(r) | Opened::Stored { fallback: r, .. } => Ok(r),
+            Opened::File(f) => Ok(Box::new(f)),
+        }
+    }
+
+    fn open_source(&self, source: &Path) -> repo::Result<Opened<'_>> {
         let unknown = || StoreError::Invalid(format!("pull: no plan for {}", source.display()));
         match self.plans.get(source).ok_or_else(unknown)? {
             Plan::Download(f) => {
@@ -398,18 +428,39 @@ impl Opener for HubOpener<'_> {
                     .open_file(&self.repo, &self.commit, f, 0)
                     .map_err(|e| StoreError::io(source, io::Error::other(e)))?;
                 self.downloaded.fetch_add(1, Ordering::Relaxed);
-                Ok(Box::new(Checked {
+                Ok(Opened::Stream(Box::new(Checked {
                     inner: d,
                     verifier: Some(Verifier::for_file(f)),
                     file: f,
                     _permit: permit,
-                }))
+                })))
             }
-            Plan::Stored(chunks) => {
+            Plan::Stored { path, sha256, map } => {
                 self.from_store.fetch_add(1, Ordering::Relaxed);
-                Ok(Box::new(StoredFile::new(self.store, chunks)))
+                Ok(Opened::Stored {
+                    sha256: *sha256,
+                    chunks: map.sources.iter().map(|c| (c.id, c.raw_len)).collect(),
+                    fallback: Box::new(Counted {
+                        inner: FileReader::of_chunks(self.store, path, *sha256, map).into_read(),
+                        bytes: &self.read_back,
+                    }),
+                })
             }
         }
+    }
+}
+
+/// A reader that adds the bytes read to a counter.
+struct Counted<'a, R> {
+    inner: R,
+    bytes: &'a AtomicU64,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
     }
 }
 
@@ -448,10 +499,10 @@ fn stored_copy(
     stored: &StoredFiles,
     sha256: &[u8; 32],
     size: u64,
-) -> Result<Option<Vec<ChunkSource>>, PullError> {
+) -> Result<Option<ChunkMap>, PullError> {
     if let Some((m, i)) = stored.get(sha256) {
         if m.files[*i].size == size {
-            return Ok(Some(ChunkMap::new(m, &m.files[*i])?.sources));
+            return Ok(Some(ChunkMap::new(m, &m.files[*i])?));
         }
     }
     let Some(chunks) = index.file_chunks(sha256)? else {
@@ -470,49 +521,7 @@ fn stored_copy(
             raw_len: l.raw_len,
         })
         .collect();
-    Ok(Some(sources))
-}
-
-/// A stored file read back chunk by chunk (each chunk checked against its BLAKE3 id; the
-/// pipeline checks the whole file's sha256 against the Hub's).
-struct StoredFile<'a> {
-    store: &'a Store,
-    chunks: &'a [ChunkSource],
-    next: usize,
-    buf: Vec<u8>,
-    pos: usize,
-}
-
-impl<'a> StoredFile<'a> {
-    fn new(store: &'a Store, chunks: &'a [ChunkSource]) -> StoredFile<'a> {
-        StoredFile {
-            store,
-            chunks,
-            next: 0,
-            buf: Vec::new(),
-            pos: 0,
-        }
-    }
-}
-
-impl Read for StoredFile<'_> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.buf.len() {
-            let Some(c) = self.chunks.get(self.next) else {
-                return Ok(0);
-            };
-            self.buf = self
-                .store
-                .read_chunk(&c.key, &c.id, c.offset, c.frame_len, true)
-                .map_err(io::Error::other)?;
-            self.pos = 0;
-            self.next += 1;
-        }
-        let n = out.len().min(self.buf.len() - self.pos);
-        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
+    Ok(Some(ChunkMap::from_sources(sources)))
 }
 
 /// Stored files by sha256: the manifest and the file's position in it.

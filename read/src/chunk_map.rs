@@ -14,6 +14,7 @@ use repo::manifest::{FileEntry, Manifest};
 use repo::{Result, StoreError};
 
 /// The chunks of one file, in order, with their offsets.
+#[derive(Clone)]
 pub struct ChunkMap {
     /// Where each chunk is.
     pub sources: Vec<ChunkSource>,
@@ -63,6 +64,19 @@ impl ChunkMap {
             )));
         }
         Ok(ChunkMap { sources, starts })
+    }
+
+    /// The map of content known by its chunk list alone (a pull's stored copy, from the
+    /// index's record of a file read before): offsets are the running sum of lengths.
+    pub fn from_sources(sources: Vec<ChunkSource>) -> ChunkMap {
+        let mut starts = Vec::with_capacity(sources.len() + 1);
+        let mut at = 0u64;
+        for c in &sources {
+            starts.push(at);
+            at += u64::from(c.raw_len);
+        }
+        starts.push(at);
+        ChunkMap { sources, starts }
     }
 
     /// The file's size.

@@ -42,12 +42,16 @@ fn frame_at(c: &ChunkSource) -> crate::plan::FrameAt<Arc<str>> {
     }
 }
 
-/// Random access to one file of a revision.
+/// Random access to one file of a revision, or to any stored content whose chunk list
+/// and sha256 are known ([`FileReader::of_chunks`]).
 pub struct FileReader<'a> {
     store: &'a Store,
-    file: &'a FileEntry,
+    /// The file's path, to name it in errors.
+    path: &'a str,
+    /// The content's sha256, checked by every whole-file read.
+    sha256: [u8; 32],
     /// Where each chunk is and where it starts in the file.
-    map: ChunkMap,
+    map: std::borrow::Cow<'a, ChunkMap>,
 }
 
 impl<'a> FileReader<'a> {
@@ -59,14 +63,31 @@ impl<'a> FileReader<'a> {
     ) -> Result<FileReader<'a>> {
         Ok(FileReader {
             store,
-            file,
-            map: ChunkMap::new(manifest, file)?,
+            path: &file.path,
+            sha256: file.sha256,
+            map: std::borrow::Cow::Owned(ChunkMap::new(manifest, file)?),
         })
     }
 
-    /// The file.
-    pub fn file(&self) -> &FileEntry {
-        self.file
+    /// A reader of stored content known by its chunks (`map`) and sha256, named `path` in
+    /// errors: a pull reads back a file another revision holds through it.
+    pub fn of_chunks(
+        store: &'a Store,
+        path: &'a str,
+        sha256: [u8; 32],
+        map: &'a ChunkMap,
+    ) -> FileReader<'a> {
+        FileReader {
+            store,
+            path,
+            sha256,
+            map: std::borrow::Cow::Borrowed(map),
+        }
+    }
+
+    /// The file's size.
+    pub fn size(&self) -> u64 {
+        self.map.size()
     }
 
     /// Number of chunks.
@@ -95,11 +116,7 @@ impl<'a> FileReader<'a> {
             .read_chunk(&c.key, &c.id, c.offset, c.frame_len, check)
             .map_err(|e| {
                 StoreError::in_file(
-                    &format!(
-                        "{}: chunk {i} of {}",
-                        self.file.path,
-                        self.file.chunks.len()
-                    ),
+                    &format!("{}: chunk {i} of {}", self.path, self.chunk_count()),
                     e,
                 )
             })
@@ -118,7 +135,7 @@ impl<'a> FileReader<'a> {
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(len.min(self.file.size.saturating_sub(offset) as usize));
+        let mut out = Vec::with_capacity(len.min(self.size().saturating_sub(offset) as usize));
         let mut pos = offset;
         while out.len() < len {
             let Some(i) = self.chunk_at(pos) else { break };
@@ -158,19 +175,19 @@ impl<'a> FileReader<'a> {
         let n = self.chunk_count();
         let got = if n == 0 || self.window_end(0) == n {
             // One window: nothing to overlap, and no thread to start per small file.
-            let mut buf = vec![0; self.file.size as usize];
+            let mut buf = vec![0; self.size() as usize];
             self.decode_window(0..n, &mut buf, check)?;
             out.write_all(&buf)
-                .map_err(|e| StoreError::io(PathBuf::from(&self.file.path), e))?;
+                .map_err(|e| StoreError::io(PathBuf::from(self.path), e))?;
             progress.advance(buf.len() as u64);
             Sha256::digest(&buf).into()
         } else {
             self.copy_windows(out, progress, check)?
         };
-        if got != self.file.sha256 {
+        if got != self.sha256 {
             let mismatch = StoreError::Sha256Mismatch {
-                path: self.file.path.clone(),
-                expected: self.file.sha256_hex(),
+                path: self.path.to_string(),
+                expected: hex::encode(self.sha256),
                 actual: hex::encode(got),
             };
             return Err(if check {
@@ -180,6 +197,19 @@ impl<'a> FileReader<'a> {
             });
         }
         Ok(())
+    }
+
+    /// The whole content as a [`std::io::Read`], decoded window by window as
+    /// [`FileReader::copy_to`] does (every chunk checked); the end of the stream is an
+    /// `InvalidData` error if the content's sha256 is not the one expected.
+    pub fn into_read(self) -> Sequential<'a> {
+        Sequential {
+            reader: self,
+            next: 0,
+            buf: Vec::new(),
+            pos: 0,
+            sha: Some(Sha256::new()),
+        }
     }
 
     /// Streams the file window by window into `out`; returns its sha256. The sha256 runs
@@ -217,13 +247,13 @@ impl<'a> FileReader<'a> {
                 }
                 buf.chunks(WRITE_BYTES)
                     .try_for_each(|p| out.write_all(p))
-                    .map_err(|e| StoreError::io(PathBuf::from(&self.file.path), e))?;
+                    .map_err(|e| StoreError::io(PathBuf::from(self.path), e))?;
                 progress.advance(len as u64);
                 i = end;
             }
             drop(to_hash);
             hasher.join().map_err(|_| {
-                StoreError::Invalid(format!("{}: the sha256 thread panicked", self.file.path))
+                StoreError::Invalid(format!("{}: the sha256 thread panicked", self.path))
             })
         })
     }
@@ -319,7 +349,7 @@ impl<'a> FileReader<'a> {
                 offset: c.offset,
                 reason: format!("decoded to {} bytes, expected {}", data.len(), dst.len()),
             };
-            return Err(StoreError::in_file(&self.file.path, e));
+            return Err(StoreError::in_file(self.path, e));
         }
         dst.copy_from_slice(&data);
         Ok(())
@@ -327,6 +357,73 @@ impl<'a> FileReader<'a> {
 }
 
 /// A buffer the sha256 thread is done with, if one came back.
+/// A whole stored file read in order ([`FileReader::into_read`]).
+pub struct Sequential<'a> {
+    reader: FileReader<'a>,
+    /// The first chunk not yet decoded.
+    next: usize,
+    buf: Vec<u8>,
+    pos: usize,
+    /// The sha256 of the bytes decoded so far; None once checked at the end.
+    sha: Option<Sha256>,
+}
+
+impl Sequential<'_> {
+    /// Decodes the next window into `buf`; false at the end (after checking the sha256).
+    fn refill(&mut self) -> Result<bool> {
+        let r = &self.reader;
+        if self.next == r.chunk_count() {
+            let Some(sha) = self.sha.take() else {
+                return Ok(false);
+            };
+            let got: [u8; 32] = sha.finalize().into();
+            if got != r.sha256 {
+                return Err(StoreError::Sha256Mismatch {
+                    path: r.path.to_string(),
+                    expected: hex::encode(r.sha256),
+                    actual: hex::encode(got),
+                });
+            }
+            return Ok(false);
+        }
+        let end = r.window_end(self.next);
+        let len = (r.map.starts[end] - r.map.starts[self.next]) as usize;
+        self.buf.resize(len, 0);
+        r.decode_window(self.next..end, &mut self.buf, true)?;
+        if let Some(sha) = &mut self.sha {
+            sha.update(&self.buf);
+        }
+        self.pos = 0;
+        self.next = end;
+        Ok(true)
+    }
+}
+
+impl std::io::Read for Sequential<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.buf.len() {
+            let more = self.refill().map_err(|e| {
+                let kind = match e {
+                    StoreError::Sha256Mismatch { .. } | StoreError::CorruptChunk { .. } => {
+                        std::io::ErrorKind::InvalidData
+                    }
+                    _ => std::io::ErrorKind::Other,
+                };
+                std::io::Error::new(kind, e)
+            })?;
+            if !more {
+                self.buf.clear();
+                self.pos = 0;
+                return Ok(0);
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
 fn reuse(done: &std::sync::mpsc::Receiver<Arc<Vec<u8>>>) -> Option<Vec<u8>> {
     done.try_iter().find_map(|b| Arc::try_unwrap(b).ok())
 }

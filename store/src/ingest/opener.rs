@@ -31,6 +31,16 @@ pub enum Opened<'a> {
     File(File),
     /// Any other stream of the content.
     Stream(Box<dyn Read + Send + 'a>),
+    /// Content the store already holds (a pull of a file a stored revision has): its
+    /// sha256 and chunk list (id and length, in order). Ingest takes the chunk list as it
+    /// is when the index places every chunk in a known pack and knows the content's Xet
+    /// hash, as it takes a file it knows unchanged; else it reads `fallback` (the stored
+    /// bytes, each chunk checked) like any stream.
+    Stored {
+        sha256: [u8; 32],
+        chunks: Vec<(format::ChunkId, u32)>,
+        fallback: Box<dyn Read + Send + 'a>,
+    },
 }
 
 impl Opened<'_> {
@@ -38,7 +48,7 @@ impl Opened<'_> {
     pub(super) fn file(&self) -> Option<&File> {
         match self {
             Opened::File(f) => Some(f),
-            Opened::Stream(_) => None,
+            Opened::Stream(_) | Opened::Stored { .. } => None,
         }
     }
 
@@ -49,7 +59,7 @@ impl Opened<'_> {
                 let f: &File = f;
                 (Box::new(f), Some(f))
             }
-            Opened::Stream(r) => (Box::new(r), None),
+            Opened::Stream(r) | Opened::Stored { fallback: r, .. } => (Box::new(r), None),
         }
     }
 }

@@ -14,7 +14,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use format::ChunkId;
 use sha2::{Digest, Sha256};
 
-use super::opener::Opener;
+use super::opener::{Opened, Opener};
 use super::options::{IngestOptions, SETTLE};
 use super::report::IngestReport;
 use super::stamps;
@@ -424,6 +424,12 @@ fn read_file(
     progress: &dyn Progress,
 ) -> Result<FileResult> {
     let mut opened = shared.opener.open_source(&source.path)?;
+    if let Opened::Stored { sha256, chunks, .. } = &opened {
+        if let Some(r) = stored_file(shared, source, sha256, chunks)? {
+            progress.advance(r.size);
+            return Ok(r);
+        }
+    }
     let stamp = opened.file().and_then(|f| shared.stamper.stamp_of(f));
     if let Some(st) = stamp.filter(|_| !shared.reread) {
         if let Some(r) = unchanged_file(shared, &st, source)? {
@@ -492,17 +498,59 @@ fn unchanged_file(
     if expected_xet.is_some_and(|e| e != xet) {
         return Ok(None);
     }
+    Ok(take_unread(shared, *size, sha256, xet, &chunks))
+}
+
+/// The chunked form of content the store already holds, as an opener gave it
+/// ([`Opened::Stored`]): taken unread on the terms of [`unchanged_file`] (the content the
+/// source expects, its Xet hash recorded, every chunk in a pack the index knows with the
+/// listed length, the lengths adding up to the size). None when any of that fails; the
+/// opener's fallback stream is then read.
+fn stored_file(
+    shared: &Shared<'_>,
+    source: &Source,
+    sha256: &[u8; 32],
+    chunks: &[(ChunkId, u32)],
+) -> Result<Option<FileResult>> {
+    if source.sha256.is_some_and(|e| e != *sha256) {
+        return Ok(None);
+    }
+    let Some(xet) = xet_memo::recorded(shared.index, sha256) else {
+        return Ok(None);
+    };
+    if source.xet.is_some_and(|e| e != xet) {
+        return Ok(None);
+    }
+    let mut located = Vec::with_capacity(chunks.len());
+    for (id, len) in chunks {
+        match shared.index.chunk(id)? {
+            Some(loc) if loc.raw_len == *len => located.push((*id, loc)),
+            _ => return Ok(None),
+        }
+    }
+    Ok(take_unread(shared, source.size, *sha256, xet, &located))
+}
+
+/// A file taken unread with these chunks (each in a pack the index knows): claims them as
+/// stored and counts the file, unless the lengths do not add up to `size` (None).
+fn take_unread(
+    shared: &Shared<'_>,
+    size: u64,
+    sha256: [u8; 32],
+    xet: [u8; 32],
+    chunks: &[(ChunkId, ChunkLoc)],
+) -> Option<FileResult> {
     if chunks
         .iter()
         .map(|(_, l)| u64::from(l.raw_len))
         .sum::<u64>()
-        != *size
+        != size
     {
-        return Ok(None);
+        return None;
     }
     {
         let mut claims = shared.claims.lock().unwrap_or_else(|p| p.into_inner());
-        for (id, loc) in &chunks {
+        for (id, loc) in chunks {
             claims.entry(*id).or_insert(Claim::Stored(*loc));
         }
     }
@@ -510,13 +558,13 @@ fn unchanged_file(
         .chunks
         .fetch_add(chunks.len() as u64, Ordering::Relaxed);
     shared.files_unchanged.fetch_add(1, Ordering::Relaxed);
-    shared.bytes_unchanged.fetch_add(*size, Ordering::Relaxed);
-    Ok(Some(FileResult {
-        size: *size,
+    shared.bytes_unchanged.fetch_add(size, Ordering::Relaxed);
+    Some(FileResult {
+        size,
         sha256,
         xet,
         chunks: chunks.iter().map(|(id, l)| (*id, l.raw_len)).collect(),
-    }))
+    })
 }
 
 /// Reads a file through FastCDC, SHA-256 and (where [`XetMemo`] says) Xet's hash, handing
