@@ -2,7 +2,7 @@
 //! what the other side holds, streaming through a pipe, and damaged bundles refused with
 //! the destination unchanged.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Stdio;

@@ -4,7 +4,7 @@
 //! that file; the per-inode rule of the kernel (one mode while any handle is open) holds; a
 //! damaged entry is never served.
 
-mod common;
+use crate::common;
 
 use std::cell::Cell;
 use std::fs::File;

@@ -3,7 +3,7 @@
 //! serve's version locks honoured. Runs on a local store in every phase: it ages objects by
 //! setting file modification times, which S3 cannot.
 
-mod common;
+use crate::common;
 
 use std::cell::Cell;
 use std::path::Path;

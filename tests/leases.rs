@@ -6,7 +6,7 @@
 //! the local store and, with `MODELCAS_TEST_BACKEND=s3`, on Garage. Those hooks exist only
 //! in test builds: the last test checks that no code reads them otherwise.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! symlinks, random pread and mmap reads, safetensors loads, concurrent readers, EROFS on
 //! every write, refs that move while files stay open, and the mount's own errors.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::fs::File;

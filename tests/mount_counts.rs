@@ -2,7 +2,7 @@
 //! the chunks a safetensors load finds prefetched, the kernel's requests per file of a walk,
 //! and the last-use records of the revisions it opens.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::fs::File;

@@ -4,7 +4,7 @@
 //! stored names (RFC 5987 `filename*`), `%0D%0A` never splitting a header, and slow clients
 //! that never finish their headers, while downloads go on.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpStream;

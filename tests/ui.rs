@@ -6,7 +6,7 @@
 //! budget; and a real browser (headless Chromium) rendering the pages, with a screenshot
 //! kept in the test output directory (`target/test-output/ui/`, or `$MODELCAS_TEST_OUTPUT`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

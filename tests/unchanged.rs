@@ -5,7 +5,7 @@
 //! `--reread` says so.
 //! Each test ingests through the real binary into a real store and index.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,13 +3,8 @@
 //! mirror serves an empty store. Outcomes checked: bytes (sha256 of every file), what A
 //! served (its access log and metrics), what the mirror stored, hit or miss.
 
-mod common;
-#[allow(
-    unused_imports,
-    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
-)]
-#[path = "../hubclient/tests/fake/mod.rs"]
-mod fake;
+use crate::common;
+use crate::fake;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

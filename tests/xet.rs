@@ -1,13 +1,8 @@
 //! Xet downloads from `modelcas serve` (issue 28) with the real client, huggingface_hub +
 //! hf_xet (tests/xet_client.py does the client side; pinned in scripts/requirements.txt).
 
-mod common;
-#[allow(
-    unused_imports,
-    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
-)]
-#[path = "../hubclient/tests/fake/mod.rs"]
-mod fake;
+use crate::common;
+use crate::fake;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
