@@ -1,7 +1,7 @@
 //! Bad input: each case gets a clear one-line error naming what is wrong, a non-zero exit,
 //! and leaves the store as it was (what was there still verifies).
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;

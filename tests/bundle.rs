@@ -2,12 +2,13 @@
 //! what the other side holds, streaming through a pipe, and damaged bundles refused with
 //! the destination unchanged.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Stdio;
+use std::time::Duration;
 
-use common::{ingest_series, series, Env};
+use common::{ingest_series, series, wait_until, Env};
 
 const REPO: &str = "demo-org/demo-llm";
 
@@ -255,14 +256,12 @@ fn an_interrupted_import_leaves_nothing_visible_and_can_be_rerun() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t = std::time::Instant::now();
-    while !pause.join("import-after-chunks.reached").exists() {
-        assert!(
-            t.elapsed().as_secs() < 120,
-            "import never reached its pause point"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let reached = pause.join("import-after-chunks.reached");
+    wait_until(
+        "the import to reach its pause point",
+        Duration::from_secs(120),
+        || reached.exists().then_some(()),
+    );
     // Every chunk is in packs now; kill it before it publishes anything.
     assert!(!dst.packs().is_empty());
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
@@ -373,12 +372,18 @@ fn regression_failed_import_keeps_packs_another_ingest_dedups_against() {
     let feeder = std::thread::spawn(move || {
         let _ = stdin.write_all(&cut);
     });
-    let t = std::time::Instant::now();
-    while !pause.join(format!("{point}.reached")).exists() {
-        assert!(import.try_wait().unwrap().is_none(), "import ended early");
-        assert!(t.elapsed().as_secs() < 120, "{point} never reached");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let reached = pause.join(format!("{point}.reached"));
+    wait_until(
+        format_args!("the import to reach {point}"),
+        Duration::from_secs(120),
+        || {
+            if reached.exists() {
+                return Some(());
+            }
+            assert!(import.try_wait().unwrap().is_none(), "import ended early");
+            None
+        },
+    );
     assert!(!dst.packs().is_empty(), "the import wrote a pack");
 
     // Another machine ingests r1 (the same chunks), deduplicating against that pack.

@@ -2,7 +2,7 @@
 //! (crash steps, `repo/src/failpoint.rs`) never leaves a visible revision that references
 //! missing data, and a rerun completes the job. The kill points are counted, not timed.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 

@@ -3,7 +3,7 @@
 //! changed, by every writer (ingest, import, gc, rm, pin, ref) when the feature is needed
 //! to write, and by readers too when it is needed to read.
 
-mod common;
+use crate::common;
 
 use common::{ingest_rev, series, Env};
 use format::features::Features;

@@ -4,16 +4,17 @@
 //! that file; the per-inode rule of the kernel (one mode while any handle is open) holds; a
 //! damaged entry is never served.
 
-mod common;
+use crate::common;
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::mount::{metric, scrape, Mount};
-use common::{ingest_rev, series, sha256_file, Env};
+use common::{ingest_rev, series, sha256_file, wait_until, Env};
 use rand::{Rng, SeedableRng};
 use read::file_cache::MIN_FILE_BYTES;
 
@@ -21,28 +22,23 @@ const REPO: &str = "demo-org/demo-llm";
 
 /// Waits (polling the metrics, up to a minute) until `n` fills of the file cache are done.
 fn wait_fills(addr: &str, n: f64) -> String {
-    let t = Instant::now();
-    loop {
-        let page = scrape(addr);
-        if metric(&page, "modelcas_file_cache_fills_total") >= n {
-            return page;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "fills did not finish: {}",
-            metric(&page, "modelcas_file_cache_fills_total")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let done = Cell::new(0.0);
+    wait_until(
+        std::fmt::from_fn(|f| write!(f, "{n} fills to finish ({} did)", done.get())),
+        Duration::from_secs(60),
+        || {
+            let page = scrape(addr);
+            done.set(metric(&page, "modelcas_file_cache_fills_total"));
+            (done.get() >= n).then_some(page)
+        },
+    )
 }
 
 /// Waits until the mount has no file open: the kernel sends RELEASE after `close` returns.
 fn wait_closed(addr: &str) {
-    let t = Instant::now();
-    while metric(&scrape(addr), "modelcas_mount_open_files") > 0.0 {
-        assert!(t.elapsed() < Duration::from_secs(20), "files stay open");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the open files to close", Duration::from_secs(20), || {
+        (metric(&scrape(addr), "modelcas_mount_open_files") <= 0.0).then_some(())
+    });
 }
 
 /// The sizes of r1's files, split into those the file cache keeps (at least
@@ -417,11 +413,12 @@ fn two_opens_of_an_unchecked_entry_check_it_once() {
     let file = m.p(&format!("{REPO}/r1/{path}"));
     let reader = |f: std::path::PathBuf| std::thread::spawn(move || sha256_file(&f));
     let wait_for = |point: &str| {
-        let t = Instant::now();
-        while !pause.join(format!("{point}.reached")).exists() {
-            assert!(t.elapsed() < Duration::from_secs(60), "{point} not reached");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let reached = pause.join(format!("{point}.reached"));
+        wait_until(
+            format_args!("the pause point {point} to be reached"),
+            Duration::from_secs(60),
+            || reached.exists().then_some(()),
+        );
     };
     let first = reader(file.clone());
     wait_for("file-cache-check");

@@ -12,7 +12,7 @@
 //! phase these tests run again on a local store (they are about the bytes, which are the
 //! same on both backends), not skipped.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! interleavings with ingest, pin and ref at chosen pause points are in tests/gc_races.rs.
 //! Runs on the local store and, in `.ci/run`, on Garage.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;

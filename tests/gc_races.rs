@@ -4,7 +4,7 @@
 //! command reported done is lost, nothing removed comes back. Runs on the local store and,
 //! in `.ci/run`, on Garage.
 
-mod common;
+use crate::common;
 
 use common::gc::{
     cats_exactly, env_with_pause, gc, listed_commits, listed_files, paused, paused_ingest, release,

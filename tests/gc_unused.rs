@@ -3,12 +3,13 @@
 //! serve's version locks honoured. Runs on a local store in every phase: it ages objects by
 //! setting file modification times, which S3 cannot.
 
-mod common;
+use crate::common;
 
+use std::cell::Cell;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{fsck_clean, ingest_rev, series, Env};
+use common::{fsck_clean, ingest_rev, series, wait_until, Env};
 
 const REPO: &str = "demo-org/demo-llm";
 
@@ -50,20 +51,15 @@ fn used_key(commit: &str) -> String {
 /// The reader named in a last-use record, once it is there (the mount and serve write it
 /// from a background thread).
 fn used_by(env: &Env, commit: &str) -> String {
-    let t = Instant::now();
-    loop {
-        if let Ok(b) = env.backend().get(&used_key(commit)) {
-            let u: format::manifest::UsedObject =
-                format::codec::decode(format::codec::Kind::Used, &b).unwrap();
-            assert_eq!(u.commit.to_hex(), commit);
-            return u.by;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "no last-use record for {commit}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let b = wait_until(
+        format_args!("a last-use record for {commit}"),
+        Duration::from_secs(20),
+        || env.backend().get(&used_key(commit)).ok(),
+    );
+    let u: format::manifest::UsedObject =
+        format::codec::decode(format::codec::Kind::Used, &b).unwrap();
+    assert_eq!(u.commit.to_hex(), commit);
+    u.by
 }
 
 #[test]
@@ -179,21 +175,26 @@ fn large_file(r: &str) -> String {
 /// `max` (the writes come from a background thread); panics after 20 s.
 fn record_younger_than(env: &Env, commit: &str, max: Duration) -> Duration {
     let path = Path::new(&env.location).join(used_key(commit));
-    let t = Instant::now();
-    loop {
-        let age = std::fs::metadata(&path)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|m| std::time::SystemTime::now().duration_since(m).ok());
-        if let Some(a) = age.filter(|a| *a < max) {
-            return a;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the last-use record of {commit} was not rewritten (age {age:?})"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let age = Cell::new(None);
+    wait_until(
+        std::fmt::from_fn(|f| {
+            let age = age.get();
+            write!(
+                f,
+                "the last-use record of {commit} to be rewritten (age {age:?})"
+            )
+        }),
+        Duration::from_secs(20),
+        || {
+            age.set(
+                std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|m| std::time::SystemTime::now().duration_since(m).ok()),
+            );
+            age.get().filter(|a| *a < max)
+        },
+    )
 }
 
 #[test]

@@ -6,13 +6,14 @@
 //! the local store and, with `MODELCAS_TEST_BACKEND=s3`, on Garage. Those hooks exist only
 //! in test builds: the last test checks that no code reads them otherwise.
 
-mod common;
+use crate::common;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{fsck_clean, ingest_rev, series, Env};
+use common::{fsck_clean, ingest_rev, series, wait_until, Env};
 
 const REPO: &str = "demo-org/demo-llm";
 /// 15 minutes: more than the default lease time to live (10 minutes) and more than the
@@ -78,21 +79,25 @@ fn paused<S: AsRef<str>>(
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    let start = Instant::now();
-    while !dir.join(format!("{point}.reached")).exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "exited ({st}) before {point}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "{point} never reached"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let reached = dir.join(format!("{point}.reached"));
+    wait_until(
+        format_args!("the pause point {point} to be reached"),
+        Duration::from_secs(120),
+        || {
+            if reached.exists() {
+                return Some(());
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut err = Vec::new();
+                child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+                panic!(
+                    "exited ({st}) before {point}: {}",
+                    String::from_utf8_lossy(&err)
+                );
+            }
+            None
+        },
+    );
     child
 }
 
@@ -222,20 +227,16 @@ fn ingest_stopped_past_its_lease_refuses_to_publish() {
 
     // gc until the lease has gone stale and r2's packs (which the ingest's index still
     // names) are deleted. The wait is the lease's real time to live.
-    let start = Instant::now();
-    let (mut stale, mut deleted) = (0, 0);
-    while deleted == 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "gc never judged the stopped ingest's lease stale"
-        );
-        let g = gc(&env, &[]);
-        stale += g["stale_locks_removed"].as_u64().unwrap();
-        deleted += g["packs_deleted"].as_u64().unwrap();
-        if deleted == 0 {
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
+    let mut stale = 0;
+    wait_until(
+        "gc to judge the stopped ingest's lease stale and delete r2's packs",
+        Duration::from_secs(120),
+        || {
+            let g = gc(&env, &[]);
+            stale += g["stale_locks_removed"].as_u64().unwrap();
+            (g["packs_deleted"].as_u64().unwrap() > 0).then_some(())
+        },
+    );
     assert_eq!(stale, 1, "the stopped ingest's lease was removed once");
 
     let ingest = stopped.0.take().unwrap();

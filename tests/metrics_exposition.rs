@@ -7,7 +7,7 @@
 //! compared with `tests/metrics_exposition.txt`. A deliberate change edits that file
 //! (`MODELCAS_BLESS=1` rewrites it from the outputs) and docs/OPERATIONS.md.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};

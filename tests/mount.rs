@@ -2,15 +2,16 @@
 //! symlinks, random pread and mmap reads, safetensors loads, concurrent readers, EROFS on
 //! every write, refs that move while files stay open, and the mount's own errors.
 
-mod common;
+use crate::common;
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::mount::{is_mounted, Mount};
-use common::{ingest_series, series, sha256_file, tree_hashes, Env};
+use common::{ingest_series, series, sha256_file, tree_hashes, wait_until, Env};
 use rand::{Rng, SeedableRng};
 
 const REVS: [&str; 4] = ["r1", "r2", "r3", "r4"];
@@ -299,13 +300,9 @@ fn moved_ref_shows_up_while_open_files_keep_their_commit() {
     let old = File::open(&path).unwrap();
     ingest("r2");
     let t = Instant::now();
-    while sha256_file(&path) != sha("r2") {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the moved ref did not show up"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until("the moved ref to show up", Duration::from_secs(10), || {
+        (sha256_file(&path) == sha("r2")).then_some(())
+    });
     eprintln!("ref move visible after {:?}", t.elapsed());
     // the file opened before the move still reads the old commit
     let len = old.metadata().unwrap().len() as usize;
@@ -337,16 +334,13 @@ fn umount_command() {
     ingest_series(&env);
     let mut m = Mount::start(&env, &[]);
     env.ok(&["umount".as_ref(), m.path.as_os_str()]);
-    let t = Instant::now();
     let child = m.child.as_mut().unwrap();
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "mount process did not exit after umount"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(child.try_wait().unwrap().unwrap().success());
+    let st = wait_until(
+        "the mount process to exit after umount",
+        Duration::from_secs(10),
+        || child.try_wait().unwrap(),
+    );
+    assert!(st.success());
     m.child = None;
     assert!(!is_mounted(&m.path));
 }
@@ -514,20 +508,6 @@ fn a_repacked_revision_keeps_reading_through_the_mount() {
     drop(early);
 }
 
-/// Polls `done` every 50 ms until it holds or `limit` has passed; whether it held.
-fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    loop {
-        if done() {
-            return true;
-        }
-        if t.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The names in directory `dir`, sorted.
 fn names(dir: &std::path::Path) -> Vec<String> {
     let mut out: Vec<String> = std::fs::read_dir(dir)
@@ -588,16 +568,24 @@ fn a_replaced_commit_shows_its_new_files() {
         })
         .sum();
     assert!(deleted > 0, "gc deleted none of the old packs");
-    let mut last = (0, false, Vec::new());
-    let shown = eventually(Duration::from_secs(10), || {
-        let got = std::fs::read(main.join("a")).unwrap_or_default();
-        last = (got.len(), got == x, names(&main));
-        got == y && last.2 == ["a", "b"]
-    });
-    assert!(
-        shown,
-        "main/a after the replacement: {} bytes (the old ones: {}), listing {:?}",
-        last.0, last.1, last.2
+    let last = RefCell::new((0, false, Vec::new()));
+    wait_until(
+        std::fmt::from_fn(|f| {
+            let last = last.borrow();
+            write!(
+                f,
+                "main/a to show the replacement: {} bytes (the old ones: {}), listing {:?}",
+                last.0, last.1, last.2
+            )
+        }),
+        Duration::from_secs(10),
+        || {
+            let got = std::fs::read(main.join("a")).unwrap_or_default();
+            let listed = names(&main);
+            let shown = got == y && listed == ["a", "b"];
+            *last.borrow_mut() = (got.len(), got == x, listed);
+            shown.then_some(())
+        },
     );
     // By sha: the new bytes, or ENOENT for a name the kernel still had; never the old.
     match std::fs::read(by_sha.join("a")) {

@@ -2,13 +2,14 @@
 //! the chunks a safetensors load finds prefetched, the kernel's requests per file of a walk,
 //! and the last-use records of the revisions it opens.
 
-mod common;
+use crate::common;
 
+use std::cell::RefCell;
 use std::fs::File;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::mount::{metric, scrape, Mount};
-use common::{ingest_rev, ingest_series, series, sha256_file, Env};
+use common::{ingest_rev, ingest_series, series, sha256_file, wait_until, Env};
 use rand::{Rng, SeedableRng};
 
 const REPO: &str = "demo-org/demo-llm";
@@ -32,12 +33,17 @@ fn metrics_move_while_the_mount_reads() {
     assert_eq!(sha256_file(&first), shards[0].1);
     // close(2) returns before the kernel sends FUSE's RELEASE, so the gauge drops from 2 (held
     // + the file sha256_file closed) to 1 a moment later: wait for that outcome.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut mid = scrape(&addr);
-    while metric(&mid, "modelcas_mount_open_files") != 1.0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        mid = scrape(&addr);
-    }
+    let last = RefCell::new(String::new());
+    let mid = wait_until(
+        std::fmt::from_fn(|f| write!(f, "one open file; the metrics:\n{}", last.borrow())),
+        Duration::from_secs(30),
+        || {
+            let page = scrape(&addr);
+            let one = metric(&page, "modelcas_mount_open_files") == 1.0;
+            *last.borrow_mut() = page.clone();
+            one.then_some(page)
+        },
+    );
     let size = std::fs::metadata(&first).unwrap().len() as f64;
     assert!(
         metric(&mid, "modelcas_mount_read_bytes_total") >= size,
@@ -79,14 +85,11 @@ fn metrics_move_while_the_mount_reads() {
             > metric(&mid, "modelcas_backend_requests_total")
     );
     // Files are released shortly after close.
-    let t = Instant::now();
-    while metric(&scrape(&addr), "modelcas_mount_open_files") != 0.0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "open files never went back to 0"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        "the open files to go back to 0",
+        Duration::from_secs(5),
+        || (metric(&scrape(&addr), "modelcas_mount_open_files") == 0.0).then_some(()),
+    );
 }
 
 /// Loads every tensor of r1 with `safe_open` (name order, as vLLM) through a fresh mount
@@ -145,14 +148,9 @@ fn opening_a_file_records_the_revisions_last_use() {
     let f = m.p(&format!("{REPO}/main/config.json"));
     assert!(!std::fs::read(&f).unwrap().is_empty());
     // Written from a background thread, at most once a day per process.
-    let t = Instant::now();
-    let bytes = loop {
-        if let Ok(b) = env.backend().get(&key) {
-            break b;
-        }
-        assert!(t.elapsed() < Duration::from_secs(20), "no last-use record");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let bytes = wait_until("a last-use record", Duration::from_secs(20), || {
+        env.backend().get(&key).ok()
+    });
     let u: format::manifest::UsedObject =
         format::codec::decode(format::codec::Kind::Used, &bytes).unwrap();
     assert_eq!((u.commit.to_hex(), u.by.as_str()), (c1, "mount"));

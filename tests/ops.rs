@@ -2,7 +2,7 @@
 //! schemas and against the binary's own commands, flags and variables; the config file
 //! (round trip, precedence, errors); JSON logs without secrets; metrics files of batch jobs.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

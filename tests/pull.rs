@@ -2,13 +2,8 @@
 //! with a second `modelcas serve` as the upstream (no internet here) and a fake upstream
 //! that misbehaves (cut connections, 429, a flipped byte, a token).
 
-mod common;
-#[allow(
-    unused_imports,
-    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
-)]
-#[path = "../hubclient/tests/fake/mod.rs"]
-mod fake;
+use crate::common;
+use crate::fake;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! Round trips of the generated revisions through the store: plain and HF-cache layouts,
 //! refs, revision resolution, dedup figures, and re-ingest.
 
-mod common;
+use crate::common;
 
 use common::{ingest_series, series, tree_hashes, Env};
 

@@ -4,14 +4,14 @@
 //! stored names (RFC 5987 `filename*`), `%0D%0A` never splitting a header, and slow clients
 //! that never finish their headers, while downloads go on.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{ingest_series, repo_root, series, Env, Served};
+use common::{ingest_series, poll_until, repo_root, series, wait_until, Env, Served};
 
 const REPO: &str = "demo-org/demo-llm";
 
@@ -214,13 +214,9 @@ print(json.dumps(out))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("huggingface_hub download did not finish in 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if poll_until(Duration::from_secs(120), || child.try_wait().unwrap()).is_none() {
+        let _ = child.kill();
+        panic!("huggingface_hub download did not finish in 120 s");
     }
     let out = child.wait_with_output().unwrap();
     assert!(
@@ -421,19 +417,18 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
     assert_eq!(status, 200);
 
     // Then the header timeout closes every one of them.
-    let deadline = Instant::now() + Duration::from_secs(timeout_s + 50);
-    loop {
-        let still = open.lock().unwrap().iter().filter(|o| **o).count();
-        if still == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{still} slow clients still open after {:?}",
-            started.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let still = || open.lock().unwrap().iter().filter(|o| **o).count();
+    wait_until(
+        std::fmt::from_fn(|f| {
+            let (n, t) = (still(), started.elapsed());
+            write!(
+                f,
+                "every slow client to be closed ({n} still open after {t:?})"
+            )
+        }),
+        Duration::from_secs(timeout_s + 50),
+        || (still() == 0).then_some(()),
+    );
     assert!(
         started.elapsed() >= Duration::from_secs(timeout_s - 1),
         "closed before the timeout: {:?}",

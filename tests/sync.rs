@@ -3,7 +3,7 @@
 //! download nothing, an entry that fails without stopping the others, and lists refused
 //! before anything is downloaded.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -6,7 +6,7 @@
 //! budget; and a real browser (headless Chromium) rendering the pages, with a screenshot
 //! kept in the test output directory (`target/test-output/ui/`, or `$MODELCAS_TEST_OUTPUT`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{ingest_series, repo_root, series, Env, Served};
+use common::{ingest_series, repo_root, series, wait_until, Env, Served};
 
 const REPO: &str = "demo-org/demo-llm";
 
@@ -155,16 +155,18 @@ fn every_figure_of_the_pages_matches_ls_stats_and_gc_dry_run() {
     let r4 = series().commit("r4");
     let (st, _, _) = get(&srv.addr, &format!("/api/models/{REPO}/revision/{r4}"), &[]);
     assert_eq!(st, 200);
-    let t = Instant::now();
-    while json_cfg(&env, &cfg, &["ls", REPO, "--json"])["commits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|c| c["last_used"].is_null())
-    {
-        assert!(t.elapsed() < Duration::from_secs(20), "no last-use record");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        "`ls` to show a last-use record",
+        Duration::from_secs(20),
+        || {
+            json_cfg(&env, &cfg, &["ls", REPO, "--json"])["commits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| !c["last_used"].is_null())
+                .then_some(())
+        },
+    );
 
     // One repository: every revision's row against `ls --json` and gc's dry runs.
     let ls = json_cfg(&env, &cfg, &["ls", REPO, "--json"]);

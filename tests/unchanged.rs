@@ -5,9 +5,10 @@
 //! `--reread` says so.
 //! Each test ingests through the real binary into a real store and index.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
+use std::time::Duration;
 
 use common::gc::{gc, resume};
 use common::*;
@@ -142,13 +143,14 @@ fn until_the_clock_passes(file: &Path) {
     };
     let probe = file.with_extension("probe");
     let before = ctime(file);
-    loop {
-        std::fs::write(&probe, b"x").unwrap();
-        if ctime(&probe) > before {
-            break;
-        }
-        std::thread::yield_now();
-    }
+    wait_until(
+        "the file system's clock to pass a file's ctime",
+        Duration::from_secs(60),
+        || {
+            std::fs::write(&probe, b"x").unwrap();
+            (ctime(&probe) > before).then_some(())
+        },
+    );
     std::fs::remove_file(probe).unwrap();
 }
 

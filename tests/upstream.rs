@@ -3,14 +3,10 @@
 //! mirror serves an empty store. Outcomes checked: bytes (sha256 of every file), what A
 //! served (its access log and metrics), what the mirror stored, hit or miss.
 
-mod common;
-#[allow(
-    unused_imports,
-    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
-)]
-#[path = "../hubclient/tests/fake/mod.rs"]
-mod fake;
+use crate::common;
+use crate::fake;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,7 +14,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{ingest_rev, series, Env, Served};
+use common::{ingest_rev, poll_until, series, wait_until, Env, Served};
 
 const REPO: &str = "demo-org/demo-llm";
 
@@ -95,13 +91,9 @@ print(json.dumps({"files": out, "commit": os.path.basename(p)}))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(180) {
-            let _ = child.kill();
-            panic!("snapshot_download did not finish in 180 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if poll_until(Duration::from_secs(180), || child.try_wait().unwrap()).is_none() {
+        let _ = child.kill();
+        panic!("snapshot_download did not finish in 180 s");
     }
     let out = child.wait_with_output().unwrap();
     assert!(
@@ -433,18 +425,16 @@ fn a_pull_held_up_upstream_does_not_hold_up_another_revision() {
         std::thread::spawn(move || get(&addr, "/org/model/resolve/main/config.json", &[]))
     };
     // Wait until the mirror's pull of org/model is stuck at the gate.
-    let t = Instant::now();
-    while !up
-        .seen()
-        .iter()
-        .any(|s| s.target.contains("/org/model/resolve/"))
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the pull never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        "the pull of org/model to start",
+        Duration::from_secs(30),
+        || {
+            up.seen()
+                .iter()
+                .any(|s| s.target.contains("/org/model/resolve/"))
+                .then_some(())
+        },
+    );
     // Another repository is pulled and served meanwhile.
     let (status, head, body) = get(&m.addr, "/org/other/resolve/main/config.json", &[]);
     assert_eq!(status, 200, "{head}");
@@ -739,18 +729,19 @@ fn a_store_with_two_spellings_of_one_repository_keeps_serving_both() {
 /// Waits until the fake upstream has received a request whose target contains each of
 /// `parts` (bounded: a pull that never starts fails the test).
 fn wait_for_requests(up: &fake::Fake, parts: &[&str]) {
-    let t = Instant::now();
-    while !parts
-        .iter()
-        .all(|p| up.seen().iter().any(|s| s.target.contains(p)))
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the pulls never started: {:?}",
-            up.seen()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        std::fmt::from_fn(|f| {
+            let seen = up.seen();
+            write!(f, "the pulls of {parts:?} to start (seen: {seen:?})")
+        }),
+        Duration::from_secs(30),
+        || {
+            parts
+                .iter()
+                .all(|p| up.seen().iter().any(|s| s.target.contains(p)))
+                .then_some(())
+        },
+    );
 }
 
 /// Issue 26 point 7: requests waiting on a slow upstream hold none of serve's threads.
@@ -845,16 +836,27 @@ fn a_pull_outlives_its_requests_and_then_serves() {
     assert!(head.contains("waiting for the upstream"), "{head}");
     let asked = up.seen().len();
     gate.open();
-    let t = Instant::now();
-    loop {
-        let (status, head, body) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
-        if status == 200 {
-            assert_eq!(body, up.file("config.json").data);
-            break;
-        }
-        assert_eq!(status, 503, "{head}");
-        assert!(t.elapsed() < Duration::from_secs(30), "{head}");
-    }
+    let last = RefCell::new(String::new());
+    let body = wait_until(
+        std::fmt::from_fn(|f| {
+            write!(
+                f,
+                "a 200 once the upstream went on (last: {})",
+                last.borrow()
+            )
+        }),
+        Duration::from_secs(30),
+        || {
+            let (status, head, body) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);
+            if status == 200 {
+                return Some(body);
+            }
+            assert_eq!(status, 503, "{head}");
+            *last.borrow_mut() = head;
+            None
+        },
+    );
+    assert_eq!(body, up.file("config.json").data);
     let files = fake::files().len();
     assert!(up.seen().len() <= asked + files + 1, "{:?}", up.seen());
     let (status, _, body) = get(&m.addr, "/org/model/resolve/main/config.json", &[]);

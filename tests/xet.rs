@@ -1,18 +1,13 @@
 //! Xet downloads from `modelcas serve` (issue 28) with the real client, huggingface_hub +
 //! hf_xet (tests/xet_client.py does the client side; pinned in scripts/requirements.txt).
 
-mod common;
-#[allow(
-    unused_imports,
-    reason = "the fake upstream's module is shared by several test binaries; this one uses a part"
-)]
-#[path = "../hubclient/tests/fake/mod.rs"]
-mod fake;
+use crate::common;
+use crate::fake;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use common::{ingest_series, repo_root, series, Env, Served};
+use common::{ingest_series, repo_root, series, wait_until, Env, Served};
 
 const REPO: &str = "demo-org/demo-llm";
 const OTHER: &str = "other-org/other-model";
@@ -259,20 +254,19 @@ fn a_mirror_refuses_an_upstream_revision_whose_xet_hash_differs() {
 
 /// Polls serve's counter of `endpoint` requests until it reaches `n` (or 120 s pass).
 fn wait_for_requests(addr: &str, endpoint: &str, n: u64) {
-    let t = std::time::Instant::now();
-    loop {
-        let (_, m) = get(addr, "/metrics");
-        let seen: u64 = m
-            .lines()
-            .filter(|l| l.contains(&format!("endpoint=\"{endpoint}\"")) && !l.starts_with('#'))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum();
-        if seen >= n {
-            return;
-        }
-        assert!(t.elapsed().as_secs() < 120, "{endpoint} never reached {n}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(
+        format_args!("{n} requests to {endpoint}"),
+        std::time::Duration::from_secs(120),
+        || {
+            let (_, m) = get(addr, "/metrics");
+            let seen: u64 = m
+                .lines()
+                .filter(|l| l.contains(&format!("endpoint=\"{endpoint}\"")) && !l.starts_with('#'))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum();
+            (seen >= n).then_some(())
+        },
+    );
 }
 
 #[test]

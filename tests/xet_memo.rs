@@ -5,7 +5,7 @@
 //! is the one computed here from the source bytes, and `verify` agrees.
 //! Each test ingests through the real binary into a real store and index.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,8 +1,8 @@
 //! The mount's core (`modelfs::fs::MountCore`) against a reference model, without the
-//! kernel: random sequences of lookup / getattr / readdir / open / read / release over
-//! three repositories in a memory store, with refs moved and deleted, revisions ingested
-//! and removed, and gc run (rewriting every pack with a dead byte, deleting condemned packs
-//! at once, so packs move under open files) between the steps.
+//! kernel: sequences of lookup / getattr / readdir / open / read / release over three
+//! repositories in a memory store, with refs moved and deleted, revisions ingested and
+//! removed, and gc run (rewriting every pack with a dead byte, deleting condemned packs at
+//! once, so packs move under open files) between the steps.
 //!
 //! The model is what each path must show: per repository its commits (each a map of path
 //! to bytes) and its refs. Checked: every lookup finds exactly what the model has (kind,
@@ -26,9 +26,17 @@
 //! the file's bytes; no passthrough open after the first refusal, and no whole-file open
 //! before it (passthrough is asked for).
 //!
-//! Seeded: [`REGRESSIONS`] first, then [`CASES`] seeds (or `MODEL_SEEDS=N`, or one seed
-//! with `MODEL_SEED=S`); a failing seed is printed with the steps that led to it.
+//! A proptest state machine: a case is a seed for the starting revisions and [`STEPS`]
+//! operations ([`Op`], drawn by [`op`]); each operation names its choices among what the
+//! case holds then (a handle, a commit, a path) by a [`Index`], so that any subsequence of
+//! a case is a case too. A failure shrinks to the fewest and simplest operations that still
+//! fail, and is reported with them and the steps they took. proptest saves the failing
+//! case's seed in `fuse/tests/model.proptest-regressions` (committed), and every run
+//! replays the seeds there before [`CASES`] new cases. The new cases are the same on every
+//! run (from [`RNG_SEED`]); `PROPTEST_CASES=N` runs more of them, `PROPTEST_RNG_SEED=S`
+//! others.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -36,10 +44,14 @@ use std::time::Duration;
 
 use chunker::ChunkParams;
 use format::{CommitId, RepoId};
-use index::Index;
+use index::Index as ChunkIndex;
 use modelfs::fs::{FsError, Kind, MountCore, OpenHow, IMMUTABLE_TTL, MUTABLE_TTL};
 use modelfs::namespace::{escape_ref, Namespace, ROOT};
 use objects::MemoryStore;
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::strategy::{NewTree, ValueTree};
+use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestRunner};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use read::file_cache::FileCache;
@@ -49,11 +61,12 @@ use store::gc::GcOptions;
 use store::ingest::{ingest, IngestOptions};
 use store::source::{discover, DiscoverOptions};
 
-/// Seeds that once failed; run first, always.
-const REGRESSIONS: &[u64] = &[];
-/// Random seeds in a normal run.
-const CASES: u64 = 40;
-/// Steps per case.
+/// New cases in a normal run (after the saved regressions).
+const CASES: u32 = 40;
+/// The seed of the new cases' generator, unless `PROPTEST_RNG_SEED` says another: every
+/// run tries the same cases, as the seeded test before it did; other seeds explore.
+const RNG_SEED: u64 = 0x6d6f_64656c;
+/// Operations per new case.
 const STEPS: usize = 300;
 
 const REPOS: [&str; 3] = ["org/alpha", "org/beta", "other/gamma"];
@@ -69,6 +82,350 @@ const PATHS: [&str; 7] = [
     "weights/w.bin",
 ];
 const REF_NAMES: [&str; 3] = ["main", "dev", "refs/pr/1"];
+
+/// One step of a case. Its choices among what the case holds when it runs (open handles,
+/// commits, paths of a revision) are [`Index`]es into those lists; a step whose list is
+/// empty does nothing.
+#[derive(Clone, Debug)]
+enum Op {
+    /// Looks a path up from the root, checking every prefix.
+    Lookup(Parts),
+    /// Lists a directory (depth 0: the root), opens it for writing (`write`: `O_RDWR`, else
+    /// `O_WRONLY`) and lists it again from an offset (`from`).
+    List {
+        dir: Parts,
+        write: bool,
+        from: Index,
+    },
+    /// Opens a file or directory.
+    Open(OpenSpec),
+    /// Reads from an open handle; with none open, opens `or_open` instead (as happens
+    /// mostly early in a case).
+    Read {
+        handle: Index,
+        at: At,
+        size: u32,
+        or_open: OpenSpec,
+    },
+    /// Releases an open handle.
+    Release(Index),
+    /// Asks the attributes of a file inode seen before.
+    GetattrSeen(Index),
+    /// Fills the node file cache with the big file of a commit of `org/alpha`.
+    Fill(Index),
+    /// Sets ref `REF_NAMES[name]` to a commit, or deletes it.
+    MoveRef {
+        repo: u8,
+        name: u8,
+        delete: bool,
+        commit: Index,
+    },
+    /// Removes a commit (`open_one`: one an open handle reads, when there is one).
+    Remove {
+        repo: u8,
+        open_one: bool,
+        commit: Index,
+    },
+    /// Removes a commit and ingests other files (from `seed`) under the same id.
+    Replace {
+        repo: u8,
+        commit: Index,
+        path: Index,
+        n: u32,
+        seed: u64,
+    },
+    /// Ingests a new revision (files from `seed`) and points `main` at it.
+    Ingest { repo: u8, n: u32, seed: u64 },
+    /// Two gc runs.
+    Gc,
+    /// From now on the stand-in kernel refuses backing files.
+    Refuse,
+}
+
+/// A path from the root: `depth` names of organisation, repository, revision, then the
+/// path inside the revision.
+#[derive(Clone, Debug)]
+struct Parts {
+    depth: u8,
+    repo: u8,
+    /// The organisation (0) or repository (1) name replaced by "absent".
+    absent: Option<u8>,
+    rev: Rev,
+    inner: Inner,
+}
+
+/// A revision name: a ref (present or not), a full sha (lower or upper case, of a present
+/// or removed commit), a prefix of one, or garbage.
+#[derive(Clone, Debug)]
+enum Rev {
+    Ref(u8),
+    Sha(Index),
+    Upper(Index),
+    Prefix(Index),
+    Nope,
+}
+
+/// A path inside a revision: `PATHS[path]`, its directory, a name below it, another
+/// revision's file, or nothing.
+#[derive(Clone, Debug)]
+enum Inner {
+    File(u8),
+    Parent(u8),
+    Below(u8),
+    Rev1,
+    Empty,
+}
+
+/// What to open; `write`: for writing, with the flags numbered so.
+#[derive(Clone, Debug)]
+struct OpenSpec {
+    target: Target,
+    write: Option<u8>,
+}
+
+#[derive(Clone, Debug)]
+enum Target {
+    Path(Parts),
+    /// `org/alpha/<rev>/weights/big.bin`: the file the node file cache keeps.
+    Big(Rev),
+}
+
+/// Where a read starts: at 0, past the end, or inside the file (at most at its end).
+#[derive(Clone, Debug)]
+enum At {
+    Start,
+    PastEnd(u8),
+    Within(Index),
+}
+
+fn rev() -> impl Strategy<Value = Rev> {
+    prop_oneof![
+        2 => (0..3u8).prop_map(Rev::Ref),
+        2 => any::<Index>().prop_map(Rev::Sha),
+        1 => any::<Index>().prop_map(Rev::Upper),
+        1 => any::<Index>().prop_map(Rev::Prefix),
+        1 => Just(Rev::Nope),
+    ]
+}
+
+fn inner() -> impl Strategy<Value = Inner> {
+    let path = 0..PATHS.len() as u8;
+    prop_oneof![
+        2 => path.clone().prop_map(Inner::File),
+        1 => path.clone().prop_map(Inner::Parent),
+        1 => path.prop_map(Inner::Below),
+        1 => Just(Inner::Rev1),
+        1 => Just(Inner::Empty),
+    ]
+}
+
+fn parts(depth: std::ops::RangeInclusive<u8>) -> impl Strategy<Value = Parts> {
+    let absent = prop_oneof![19 => Just(None), 1 => (0..2u8).prop_map(Some)];
+    (depth, 0..REPOS.len() as u8, absent, rev(), inner()).prop_map(
+        |(depth, repo, absent, rev, inner)| Parts {
+            depth,
+            repo,
+            absent,
+            rev,
+            inner,
+        },
+    )
+}
+
+fn open_spec() -> impl Strategy<Value = OpenSpec> {
+    let target = prop_oneof![
+        7 => parts(4..=4).prop_map(Target::Path),
+        3 => rev().prop_map(Target::Big),
+    ];
+    let write = prop_oneof![9 => Just(None), 1 => (0..3u8).prop_map(Some)];
+    (target, write).prop_map(|(target, write)| OpenSpec { target, write })
+}
+
+/// One operation, as often as the steps of a mount's life: mostly lookups, listings, opens
+/// and reads; now and then the store changes under them.
+fn op() -> impl Strategy<Value = Op> {
+    let repo = || 0..REPOS.len() as u8;
+    let n = || 100..1_000_000u32;
+    prop_oneof![
+        90 => parts(1..=4).prop_map(Op::Lookup),
+        45 => (parts(0..=4), any::<bool>(), any::<Index>())
+            .prop_map(|(dir, write, from)| Op::List { dir, write, from }),
+        30 => open_spec().prop_map(Op::Open),
+        75 => (
+            any::<Index>(),
+            prop_oneof![
+                1 => Just(At::Start),
+                1 => (0..100u8).prop_map(At::PastEnd),
+                2 => any::<Index>().prop_map(At::Within),
+            ],
+            0..70_000u32,
+            open_spec(),
+        )
+            .prop_map(|(handle, at, size, or_open)| Op::Read {
+                handle,
+                at,
+                size,
+                or_open
+            }),
+        18 => any::<Index>().prop_map(Op::Release),
+        3 => any::<Index>().prop_map(Op::GetattrSeen),
+        6 => any::<Index>().prop_map(Op::Fill),
+        9 => (repo(), 0..REF_NAMES.len() as u8, proptest::bool::weighted(0.2), any::<Index>())
+            .prop_map(|(repo, name, delete, commit)| Op::MoveRef { repo, name, delete, commit }),
+        6 => (repo(), any::<bool>(), any::<Index>())
+            .prop_map(|(repo, open_one, commit)| Op::Remove { repo, open_one, commit }),
+        3 => (repo(), any::<Index>(), any::<Index>(), n(), any::<u64>())
+            .prop_map(|(repo, commit, path, n, seed)| Op::Replace { repo, commit, path, n, seed }),
+        6 => (repo(), n(), any::<u64>()).prop_map(|(repo, n, seed)| Op::Ingest { repo, n, seed }),
+        9 => Just(Op::Gc),
+        // About one case in three never refuses (1 - 1/301 per step, 300 steps).
+        1 => Just(Op::Refuse),
+    ]
+}
+
+/// Exactly `len` values of `element`, shrinking to fewer (down to none) and then to simpler
+/// ones. (`proptest::collection::vec` draws its length from its range and never shrinks
+/// below the range's start, so it could not both run every case `STEPS` long and shrink a
+/// failure to its few steps.) Shrinking deletes runs of steps, halving the run from half
+/// the case down to one step, then simplifies each step left.
+#[derive(Debug)]
+struct Steps<S> {
+    element: S,
+    len: usize,
+}
+
+impl<S: Strategy> Strategy for Steps<S> {
+    type Tree = StepsTree<S::Tree>;
+    type Value = Vec<S::Value>;
+
+    fn new_tree(&self, runner: &mut TestRunner) -> NewTree<Self> {
+        let elements = (0..self.len)
+            .map(|_| self.element.new_tree(runner))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(StepsTree {
+            kept: vec![true; elements.len()],
+            elements,
+            shrink: Shrink::Delete {
+                run: self.len.div_ceil(2),
+                at: 0,
+            },
+            last: None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Shrink {
+    /// Delete the `run` kept steps from the `at`-th kept one on.
+    Delete {
+        run: usize,
+        at: usize,
+    },
+    /// Simplify the step at this position.
+    Simplify(usize),
+    Done,
+}
+
+#[derive(Debug)]
+enum Last {
+    /// These positions were deleted.
+    Deleted(Vec<usize>),
+    /// The step at this position was simplified.
+    Simplified(usize),
+}
+
+struct StepsTree<T> {
+    elements: Vec<T>,
+    kept: Vec<bool>,
+    shrink: Shrink,
+    last: Option<Last>,
+}
+
+impl<T: ValueTree> std::fmt::Debug for StepsTree<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepsTree")
+            .field("kept", &self.kept.iter().filter(|k| **k).count())
+            .field("shrink", &self.shrink)
+            .finish()
+    }
+}
+
+impl<T: ValueTree> ValueTree for StepsTree<T> {
+    type Value = Vec<T::Value>;
+
+    fn current(&self) -> Vec<T::Value> {
+        self.elements
+            .iter()
+            .zip(&self.kept)
+            .filter(|(_, k)| **k)
+            .map(|(e, _)| e.current())
+            .collect()
+    }
+
+    fn simplify(&mut self) -> bool {
+        loop {
+            match self.shrink {
+                Shrink::Delete { run, at } => {
+                    let kept: Vec<usize> = (0..self.kept.len()).filter(|i| self.kept[*i]).collect();
+                    if run == 0 {
+                        self.shrink = Shrink::Simplify(0);
+                        continue;
+                    }
+                    if at >= kept.len() {
+                        self.shrink = Shrink::Delete {
+                            run: run / 2,
+                            at: 0,
+                        };
+                        continue;
+                    }
+                    let gone: Vec<usize> = kept[at..(at + run).min(kept.len())].to_vec();
+                    for i in &gone {
+                        self.kept[*i] = false;
+                    }
+                    // If the case still fails without them, the next run starts at the
+                    // same place; if not, `complicate` puts them back and moves on.
+                    self.last = Some(Last::Deleted(gone));
+                    return true;
+                }
+                Shrink::Simplify(i) => {
+                    if i >= self.elements.len() {
+                        self.shrink = Shrink::Done;
+                        continue;
+                    }
+                    if self.kept[i] && self.elements[i].simplify() {
+                        self.last = Some(Last::Simplified(i));
+                        return true;
+                    }
+                    self.shrink = Shrink::Simplify(i + 1);
+                }
+                Shrink::Done => return false,
+            }
+        }
+    }
+
+    fn complicate(&mut self) -> bool {
+        match self.last.take() {
+            None => false,
+            Some(Last::Deleted(gone)) => {
+                for i in gone {
+                    self.kept[i] = true;
+                }
+                if let Shrink::Delete { run, at } = self.shrink {
+                    self.shrink = Shrink::Delete { run, at: at + run };
+                }
+                true
+            }
+            Some(Last::Simplified(i)) => {
+                // Undone as far as the step can; it may be undone further next time.
+                let undone = self.elements[i].complicate();
+                if undone {
+                    self.last = Some(Last::Simplified(i));
+                }
+                undone
+            }
+        }
+    }
+}
 
 type Files = BTreeMap<String, Vec<u8>>;
 
@@ -93,17 +450,17 @@ struct OpenFile {
 }
 
 struct Case {
-    rng: StdRng,
     store: Store,
-    index: Index,
+    index: ChunkIndex,
     _index_dir: tempfile::TempDir,
     core: MountCore<()>,
     files: Arc<FileCache>,
     _files_dir: tempfile::TempDir,
-    /// The stand-in kernel refuses backing files from this step on.
-    refuse_from: usize,
-    steps: usize,
+    /// The stand-in kernel refuses backing files (an [`Op::Refuse`] ran).
+    refusing: bool,
     refused: bool,
+    /// Commits made so far (each commit id holds its number: none is made twice).
+    made: u32,
     /// Contents the file cache was filled with (by their bytes).
     filled: BTreeSet<Vec<u8>>,
     model: BTreeMap<String, RepoModel>,
@@ -133,6 +490,25 @@ struct Counts {
     stale_opens: u64,
 }
 
+impl Counts {
+    fn add(&mut self, c: &Counts) {
+        self.found += c.found;
+        self.not_found += c.not_found;
+        self.listings += c.listings;
+        self.opens += c.opens;
+        self.reads += c.reads;
+        self.read_bytes += c.read_bytes;
+        self.reads_of_removed += c.reads_of_removed;
+        self.eio_of_removed += c.eio_of_removed;
+        for i in 0..3 {
+            self.modes[i] += c.modes[i];
+        }
+        self.gc_runs += c.gc_runs;
+        self.packs_rewritten += c.packs_rewritten;
+        self.stale_opens += c.stale_opens;
+    }
+}
+
 fn memory_store() -> Store {
     let opts = CreateOptions {
         chunk: ChunkParams::tiny(),
@@ -142,7 +518,7 @@ fn memory_store() -> Store {
 }
 
 /// Writes `files` in a temporary directory and ingests it as revision `commit` of `repo`.
-fn ingest_files(store: &Store, index: &Index, repo: &str, commit: CommitId, files: &Files) {
+fn ingest_files(store: &Store, index: &ChunkIndex, repo: &str, commit: CommitId, files: &Files) {
     let dir = tempfile::tempdir().unwrap();
     for (p, data) in files {
         let path = dir.path().join(p);
@@ -162,12 +538,13 @@ fn ingest_files(store: &Store, index: &Index, repo: &str, commit: CommitId, file
     ingest(store, index, &snaps, opts, &NoProgress).unwrap();
 }
 
-/// A random commit id.
-fn commit_id(rng: &mut StdRng) -> CommitId {
-    let hex: String = (0..40)
-        .map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap())
-        .collect();
-    CommitId::parse(&hex).unwrap()
+/// A commit id: random, ending with `k` (the case's count of commits made before), so that
+/// no two are the same however the seeds shrink.
+fn commit_id(rng: &mut StdRng, k: u32) -> CommitId {
+    let mut id = [0u8; 20];
+    rng.fill(&mut id[..16]);
+    id[16..].copy_from_slice(&k.to_be_bytes());
+    CommitId(id)
 }
 
 /// Bytes a file may have: runs copied from a shared source (so revisions share chunks),
@@ -225,24 +602,31 @@ fn revision_files(rng: &mut StdRng, base: Option<&Files>, n: usize, big: bool) -
 }
 
 impl Case {
+    /// Three repositories of three revisions each (files drawn from `seed`), `main` at the
+    /// last of each.
     fn new(seed: u64) -> Case {
         let files_dir = tempfile::tempdir().unwrap();
         let files = FileCache::open(files_dir.path(), 64 << 20).unwrap();
         let store = memory_store();
         let index_dir = tempfile::tempdir().unwrap();
-        let index = Index::open(index_dir.path(), &store.config().store_id).unwrap();
+        let index = ChunkIndex::open(index_dir.path(), &store.config().store_id).unwrap();
         let mut rng = StdRng::seed_from_u64(seed);
         let mut model = BTreeMap::new();
-        let mut n = 0;
+        let mut made = 0;
         for repo in REPOS {
             let mut m = RepoModel::default();
             let mut base: Option<Arc<Files>> = None;
             let mut last = None;
             for _ in 0..3 {
-                n += 1;
+                made += 1;
                 let big = repo == REPOS[0];
-                let files = Arc::new(revision_files(&mut rng, base.as_deref(), n, big));
-                let c = commit_id(&mut rng);
+                let files = Arc::new(revision_files(
+                    &mut rng,
+                    base.as_deref(),
+                    made as usize,
+                    big,
+                ));
+                let c = commit_id(&mut rng, made);
                 ingest_files(&store, &index, repo, c, &files);
                 m.commits.insert(c, files.clone());
                 base = Some(files);
@@ -258,20 +642,15 @@ impl Case {
         let cache = Arc::new(read::cache::ChunkCache::new(store.clone(), 96 * 1024, 2).unwrap());
         let ns = Namespace::full(store.clone()).with_refresh(Duration::ZERO);
         Case {
-            rng,
             store,
             index,
             _index_dir: index_dir,
             core: MountCore::new(ns, cache).with_file_cache(files.clone(), true),
             files,
             _files_dir: files_dir,
-            refuse_from: if seed.is_multiple_of(3) {
-                STEPS + 1
-            } else {
-                (seed as usize * 7919) % STEPS
-            },
-            steps: 0,
+            refusing: false,
             refused: false,
+            made,
             filled: BTreeSet::new(),
             model,
             open: Vec::new(),
@@ -281,30 +660,56 @@ impl Case {
         }
     }
 
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.rng.gen_range(0..items.len())]
-    }
-
     fn repo_id(repo: &str) -> RepoId {
         RepoId::parse(repo).unwrap()
     }
 
-    /// One random step.
-    fn step(&mut self) {
-        self.steps += 1;
-        match self.rng.gen_range(0..100) {
-            0..=29 => self.lookup_path(),
-            30..=44 => self.list_random(),
-            45..=54 => self.open_random(),
-            55..=79 => self.read_random(),
-            80..=85 => self.release_random(),
-            86 => self.getattr_seen(),
-            87..=88 => self.fill_random(),
-            89..=91 => self.move_ref(),
-            92..=93 => self.remove_revision(),
-            94 => self.replace_revision(),
-            95..=96 => self.new_revision(),
-            _ => self.gc(),
+    /// The next commit id, from `rng`.
+    fn new_commit(&mut self, rng: &mut StdRng) -> CommitId {
+        self.made += 1;
+        commit_id(rng, self.made)
+    }
+
+    /// One step.
+    fn step(&mut self, op: &Op) {
+        match op {
+            Op::Lookup(parts) => self.lookup_path(parts),
+            Op::List { dir, write, from } => self.list(dir, *write, *from),
+            Op::Open(spec) => self.open(spec),
+            Op::Read {
+                handle,
+                at,
+                size,
+                or_open,
+            } => self.read(*handle, at, *size, or_open),
+            Op::Release(handle) => self.release(*handle),
+            Op::GetattrSeen(which) => self.getattr_seen(*which),
+            Op::Fill(commit) => self.fill(*commit),
+            Op::MoveRef {
+                repo,
+                name,
+                delete,
+                commit,
+            } => self.move_ref(*repo, *name, *delete, *commit),
+            Op::Remove {
+                repo,
+                open_one,
+                commit,
+            } => self.remove_revision(*repo, *open_one, *commit),
+            Op::Replace {
+                repo,
+                commit,
+                path,
+                n,
+                seed,
+            } => self.replace_revision(*repo, *commit, *path, *n, *seed),
+            Op::Ingest { repo, n, seed } => self.new_revision(*repo, *n, *seed),
+            Op::Gc => self.gc(),
+            Op::Refuse => {
+                self.refusing = true;
+                self.log
+                    .push("the kernel refuses backing files from now on".into());
+            }
         }
     }
 }
@@ -355,34 +760,56 @@ fn model_path(files: &Files, path: &str) -> Option<Option<u64>> {
 }
 
 impl Case {
-    /// A revision name to try: a ref (present or not), a full sha (lower or upper case, of
-    /// a present or removed commit), a prefix, or garbage.
-    fn rev_name(&mut self, repo: &str) -> String {
+    /// The name `rev` gives a revision of `repo`: a ref (present or not), a full sha (lower
+    /// or upper case, of a present or removed commit), a prefix, or garbage.
+    fn rev_name(&self, repo: &str, rev: &Rev) -> String {
         let m = &self.model[repo];
-        let mut shas: Vec<CommitId> = m.commits.keys().copied().collect();
-        shas.extend(m.removed.iter().copied());
-        let sha = shas[self.rng.gen_range(0..shas.len())].to_hex();
-        match self.rng.gen_range(0..7) {
-            0 | 1 => escape_ref(self.pick::<&str>(&REF_NAMES)),
-            2 | 3 => sha,
-            4 => sha.to_ascii_uppercase(),
-            5 => sha[..12].to_string(),
-            _ => "nope".to_string(),
+        let sha = |i: &Index| {
+            let mut shas: Vec<CommitId> = m.commits.keys().copied().collect();
+            shas.extend(m.removed.iter().copied());
+            i.get(&shas).to_hex()
+        };
+        match rev {
+            Rev::Ref(r) => escape_ref(REF_NAMES[*r as usize]),
+            Rev::Sha(i) => sha(i),
+            Rev::Upper(i) => sha(i).to_ascii_uppercase(),
+            Rev::Prefix(i) => sha(i)[..12].to_string(),
+            Rev::Nope => "nope".to_string(),
         }
     }
 
-    /// A path inside a revision: a file, a directory, or something absent.
-    fn inner_path(&mut self) -> String {
-        let p = self.pick(&PATHS).to_string();
-        match self.rng.gen_range(0..6) {
-            0 => p.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or(p),
-            1 => format!("{p}/x"),
-            2 => "rev1.txt".into(),
-            3 => "".into(),
-            _ => p,
+    /// The names of `parts`, from the root: none at depth 0, the organisation and the
+    /// repository at depths 1 and 2, then the revision, then the path inside it.
+    fn names(&self, parts: &Parts) -> Vec<String> {
+        if parts.depth == 0 {
+            return Vec::new();
         }
+        let repo = REPOS[parts.repo as usize];
+        let (org, name) = repo.split_once('/').unwrap();
+        let mut names = vec![org.to_string(), name.to_string()];
+        if let Some(i) = parts.absent {
+            names[i as usize] = "absent".into();
+        }
+        if parts.depth > 2 {
+            names.push(self.rev_name(repo, &parts.rev));
+        }
+        if parts.depth > 3 {
+            let inner = match parts.inner {
+                Inner::File(p) => PATHS[p as usize].to_string(),
+                Inner::Parent(p) => {
+                    let p = PATHS[p as usize];
+                    p.rsplit_once('/')
+                        .map(|(d, _)| d.to_string())
+                        .unwrap_or(p.to_string())
+                }
+                Inner::Below(p) => format!("{}/x", PATHS[p as usize]),
+                Inner::Rev1 => "rev1.txt".into(),
+                Inner::Empty => "".into(),
+            };
+            names.extend(inner.split('/').filter(|s| !s.is_empty()).map(String::from));
+        }
+        names
     }
-
     /// Walks `parts` from the root by lookups, each checked against `expect` for that
     /// prefix; returns the last inode found.
     fn walk(&mut self, parts: &[String]) -> Option<(u64, Kind)> {
@@ -481,27 +908,9 @@ impl Case {
         })
     }
 
-    fn random_parts(&mut self, depth: usize) -> Vec<String> {
-        let repo = self.pick(&REPOS).to_string();
-        let (org, name) = repo.split_once('/').unwrap();
-        let mut parts = vec![org.to_string(), name.to_string()];
-        if self.rng.gen_bool(0.05) {
-            parts[self.rng.gen_range(0..2)] = "absent".into();
-        }
-        if depth > 2 {
-            parts.push(self.rev_name(&repo));
-        }
-        if depth > 3 {
-            let inner = self.inner_path();
-            parts.extend(inner.split('/').filter(|s| !s.is_empty()).map(String::from));
-        }
-        parts
-    }
-
-    fn lookup_path(&mut self) {
-        let depth = self.rng.gen_range(1..=4);
-        let parts = self.random_parts(depth);
-        self.walk(&parts);
+    fn lookup_path(&mut self, parts: &Parts) {
+        let names = self.names(parts);
+        self.walk(&names);
     }
 }
 
@@ -513,21 +922,16 @@ struct Want {
 }
 
 impl Case {
-    /// Lists a random directory and checks it against the model.
-    fn list_random(&mut self) {
-        let depth = self.rng.gen_range(0..=4);
-        let parts = if depth == 0 {
-            Vec::new()
-        } else {
-            self.random_parts(depth)
-        };
+    /// Lists a directory and checks it against the model.
+    fn list(&mut self, dir: &Parts, write: bool, from: Index) {
+        let parts = self.names(dir);
         let Some((ino, kind)) = self.walk(&parts) else {
             return;
         };
         let got = self.core.listing(ino, 0);
         self.log.push(format!("list {parts:?}"));
         self.counts.listings += 1;
-        let write = *self.pick(&[libc::O_WRONLY, libc::O_RDWR]);
+        let write = if write { libc::O_RDWR } else { libc::O_WRONLY };
         assert_eq!(self.core.opendir(ino, write), Err(FsError::ReadOnly));
         if kind == Kind::File {
             assert_eq!(got, Err(FsError::NotDir), "listing of file {parts:?}");
@@ -555,7 +959,7 @@ impl Case {
             "names listed twice in {parts:?}"
         );
         assert_eq!(names, self.model_listing(&parts), "listing of {parts:?}");
-        let from = self.rng.gen_range(0..=got.len());
+        let from = from.index(got.len() + 1);
         assert_eq!(self.core.listing(ino, from as u64).unwrap(), got[from..]);
         // The names in a ref's view expire soon; in a commit's view they stay.
         let by_ref = |m: &RepoModel| m.refs.contains_key(&parts[2].replace("%2F", "/"));
@@ -635,22 +1039,24 @@ impl Case {
 }
 
 impl Case {
-    /// Opens a random path: a file (its handle kept with the bytes it must read), a
-    /// directory (`EISDIR`), or a file for writing (`EROFS`).
-    fn open_random(&mut self) {
-        let mut parts = self.random_parts(4);
-        if self.rng.gen_bool(0.3) {
-            // The file the node file cache keeps, often.
-            let rev = self.rev_name(REPOS[0]);
-            parts = ["org", "alpha", &rev, "weights", "big.bin"]
-                .map(String::from)
-                .to_vec();
-        }
+    /// Opens a path: a file (its handle kept with the bytes it must read), a directory
+    /// (`EISDIR`), or a file for writing (`EROFS`).
+    fn open(&mut self, spec: &OpenSpec) {
+        let parts = match &spec.target {
+            Target::Path(parts) => self.names(parts),
+            // The file the node file cache keeps.
+            Target::Big(rev) => {
+                let rev = self.rev_name(REPOS[0], rev);
+                ["org", "alpha", &rev, "weights", "big.bin"]
+                    .map(String::from)
+                    .to_vec()
+            }
+        };
         let Some((ino, kind)) = self.walk(&parts) else {
             return;
         };
-        if self.rng.gen_bool(0.1) {
-            let flags = *self.pick(&[libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC]);
+        if let Some(w) = spec.write {
+            let flags = [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC][w as usize];
             let got = self.core.open(ino, flags, |_| Ok(()));
             assert_eq!(
                 got.err().map(|e| e.errno()),
@@ -660,7 +1066,7 @@ impl Case {
             return;
         }
         let bytes = self.model_bytes(&parts);
-        let refuse = self.steps >= self.refuse_from;
+        let refuse = self.refusing;
         let mut registered = false;
         let got = self.core.open(ino, libc::O_RDONLY, |file| {
             registered = true;
@@ -737,11 +1143,11 @@ impl Case {
     }
 
     /// Fills the node file cache with the big file of a revision, now.
-    fn fill_random(&mut self) {
+    fn fill(&mut self, commit: Index) {
         let repo = REPOS[0];
         let m = &self.model[repo];
         let commits: Vec<CommitId> = m.commits.keys().copied().collect();
-        let c = commits[self.rng.gen_range(0..commits.len())];
+        let c = *commit.get(&commits);
         let Some(bytes) = m.commits[&c].get(BIG).cloned() else {
             return;
         };
@@ -752,19 +1158,18 @@ impl Case {
         self.filled.insert(bytes);
     }
 
-    /// Reads a random range of a random open file.
-    fn read_random(&mut self) {
+    /// Reads a range of an open file (with none open, opens `or_open`).
+    fn read(&mut self, handle: Index, at: &At, size: u32, or_open: &OpenSpec) {
         if self.open.is_empty() {
-            return self.open_random();
+            return self.open(or_open);
         }
-        let i = self.rng.gen_range(0..self.open.len());
+        let i = handle.index(self.open.len());
         let len = self.open[i].bytes.len() as u64;
-        let offset = match self.rng.gen_range(0..4) {
-            0 => 0,
-            1 => len + self.rng.gen_range(0..100),
-            _ => self.rng.gen_range(0..=len),
+        let offset = match at {
+            At::Start => 0,
+            At::PastEnd(n) => len + *n as u64,
+            At::Within(o) => o.index(len as usize + 1) as u64,
         };
-        let size = self.rng.gen_range(0..70_000u32);
         let f = &self.open[i];
         let got = self.core.read(f.ino, f.fh, offset, size);
         self.log.push(format!(
@@ -796,12 +1201,14 @@ impl Case {
         }
     }
 
-    /// Releases a random open handle; it then reads `EBADF`.
-    fn release_random(&mut self) {
-        if self.open.is_empty() {
-            return;
+    /// Releases an open handle; it then reads `EBADF`.
+    fn release(&mut self, handle: Index) {
+        if !self.open.is_empty() {
+            self.release_at(handle.index(self.open.len()));
         }
-        let i = self.rng.gen_range(0..self.open.len());
+    }
+
+    fn release_at(&mut self, i: usize) {
         let f = self.open.swap_remove(i);
         self.log.push(format!("release fh {}", f.fh));
         self.core.release(f.ino, f.fh);
@@ -810,12 +1217,12 @@ impl Case {
     }
 
     /// A file inode seen before keeps its attributes (even once its revision is removed).
-    fn getattr_seen(&mut self) {
+    fn getattr_seen(&mut self, which: Index) {
         let seen: Vec<(u64, u64)> = self.seen.iter().map(|(i, s)| (*i, *s)).collect();
         if seen.is_empty() {
             return;
         }
-        let (ino, size) = *self.pick(&seen);
+        let (ino, size) = *which.get(&seen);
         let a = self
             .core
             .getattr(ino)
@@ -826,13 +1233,13 @@ impl Case {
 }
 
 impl Case {
-    /// Sets a ref to a random commit of its repository, or deletes it.
-    fn move_ref(&mut self) {
-        let repo = self.pick(&REPOS).to_string();
-        let name = self.pick(&REF_NAMES).to_string();
+    /// Sets a ref to a commit of its repository, or deletes it.
+    fn move_ref(&mut self, repo: u8, name: u8, delete: bool, commit: Index) {
+        let repo = REPOS[repo as usize].to_string();
+        let name = REF_NAMES[name as usize].to_string();
         let id = Self::repo_id(&repo);
         let m = self.model.get_mut(&repo).unwrap();
-        if self.rng.gen_bool(0.2) {
+        if delete {
             if m.refs.remove(&name).is_some() {
                 self.store.delete_ref(&id, &name).unwrap();
             }
@@ -840,7 +1247,7 @@ impl Case {
             return;
         }
         let commits: Vec<CommitId> = m.commits.keys().copied().collect();
-        let c = commits[self.rng.gen_range(0..commits.len())];
+        let c = *commit.get(&commits);
         self.store.set_ref(&id, &name, &c).unwrap();
         m.refs.insert(name.clone(), c);
         self.log
@@ -848,8 +1255,8 @@ impl Case {
     }
 
     /// Removes a revision (and the refs to it), keeping one per repository.
-    fn remove_revision(&mut self) {
-        let repo = self.pick(&REPOS).to_string();
+    fn remove_revision(&mut self, repo: u8, open_one: bool, commit: Index) {
+        let repo = REPOS[repo as usize].to_string();
         let m = self.model.get_mut(&repo).unwrap();
         if m.commits.len() < 2 {
             return;
@@ -861,11 +1268,11 @@ impl Case {
             .filter(|f| f.repo == repo)
             .map(|f| f.commit)
             .collect();
-        if self.rng.gen_bool(0.5) && commits.iter().any(|c| open.contains(c)) {
+        if open_one && commits.iter().any(|c| open.contains(c)) {
             // One that a handle has open: its reads are then checked too.
             commits.retain(|c| open.contains(c));
         }
-        let c = commits[self.rng.gen_range(0..commits.len())];
+        let c = *commit.get(&commits);
         self.store
             .remove_commit(&Self::repo_id(&repo), &c, true)
             .unwrap();
@@ -878,20 +1285,20 @@ impl Case {
     /// Removes a revision and ingests other files as the same commit (the way out of an
     /// import conflict), `main` at it. A file of it looked up before keeps its inode if its
     /// bytes stayed; else that inode keeps its attributes and an open of it is `ESTALE`.
-    fn replace_revision(&mut self) {
-        let repo = self.pick(&REPOS).to_string();
+    fn replace_revision(&mut self, repo: u8, commit: Index, path: Index, n: u32, seed: u64) {
+        let repo = REPOS[repo as usize].to_string();
         let commits: Vec<CommitId> = self.model[&repo].commits.keys().copied().collect();
-        let c = *self.pick(&commits);
+        let c = *commit.get(&commits);
         let old = self.model[&repo].commits[&c].clone();
         let paths: Vec<String> = old.keys().cloned().collect();
-        let path = self.pick(&paths).clone();
+        let path = path.get(&paths).clone();
         let mut parts: Vec<String> = repo.split('/').map(String::from).collect();
         parts.push(c.to_hex());
         parts.extend(path.split('/').map(String::from));
         let before = self.walk(&parts).map(|(ino, _)| ino);
-        let n = self.rng.gen_range(100..1_000_000);
         let big = repo == REPOS[0];
-        let files = Arc::new(revision_files(&mut self.rng, Some(&old), n, big));
+        let mut rng = StdRng::seed_from_u64(seed);
+        let files = Arc::new(revision_files(&mut rng, Some(&old), n as usize, big));
         let id = Self::repo_id(&repo);
         self.store.remove_commit(&id, &c, true).unwrap();
         ingest_files(&self.store, &self.index, &repo, c, &files);
@@ -917,13 +1324,13 @@ impl Case {
     }
 
     /// Ingests a new revision of a repository and points `main` at it.
-    fn new_revision(&mut self) {
-        let repo = self.pick(&REPOS).to_string();
-        let n = self.rng.gen_range(100..1_000_000);
+    fn new_revision(&mut self, repo: u8, n: u32, seed: u64) {
+        let repo = REPOS[repo as usize].to_string();
         let base = self.model[&repo].commits.values().next().cloned();
         let big = repo == REPOS[0];
-        let files = Arc::new(revision_files(&mut self.rng, base.as_deref(), n, big));
-        let c = commit_id(&mut self.rng);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let files = Arc::new(revision_files(&mut rng, base.as_deref(), n as usize, big));
+        let c = self.new_commit(&mut rng);
         ingest_files(&self.store, &self.index, &repo, c, &files);
         self.store
             .set_ref(&Self::repo_id(&repo), "main", &c)
@@ -951,65 +1358,90 @@ impl Case {
     }
 }
 
-/// Runs one seed; on failure, prints it with the last steps and panics.
-fn run_seed(seed: u64) -> Counts {
-    let mut case = Case::new(seed);
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        for _ in 0..STEPS {
-            case.step();
+thread_local! {
+    /// While set, a panic on this thread is recorded in [`PANICKED`] and not printed (a
+    /// case's failure is reported once, shrunk, rather than at every try).
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+    /// The last quiet panic: its message and where it happened.
+    static PANICKED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, catching a panic: Err(its message and place), printed by nobody.
+fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let printing = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET.get() {
+                PANICKED.set(Some(info.to_string()));
+            } else {
+                printing(info);
+            }
+        }));
+    });
+    QUIET.set(true);
+    let result = catch_unwind(AssertUnwindSafe(f));
+    QUIET.set(false);
+    result.map_err(|_| PANICKED.take().unwrap_or_else(|| "a panic".into()))
+}
+
+/// Runs one case: the starting revisions from `setup`, the operations in order, then every
+/// handle left released. A failure is its panic and the last steps that led to it (each
+/// as it resolved against the case).
+fn run_case(setup: u64, ops: &[Op]) -> Result<Counts, String> {
+    let mut case = Case::new(setup);
+    quietly(|| {
+        for op in ops {
+            case.step(op);
         }
         // Every handle released: none left open.
         while !case.open.is_empty() {
-            case.release_random();
+            case.release_at(0);
         }
-    }));
-    if let Err(e) = result {
+    })
+    .map_err(|why| {
         let tail = case.log.len().saturating_sub(40);
-        eprintln!("model: seed {seed} FAILED (add it to REGRESSIONS); last steps:");
-        for l in &case.log[tail..] {
-            eprintln!("  {l}");
-        }
-        std::panic::resume_unwind(e);
-    }
-    case.counts
-}
-
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("MODEL_SEED") {
-        return vec![s.parse().expect("MODEL_SEED: a number")];
-    }
-    let n = std::env::var("MODEL_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(CASES);
-    let base: u64 = 0x6d6f_64656c;
-    REGRESSIONS
-        .iter()
-        .copied()
-        .chain((0..n).map(|i| base + i))
-        .collect()
+        let steps: Vec<String> = case.log[tail..].iter().map(|l| format!("  {l}")).collect();
+        format!("{why}\nlast steps:\n{}", steps.join("\n"))
+    })?;
+    Ok(case.counts)
 }
 
 #[test]
 fn mount_core_matches_the_model() {
-    let mut all = Counts::default();
-    for seed in seeds() {
-        let c = run_seed(seed);
-        all.found += c.found;
-        all.not_found += c.not_found;
-        all.listings += c.listings;
-        all.opens += c.opens;
-        all.reads += c.reads;
-        all.read_bytes += c.read_bytes;
-        all.reads_of_removed += c.reads_of_removed;
-        all.eio_of_removed += c.eio_of_removed;
-        for i in 0..3 {
-            all.modes[i] += c.modes[i];
-        }
-        all.gc_runs += c.gc_runs;
-        all.packs_rewritten += c.packs_rewritten;
-        all.stale_opens += c.stale_opens;
+    let cases = std::env::var("PROPTEST_CASES")
+        .map(|n| n.parse().expect("PROPTEST_CASES: a number"))
+        .unwrap_or(CASES);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        // fuse/tests/model.proptest-regressions: replayed first on every run, and where a
+        // new failure's seed is added.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        source_file: Some(file!()),
+        max_shrink_iters: 10_000,
+        max_shrink_time: 600_000,
+        rng_seed: match Config::default().rng_seed {
+            RngSeed::Random => RngSeed::Fixed(RNG_SEED),
+            chosen => chosen,
+        },
+        ..Config::default()
+    });
+    let all = RefCell::new(Counts::default());
+    let steps = Steps {
+        element: op(),
+        len: STEPS,
+    };
+    let result = runner.run(&(any::<u64>(), steps), |(setup, ops)| {
+        let counts = run_case(setup, &ops).map_err(TestCaseError::fail)?;
+        all.borrow_mut().add(&counts);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("model: {e}");
     }
+    let all = all.into_inner();
     eprintln!("model: {all:?}");
     // The run exercised what the properties are about.
     assert!(all.found > 0 && all.not_found > 0 && all.listings > 0 && all.opens > 0);

@@ -8,7 +8,7 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hubclient::{Error, HubClient, HubOptions, Verifier, Verifying};
 
@@ -82,11 +82,9 @@ fn start(bin: &Path, work: &Path) -> (Server, String) {
         .spawn()
         .unwrap();
     let server = Server(child);
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(30), "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    testutil::wait_until("serve to start", Duration::from_secs(30), || {
+        TcpStream::connect(("127.0.0.1", port)).ok()
+    });
     (server, format!("http://127.0.0.1:{port}"))
 }
 

@@ -12,6 +12,9 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
+/// The one way the tests wait for something (the `testutil` crate): polls with a short
+/// backoff, fails naming what it waited for.
+pub use testutil::{poll_until, wait_until};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -486,24 +489,27 @@ pub fn spawn_paused(cmd: &mut Command, point: &str, dir: &Path) -> std::process:
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let start = std::time::Instant::now();
-    while !dir.join(format!("{point}.reached")).exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("exited ({st}) before {point}: {err}");
-        }
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(300),
-            "{point} never reached"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let reached = dir.join(format!("{point}.reached"));
+    wait_until(
+        format_args!("the pause point {point} to be reached"),
+        std::time::Duration::from_secs(300),
+        || {
+            if reached.exists() {
+                return Some(());
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("exited ({st}) before {point}: {err}");
+            }
+            None
+        },
+    );
     child
 }
 
@@ -565,15 +571,14 @@ impl Served {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let t = std::time::Instant::now();
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                t.elapsed() < std::time::Duration::from_secs(20),
-                "serve did not come up: {}",
-                std::fs::read_to_string(&log).unwrap()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_until(
+            std::fmt::from_fn(|f| {
+                let log = std::fs::read_to_string(&log).unwrap();
+                write!(f, "serve to come up on {addr}; its log:\n{log}")
+            }),
+            std::time::Duration::from_secs(20),
+            || std::net::TcpStream::connect(&addr).ok(),
+        );
         Served { child, addr, log }
     }
 

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::Env;
+use super::{poll_until, wait_until, Env};
 
 pub fn is_mounted(path: &Path) -> bool {
     let want = path.canonicalize().unwrap_or(path.to_path_buf());
@@ -45,8 +45,10 @@ impl Mount {
             child: Some(child),
             path,
         };
-        let t = Instant::now();
-        while !is_mounted(&m.path) {
+        wait_until("the mount to come up", Duration::from_secs(20), || {
+            if is_mounted(&m.path) {
+                return Some(());
+            }
             if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
                 let mut err = String::new();
                 std::io::Read::read_to_string(
@@ -56,12 +58,8 @@ impl Mount {
                 .unwrap();
                 panic!("mount exited early ({st}): {err}");
             }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "mount did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            None
+        });
         m
     }
 
@@ -82,17 +80,11 @@ impl Mount {
         let mut child = self.child.take().unwrap();
         // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st;
-            }
-            if t.elapsed() > Duration::from_secs(20) {
-                let _ = child.kill();
-                return child.wait().unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // Killed when it has not exited in 20 s (this runs in Drop too: no panic).
+        poll_until(Duration::from_secs(20), || child.try_wait().unwrap()).unwrap_or_else(|| {
+            let _ = child.kill();
+            child.wait().unwrap()
+        })
     }
 }
 

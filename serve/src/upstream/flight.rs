@@ -372,7 +372,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc::channel;
     use std::sync::Barrier;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     #[derive(Clone, Debug, PartialEq)]
     enum R {
@@ -417,10 +417,9 @@ mod tests {
                     started.wait();
                     // Bounded, so a broken single flight fails the asserts below
                     // instead of hanging.
-                    let give_up = Instant::now() + Duration::from_secs(10);
-                    while inner.joined(&7) < 8 && Instant::now() < give_up {
-                        std::thread::yield_now();
-                    }
+                    testutil::poll_until(Duration::from_secs(10), || {
+                        (inner.joined(&7) >= 8).then_some(())
+                    });
                     R::Ok(runs.fetch_add(1, Ordering::SeqCst) + 41)
                 })
             })
@@ -466,10 +465,9 @@ mod tests {
             let f = f.clone();
             std::thread::spawn(move || f.run(&1, || R::Ok(0)))
         };
-        let t = Instant::now();
-        while f.joined(&1) < 1 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::yield_now();
-        }
+        testutil::wait_until("the waiter to join", Duration::from_secs(10), || {
+            (f.joined(&1) >= 1).then_some(())
+        });
         go.send(()).unwrap();
         let got = answer(move || (leader.join().unwrap(), waiter.join().unwrap()));
         let Some(((R::Failed(a), true), (R::Failed(b), false))) = got else {
@@ -507,11 +505,9 @@ mod tests {
             let f = f.clone();
             std::thread::spawn(move || f.run(&2, || R::Ok(2)))
         };
-        let t = Instant::now();
-        while f.inflight.lock().unwrap().get(&2).is_none() && t.elapsed() < Duration::from_secs(10)
-        {
-            std::thread::yield_now();
-        }
+        testutil::wait_until("key 2 to be queued", Duration::from_secs(10), || {
+            f.inflight.lock().unwrap().get(&2).map(|_| ())
+        });
         let got = answer({
             let f = f.clone();
             move || f.run(&3, || R::Ok(3))

@@ -270,18 +270,15 @@ mod tests {
         // Wait for the file system's clock to move (it may tick coarsely), then write the
         // same number of bytes and put the mtime back: the ctime still tells.
         let probe = dir.path().join("probe");
-        loop {
-            std::fs::write(&probe, b"x").unwrap();
-            if stamper
-                .stamp_again(&File::open(&probe).unwrap())
-                .unwrap()
-                .ctime_ns
-                > a.ctime_ns
-            {
-                break;
-            }
-            std::thread::yield_now();
-        }
+        testutil::wait_until(
+            "the file system's clock to pass the file's ctime",
+            Duration::from_secs(60),
+            || {
+                std::fs::write(&probe, b"x").unwrap();
+                let probed = stamper.stamp_again(&File::open(&probe).unwrap()).unwrap();
+                (probed.ctime_ns > a.ctime_ns).then_some(())
+            },
+        );
         let w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         std::io::Write::write_all(&mut &w, b"xyz").unwrap();
         let old = std::time::UNIX_EPOCH + Duration::from_nanos(a.mtime_ns as u64);
