@@ -3,7 +3,8 @@
 //! process since it started (the page says so), and is bounded ([`KEPT`] of each).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// Entries kept of each kind; the oldest goes first.
 pub const KEPT: usize = 50;
@@ -89,8 +90,8 @@ impl Recent {
         )
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Pull>, VecDeque<Failure>)> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, (VecDeque<Pull>, VecDeque<Failure>)> {
+        self.inner.lock()
     }
 }
 
