@@ -32,6 +32,28 @@ const STALE_TEMP: Duration = Duration::from_secs(3600);
 /// least useful notes are forgotten (the modification times remain).
 pub const MAX_NOTED: usize = 100_000;
 
+/// Parts of [`noted_cache`]: a power of two that divides [`MAX_NOTED`].
+const NOTED_SHARDS: usize = 32;
+const _: () = assert!(MAX_NOTED.is_multiple_of(NOTED_SHARDS));
+
+/// The uses noted in memory: at most [`MAX_NOTED`] on any machine. quick_cache splits its
+/// bound into parts (by default four per core, rounded to a power of two) and rounds each
+/// part up: 100,000 in 64 parts (a 16-core machine) would hold 100,032. 32 parts divide it.
+fn noted_cache() -> Cache<PathBuf, SystemTime> {
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(NOTED_SHARDS)
+        .estimated_items_capacity(MAX_NOTED)
+        .weight_capacity(MAX_NOTED as u64)
+        .build()
+        .unwrap_or_else(|e| unreachable!("constant options: {e}"));
+    Cache::with_options(
+        options,
+        quick_cache::UnitWeighter,
+        Default::default(),
+        Default::default(),
+    )
+}
+
 /// A directory of entries with a size limit.
 pub struct LruDir {
     dir: PathBuf,
@@ -61,7 +83,7 @@ impl LruDir {
             bytes: AtomicU64::new(0),
             evicting: Mutex::new(()),
             counter: AtomicU64::new(0),
-            used: Cache::new(MAX_NOTED),
+            used: noted_cache(),
         };
         let total: u64 = d.scan(true).iter().map(|e| e.len).sum();
         d.bytes.store(total, Ordering::Relaxed);

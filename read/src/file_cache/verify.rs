@@ -37,6 +37,28 @@ use repo::manifest::FileEntry;
 /// useful are forgotten (their entries are checked again at their next open).
 pub const MAX_RECORDS: usize = 100_000;
 
+/// Parts of [`records_cache`]: a power of two that divides [`MAX_RECORDS`].
+const RECORDS_SHARDS: usize = 32;
+const _: () = assert!(MAX_RECORDS.is_multiple_of(RECORDS_SHARDS));
+
+/// The records: at most [`MAX_RECORDS`] on any machine. quick_cache splits its bound into
+/// parts (by default four per core, rounded to a power of two) and rounds each part up:
+/// 100,000 in 64 parts (a 16-core machine) would hold 100,032. 32 parts divide it.
+fn records_cache() -> Cache<[u8; 32], (Stamp, Verdict)> {
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(RECORDS_SHARDS)
+        .estimated_items_capacity(MAX_RECORDS)
+        .weight_capacity(MAX_RECORDS as u64)
+        .build()
+        .unwrap_or_else(|e| unreachable!("constant options: {e}"));
+    Cache::with_options(
+        options,
+        quick_cache::UnitWeighter,
+        Default::default(),
+        Default::default(),
+    )
+}
+
 /// Bytes read and hashed by one task of a check (whole chunks, at least one, so at most
 /// this plus `format::MAX_CHUNK_LEN`): the buffer each of the pool's threads holds while a
 /// check runs.
@@ -217,7 +239,7 @@ impl Default for Checks {
     fn default() -> Checks {
         Checks {
             state: Mutex::new(State {
-                records: Cache::new(MAX_RECORDS),
+                records: records_cache(),
                 busy: HashSet::new(),
             }),
             done: Condvar::new(),
