@@ -1064,20 +1064,27 @@ mod tests {
     fn the_ref_lists_and_the_revisions_entered_keep_to_their_bounds() {
         let store = Store::open_or_create(Arc::new(MemoryStore::new()), CreateOptions::default());
         let ns = Namespace::full(store.unwrap());
+        assert_eq!(ns.refs.capacity(), REF_LISTS as u64);
+        assert_eq!(ns.entered.capacity(), ENTERED as u64);
         let n = REF_LISTS * 10;
+        let repo_of = |i: usize| RepoId::parse(&format!("org/model-{i}")).unwrap();
+        let mut most = 0;
         for i in 0..n {
-            let repo = RepoId::parse(&format!("org/model-{i}")).unwrap();
             let refs = vec![("main".to_string(), CommitId([1; 20]))];
             let value = Timed {
                 at: Instant::now(),
                 value: refs,
             };
-            ns.refs.insert(repo, value);
+            ns.refs.insert(repo_of(i), value);
+            most = most.max(ns.refs.len());
             assert!(ns.refs.len() <= REF_LISTS);
+            assert!(ns.refs.peek(&repo_of(i)).is_some(), "refs {i} just listed");
         }
         assert!(ns.refs.len() > REF_LISTS / 2);
+        assert!(ns.refs.get(&repo_of(n - 1)).is_some(), "the last listing");
         println!(
-            "cache-bound fuse refs: bound {REF_LISTS} entries; after {n} inserts: {} entries",
+            "cache-bound fuse refs: bound {REF_LISTS} entries; after {n} inserts: {} entries \
+             (at most {most})",
             ns.refs.len()
         );
         let repo = RepoId::parse("org/model").unwrap();
@@ -1089,13 +1096,18 @@ mod tests {
         assert!(ns.first_entry((repo.clone(), commit(0))));
         assert!(!ns.first_entry((repo.clone(), commit(0))));
         let n = ENTERED * 10;
+        let mut most = 0;
         for i in 1..n {
             assert!(ns.first_entry((repo.clone(), commit(i))));
+            most = most.max(ns.entered.len());
             assert!(ns.entered.len() <= ENTERED);
         }
         assert!(ns.entered.len() > ENTERED / 2);
+        // The last revision entered is remembered: entering it again is not a first entry.
+        assert!(!ns.first_entry((repo.clone(), commit(n - 1))));
         println!(
-            "cache-bound fuse entered: bound {ENTERED} entries; after {n} inserts: {} entries",
+            "cache-bound fuse entered: bound {ENTERED} entries; after {n} inserts: {} entries \
+             (at most {most})",
             ns.entered.len()
         );
     }
@@ -1118,16 +1130,26 @@ mod tests {
         let repo = RepoId::parse("a/b").unwrap();
         let key = |n: u8| (repo.clone(), CommitId([n; 20]));
         let trees = Trees::new();
+        assert_eq!(trees.cache.capacity(), TREES as u64);
         let n = TREES * 4;
+        let mut most = 0;
         for i in 0..n {
             trees.put(key(i as u8), tree(i as u8), "t".into());
-            // The first stays in use.
+            most = most.max(trees.cache.len());
+            // The first stays in use, and the one just read is served.
             assert!(trees.get(&key(0), Duration::from_secs(60), None).is_some());
+            assert!(
+                trees.cache.peek(&key(i as u8)).is_some(),
+                "tree {i} just read"
+            );
             assert!(trees.cache.len() <= TREES, "{}", trees.cache.len());
         }
         assert!(trees.cache.len() > TREES / 2);
+        let last = key((n - 1) as u8);
+        assert!(trees.get(&last, Duration::from_secs(60), None).is_some());
         println!(
-            "cache-bound fuse trees: bound {TREES} entries; after {n} inserts: {} entries",
+            "cache-bound fuse trees: bound {TREES} entries; after {n} inserts: {} entries \
+             (at most {most})",
             trees.cache.len()
         );
         // A tag other than the one read under is not the cached tree.

@@ -133,16 +133,24 @@ mod tests {
     fn at_most_max_open_files_stay_open() {
         let dir = tempfile::tempdir().unwrap();
         let files = OpenFiles::default();
+        assert_eq!(files.slots.capacity(), MAX_OPEN as u64);
         let n = MAX_OPEN * 10;
+        let mut most = 0;
         for i in 0..n {
             let p = dir.path().join(i.to_string());
             std::fs::write(&p, b"x").unwrap();
             files.get(&i.to_string(), &p).unwrap();
+            most = most.max(files.len());
             assert!(files.len() <= MAX_OPEN, "{}", files.len());
+            assert!(
+                files.slots.peek(&i.to_string()).is_some(),
+                "file {i} just opened"
+            );
         }
         assert!(files.len() > MAX_OPEN / 2);
         println!(
-            "cache-bound objects open_files: bound {MAX_OPEN} entries; after {n} inserts: {} entries",
+            "cache-bound objects open_files: bound {MAX_OPEN} entries; after {n} inserts: {} entries \
+             (at most {most})",
             files.len()
         );
         // The last one opened is open.

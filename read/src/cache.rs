@@ -562,15 +562,20 @@ mod tests {
         let c = chunks(n, len);
         let p = one_pack(&c);
         let cache = Arc::new(ChunkCache::new(p.store.clone(), budget, 2).unwrap());
+        let (mut most_held, mut most_loading) = (0, 0);
         for src in &p.sources {
             cache.get(src).unwrap();
+            most_held = most_held.max(cache.held_bytes());
             assert!(cache.held_bytes() <= budget, "{}", cache.held_bytes());
+            assert!(cache.holds(&src.id), "the chunk just read is held");
         }
         // Prefetches of every chunk, twice over: the loads in flight stay within half the
         // budget, and the ready chunks within it once they are in.
         for _ in 0..2 {
             for run in p.sources.chunks(20) {
                 cache.prefetch_run(run);
+                most_loading = most_loading.max(cache.loading_bytes());
+                most_held = most_held.max(cache.held_bytes());
                 assert!(
                     cache.loading_bytes() <= budget / 2,
                     "{}",
@@ -580,12 +585,18 @@ mod tests {
         }
         for src in &p.sources {
             cache.get(src).unwrap();
+            most_held = most_held.max(cache.held_bytes());
         }
         let held = cache.held_bytes();
         assert!(held <= budget && held > budget / 2, "{held}");
+        assert!(
+            cache.holds(&p.sources[n - 1].id),
+            "the last chunk read is held"
+        );
         println!(
             "cache-bound read chunk_cache: bound {budget} bytes; after {n} chunks of {len} bytes \
-             read twice and prefetched twice: {} entries, {held} bytes",
+             read twice and prefetched twice: {} entries, {held} bytes (at most {most_held} \
+             held, {most_loading} loading)",
             cache.lock().lru.len()
         );
     }

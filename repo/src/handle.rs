@@ -466,17 +466,26 @@ mod tests {
         let entries: Arc<HashMap<u32, Dest>> = Arc::new((0..1000).map(|i| (i, dest(i))).collect());
         let record = (Instant::now(), Some(entries));
         let each = MovedBytes.weight(&PackId([0; 32]), &record);
+        assert_eq!(cache.capacity(), MOVED_BUDGET);
         let n = 10 * MOVED_BUDGET / each;
-        for i in 0..n {
+        let pack = |i: u64| {
             let mut id = [0u8; 32];
             id[..8].copy_from_slice(&i.to_le_bytes());
-            cache.insert(PackId(id), record.clone());
+            PackId(id)
+        };
+        let (mut most_len, mut most_weight) = (0, 0);
+        for i in 0..n {
+            cache.insert(pack(i), record.clone());
+            most_len = most_len.max(cache.len());
+            most_weight = most_weight.max(cache.weight());
             assert!(cache.weight() <= MOVED_BUDGET, "{}", cache.weight());
+            assert!(cache.peek(&pack(i)).is_some(), "record {i} just read");
         }
         assert!(cache.weight() > MOVED_BUDGET / 2);
+        assert!(cache.get(&pack(n - 1)).is_some(), "the last record");
         println!(
             "cache-bound repo moved: bound {MOVED_BUDGET} bytes; after {n} inserts of {each} bytes: \
-             {} entries, {} bytes",
+             {} entries, {} bytes (at most {most_len} entries, {most_weight} bytes)",
             cache.len(),
             cache.weight()
         );

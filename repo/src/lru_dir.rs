@@ -308,14 +308,21 @@ mod tests {
     fn uses_noted_in_memory_keep_to_their_bound() {
         let t = tempfile::tempdir().unwrap();
         let d = LruDir::open(t.path(), 1000).unwrap();
+        assert_eq!(d.used.capacity(), MAX_NOTED as u64);
         let n = MAX_NOTED * 4;
+        let path = |i: usize| d.path(&hex_of(&(i as u64).to_le_bytes().repeat(4)));
+        let mut most = 0;
         for i in 0..n {
-            d.note_use(&d.path(&hex_of(&(i as u64).to_le_bytes().repeat(4))));
+            d.note_use(&path(i));
+            most = most.max(d.used.len());
             assert!(d.used.len() <= MAX_NOTED);
+            assert!(d.used.peek(&path(i)).is_some(), "use {i} just noted");
         }
         assert!(d.used.len() > MAX_NOTED / 2);
+        assert!(d.used.get(&path(n - 1)).is_some(), "the last use noted");
         println!(
-            "cache-bound repo lru_dir used: bound {MAX_NOTED} entries; after {n} inserts: {} entries",
+            "cache-bound repo lru_dir used: bound {MAX_NOTED} entries; after {n} inserts: {} entries \
+             (at most {most})",
             d.used.len()
         );
     }

@@ -385,14 +385,20 @@ mod tests {
         );
         let r = REFRESH.as_millis() as u64;
         assert!(claim_key(&written, &key(0), t + r), "due again");
+        assert_eq!(written.capacity(), WRITTEN_MAX as u64);
         let n = WRITTEN_MAX * 10;
+        let mut most = 0;
         for i in 1..n {
             assert!(claim_key(&written, &key(i), t));
+            most = most.max(written.len());
             assert!(written.len() <= WRITTEN_MAX);
         }
         assert!(written.len() > WRITTEN_MAX / 2);
+        // The last claim is remembered: claimed again within the refresh, it is refused.
+        assert!(!claim_key(&written, &key(n - 1), t + 1));
         println!(
-            "cache-bound repo usage written: bound {WRITTEN_MAX} entries; after {n} inserts: {} entries",
+            "cache-bound repo usage written: bound {WRITTEN_MAX} entries; after {n} inserts: {} entries \
+             (at most {most})",
             written.len()
         );
     }

@@ -922,8 +922,9 @@ mod xet;
 mod tests {
     use super::*;
 
-    /// Inserts `n` distinct entries into `cache`, checks that at most `bound` stay, and
-    /// prints the figure (docs/BENCHMARKS.md, "Cache bounds").
+    /// Inserts `n` distinct entries into `cache`, checks that at most `bound` stay and that
+    /// the entry just inserted is served, and prints the figure (docs/BENCHMARKS.md,
+    /// "Memory bounds of in-memory caches").
     fn fill<K, V>(
         name: &str,
         cache: &Cache<K, V>,
@@ -931,25 +932,32 @@ mod tests {
         n: usize,
         entry: impl Fn(usize) -> (K, V),
     ) where
-        K: Eq + std::hash::Hash,
+        K: Eq + std::hash::Hash + Clone,
         V: Clone,
     {
+        assert_eq!(cache.capacity(), bound as u64, "{name}: capacity");
+        let mut most = 0;
         for i in 0..n {
             let (k, v) = entry(i);
-            cache.insert(k, v);
+            cache.insert(k.clone(), v);
+            most = most.max(cache.len());
             assert!(
                 cache.len() <= bound,
                 "{name}: {} entries > {bound}",
                 cache.len()
             );
+            assert!(cache.peek(&k).is_some(), "{name}: entry {i} just inserted");
         }
+        let (last, _) = entry(n - 1);
+        assert!(cache.get(&last).is_some(), "{name}: the last entry");
         assert!(
             cache.len() > bound / 2,
             "{name}: {} entries kept",
             cache.len()
         );
         println!(
-            "cache-bound serve {name}: bound {bound} entries; after {n} inserts: {} entries",
+            "cache-bound serve {name}: bound {bound} entries; after {n} inserts: {} entries \
+             (at most {most})",
             cache.len()
         );
     }

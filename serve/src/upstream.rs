@@ -355,19 +355,23 @@ mod tests {
     #[test]
     fn the_mirror_s_caches_keep_to_their_bounds() {
         let refs: Cache<RefKey, (Instant, Resolved)> = Cache::new(REF_CACHE);
+        assert_eq!(refs.capacity(), REF_CACHE as u64);
         let n = REF_CACHE * 10;
         let repo = RepoId::parse("org/model").unwrap();
+        let key = |i: usize| (repo.clone(), format!("branch-{i}"));
+        let mut most = 0;
         for i in 0..n {
             let failed = Err(UpstreamError::Unavailable(format!("failure {i}")));
-            refs.insert(
-                (repo.clone(), format!("branch-{i}")),
-                (Instant::now(), failed),
-            );
+            refs.insert(key(i), (Instant::now(), failed));
+            most = most.max(refs.len());
             assert!(refs.len() <= REF_CACHE, "{} refs", refs.len());
+            assert!(refs.peek(&key(i)).is_some(), "ref {i} just inserted");
         }
         assert!(refs.len() > REF_CACHE / 2);
+        assert!(refs.get(&key(n - 1)).is_some(), "the last ref answered");
         println!(
-            "cache-bound serve upstream refs: bound {REF_CACHE} entries; after {n} inserts: {} entries",
+            "cache-bound serve upstream refs: bound {REF_CACHE} entries; after {n} inserts: {} entries \
+             (at most {most})",
             refs.len()
         );
         let notes = Notes {
@@ -375,16 +379,22 @@ mod tests {
             endpoint: "http://upstream".into(),
             recent: Arc::default(),
         };
+        assert_eq!(notes.warned.lock().capacity(), WARNED_MAX as u64);
         let n = WARNED_MAX * 10;
+        let mut most = 0;
         for i in 0..n {
             let r: Result<(), _> = Err(UpstreamError::Unavailable(format!("failure {i}")));
             notes.note(&r, "resolving org/model@main", "resolve");
+            most = most.max(notes.warned.lock().len());
             assert!(notes.warned.lock().len() <= WARNED_MAX);
+            // The failure just logged is remembered: the same one again is not logged.
+            assert!(notes.warned.lock().contains_key(&format!("failure {i}")));
         }
         let kept = notes.warned.lock().len();
         assert!(kept > WARNED_MAX / 2);
         println!(
-            "cache-bound serve upstream warned: bound {WARNED_MAX} entries; after {n} inserts: {kept} entries"
+            "cache-bound serve upstream warned: bound {WARNED_MAX} entries; after {n} inserts: {kept} entries \
+             (at most {most})"
         );
         // The upstream answers: every failure is forgotten.
         notes.note(

@@ -422,20 +422,25 @@ mod tests {
             btime: (4, 0),
             ctime: (5, 0),
         };
+        assert_eq!(checks.state.lock().records.capacity(), MAX_RECORDS as u64);
         let n = MAX_RECORDS * 4;
+        let mut most = 0;
         for i in 0..n {
             let sha = *blake3::hash(&(i as u64).to_le_bytes()).as_bytes();
             let Claim::Mine(p) = checks.claim(&sha, &stamp) else {
                 panic!("entry {i} was known before it was checked");
             };
             p.finish(Some((stamp, Verdict::Good)));
-            assert!(checks.state.lock().records.len() <= MAX_RECORDS);
+            let s = checks.state.lock();
+            most = most.max(s.records.len());
+            assert!(s.records.len() <= MAX_RECORDS);
+            assert!(s.records.peek(&sha).is_some(), "record {i} just made");
         }
         let kept = checks.state.lock().records.len();
         assert!(kept > MAX_RECORDS / 2, "{kept}");
         println!(
             "cache-bound read file_cache verify records: bound {MAX_RECORDS} entries; after {n} inserts: \
-             {kept} entries"
+             {kept} entries (at most {most})"
         );
         // The last one checked is known under its stamp.
         let last = *blake3::hash(&(n as u64 - 1).to_le_bytes()).as_bytes();

@@ -205,12 +205,26 @@ mod tests {
             inner: Arc::new(objects::MemoryStore::new()),
             state: Mutex::default(),
         };
+        assert_eq!(c.lock().kept.capacity(), BUDGET as u64);
         let object = vec![7u8; 1 << 20];
         let n = 10 * BUDGET / object.len();
+        let (mut most_len, mut most_weight) = (0, 0);
         for i in 0..n {
             c.keep(&format!("{KEY}{i}"), format!("tag{i}"), &object);
+            {
+                let s = c.lock();
+                most_len = most_len.max(s.kept.len());
+                most_weight = most_weight.max(s.kept.weight());
+            }
             assert!(c.lock().kept.weight() <= BUDGET as u64);
+            assert!(
+                c.lock().kept.peek(&format!("{KEY}{i}")).is_some(),
+                "read {i} just kept"
+            );
         }
+        // The last read kept is answered from memory under its tag.
+        let last = c.lock().kept.get(&format!("{KEY}{}", n - 1));
+        assert_eq!(last.map(|(tag, _)| tag), Some(format!("tag{}", n - 1)));
         let (len, weight) = {
             let s = c.lock();
             (s.kept.len(), s.kept.weight())
@@ -218,7 +232,7 @@ mod tests {
         assert!(weight > BUDGET as u64 / 2, "{weight}");
         println!(
             "cache-bound serve ui manifest_cache: bound {BUDGET} bytes; after {n} inserts of 1 MiB: \
-             {len} entries, {weight} bytes"
+             {len} entries, {weight} bytes (at most {most_len} entries, {most_weight} bytes)"
         );
         // Larger than a part of the budget: never kept.
         c.keep(KEY, "big".into(), &vec![0u8; BUDGET / SHARDS + 1]);
