@@ -13,10 +13,10 @@ use common::{ingest_series, poll_until, series, tree_hashes, Env};
 const REPO: &str = "demo-org/demo-llm";
 
 /// One test at a time: one of them stops the server.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+fn serial() -> parking_lot::MutexGuard<'static, ()> {
+    SERIAL.lock()
 }
 
 const NEEDS_S3: &str = "needs an S3 server: MODELCAS_TEST_BACKEND=s3 (tests/garage.sh, .ci/run)";

@@ -363,7 +363,7 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
             s
         })
         .collect();
-    let open = std::sync::Arc::new(std::sync::Mutex::new(vec![true; 64]));
+    let open = std::sync::Arc::new(parking_lot::Mutex::new(vec![true; 64]));
     let dripper = {
         let open = open.clone();
         let mut socks: Vec<TcpStream> = slow.iter_mut().map(|s| s.try_clone().unwrap()).collect();
@@ -374,7 +374,7 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
             while t.elapsed() < Duration::from_secs(120) {
                 let mut any = false;
                 for (i, s) in socks.iter_mut().enumerate() {
-                    if !open.lock().unwrap()[i] {
+                    if !open.lock()[i] {
                         continue;
                     }
                     any = true;
@@ -387,7 +387,7 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
                         Err(_) => true,
                     };
                     if closed {
-                        open.lock().unwrap()[i] = false;
+                        open.lock()[i] = false;
                     }
                 }
                 if !any {
@@ -408,7 +408,7 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
     let (status, head, body) = raw_get(&srv.addr, format!("/{REPO}/resolve/r4/{shard}").as_bytes());
     assert_eq!(status, 200, "{head}");
     assert_eq!(sha256(&body), expected_sha("r4", &shard));
-    let held = open.lock().unwrap().iter().filter(|o| **o).count();
+    let held = open.lock().iter().filter(|o| **o).count();
     assert!(
         held == 64 || started.elapsed() >= Duration::from_secs(timeout_s),
         "slow clients closed before their header timeout: {held} of 64 open"
@@ -417,7 +417,7 @@ fn slow_clients_are_closed_and_do_not_stall_downloads() {
     assert_eq!(status, 200);
 
     // Then the header timeout closes every one of them.
-    let still = || open.lock().unwrap().iter().filter(|o| **o).count();
+    let still = || open.lock().iter().filter(|o| **o).count();
     wait_until(
         std::fmt::from_fn(|f| {
             let (n, t) = (still(), started.elapsed());

@@ -308,7 +308,7 @@ impl<B> MountCore<B> {
             &tree.manifest.files[i],
         );
         let keep_cache = prepared.keeps_cache();
-        let mut inodes = self.open.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inodes = self.open.inodes.lock();
         let mode = match inodes.get(&ino) {
             Some(open) => OpenFiles::shared_mode(&open.mode, &prepared)?,
             None => self.open.choose_mode(prepared.fresh(), register),
@@ -350,11 +350,7 @@ impl<B> MountCore<B> {
     /// thread) and holds it in use until the handle is released.
     fn hold(&self, fh: u64, tree: &read::tree::Tree) {
         let hold = self.ns.record_use(tree);
-        self.open
-            .uses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, hold);
+        self.open.uses.lock().insert(fh, hold);
     }
 
     /// Up to `size` bytes at `offset` of file `_ino` through its open handle `fh` (the
@@ -379,11 +375,7 @@ impl<B> MountCore<B> {
     /// Releases handle `fh` of file `ino` (a handle not open: nothing). The last handle
     /// of an inode ends its mode; a streamed file is then asked for in the file cache.
     pub fn release(&self, ino: u64, fh: u64) {
-        self.open
-            .uses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh);
+        self.open.uses.lock().remove(&fh);
         let Some(handle) = self.open.lock_handles().remove(&fh) else {
             return;
         };

@@ -24,8 +24,9 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::{Mutex, MutexGuard};
 use read::cache::ChunkCache;
 use read::file_cache::{FileCache, HeldFile};
 use read::source::{FileSource, ReadPlan, Reload};
@@ -161,13 +162,7 @@ impl<B> OpenFiles<B> {
         let Some(files) = self.files.as_ref() else {
             return Prepared::Fresh(None);
         };
-        let held = match self
-            .inodes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&ino)
-            .map(|open| &open.mode)
-        {
+        let held = match self.inodes.lock().get(&ino).map(|open| &open.mode) {
             None => None,
             Some(Mode::Stream) => return Prepared::Fresh(None),
             Some(Mode::Whole(file) | Mode::Passthrough { file, .. }) => Some(file.clone()),
@@ -243,13 +238,13 @@ impl<B> OpenFiles<B> {
     }
 
     /// The handle table.
-    pub(crate) fn lock_handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
-        self.handles.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn lock_handles(&self) -> MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
+        self.handles.lock()
     }
 
     /// One handle of `ino` fewer; the inode's mode (and its backing file) goes with the last.
     pub(crate) fn forget_open(&self, ino: u64) {
-        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inodes = self.inodes.lock();
         if let Some(open) = inodes.get_mut(&ino) {
             open.count = open.count.saturating_sub(1);
             if open.count == 0 {

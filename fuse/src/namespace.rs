@@ -28,14 +28,19 @@
 //! its manifest object and read again when that changed (a gc that only moves chunks gives
 //! the same content, so the same inodes). The core (`crate::fs`) gives the children of
 //! views short entry timeouts so the kernel asks again. At most [`TREES`] trees are kept
-//! (an open file holds its own).
+//! (an open file holds its own), the refs of at most [`REF_LISTS`] repositories, and at
+//! most [`ENTERED`] revisions are remembered as entered; each is a `quick_cache`, and what
+//! it evicts is read again. The inode table is not a cache: it keeps every node seen for
+//! the life of the mount (see [`Namespace::ino`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use format::{layout, CommitId, RepoId};
+use parking_lot::Mutex;
+use quick_cache::sync::{Cache, EntryAction, EntryResult};
 use read::tree::{Child, Tree};
 use repo::manifest::{FileEntry, Manifest};
 use repo::{Store, StoreError};
@@ -44,8 +49,15 @@ use repo::{Store, StoreError};
 /// being checked again.
 pub const REFRESH: Duration = Duration::from_secs(2);
 
-/// How many revisions' trees are cached; the least recently used beyond it are dropped.
+/// How many revisions' trees are cached; beyond it the least useful are dropped.
 pub const TREES: usize = 64;
+
+/// How many repositories' refs are cached (a miss lists them again).
+pub const REF_LISTS: usize = 1024;
+
+/// How many revisions are remembered as entered, for the first-entry hook: one evicted
+/// and entered again is warmed again (`read::warm`, a few small reads).
+pub const ENTERED: usize = 4096;
 
 /// The root inode.
 pub const ROOT: u64 = 1;
@@ -141,12 +153,14 @@ struct Inodes {
 /// A repository's refs, by name, with the commits they point at.
 type RefList = Vec<(String, CommitId)>;
 
+#[derive(Clone)]
 struct Timed<T> {
     at: Instant,
     value: T,
 }
 
 /// A revision's tree as read, and what tells whether it is still the store's.
+#[derive(Clone)]
 struct Cached {
     tree: Arc<Tree>,
     /// [`digest`] of the tree's manifest.
@@ -155,62 +169,65 @@ struct Cached {
     tag: String,
     /// When the tag was last compared with the store's.
     checked: Instant,
-    /// The [`Trees::clock`] of its last use.
-    used: u64,
 }
 
-/// The cached trees, least recently used dropped beyond [`TREES`].
-#[derive(Default)]
+/// The cached trees: at most [`TREES`], the least useful dropped beyond it.
 struct Trees {
-    map: HashMap<(RepoId, CommitId), Cached>,
-    clock: u64,
+    cache: Cache<(RepoId, CommitId), Cached>,
 }
 
 /// A revision's tree and the [`digest`] of its content.
 type Revision = (Arc<Tree>, u64);
 
 impl Trees {
-    /// The entry of `key`, marked used: without `tag`, if it was checked within `refresh`;
-    /// with it, if it was read under that tag (it is then marked checked now).
+    fn new() -> Trees {
+        Trees {
+            cache: Cache::new(TREES),
+        }
+    }
+
+    /// The entry of `key`: without `tag`, if it was checked within `refresh`; with it, if
+    /// it was read under that tag (it is then marked checked now). Looked at and marked
+    /// in one step, so a tree put meanwhile under another tag is never marked.
     fn get(
-        &mut self,
+        &self,
         key: &(RepoId, CommitId),
         refresh: Duration,
         tag: Option<&str>,
     ) -> Option<Revision> {
-        self.clock += 1;
-        let c = self.map.get_mut(key)?;
-        match tag {
-            Some(t) if !t.is_empty() && t == c.tag => c.checked = Instant::now(),
-            Some(_) => return None,
-            None if c.checked.elapsed() >= refresh => return None,
-            None => {}
+        let found = self.cache.entry(key, None, |_, c| {
+            match tag {
+                Some(t) if !t.is_empty() && t == c.tag => c.checked = Instant::now(),
+                Some(_) => return EntryAction::Retain(None),
+                None if c.checked.elapsed() >= refresh => return EntryAction::Retain(None),
+                None => {}
+            }
+            EntryAction::Retain(Some((c.tree.clone(), c.digest)))
+        });
+        match found {
+            EntryResult::Retained(hit) => hit,
+            // Not cached: the guard offered for an insert is dropped unused.
+            _ => None,
         }
-        c.used = self.clock;
-        Some((c.tree.clone(), c.digest))
     }
 
-    /// Keeps `tree` (read under manifest tag `tag`), dropping the least recently used
-    /// beyond [`TREES`].
-    fn put(&mut self, key: (RepoId, CommitId), tree: Arc<Tree>, tag: String) -> Revision {
-        self.clock += 1;
+    /// Keeps `tree` (read under manifest tag `tag`), dropping the least useful beyond
+    /// [`TREES`].
+    fn put(&self, key: (RepoId, CommitId), tree: Arc<Tree>, tag: String) -> Revision {
         let digest = digest(&tree.manifest);
         let cached = Cached {
             tree: tree.clone(),
             digest,
             tag,
             checked: Instant::now(),
-            used: self.clock,
         };
-        self.map.insert(key, cached);
-        while self.map.len() > TREES {
-            let oldest = self.map.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k);
-            let Some(oldest) = oldest.cloned() else {
-                break;
-            };
-            self.map.remove(&oldest);
-        }
+        self.cache.insert(key, cached);
         (tree, digest)
+    }
+
+    /// Forgets the tree of `key` (its revision is gone).
+    fn remove(&self, key: &(RepoId, CommitId)) {
+        self.cache.remove(key);
     }
 }
 
@@ -237,17 +254,20 @@ struct Shown {
 /// The mounted namespace.
 pub struct Namespace {
     store: Store,
+    /// Every node seen, for the life of the mount (not a cache: see [`Namespace::ino`]).
     inodes: Mutex<Inodes>,
-    trees: Mutex<Trees>,
+    trees: Trees,
     repos: Mutex<Option<Timed<Vec<RepoId>>>>,
-    refs: Mutex<HashMap<RepoId, Timed<RefList>>>,
+    /// Each repository's refs as last listed, at most [`REF_LISTS`].
+    refs: Cache<RepoId, Timed<RefList>>,
     mounted_at: u64,
     /// How long listings of repositories and refs, and trees, are trusted ([`REFRESH`] by
     /// default).
     refresh: Duration,
     on_first_entry: Option<EntryHook>,
-    /// Revisions a name has been looked up in or listed, for `on_first_entry`.
-    entered: Mutex<HashSet<(RepoId, CommitId)>>,
+    /// Revisions a name has been looked up in or listed, for `on_first_entry`: at most
+    /// [`ENTERED`].
+    entered: Cache<(RepoId, CommitId), ()>,
 }
 
 /// Called with a revision's tree the first time a name inside it is looked up or one of
@@ -283,13 +303,13 @@ impl Namespace {
         Namespace {
             store,
             inodes: Mutex::new(inodes),
-            trees: Mutex::new(Trees::default()),
+            trees: Trees::new(),
             repos: Mutex::new(None),
-            refs: Mutex::new(HashMap::new()),
+            refs: Cache::new(REF_LISTS),
             mounted_at: repo::manifest::now_secs(),
             refresh: REFRESH,
             on_first_entry: None,
-            entered: Mutex::new(HashSet::new()),
+            entered: Cache::new(ENTERED),
         }
     }
 
@@ -316,16 +336,26 @@ impl Namespace {
             return Ok(None);
         };
         if let Some(hook) = &self.on_first_entry {
-            let first = self
-                .entered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((repo.clone(), *commit));
-            if first {
+            if self.first_entry((repo.clone(), *commit)) {
                 hook(&rev.0);
             }
         }
         Ok(Some(rev))
+    }
+
+    /// Marks a revision entered; true the first time (since it was last evicted). Looked
+    /// at and marked in one step: of concurrent lookups, one is the first.
+    fn first_entry(&self, key: (RepoId, CommitId)) -> bool {
+        match self
+            .entered
+            .entry(&key, None, |_, _| EntryAction::Retain(()))
+        {
+            EntryResult::Vacant(guard) => {
+                let _ = guard.insert(());
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The store.
@@ -340,13 +370,18 @@ impl Namespace {
 
     /// The node of an inode, with the mtime of a Dir or File when first seen.
     fn node_seen(&self, ino: u64) -> Option<(Node, u64)> {
-        let inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let inodes = self.inodes.lock();
         inodes.nodes.get((ino as usize).checked_sub(1)?).cloned()
     }
 
     /// The inode of `node`, handed out now if it has none (with `mtime`, for a Dir or File).
+    ///
+    /// The table is not a cache and grows with every node seen, for the life of the mount:
+    /// an inode number stays the node's as long as the kernel may hold it, and this file
+    /// system does not count the kernel's lookups (`forget`), so it cannot tell when that
+    /// ends. A node costs its path and about 100 bytes.
     fn ino(&self, node: Node, mtime: u64) -> u64 {
-        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inodes = self.inodes.lock();
         if let Some(&i) = inodes.by_node.get(&node) {
             return i;
         }
@@ -357,7 +392,7 @@ impl Namespace {
     }
 
     fn repos(&self) -> Result<Vec<RepoId>> {
-        let mut slot = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.repos.lock();
         if let Some(t) = slot.as_ref() {
             if t.at.elapsed() < self.refresh {
                 return Ok(t.value.clone());
@@ -372,14 +407,13 @@ impl Namespace {
     }
 
     fn refs(&self, repo: &RepoId) -> Result<RefList> {
-        let mut map = self.refs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = map.get(repo) {
+        if let Some(t) = self.refs.get(repo) {
             if t.at.elapsed() < self.refresh {
-                return Ok(t.value.clone());
+                return Ok(t.value);
             }
         }
         let value: RefList = self.store.refs(repo)?.into_iter().collect();
-        map.insert(
+        self.refs.insert(
             repo.clone(),
             Timed {
                 at: Instant::now(),
@@ -401,10 +435,6 @@ impl Namespace {
         }
     }
 
-    fn lock_trees(&self) -> MutexGuard<'_, Trees> {
-        self.trees.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The tree of a revision as the store has it now (`None`: the revision is gone).
     pub fn tree(&self, repo: &RepoId, commit: &CommitId) -> Result<Option<Arc<Tree>>> {
         Ok(self.revision(repo, commit)?.map(|(t, _)| t))
@@ -417,7 +447,7 @@ impl Namespace {
     /// while the store is asked.
     fn revision(&self, repo: &RepoId, commit: &CommitId) -> Result<Option<Revision>> {
         let key = (repo.clone(), *commit);
-        if let Some(hit) = self.lock_trees().get(&key, self.refresh, None) {
+        if let Some(hit) = self.trees.get(&key, self.refresh, None) {
             return Ok(Some(hit));
         }
         // The tag before the read: a manifest replaced in between is read again next time.
@@ -426,22 +456,22 @@ impl Namespace {
             .backend()
             .stat(&layout::manifest_key(repo, commit));
         let Some(meta) = stat.map_err(StoreError::from)? else {
-            self.lock_trees().map.remove(&key);
+            self.trees.remove(&key);
             return Ok(None);
         };
-        if let Some(hit) = self.lock_trees().get(&key, self.refresh, Some(&meta.tag)) {
+        if let Some(hit) = self.trees.get(&key, self.refresh, Some(&meta.tag)) {
             return Ok(Some(hit));
         }
         let m = match self.store.manifest(repo, commit) {
             Ok(m) => m,
             Err(StoreError::UnknownRevision { .. }) => {
-                self.lock_trees().map.remove(&key);
+                self.trees.remove(&key);
                 return Ok(None);
             }
             Err(e) => return Err(e),
         };
         let tree = Arc::new(Tree::new(Arc::new(m)));
-        Ok(Some(self.lock_trees().put(key, tree, meta.tag)))
+        Ok(Some(self.trees.put(key, tree, meta.tag)))
     }
 
     /// For a View or Dir: the directory it shows now, entering its revision; `None` when
@@ -715,9 +745,9 @@ impl Namespace {
         let Some((m, i)) = read::reload::same_file(&self.store, repo, commit, was)? else {
             return Ok(None);
         };
-        let (tree, _) =
-            self.lock_trees()
-                .put((repo.clone(), *commit), Arc::new(Tree::new(m)), meta.tag);
+        let (tree, _) = self
+            .trees
+            .put((repo.clone(), *commit), Arc::new(Tree::new(m)), meta.tag);
         Ok(Some((tree, i)))
     }
 
@@ -1031,7 +1061,59 @@ mod tests {
     }
 
     #[test]
-    fn the_tree_cache_keeps_the_most_recently_used() {
+    fn the_ref_lists_and_the_revisions_entered_keep_to_their_bounds() {
+        let store = Store::open_or_create(Arc::new(MemoryStore::new()), CreateOptions::default());
+        let ns = Namespace::full(store.unwrap());
+        assert_eq!(ns.refs.capacity(), REF_LISTS as u64);
+        assert_eq!(ns.entered.capacity(), ENTERED as u64);
+        let n = REF_LISTS * 10;
+        let repo_of = |i: usize| RepoId::parse(&format!("org/model-{i}")).unwrap();
+        let mut most = 0;
+        for i in 0..n {
+            let refs = vec![("main".to_string(), CommitId([1; 20]))];
+            let value = Timed {
+                at: Instant::now(),
+                value: refs,
+            };
+            ns.refs.insert(repo_of(i), value);
+            most = most.max(ns.refs.len());
+            assert!(ns.refs.len() <= REF_LISTS);
+            assert!(ns.refs.peek(&repo_of(i)).is_some(), "refs {i} just listed");
+        }
+        assert!(ns.refs.len() > REF_LISTS / 2);
+        assert!(ns.refs.get(&repo_of(n - 1)).is_some(), "the last listing");
+        println!(
+            "cache-bound fuse refs: bound {REF_LISTS} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            ns.refs.len()
+        );
+        let repo = RepoId::parse("org/model").unwrap();
+        let commit = |i: usize| {
+            let mut c = [0u8; 20];
+            c[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            CommitId(c)
+        };
+        assert!(ns.first_entry((repo.clone(), commit(0))));
+        assert!(!ns.first_entry((repo.clone(), commit(0))));
+        let n = ENTERED * 10;
+        let mut most = 0;
+        for i in 1..n {
+            assert!(ns.first_entry((repo.clone(), commit(i))));
+            most = most.max(ns.entered.len());
+            assert!(ns.entered.len() <= ENTERED);
+        }
+        assert!(ns.entered.len() > ENTERED / 2);
+        // The last revision entered is remembered: entering it again is not a first entry.
+        assert!(!ns.first_entry((repo.clone(), commit(n - 1))));
+        println!(
+            "cache-bound fuse entered: bound {ENTERED} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            ns.entered.len()
+        );
+    }
+
+    #[test]
+    fn the_tree_cache_keeps_to_its_bound_and_the_tree_in_use() {
         let tree = |n: u8| {
             let m = Manifest {
                 repo: RepoId::parse("a/b").unwrap(),
@@ -1047,14 +1129,29 @@ mod tests {
         };
         let repo = RepoId::parse("a/b").unwrap();
         let key = |n: u8| (repo.clone(), CommitId([n; 20]));
-        let mut trees = Trees::default();
-        for n in 0..=TREES as u8 {
-            trees.put(key(n), tree(n), "t".into());
-            // The first stays in use.
+        let trees = Trees::new();
+        assert_eq!(trees.cache.capacity(), TREES as u64);
+        let n = TREES * 4;
+        let mut most = 0;
+        for i in 0..n {
+            trees.put(key(i as u8), tree(i as u8), "t".into());
+            most = most.max(trees.cache.len());
+            // The first stays in use, and the one just read is served.
             assert!(trees.get(&key(0), Duration::from_secs(60), None).is_some());
+            assert!(
+                trees.cache.peek(&key(i as u8)).is_some(),
+                "tree {i} just read"
+            );
+            assert!(trees.cache.len() <= TREES, "{}", trees.cache.len());
         }
-        assert_eq!(trees.map.len(), TREES);
-        assert!(trees.map.contains_key(&key(0)) && !trees.map.contains_key(&key(1)));
+        assert!(trees.cache.len() > TREES / 2);
+        let last = key((n - 1) as u8);
+        assert!(trees.get(&last, Duration::from_secs(60), None).is_some());
+        println!(
+            "cache-bound fuse trees: bound {TREES} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            trees.cache.len()
+        );
         // A tag other than the one read under is not the cached tree.
         assert!(trees.get(&key(0), Duration::ZERO, Some("u")).is_none());
         assert!(trees.get(&key(0), Duration::ZERO, Some("t")).is_some());

@@ -2,7 +2,9 @@
 //! `--upstream-jobs`): a counting semaphore whose permits are held by the readers of the
 //! files being downloaded and given back when a reader is dropped.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
 
 /// Download slots.
 pub struct Slots {
@@ -21,9 +23,9 @@ impl Slots {
 
     /// Waits for a free slot and holds it until the permit is dropped.
     pub fn acquire(self: &Arc<Self>) -> Permit {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut free = self.free.lock();
         while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+            self.freed.wait(&mut free);
         }
         *free -= 1;
         Permit(self.clone())
@@ -32,7 +34,7 @@ impl Slots {
 
 impl std::fmt::Debug for Slots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let free = *self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let free = *self.free.lock();
         f.debug_struct("Slots").field("free", &free).finish()
     }
 }
@@ -42,7 +44,7 @@ pub struct Permit(Arc<Slots>);
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        *self.0.free.lock() += 1;
         self.0.freed.notify_one();
     }
 }
@@ -56,7 +58,7 @@ mod tests {
         let s = Slots::new(2);
         let a = s.acquire();
         let b = s.acquire();
-        assert_eq!(*s.free.lock().unwrap(), 0);
+        assert_eq!(*s.free.lock(), 0);
         let waiter = {
             let s = s.clone();
             std::thread::spawn(move || drop(s.acquire()))
@@ -64,6 +66,6 @@ mod tests {
         drop(a);
         waiter.join().unwrap();
         drop(b);
-        assert_eq!(*s.free.lock().unwrap(), 2);
+        assert_eq!(*s.free.lock(), 2);
     }
 }

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use super::open_files::OpenFiles;
 use crate::error::{ObjectError, Result};
 use crate::store::{check_key, ObjectMeta, ObjectStore, Temporary};
@@ -28,7 +30,7 @@ pub struct LocalStore {
     root: PathBuf,
     counter: AtomicU64,
     /// Files written by `put_deferred` and not yet synced.
-    unsynced: std::sync::Mutex<Vec<PathBuf>>,
+    unsynced: Mutex<Vec<PathBuf>>,
     /// Packs kept open for ranged reads (a pack key never names two contents).
     open_packs: OpenFiles,
 }
@@ -39,7 +41,7 @@ impl LocalStore {
         LocalStore {
             root: root.into(),
             counter: AtomicU64::new(0),
-            unsynced: std::sync::Mutex::new(Vec::new()),
+            unsynced: Mutex::new(Vec::new()),
             open_packs: OpenFiles::default(),
         }
     }
@@ -343,15 +345,12 @@ impl ObjectStore for LocalStore {
 
     fn put_deferred(&self, key: &str, data: &[u8]) -> Result<()> {
         let dest = self.write_object(key, data, false)?;
-        self.unsynced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(dest);
+        self.unsynced.lock().push(dest);
         Ok(())
     }
 
     fn sync_deferred(&self) -> Result<()> {
-        let files = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(|p| p.into_inner()));
+        let files = std::mem::take(&mut *self.unsynced.lock());
         let mut dirs = std::collections::BTreeSet::new();
         for f in &files {
             File::open(f)

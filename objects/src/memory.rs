@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
 
 use crate::error::{ObjectError, Result};
 use crate::store::{check_key, ObjectMeta, ObjectStore};
@@ -54,31 +55,25 @@ impl MemoryStore {
     /// Replaces an object's bytes directly (to simulate corruption).
     pub fn overwrite(&self, key: &str, data: Vec<u8>) {
         let now = self.time();
-        self.objects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), (data, now));
+        self.objects.lock().insert(key.to_string(), (data, now));
     }
 
     /// From now on the store's clock stands still at its current time until
     /// [`MemoryStore::advance`] moves it.
     pub fn freeze_clock(&self) {
-        let mut c = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.clock.lock();
         c.get_or_insert_with(SystemTime::now);
     }
 
     /// Moves the frozen clock forward (freezing it first if needed).
     pub fn advance(&self, d: Duration) {
-        let mut c = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.clock.lock();
         let t = c.get_or_insert_with(SystemTime::now);
         *t += d;
     }
 
     fn time(&self) -> SystemTime {
-        self.clock
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .unwrap_or_else(SystemTime::now)
+        self.clock.lock().unwrap_or_else(SystemTime::now)
     }
 }
 
@@ -99,7 +94,6 @@ impl ObjectStore for MemoryStore {
         let now = self.time();
         self.objects
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .insert(key.to_string(), (data.to_vec(), now));
         self.puts.fetch_add(1, Ordering::SeqCst);
         self.bytes_put
@@ -110,14 +104,13 @@ impl ObjectStore for MemoryStore {
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         self.objects
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(key)
             .map(|(v, _)| v.clone())
             .ok_or_else(|| ObjectError::NotFound(key.into()))
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let map = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.objects.lock();
         let (obj, _) = map
             .get(key)
             .ok_or_else(|| ObjectError::NotFound(key.into()))?;
@@ -132,7 +125,7 @@ impl ObjectStore for MemoryStore {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        let map = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.objects.lock();
         Ok(map
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
@@ -141,29 +134,16 @@ impl ObjectStore for MemoryStore {
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        self.objects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        self.objects.lock().remove(key);
         Ok(())
     }
 
     fn size(&self, key: &str) -> Result<Option<u64>> {
-        Ok(self
-            .objects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .map(|(v, _)| v.len() as u64))
+        Ok(self.objects.lock().get(key).map(|(v, _)| v.len() as u64))
     }
 
     fn stat(&self, key: &str) -> Result<Option<ObjectMeta>> {
-        Ok(self
-            .objects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .map(|(v, t)| meta(key, v, *t)))
+        Ok(self.objects.lock().get(key).map(|(v, t)| meta(key, v, *t)))
     }
 
     fn now(&self) -> Result<SystemTime> {

@@ -4,38 +4,44 @@
 //! each pack once per file before; after the page cache is dropped, each of those opens
 //! walks the store's directories on disk again.
 //!
-//! Bounds: at most [`MAX_OPEN`] files, the least recently used closed first; and a file not
-//! read for [`IDLE`] is closed by the process's one sweeper thread (started with the first
-//! store, not on a read), so that a pack deleted by gc does not keep its disk space for
-//! long behind an idle reader. A file found deleted (no link left)
+//! Bounds: at most [`MAX_OPEN`] files (a `quick_cache`: past it, the least useful are
+//! closed); and a file not read for [`IDLE`] is closed by the process's one sweeper thread
+//! (started with the first store, not on a read), so that a pack deleted by gc does not
+//! keep its disk space for long behind an idle reader. A file found deleted (no link left)
 //! when it is used is closed and opened again by path, so a reader sees `NotFound` for a
 //! deleted object as it did without this cache.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use quick_cache::sync::Cache;
 
 /// Most files kept open.
 pub const MAX_OPEN: usize = 64;
 /// A file not read for this long is closed.
 pub const IDLE: Duration = Duration::from_secs(10);
 
-#[derive(Default)]
-struct Slots {
-    files: HashMap<String, (Arc<File>, Instant)>,
+/// An open file and when it was last used.
+struct Open {
+    file: Arc<File>,
+    used: Mutex<Instant>,
 }
+
+/// The open files of a store by key, at most [`MAX_OPEN`].
+type Slots = Cache<String, Arc<Open>>;
 
 /// The open files of one store, by key.
 pub struct OpenFiles {
-    slots: Arc<Mutex<Slots>>,
+    slots: Arc<Slots>,
 }
 
 impl Default for OpenFiles {
     fn default() -> OpenFiles {
-        let slots = Arc::new(Mutex::new(Slots::default()));
+        let slots = Arc::new(Cache::new(MAX_OPEN));
         sweep_later(Arc::downgrade(&slots));
         OpenFiles { slots }
     }
@@ -50,54 +56,40 @@ impl OpenFiles {
             if f.metadata().map(|m| m.nlink() > 0).unwrap_or(false) {
                 return Ok(f);
             }
-            self.lock().files.remove(key);
+            self.slots.remove(key);
         }
         let f = Arc::new(File::open(path)?);
-        let mut slots = self.lock();
-        if slots.files.len() >= MAX_OPEN {
-            if let Some(oldest) = slots
-                .files
-                .iter()
-                .min_by_key(|(_, (_, at))| *at)
-                .map(|(k, _)| k.clone())
-            {
-                slots.files.remove(&oldest);
-            }
-        }
-        slots.files.insert(key.to_string(), (f.clone(), now));
+        let open = Open {
+            file: f.clone(),
+            used: Mutex::new(now),
+        };
+        self.slots.insert(key.to_string(), Arc::new(open));
         Ok(f)
     }
 
     /// How many files are open now.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.lock().files.len()
+        self.slots.len()
     }
 
     fn cached(&self, key: &str, now: Instant) -> Option<Arc<File>> {
-        let mut slots = self.lock();
-        let (f, at) = slots.files.get_mut(key)?;
-        *at = now;
-        Some(f.clone())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+        let open = self.slots.get(key)?;
+        *open.used.lock() = now;
+        Some(open.file.clone())
     }
 }
 
-fn close_idle(slots: &mut Slots, now: Instant) {
-    slots
-        .files
-        .retain(|_, (_, at)| now.saturating_duration_since(*at) < IDLE);
+fn close_idle(slots: &Slots, now: Instant) {
+    slots.retain(|_, open| now.saturating_duration_since(*open.used.lock()) < IDLE);
 }
 
-type Registry = Mutex<Vec<Weak<Mutex<Slots>>>>;
+type Registry = Mutex<Vec<Weak<Slots>>>;
 
 /// Hands `slots` to the sweeper thread, which closes its idle files every [`IDLE`] / 2
 /// until it is dropped. Without a thread (none could start), files are closed only as
 /// others replace them.
-fn sweep_later(slots: Weak<Mutex<Slots>>) {
+fn sweep_later(slots: Weak<Slots>) {
     static ALL: OnceLock<Registry> = OnceLock::new();
     let all = ALL.get_or_init(|| {
         let _ = std::thread::Builder::new()
@@ -105,13 +97,9 @@ fn sweep_later(slots: Weak<Mutex<Slots>>) {
             .spawn(|| loop {
                 std::thread::sleep(IDLE / 2);
                 let Some(all) = ALL.get() else { continue };
-                let mut all = all.lock().unwrap_or_else(|p| p.into_inner());
-                all.retain(|w| match w.upgrade() {
+                all.lock().retain(|w| match w.upgrade() {
                     Some(s) => {
-                        close_idle(
-                            &mut s.lock().unwrap_or_else(|p| p.into_inner()),
-                            Instant::now(),
-                        );
+                        close_idle(&s, Instant::now());
                         true
                     }
                     None => false,
@@ -119,7 +107,7 @@ fn sweep_later(slots: Weak<Mutex<Slots>>) {
             });
         Mutex::new(Vec::new())
     });
-    all.lock().unwrap_or_else(|p| p.into_inner()).push(slots);
+    all.lock().push(slots);
 }
 
 #[cfg(test)]
@@ -145,17 +133,28 @@ mod tests {
     fn at_most_max_open_files_stay_open() {
         let dir = tempfile::tempdir().unwrap();
         let files = OpenFiles::default();
-        for i in 0..MAX_OPEN + 5 {
+        assert_eq!(files.slots.capacity(), MAX_OPEN as u64);
+        let n = MAX_OPEN * 10;
+        let mut most = 0;
+        for i in 0..n {
             let p = dir.path().join(i.to_string());
             std::fs::write(&p, b"x").unwrap();
             files.get(&i.to_string(), &p).unwrap();
+            most = most.max(files.len());
+            assert!(files.len() <= MAX_OPEN, "{}", files.len());
+            assert!(
+                files.slots.peek(&i.to_string()).is_some(),
+                "file {i} just opened"
+            );
         }
-        assert_eq!(files.len(), MAX_OPEN);
-        // The first ones were closed first.
-        assert!(files.cached("0", Instant::now()).is_none());
-        assert!(files
-            .cached(&(MAX_OPEN + 4).to_string(), Instant::now())
-            .is_some());
+        assert!(files.len() > MAX_OPEN / 2);
+        println!(
+            "cache-bound objects open_files: bound {MAX_OPEN} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            files.len()
+        );
+        // The last one opened is open.
+        assert!(files.cached(&(n - 1).to_string(), Instant::now()).is_some());
     }
 
     #[test]
@@ -165,9 +164,9 @@ mod tests {
         std::fs::write(&p, b"one").unwrap();
         let files = OpenFiles::default();
         files.get("a", &p).unwrap();
-        close_idle(&mut files.lock(), Instant::now() + IDLE / 2);
+        close_idle(&files.slots, Instant::now() + IDLE / 2);
         assert_eq!(files.len(), 1);
-        close_idle(&mut files.lock(), Instant::now() + IDLE);
+        close_idle(&files.slots, Instant::now() + IDLE);
         assert_eq!(files.len(), 0);
     }
 }

@@ -15,7 +15,7 @@
 //! * The SDK's standard retry mode retries throttling, 5xx and timeouts with exponential
 //!   backoff and jitter, [`MAX_ATTEMPTS`] attempts in all.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::config::retry::RetryConfig;
@@ -25,6 +25,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
+use parking_lot::Mutex;
 
 use crate::error::{ObjectError, Result};
 use crate::store::{check_key, ObjectMeta, ObjectStore, Temporary};
@@ -117,7 +118,7 @@ impl aws_sdk_s3::config::Intercept for DateCapture {
             .and_then(|d| DateTime::from_str(d, DateTimeFormat::HttpDate).ok())
             .and_then(|d| SystemTime::try_from(d).ok());
         if let Some(d) = date {
-            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+            *self.0.lock() = Some(d);
         }
         Ok(())
     }
@@ -669,7 +670,7 @@ impl ObjectStore for S3Store {
                 .await
                 .map_err(|e| backend_err("list", &prefix, describe(&e)))
         })?;
-        let date = *capture.0.lock().unwrap_or_else(|p| p.into_inner());
+        let date = *capture.0.lock();
         date.ok_or_else(|| {
             backend_err(
                 "list",

@@ -614,7 +614,7 @@ fn reads_under_faults_return_the_files_bytes_or_an_error() {
 /// The test's way of reading the manifest again: the revision's manifest as gc left it
 /// (`fresh`), counted; `changed` says the commit now holds other content.
 struct Resolving {
-    fresh: std::sync::Mutex<Option<Manifest>>,
+    fresh: parking_lot::Mutex<Option<Manifest>>,
     changed: bool,
     reloads: std::sync::atomic::AtomicUsize,
 }
@@ -631,7 +631,7 @@ impl crate::source::Reload for Resolving {
         if self.changed {
             return Ok(None);
         }
-        let fresh = self.fresh.lock().unwrap().clone();
+        let fresh = self.fresh.lock().clone();
         Ok(fresh.map(|m| (Arc::new(m), 0)))
     }
 }
@@ -677,7 +677,7 @@ fn a_file_source_reads_on_after_gc_moved_its_pack_and_refuses_a_changed_file() {
         // only a manifest read again knows the places.
         let moved = gc_move(backend.as_ref(), &c, (pack, &entries));
         backend.delete(&layout::moved_key(&pack)).unwrap();
-        *reload.fresh.lock().unwrap() = Some(moved);
+        *reload.fresh.lock() = Some(moved);
         let last = (size - 1) as usize;
         // The control: the plain stream of the old places fails (the pack is gone).
         let e = plain.read(size - 1, 1).unwrap_err();

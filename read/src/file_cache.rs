@@ -38,10 +38,11 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use format::node::{FILE_CACHE_MARK, FILE_CACHE_MARK_NAME};
+use parking_lot::{Condvar, Mutex};
 use repo::lru_dir::LruDir;
 use repo::manifest::{FileEntry, Manifest};
 use repo::{Result, Store, StoreError};
@@ -371,7 +372,7 @@ impl FileCache {
         if !self.fits(f) || self.dir.path(&f.sha256_hex()).exists() {
             return;
         }
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock();
         if p.queue.len() >= MAX_PENDING || !p.queued.insert(f.sha256) {
             return;
         }
@@ -408,16 +409,13 @@ impl FileCache {
         self.quiet_ms.store(millis(quiet), Ordering::Relaxed);
         self.max_defer_ms
             .store(millis(max_defer), Ordering::Relaxed);
-        let _p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let _p = self.pending.lock();
         self.wake.notify_all();
     }
 
     /// Fills that had to wait for the mount's reads to stop.
     pub fn fills_deferred(&self) -> u64 {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .deferred
+        self.pending.lock().deferred
     }
 
     /// How much longer a fill asked for at `asked` waits: zero once the reads have been
@@ -441,7 +439,7 @@ impl FileCache {
     /// Waits (on `wake`, so [`FileCache::set_deferral`] cuts it short) until the fill asked
     /// for at `asked` may start.
     fn wait_for_quiet(&self, asked: Instant) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock();
         let mut counted = false;
         loop {
             let wait = self.still_to_wait(asked);
@@ -454,28 +452,21 @@ impl FileCache {
                 METRICS.file_cache_fills_deferred.inc();
                 self.wake.notify_all();
             }
-            p = self
-                .wake
-                .wait_timeout(p, wait)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            self.wake.wait_for(&mut p, wait);
         }
     }
 
     /// Waits until no fill is queued or running (tests and benchmarks).
     pub fn wait_idle(&self) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock();
         while !p.queued.is_empty() {
-            p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+            self.wake.wait(&mut p);
         }
     }
 
     /// Fills finished since the cache was opened (done, failed or skipped).
     pub fn fills_finished(&self) -> u64 {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .finished
+        self.pending.lock().finished
     }
 
     /// The fill thread: lowest priority, and a pool of one thread of its own for the
@@ -495,12 +486,12 @@ impl FileCache {
         };
         loop {
             let job = {
-                let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let mut p = self.pending.lock();
                 loop {
                     if let Some(j) = p.queue.pop_front() {
                         break j;
                     }
-                    p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+                    self.wake.wait(&mut p);
                 }
             };
             self.wait_for_quiet(job.asked);
@@ -509,7 +500,7 @@ impl FileCache {
                 METRICS.file_cache_fill_errors.inc();
                 tracing::warn!("file cache: {}: {e}", f.path);
             }
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = self.pending.lock();
             p.queued.remove(&f.sha256);
             p.finished += 1;
             self.wake.notify_all();
@@ -828,17 +819,13 @@ mod tests {
     /// (Fails after a minute rather than hang.)
     fn deferred_or_finished(cache: &FileCache) -> (u64, u64) {
         let started = Instant::now();
-        let mut p = cache.pending.lock().unwrap();
+        let mut p = cache.pending.lock();
         while p.deferred == 0 && p.finished == 0 {
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "no fill started"
             );
-            p = cache
-                .wake
-                .wait_timeout(p, Duration::from_secs(1))
-                .unwrap()
-                .0;
+            cache.wake.wait_for(&mut p, Duration::from_secs(1));
         }
         (p.deferred, p.finished)
     }

@@ -28,7 +28,9 @@
 //! Read-ahead only decides what to fetch early: whatever the config, every read returns the
 //! file's bytes (or an error), never other bytes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::cache::ChunkCache;
 use crate::chunk_map::ChunkMap;
@@ -232,10 +234,7 @@ impl FileStream {
         };
         let _ = self.plan.set(plan);
         // Reading the header is the start of the loader's walk.
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .plan_streak = true;
+        self.state.lock().plan_streak = true;
         if let Some(plan) = self.plan.get() {
             // Start on the first tensors now: the loader asks for them next.
             let window = self.config.initial_window.min(self.half_budget());
@@ -271,7 +270,7 @@ impl FileStream {
     /// is kept up to date either way. A read only starts prefetching along the walk when the
     /// read before it was sequential in the walk too.
     fn follows_plan(&self, pos: u64, offset: u64, end: u64) -> Option<u64> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock();
         let c = &self.config;
         let in_file = (offset == 0 && st.last_end == 0) || c.near(offset, st.last_end);
         let in_walk = c.near(pos, st.plan_last);
@@ -311,7 +310,7 @@ impl FileStream {
     /// place `pos`.
     fn plan_ahead(&self, plan: &TensorPlan, pos: u64, window: u64) {
         let (from, to) = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = self.state.lock();
             if st.plan_to > pos + window {
                 st.plan_to = pos; // the reader went back: follow it from there
             }
@@ -331,7 +330,7 @@ impl FileStream {
             if first + accepted < last {
                 // Budget taken by loads in flight: take up from here next time.
                 let stop = self.map.starts[first + accepted].max(a);
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = self.state.lock();
                 st.plan_to = st.plan_to.min(plan.position(stop).unwrap_or(from));
                 break;
             }
@@ -340,7 +339,7 @@ impl FileStream {
 
     fn plan_prefetch(&self, offset: u64, end: u64) {
         let (from, to) = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = self.state.lock();
             let c = &self.config;
             let sequential = (offset == 0 && st.last_end == 0) || c.near(offset, st.last_end);
             let cap = c.max_window.min(self.half_budget());
@@ -372,7 +371,7 @@ impl FileStream {
         let accepted = self.cache.prefetch_run(&self.map.sources[first..last]);
         if first + accepted < last {
             // Budget taken by loads in flight: remember where we stopped.
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = self.state.lock();
             st.prefetched_to = st.prefetched_to.min(self.map.starts[first + accepted]);
         }
     }
@@ -471,7 +470,7 @@ mod tests {
         }
         assert!(got == all);
         // After the first reads, chunks ahead were handed to the cache.
-        assert!(s.state.lock().unwrap().prefetched_to > 20_000);
+        assert!(s.state.lock().prefetched_to > 20_000);
     }
 
     #[test]
@@ -496,7 +495,7 @@ mod tests {
                 let d = s.read(off, 5_000).unwrap();
                 assert!(d[..] == all[off as usize..off as usize + d.len()], "{off}");
                 off += d.len() as u64;
-                ahead = ahead.max(s.state.lock().unwrap().prefetched_to.saturating_sub(off));
+                ahead = ahead.max(s.state.lock().prefetched_to.saturating_sub(off));
             }
             ahead
         };
@@ -518,7 +517,7 @@ mod tests {
         };
         let (s, all) = stream_with(&chunks, 1 << 20, off);
         assert_eq!(read_all(&s, &all), 0);
-        assert_eq!(s.state.lock().unwrap().prefetched_to, 0);
+        assert_eq!(s.state.lock().prefetched_to, 0);
     }
 
     /// A safetensors file of four 36,000-byte tensors laid out t3, t1, t2, t0 (so name

@@ -5,10 +5,11 @@
 //! `handle/mirror.rs`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use chunker::ChunkParams;
+use quick_cache::sync::Cache;
 
 use crate::disk_cache::DiskCache;
 use crate::error::{Result, StoreError};
@@ -35,11 +36,40 @@ pub struct Store {
     config: StoreConfig,
     disk_cache: Option<Arc<DiskCache>>,
     /// Forwarding records read by [`Store::read_chunk`] after a pack was gone: pack →
-    /// (when read, its entries; `None` when it had none).
-    moved: Arc<Mutex<MovedCache>>,
+    /// (when read, its entries; `None` when it had none), at most [`MOVED_BUDGET`] bytes.
+    moved: Arc<MovedCache>,
 }
 
-type MovedCache = HashMap<PackId, (Instant, Option<Arc<HashMap<u32, Dest>>>)>;
+/// Bytes of forwarding records kept in memory (a record evicted is read again, one GET).
+pub const MOVED_BUDGET: u64 = 16 << 20;
+
+/// A forwarding record read: when, and its entries by offset (`None`: it had none).
+type Moved = (Instant, Option<Arc<HashMap<u32, Dest>>>);
+
+type MovedCache = Cache<PackId, Moved, MovedBytes>;
+
+/// Weighs a forwarding record by the memory of its entries (an offset, a [`Dest`] and the
+/// table's own word each) and a fixed part.
+#[derive(Clone)]
+struct MovedBytes;
+
+impl quick_cache::Weighter<PackId, Moved> for MovedBytes {
+    fn weight(&self, _: &PackId, (_, entries): &Moved) -> u64 {
+        let each = size_of::<(u32, Dest)>() + size_of::<usize>();
+        (64 + entries.as_ref().map_or(0, |e| e.len()) * each) as u64
+    }
+}
+
+fn moved_cache() -> MovedCache {
+    let options = quick_cache::OptionsBuilder::new()
+        // Few parts, each large enough for a record of a full pack of small chunks.
+        .shards(4)
+        .estimated_items_capacity(4096)
+        .weight_capacity(MOVED_BUDGET)
+        .build()
+        .unwrap_or_else(|e| unreachable!("constant options: {e}"));
+    Cache::with_options(options, MovedBytes, Default::default(), Default::default())
+}
 
 /// Options for creating a new store.
 #[derive(Clone, Copy, Debug)]
@@ -85,7 +115,7 @@ impl Store {
             backend,
             config,
             disk_cache: None,
-            moved: Arc::default(),
+            moved: Arc::new(moved_cache()),
         })
     }
 
@@ -171,22 +201,16 @@ impl Store {
     /// The entry of `moved/<pack>` for `offset`: from the records already read, unless the
     /// entry is not there and the record was read before `since` (gc may have added to it).
     fn moved_entry(&self, pack: &PackId, offset: u32, since: Instant) -> Result<Option<Dest>> {
-        {
-            let cache = self.moved.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, entries)) = cache.get(pack) {
-                let hit = entries.as_ref().and_then(|e| e.get(&offset)).copied();
-                if hit.is_some() || *at >= since {
-                    return Ok(hit);
-                }
+        if let Some((at, entries)) = self.moved.get(pack) {
+            let hit = entries.as_ref().and_then(|e| e.get(&offset)).copied();
+            if hit.is_some() || at >= since {
+                return Ok(hit);
             }
         }
         let entries =
             forward::read(self.backend.as_ref(), pack)?.map(|r| Arc::new(forward::entries(&r)));
         let hit = entries.as_ref().and_then(|e| e.get(&offset)).copied();
-        self.moved
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(*pack, (Instant::now(), entries));
+        self.moved.insert(*pack, (Instant::now(), entries));
         Ok(hit)
     }
 
@@ -422,4 +446,48 @@ impl Store {
 /// way any reader gets a [`Manifest`] from bytes.
 pub fn decode_manifest(key: &str, bytes: &[u8]) -> Result<Manifest> {
     Ok(format::manifest::decode(key, bytes)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quick_cache::Weighter;
+
+    #[test]
+    fn forwarding_records_kept_stay_within_their_budget() {
+        let cache = moved_cache();
+        let dest = |i: u32| Dest {
+            id: [0; 32],
+            pack: PackId([1; 32]),
+            offset: i,
+            frame_len: 100,
+        };
+        // A record of a pack of 1,000 chunks (shared here: weighed each time).
+        let entries: Arc<HashMap<u32, Dest>> = Arc::new((0..1000).map(|i| (i, dest(i))).collect());
+        let record = (Instant::now(), Some(entries));
+        let each = MovedBytes.weight(&PackId([0; 32]), &record);
+        assert_eq!(cache.capacity(), MOVED_BUDGET);
+        let n = 10 * MOVED_BUDGET / each;
+        let pack = |i: u64| {
+            let mut id = [0u8; 32];
+            id[..8].copy_from_slice(&i.to_le_bytes());
+            PackId(id)
+        };
+        let (mut most_len, mut most_weight) = (0, 0);
+        for i in 0..n {
+            cache.insert(pack(i), record.clone());
+            most_len = most_len.max(cache.len());
+            most_weight = most_weight.max(cache.weight());
+            assert!(cache.weight() <= MOVED_BUDGET, "{}", cache.weight());
+            assert!(cache.peek(&pack(i)).is_some(), "record {i} just read");
+        }
+        assert!(cache.weight() > MOVED_BUDGET / 2);
+        assert!(cache.get(&pack(n - 1)).is_some(), "the last record");
+        println!(
+            "cache-bound repo moved: bound {MOVED_BUDGET} bytes; after {n} inserts of {each} bytes: \
+             {} entries, {} bytes (at most {most_len} entries, {most_weight} bytes)",
+            cache.len(),
+            cache.weight()
+        );
+    }
 }

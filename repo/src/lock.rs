@@ -26,11 +26,12 @@
 //! or the store was unreachable): a gc may already have judged it stale.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use format::lock::{self as lock_object, LockObject};
+use parking_lot::{Condvar, Mutex};
 
 use crate::clock;
 use crate::error::{Result, StoreError};
@@ -188,12 +189,12 @@ impl Shared {
     }
 
     fn lose(&self, why: String) {
-        let mut l = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        let mut l = self.lost.lock();
         l.get_or_insert(why);
     }
 
     fn lost(&self) -> Option<String> {
-        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.lost.lock().clone()
     }
 
     /// Records a write observed at store time `at_ms`; a gap over half the time to live
@@ -225,14 +226,10 @@ impl Shared {
                 if let Some(t) = meta.modified {
                     self.observe_write(clock::to_ms(t));
                 }
-                *self.last_ok.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                *self.last_ok.lock() = Instant::now();
             }
             Ok(None) | Err(_) => {
-                let since = self
-                    .last_ok
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .elapsed();
+                let since = self.last_ok.lock().elapsed();
                 if since.as_millis() as u64 > self.half_ttl_ms() {
                     self.lose(format!(
                         "refreshes failed for {} s (object store unreachable?)",
@@ -255,11 +252,7 @@ impl Shared {
         if let Some(why) = self.lost() {
             return Err(self.lost_err(why));
         }
-        let since = self
-            .last_ok
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .elapsed();
+        let since = self.last_ok.lock().elapsed();
         if since.as_millis() as u64 > self.half_ttl_ms() {
             return Err(self.lost_err(format!("not refreshed for {} s", since.as_secs())));
         }
@@ -298,7 +291,7 @@ impl Shared {
 /// A lock or lease this process holds; refreshed until dropped, then deleted.
 pub struct Held {
     shared: Arc<Shared>,
-    stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -388,7 +381,7 @@ impl Held {
                 last_ok: Mutex::new(Instant::now()),
                 lost: Mutex::new(None),
             }),
-            stop: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
             thread: None,
         })
     }
@@ -400,10 +393,8 @@ impl Held {
         self.thread = Some(std::thread::spawn(move || loop {
             {
                 let (m, cv) = &*stop;
-                let guard = m.lock().unwrap_or_else(|p| p.into_inner());
-                let (guard, _) = cv
-                    .wait_timeout_while(guard, interval, |stopped| !*stopped)
-                    .unwrap_or_else(|p| p.into_inner());
+                let mut guard = m.lock();
+                cv.wait_while_for(&mut guard, |stopped| !*stopped, interval);
                 if *guard {
                     return;
                 }
@@ -447,7 +438,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         {
             let (m, cv) = &*self.stop;
-            *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            *m.lock() = true;
             cv.notify_all();
         }
         if let Some(t) = self.thread.take() {

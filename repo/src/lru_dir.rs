@@ -15,21 +15,44 @@
 //!   the later of the two) are removed until it is under 90% of it. Removing an entry that
 //!   is open elsewhere is safe: its readers keep the inode.
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use quick_cache::sync::Cache;
 
 use crate::error::{Result, StoreError};
 
 /// Temporary files older than this are a dead writer's leftovers.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 
-/// Uses noted in memory at most; past it the notes are forgotten (the modification times
-/// remain).
-const MAX_NOTED: usize = 100_000;
+/// Uses noted in memory at most (a path and a time: about 150 bytes each); past it the
+/// least useful notes are forgotten (the modification times remain).
+pub const MAX_NOTED: usize = 100_000;
+
+/// Parts of [`noted_cache`]: a power of two that divides [`MAX_NOTED`].
+const NOTED_SHARDS: usize = 32;
+const _: () = assert!(MAX_NOTED.is_multiple_of(NOTED_SHARDS));
+
+/// The uses noted in memory: at most [`MAX_NOTED`] on any machine. quick_cache splits its
+/// bound into parts (by default four per core, rounded to a power of two) and rounds each
+/// part up: 100,000 in 64 parts (a 16-core machine) would hold 100,032. 32 parts divide it.
+fn noted_cache() -> Cache<PathBuf, SystemTime> {
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(NOTED_SHARDS)
+        .estimated_items_capacity(MAX_NOTED)
+        .weight_capacity(MAX_NOTED as u64)
+        .build()
+        .unwrap_or_else(|e| unreachable!("constant options: {e}"));
+    Cache::with_options(
+        options,
+        quick_cache::UnitWeighter,
+        Default::default(),
+        Default::default(),
+    )
+}
 
 /// A directory of entries with a size limit.
 pub struct LruDir {
@@ -39,8 +62,8 @@ pub struct LruDir {
     bytes: AtomicU64,
     evicting: Mutex<()>,
     counter: AtomicU64,
-    /// Last uses noted in memory ([`LruDir::note_use`]).
-    used: Mutex<HashMap<PathBuf, SystemTime>>,
+    /// Last uses noted in memory ([`LruDir::note_use`]), at most [`MAX_NOTED`].
+    used: Cache<PathBuf, SystemTime>,
 }
 
 /// One entry found by a scan: its path, size and last use.
@@ -60,7 +83,7 @@ impl LruDir {
             bytes: AtomicU64::new(0),
             evicting: Mutex::new(()),
             counter: AtomicU64::new(0),
-            used: Mutex::new(HashMap::new()),
+            used: noted_cache(),
         };
         let total: u64 = d.scan(true).iter().map(|e| e.len).sum();
         d.bytes.store(total, Ordering::Relaxed);
@@ -86,11 +109,7 @@ impl LruDir {
 
     /// Notes that `path` was just used, in memory only: the entry's times stay as they are.
     pub fn note_use(&self, path: &Path) {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        if used.len() >= MAX_NOTED && !used.contains_key(path) {
-            used.clear();
-        }
-        used.insert(path.to_path_buf(), SystemTime::now());
+        self.used.insert(path.to_path_buf(), SystemTime::now());
     }
 
     /// A fresh temporary path beside the place of entry `hex`, for [`LruDir::commit`].
@@ -171,16 +190,13 @@ impl LruDir {
     /// Removes the least recently used entries until the directory is under 90% of its
     /// limit (one eviction at a time per process).
     fn evict(&self) {
-        let Ok(_guard) = self.evicting.try_lock() else {
+        let Some(_guard) = self.evicting.try_lock() else {
             return;
         };
         let mut entries = self.scan(false);
-        {
-            let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-            for e in &mut entries {
-                if let Some(t) = used.get(&e.path) {
-                    e.used = e.used.max(*t);
-                }
+        for e in &mut entries {
+            if let Some(t) = self.used.peek(&e.path) {
+                e.used = e.used.max(t);
             }
         }
         let mut total: u64 = entries.iter().map(|e| e.len).sum();
@@ -286,5 +302,28 @@ mod tests {
         assert!(!old.exists());
         assert!(fresh.exists());
         assert_eq!(d.bytes(), 0, "temporaries are not entries");
+    }
+
+    #[test]
+    fn uses_noted_in_memory_keep_to_their_bound() {
+        let t = tempfile::tempdir().unwrap();
+        let d = LruDir::open(t.path(), 1000).unwrap();
+        assert_eq!(d.used.capacity(), MAX_NOTED as u64);
+        let n = MAX_NOTED * 4;
+        let path = |i: usize| d.path(&hex_of(&(i as u64).to_le_bytes().repeat(4)));
+        let mut most = 0;
+        for i in 0..n {
+            d.note_use(&path(i));
+            most = most.max(d.used.len());
+            assert!(d.used.len() <= MAX_NOTED);
+            assert!(d.used.peek(&path(i)).is_some(), "use {i} just noted");
+        }
+        assert!(d.used.len() > MAX_NOTED / 2);
+        assert!(d.used.get(&path(n - 1)).is_some(), "the last use noted");
+        println!(
+            "cache-bound repo lru_dir used: bound {MAX_NOTED} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            d.used.len()
+        );
     }
 }

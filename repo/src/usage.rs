@@ -24,8 +24,11 @@
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
-use std::sync::{Condvar, LazyLock, Mutex, OnceLock};
+use std::sync::{LazyLock, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use quick_cache::sync::{Cache, EntryAction, EntryResult};
 
 use crate::clock;
 use crate::error::Result;
@@ -43,11 +46,16 @@ pub const REFRESH: Duration = Duration::from_secs(600);
 /// writes, the mount's delay).
 pub const MIN_UNUSED_FOR: Duration = Duration::from_secs(3600);
 
-/// (store location, repository, commit) → when (process clock, ms) this process last
-/// claimed the record's write.
-type Written = HashMap<(String, RepoId, CommitId), u64>;
+/// Revisions whose last write this process remembers (a location, a repository and a
+/// commit: about 150 bytes each). One evicted is written again at its next use, before
+/// [`REFRESH`] is over: one PUT more.
+pub const WRITTEN_MAX: usize = 16_384;
 
-static WRITTEN: LazyLock<Mutex<Written>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// (store location, repository, commit) → when (process clock, ms) this process last
+/// claimed the record's write; at most [`WRITTEN_MAX`].
+type Written = Cache<(String, RepoId, CommitId), u64>;
+
+static WRITTEN: LazyLock<Written> = LazyLock::new(|| Cache::new(WRITTEN_MAX));
 
 /// Whether a record last written at `last_ms` must be written again at `now_ms`: never
 /// written, [`REFRESH`] or more ago, or in the future (this host's clock went back).
@@ -62,21 +70,33 @@ fn due(last_ms: Option<u64>, now_ms: u64) -> bool {
 /// [`REFRESH`] ago.
 fn claim(store: &Store, repo: &RepoId, commit: &CommitId) -> bool {
     let key = (store.backend().location(), repo.clone(), *commit);
-    let now = clock::now_ms();
-    let mut w = WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
-    if !due(w.get(&key).copied(), now) {
-        return false;
+    claim_key(&WRITTEN, &key, clock::now_ms())
+}
+
+/// Claims the write of `key` at `now_ms`, looking at its last claim and replacing it in
+/// one step (of concurrent callers, one claims).
+fn claim_key(written: &Written, key: &(String, RepoId, CommitId), now_ms: u64) -> bool {
+    let found = written.entry(key, None, |_, last| {
+        if !due(Some(*last), now_ms) {
+            return EntryAction::Retain(false);
+        }
+        *last = now_ms;
+        EntryAction::Retain(true)
+    });
+    match found {
+        EntryResult::Retained(claimed) => claimed,
+        EntryResult::Vacant(guard) => {
+            let _ = guard.insert(now_ms);
+            true
+        }
+        // Not asked for (the callback only retains, and there is no timeout).
+        EntryResult::Removed(..) | EntryResult::Replaced(..) | EntryResult::Timeout => false,
     }
-    w.insert(key, now);
-    true
 }
 
 fn unclaim(store: &Store, repo: &RepoId, commit: &CommitId) {
     let key = (store.backend().location(), repo.clone(), *commit);
-    WRITTEN
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&key);
+    WRITTEN.remove(&key);
 }
 
 fn write(store: &Store, repo: &RepoId, commit: &CommitId, by: &str) -> Result<()> {
@@ -132,8 +152,8 @@ struct Queue {
 
 static QUEUE: LazyLock<(Mutex<Queue>, Condvar)> = LazyLock::new(Default::default);
 
-fn queue() -> std::sync::MutexGuard<'static, Queue> {
-    QUEUE.0.lock().unwrap_or_else(|p| p.into_inner())
+fn queue() -> MutexGuard<'static, Queue> {
+    QUEUE.0.lock()
 }
 
 /// [`record`] from the one background thread, `delay` later, for readers that must not
@@ -183,8 +203,8 @@ struct HeldUse {
 
 static HELD: LazyLock<Mutex<HashMap<HeldKey, HeldUse>>> = LazyLock::new(Default::default);
 
-fn held() -> std::sync::MutexGuard<'static, HashMap<HeldKey, HeldUse>> {
-    HELD.lock().unwrap_or_else(|p| p.into_inner())
+fn held() -> MutexGuard<'static, HashMap<HeldKey, HeldUse>> {
+    HELD.lock()
 }
 
 /// A use that lasts, such as a file a mount holds open (its reads may never reach the
@@ -241,7 +261,7 @@ pub fn flush_background() {
     q.flush = true;
     QUEUE.1.notify_all();
     while !q.jobs.is_empty() || q.writing > 0 {
-        q = QUEUE.1.wait(q).unwrap_or_else(|p| p.into_inner());
+        QUEUE.1.wait(&mut q);
     }
     q.flush = false;
 }
@@ -307,18 +327,10 @@ fn next_due(max_wait: Duration) -> Option<Pending> {
             }
             _ if left.is_zero() => return None,
             Some(d) => {
-                q = QUEUE
-                    .1
-                    .wait_timeout(q, d.min(left))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0
+                QUEUE.1.wait_for(&mut q, d.min(left));
             }
             None => {
-                q = QUEUE
-                    .1
-                    .wait_timeout(q, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0
+                QUEUE.1.wait_for(&mut q, left);
             }
         }
     }
@@ -354,5 +366,40 @@ mod tests {
         assert!(due(Some(t), t - 1));
         // gc's floor leaves room for several refreshes.
         assert!(MIN_UNUSED_FOR >= 4 * REFRESH);
+    }
+
+    #[test]
+    fn claims_are_remembered_once_per_refresh_within_their_bound() {
+        let written: Written = Cache::new(WRITTEN_MAX);
+        let repo = RepoId::parse("org/model").unwrap();
+        let key = |i: usize| {
+            let mut c = [0u8; 20];
+            c[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            ("/store".to_string(), repo.clone(), CommitId(c))
+        };
+        let t = 1_000_000_000;
+        assert!(claim_key(&written, &key(0), t));
+        assert!(
+            !claim_key(&written, &key(0), t + 1),
+            "claimed within the refresh"
+        );
+        let r = REFRESH.as_millis() as u64;
+        assert!(claim_key(&written, &key(0), t + r), "due again");
+        assert_eq!(written.capacity(), WRITTEN_MAX as u64);
+        let n = WRITTEN_MAX * 10;
+        let mut most = 0;
+        for i in 1..n {
+            assert!(claim_key(&written, &key(i), t));
+            most = most.max(written.len());
+            assert!(written.len() <= WRITTEN_MAX);
+        }
+        assert!(written.len() > WRITTEN_MAX / 2);
+        // The last claim is remembered: claimed again within the refresh, it is refused.
+        assert!(!claim_key(&written, &key(n - 1), t + 1));
+        println!(
+            "cache-bound repo usage written: bound {WRITTEN_MAX} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            written.len()
+        );
     }
 }

@@ -4,8 +4,11 @@
 //! come from [`crate::body`].
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
+
+use parking_lot::Mutex;
+use quick_cache::sync::Cache;
 
 use bytes::Bytes;
 use format::manifest::Order;
@@ -28,7 +31,8 @@ use read::source::{FileSource, ReadPlan, Reload};
 
 pub use crate::reply::{Head, Reply};
 
-/// Manifests kept in memory (each is small next to the files it describes).
+/// Manifests kept in memory (each is small next to the files it describes: about 60 bytes
+/// a chunk, 1.2 MB for a revision of 10 GB in 512 KiB chunks).
 const MANIFEST_CACHE: usize = 64;
 
 /// The Hub's timestamp format (`2024-01-01T00:00:00.000Z`).
@@ -41,8 +45,53 @@ fn iso(secs: u64) -> String {
 const BLOB_IDS_MAX: usize = 1 << 16;
 
 /// Manifests read, by repository and commit, each with the tag of the manifest object it
-/// was read from (`""`: unknown, read again on the next request).
-type ManifestCache = HashMap<(RepoId, CommitId), (String, Arc<Manifest>)>;
+/// was read from (`""`: unknown, read again on the next request): at most
+/// [`MANIFEST_CACHE`], the least useful evicted first (a miss reads the manifest again).
+type ManifestCache = Cache<(RepoId, CommitId), (String, Arc<Manifest>)>;
+
+/// Most Xet hashes remembered with their repository (to tell "another repository's" from
+/// "unknown", `hub/xet.rs`): about 100 bytes each, 26 MB in all.
+const SEEN_MAX: usize = 1 << 18;
+
+/// Most revisions whose place in the history is remembered (`hub/browse.rs`): a miss is
+/// one GET of the manifest.
+const ORDER_CACHE: usize = 16_384;
+
+/// Most commits remembered as complete (`hub/policy.rs`): checking again is one GET.
+const COMPLETE_CACHE: usize = 4096;
+
+/// Most repositories whose role for the mirror is remembered (`hub/policy.rs`): finding it
+/// again is a GET or a LIST.
+const ROLE_CACHE: usize = 4096;
+
+// The caches of the endpoint, each bounded by its count of entries (quick_cache: a miss is
+// a read of the store again, never a wrong answer).
+
+fn manifest_cache() -> ManifestCache {
+    Cache::new(MANIFEST_CACHE)
+}
+
+fn blob_id_cache() -> Cache<[u8; 32], String> {
+    Cache::new(BLOB_IDS_MAX)
+}
+
+fn seen_cache() -> Cache<[u8; 32], RepoId> {
+    Cache::new(SEEN_MAX)
+}
+
+fn order_cache() -> OrderCache {
+    Cache::new(ORDER_CACHE)
+}
+
+impl Names {
+    fn new() -> Names {
+        Names {
+            spellings: Mutex::default(),
+            roles: Cache::new(ROLE_CACHE),
+            complete: Cache::new(COMPLETE_CACHE),
+        }
+    }
+}
 
 /// The endpoint's state: the store, tokens, metrics and caches.
 pub struct Hub {
@@ -57,10 +106,10 @@ pub struct Hub {
     metrics: &'static Metrics,
     /// What `/metrics` shows (default: the endpoint's metrics alone).
     exposition: Arc<prometheus_client::registry::Registry>,
-    manifests: Arc<Mutex<ManifestCache>>,
+    manifests: Arc<ManifestCache>,
     /// sha256 of a small file → its git blob id: at most [`BLOB_IDS_MAX`] entries, the
     /// least useful evicted first (a miss reads the file again).
-    blob_ids: quick_cache::sync::Cache<[u8; 32], String>,
+    blob_ids: Cache<[u8; 32], String>,
     /// `--allow` and `[serve.locks]`.
     policy: Policy,
     /// `--upstream`: what the store lacks is pulled from there.
@@ -72,9 +121,9 @@ pub struct Hub {
     /// Xet downloads (`hub/xet.rs`); `None`: off.
     xet: Option<crate::xet::XetOptions>,
     /// Xet hashes seen in manifests, with their repository (`hub/xet.rs`).
-    xet_seen: Mutex<HashMap<[u8; 32], RepoId>>,
+    xet_seen: Cache<[u8; 32], RepoId>,
     /// Each stored revision's place in its history (`hub/browse.rs`).
-    orders: Mutex<OrderCache>,
+    orders: OrderCache,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -90,13 +139,16 @@ struct Located {
 type Spellings = (Option<Instant>, HashMap<String, Vec<RepoId>>);
 
 /// What the endpoint remembers of stored repositories' names, roles and commits.
-#[derive(Default)]
 struct Names {
+    /// The last listing of the store's repositories (replaced whole by the next one: as
+    /// large as the store's list of repositories, which the listing holds anyway).
     spellings: Mutex<Spellings>,
-    /// Repository → when its role was found, and the role (never [`Role::New`]).
-    roles: Mutex<HashMap<RepoId, (Instant, Role)>>,
-    /// Commits found without a partial record, with their manifest's tag.
-    complete: Mutex<HashSet<(RepoId, CommitId, String)>>,
+    /// Repository → when its role was found, and the role (never [`Role::New`]): at most
+    /// [`ROLE_CACHE`].
+    roles: Cache<RepoId, (Instant, Role)>,
+    /// Commits found without a partial record, with their manifest's tag: at most
+    /// [`COMPLETE_CACHE`].
+    complete: Cache<(RepoId, CommitId, String), ()>,
 }
 
 /// What the mirror may do with a repository.
@@ -130,8 +182,8 @@ struct RevFacts {
     pub source: String,
 }
 
-/// Facts of revisions by repository, commit and manifest tag.
-type OrderCache = HashMap<(RepoId, CommitId, String), RevFacts>;
+/// Facts of revisions by repository, commit and manifest tag: at most [`ORDER_CACHE`].
+type OrderCache = Cache<(RepoId, CommitId, String), RevFacts>;
 
 impl Hub {
     /// A router over `store`, reading file bytes through `cache`; with `tokens`, every
@@ -145,15 +197,15 @@ impl Hub {
             token_names: HashMap::new(),
             metrics: &METRICS,
             exposition: Arc::new(crate::exposition::own_registry()),
-            manifests: Arc::new(Mutex::new(HashMap::new())),
-            blob_ids: quick_cache::sync::Cache::new(BLOB_IDS_MAX),
+            manifests: Arc::new(manifest_cache()),
+            blob_ids: blob_id_cache(),
             policy: Policy::default(),
             mirror: None,
-            names: Names::default(),
+            names: Names::new(),
             ui: None,
             xet: None,
-            xet_seen: Mutex::new(HashMap::new()),
-            orders: Mutex::new(HashMap::new()),
+            xet_seen: seen_cache(),
+            orders: order_cache(),
         }
     }
 
@@ -368,8 +420,6 @@ impl Hub {
         let key = (repo.clone(), commit);
         let cached = self
             .manifests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(&key)
             .filter(|(t, _)| !t.is_empty() && *t == tag)
             .map(|(_, m)| m.clone());
@@ -814,12 +864,11 @@ fn dir_entry(at: &Located, dir: &str) -> Value {
     json!({ "type": "directory", "oid": dir_oid(at, dir), "path": dir })
 }
 
-/// Puts a manifest in the cache (emptied when full: manifests are cheap to load again).
 /// Reads a manifest again after a pack was gone ([`read::reload::same_file`]) and keeps
 /// the fresh one in the manifest cache, for the next request of the revision.
 struct Remembering {
     store: Store,
-    manifests: Arc<Mutex<ManifestCache>>,
+    manifests: Arc<ManifestCache>,
     key: (RepoId, CommitId),
 }
 
@@ -838,11 +887,9 @@ impl Reload for Remembering {
     }
 }
 
-fn remember(cache: &Mutex<ManifestCache>, key: (RepoId, CommitId), tag: String, m: Arc<Manifest>) {
-    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if cache.len() >= MANIFEST_CACHE && !cache.contains_key(&key) {
-        cache.clear();
-    }
+/// Puts a manifest in the cache (evicting another when full: manifests are cheap to load
+/// again).
+fn remember(cache: &ManifestCache, key: (RepoId, CommitId), tag: String, m: Arc<Manifest>) {
     cache.insert(key, (tag, m));
 }
 
@@ -874,6 +921,111 @@ mod xet;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Inserts `n` distinct entries into `cache`, checks that at most `bound` stay and that
+    /// the entry just inserted is served, and prints the figure (docs/BENCHMARKS.md,
+    /// "Memory bounds of in-memory caches").
+    fn fill<K, V>(
+        name: &str,
+        cache: &Cache<K, V>,
+        bound: usize,
+        n: usize,
+        entry: impl Fn(usize) -> (K, V),
+    ) where
+        K: Eq + std::hash::Hash + Clone,
+        V: Clone,
+    {
+        assert_eq!(cache.capacity(), bound as u64, "{name}: capacity");
+        let mut most = 0;
+        for i in 0..n {
+            let (k, v) = entry(i);
+            cache.insert(k.clone(), v);
+            most = most.max(cache.len());
+            assert!(
+                cache.len() <= bound,
+                "{name}: {} entries > {bound}",
+                cache.len()
+            );
+            assert!(cache.peek(&k).is_some(), "{name}: entry {i} just inserted");
+        }
+        let (last, _) = entry(n - 1);
+        assert!(cache.get(&last).is_some(), "{name}: the last entry");
+        assert!(
+            cache.len() > bound / 2,
+            "{name}: {} entries kept",
+            cache.len()
+        );
+        println!(
+            "cache-bound serve {name}: bound {bound} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            cache.len()
+        );
+    }
+
+    fn repo(i: usize) -> RepoId {
+        RepoId::parse(&format!("org/model-{i}")).unwrap()
+    }
+
+    fn commit(i: usize) -> CommitId {
+        let mut c = [0u8; 20];
+        c[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        CommitId(c)
+    }
+
+    fn sha(i: usize) -> [u8; 32] {
+        *blake3::hash(&(i as u64).to_le_bytes()).as_bytes()
+    }
+
+    #[test]
+    fn every_cache_of_the_endpoint_keeps_to_its_bound() {
+        let m = Arc::new(Manifest {
+            repo: repo(0),
+            commit: commit(0),
+            ingested_at: 0,
+            source: "plain".into(),
+            packs: Vec::new(),
+            files: Vec::new(),
+            published: None,
+            xet_hashes: Vec::new(),
+        });
+        let n = MANIFEST_CACHE * 10;
+        fill("manifests", &manifest_cache(), MANIFEST_CACHE, n, |i| {
+            ((repo(i), commit(i)), ("tag".to_string(), m.clone()))
+        });
+        fill(
+            "blob_ids",
+            &blob_id_cache(),
+            BLOB_IDS_MAX,
+            BLOB_IDS_MAX * 4,
+            |i| (sha(i), format!("{i:040x}")),
+        );
+        fill("xet_seen", &seen_cache(), SEEN_MAX, SEEN_MAX * 4, |i| {
+            (sha(i), repo(i % 100))
+        });
+        let facts = |i: usize| RevFacts {
+            order: (i as u64, 0, [0; 20]),
+            files: 3,
+            source: "plain".into(),
+        };
+        fill(
+            "orders",
+            &order_cache(),
+            ORDER_CACHE,
+            ORDER_CACHE * 10,
+            |i| ((repo(i % 100), commit(i), "tag".into()), facts(i)),
+        );
+        let names = Names::new();
+        fill("roles", &names.roles, ROLE_CACHE, ROLE_CACHE * 10, |i| {
+            (repo(i), (Instant::now(), Role::Inside))
+        });
+        fill(
+            "complete",
+            &names.complete,
+            COMPLETE_CACHE,
+            COMPLETE_CACHE * 10,
+            |i| ((repo(i % 100), commit(i), "tag".into()), ()),
+        );
+    }
 
     #[test]
     fn other_types_are_refused_models_are_not() {

@@ -31,9 +31,12 @@
 pub mod flight;
 pub mod recent;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use quick_cache::sync::Cache;
 
 use format::{CommitId, RepoId};
 
@@ -53,6 +56,13 @@ pub const QUEUED_OPERATIONS: usize = 256;
 /// How long a failed upstream resolution is remembered (the store answers meanwhile), so
 /// that a down upstream is not asked again by every request.
 pub const FAILURE_RETRY: Duration = Duration::from_secs(5);
+
+/// Most ref names whose upstream answer is remembered (a miss asks the upstream again).
+pub const REF_CACHE: usize = 4096;
+
+/// Most distinct upstream failures remembered as logged while the upstream fails (past
+/// it, a failure evicted is logged again).
+pub const WARNED_MAX: usize = 256;
 
 /// Why the upstream could not answer. Clonable: every request waiting on one flight gets
 /// the same result.
@@ -190,12 +200,12 @@ type Resolved = Result<CommitId, UpstreamError>;
 /// The mirror's state: the TTL cache of ref names, flights, the last failure logged.
 pub struct Mirror {
     pub(crate) opts: UpstreamOptions,
-    /// Ref name → the upstream's answer and when it came.
-    refs: Arc<Mutex<HashMap<RefKey, (Instant, Resolved)>>>,
+    /// Ref name → the upstream's answer and when it came: at most [`REF_CACHE`].
+    refs: Arc<Cache<RefKey, (Instant, Resolved)>>,
     resolving: Flights<RefKey, Resolved>,
     pulling: Flights<(RepoId, CommitId), Result<u64, UpstreamError>>,
     /// Failures already logged (logged again once the upstream answered).
-    warned: Arc<Mutex<HashSet<String>>>,
+    warned: Arc<Warned>,
     /// The last pulls and failures, for the mirror page.
     pub(crate) recent: Arc<Recent>,
 }
@@ -205,10 +215,10 @@ impl Mirror {
         let pool = |name, n| Pool::new(name, n, QUEUED_OPERATIONS);
         Mirror {
             opts,
-            refs: Arc::default(),
+            refs: Arc::new(Cache::new(REF_CACHE)),
             resolving: Flights::new(pool("upstream-resolve", RESOLVE_THREADS)),
             pulling: Flights::new(pool("upstream-pull", PULL_THREADS)),
-            warned: Arc::default(),
+            warned: Arc::new(warned()),
             recent: Arc::default(),
         }
     }
@@ -242,13 +252,13 @@ impl Mirror {
         self.resolving.run(&key, move || {
             let r = up.resolve(&repo, &rev);
             notes.note(&r, &format!("resolving {repo}@{rev}"), "resolve");
-            lock(&refs).insert(k, (Instant::now(), r.clone()));
+            refs.insert(k, (Instant::now(), r.clone()));
             r
         })
     }
 
     fn cached(&self, key: &RefKey) -> Option<(Instant, Resolved)> {
-        lock(&self.refs).get(key).cloned()
+        self.refs.get(key)
     }
 
     /// Pulls `commit` once, whoever else asks meanwhile: the bytes received and whether
@@ -298,9 +308,17 @@ impl Mirror {
     }
 }
 
+/// The failures logged while the upstream fails, at most [`WARNED_MAX`]: one lock around
+/// the check and the insert, so that each is logged once, and the recovery once.
+type Warned = Mutex<quick_cache::unsync::Cache<String, ()>>;
+
+fn warned() -> Warned {
+    Mutex::new(quick_cache::unsync::Cache::new(WARNED_MAX))
+}
+
 /// What an operation on the pool needs to log its outcome.
 struct Notes {
-    warned: Arc<Mutex<HashSet<String>>>,
+    warned: Arc<Warned>,
     endpoint: String,
     recent: Arc<Recent>,
 }
@@ -314,9 +332,10 @@ impl Notes {
                 self.recent.failure(op, what, &e.to_string());
             }
         }
-        let mut warned = lock(&self.warned);
+        let mut warned = self.warned.lock();
         if let Err(UpstreamError::Unavailable(e)) = r {
-            if warned.insert(e.clone()) {
+            if !warned.contains_key(e) {
+                warned.insert(e.clone(), ());
                 tracing::warn!(
                     "upstream {} failed {what}: {e}; serving what is stored",
                     self.endpoint
@@ -329,13 +348,62 @@ impl Notes {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mirror_s_caches_keep_to_their_bounds() {
+        let refs: Cache<RefKey, (Instant, Resolved)> = Cache::new(REF_CACHE);
+        assert_eq!(refs.capacity(), REF_CACHE as u64);
+        let n = REF_CACHE * 10;
+        let repo = RepoId::parse("org/model").unwrap();
+        let key = |i: usize| (repo.clone(), format!("branch-{i}"));
+        let mut most = 0;
+        for i in 0..n {
+            let failed = Err(UpstreamError::Unavailable(format!("failure {i}")));
+            refs.insert(key(i), (Instant::now(), failed));
+            most = most.max(refs.len());
+            assert!(refs.len() <= REF_CACHE, "{} refs", refs.len());
+            assert!(refs.peek(&key(i)).is_some(), "ref {i} just inserted");
+        }
+        assert!(refs.len() > REF_CACHE / 2);
+        assert!(refs.get(&key(n - 1)).is_some(), "the last ref answered");
+        println!(
+            "cache-bound serve upstream refs: bound {REF_CACHE} entries; after {n} inserts: {} entries \
+             (at most {most})",
+            refs.len()
+        );
+        let notes = Notes {
+            warned: Arc::new(warned()),
+            endpoint: "http://upstream".into(),
+            recent: Arc::default(),
+        };
+        assert_eq!(notes.warned.lock().capacity(), WARNED_MAX as u64);
+        let n = WARNED_MAX * 10;
+        let mut most = 0;
+        for i in 0..n {
+            let r: Result<(), _> = Err(UpstreamError::Unavailable(format!("failure {i}")));
+            notes.note(&r, "resolving org/model@main", "resolve");
+            most = most.max(notes.warned.lock().len());
+            assert!(notes.warned.lock().len() <= WARNED_MAX);
+            // The failure just logged is remembered: the same one again is not logged.
+            assert!(notes.warned.lock().contains_key(&format!("failure {i}")));
+        }
+        let kept = notes.warned.lock().len();
+        assert!(kept > WARNED_MAX / 2);
+        println!(
+            "cache-bound serve upstream warned: bound {WARNED_MAX} entries; after {n} inserts: {kept} entries \
+             (at most {most})"
+        );
+        // The upstream answers: every failure is forgotten.
+        notes.note(
+            &Ok::<(), UpstreamError>(()),
+            "resolving org/model@main",
+            "resolve",
+        );
+        assert_eq!(notes.warned.lock().len(), 0);
+    }
 
     #[test]
     fn globs() {

@@ -35,7 +35,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chunker::ChunkParams;
@@ -49,6 +49,7 @@ use hubserve::ui::{facts, Inventory, Pages};
 use hubserve::{Limits, Policy, Upstream, UpstreamError, UpstreamOptions};
 use index::Index;
 use objects::MemoryStore;
+use parking_lot::Mutex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use read::progress::NoProgress;
@@ -326,7 +327,7 @@ impl Upstream for FakeUpstream {
     }
 
     fn fetch(&self, repo: &RepoId, commit: &CommitId) -> Result<u64, UpstreamError> {
-        lock(&self.fetched).push((repo.to_string(), *commit));
+        self.fetched.lock().push((repo.to_string(), *commit));
         let known = self
             .repos
             .get(&repo.to_string().to_lowercase())
@@ -345,10 +346,6 @@ impl Upstream for FakeUpstream {
         .map_err(|e| UpstreamError::Unavailable(e.to_string()))?;
         Ok(1)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn commit(hex: &str) -> CommitId {
@@ -487,7 +484,7 @@ fn store_policy() -> Result<(), String> {
 /// kept its promises.
 fn policy_state() -> (usize, bool) {
     let p = policy_fixture();
-    (lock(&p.upstream.fetched).len(), store_policy().is_ok())
+    (p.upstream.fetched.lock().len(), store_policy().is_ok())
 }
 
 /// What one input (after `before`, from [`policy_state`]) did against the policy: nothing
@@ -496,7 +493,7 @@ fn policy_state() -> (usize, bool) {
 /// judged, so that a shrunk failure names the input that broke the promise.
 fn check_policy(before: (usize, bool)) -> Result<(), TestCaseError> {
     let p = policy_fixture();
-    for (repo, c) in lock(&p.upstream.fetched).iter().skip(before.0) {
+    for (repo, c) in p.upstream.fetched.lock().iter().skip(before.0) {
         let lower = repo.to_lowercase();
         let allowed = ALLOW
             .iter()
@@ -1383,7 +1380,7 @@ fn fuzz_policy_and_mirror_routes() {
     assert_eq!(run_policy(CASES), 3 * CASES as u64);
     assert_eq!(policy_fixture().hub.metrics().panics(), 0);
     // The fuzz reached the upstream: up/model was pulled (what the mirror is for).
-    let fetched = lock(&policy_fixture().upstream.fetched);
+    let fetched = policy_fixture().upstream.fetched.lock();
     assert!(
         fetched.iter().any(|(r, _)| r.to_lowercase() == "up/model"),
         "{fetched:?}"

@@ -19,10 +19,10 @@
 //! reported as notes, not problems.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use format::ChunkId;
+use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::gc::{self, state};
@@ -456,10 +456,7 @@ fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckRepo
                 Err(objects::ObjectError::NotFound(_)) => return, // deleted by gc meanwhile
                 Err(e) => {
                     problems.push(e.to_string());
-                    found
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .extend(problems);
+                    found.lock().extend(problems);
                     return;
                 }
             };
@@ -497,20 +494,17 @@ fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckRepo
                 Err(e) => problems.push(e.to_string()),
             }
             {
-                let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+                let mut t = totals.lock();
                 t.0 += chunks;
                 t.1 += bytes.len() as u64;
             }
-            found
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(problems);
+            found.lock().extend(problems);
         })
     });
-    let (chunks, bytes) = totals.into_inner().unwrap_or_else(|p| p.into_inner());
+    let (chunks, bytes) = totals.into_inner();
     report.chunks_hashed = chunks;
     report.bytes_hashed = bytes;
-    for p in found.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    for p in found.into_inner() {
         report.problem(p);
     }
     Ok(())

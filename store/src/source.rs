@@ -14,6 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use format::names::{check_ref_name, CommitId, RepoId};
+use parking_lot::Mutex;
 use repo::{Result, StoreError};
 
 /// One file to ingest.
@@ -170,8 +171,8 @@ const DISCOVER_THREADS: usize = 8;
 fn cache_repos(repos: &[PathBuf]) -> Vec<Result<Discovered>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    let found: Vec<std::sync::Mutex<Option<Result<Discovered>>>> =
-        repos.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let found: Vec<Mutex<Option<Result<Discovered>>>> =
+        repos.iter().map(|_| Mutex::new(None)).collect();
     let work = || {
         use std::sync::atomic::Ordering::SeqCst;
         while !failed.load(SeqCst) {
@@ -180,7 +181,7 @@ fn cache_repos(repos: &[PathBuf]) -> Vec<Result<Discovered>> {
             let mut out = Discovered::default();
             let r = cache_repo(dir, None, &mut out).map(|()| out);
             failed.fetch_or(r.is_err(), SeqCst);
-            *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            *found[i].lock() = Some(r);
         }
     };
     std::thread::scope(|s| {
@@ -196,10 +197,7 @@ fn cache_repos(repos: &[PathBuf]) -> Vec<Result<Discovered>> {
         }
     });
     // Repositories after a failure may be unlisted: the failure comes first in order.
-    found
-        .into_iter()
-        .map_while(|f| f.into_inner().unwrap_or_else(|p| p.into_inner()))
-        .collect()
+    found.into_iter().map_while(Mutex::into_inner).collect()
 }
 
 fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<()> {

@@ -4,9 +4,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use objects::{ObjectStore, S3Options, S3Store};
+use parking_lot::Mutex;
 
 /// Serves HEADs: `present` (14 bytes), `broken` (403), anything else 404. Records each
 /// request's first line.
@@ -30,7 +31,7 @@ fn fake_s3(seen: Arc<Mutex<Vec<String>>>) -> u16 {
                 .next()
                 .unwrap_or("")
                 .to_string();
-            seen.lock().unwrap().push(line.clone());
+            seen.lock().push(line.clone());
             let head = if line.starts_with("HEAD /bucket/prefix/objects/present ") {
                 "200 OK\r\nContent-Length: 14\r\nETag: \"abc\"\r\n\
                  Last-Modified: Wed, 02 Dec 2026 10:00:00 GMT"
@@ -71,8 +72,8 @@ fn size_and_stat_are_one_head_each() {
         .as_secs();
     assert_eq!(secs, 1_796_205_600, "Wed, 02 Dec 2026 10:00:00 GMT");
     assert!(s3.stat("objects/missing").unwrap().is_none());
-    let heads = seen.lock().unwrap().len();
-    assert_eq!(heads, 4, "one HEAD per call: {:?}", seen.lock().unwrap());
+    let heads = seen.lock().len();
+    assert_eq!(heads, 4, "one HEAD per call: {:?}", seen.lock());
 
     // A refusal is an error that names the key, whichever call met it.
     for e in [

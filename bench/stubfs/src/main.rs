@@ -19,7 +19,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -28,6 +28,7 @@ use fuser::{
     KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyOpen, Request, SessionACL,
 };
+use parking_lot::Mutex;
 
 /// Entries and attributes never change under the stub, as inside a modelcas commit.
 const TTL: Duration = Duration::from_secs(24 * 3600);
@@ -65,10 +66,6 @@ struct StubFs {
     inodes: Mutex<Inodes>,
     files: Mutex<HashMap<u64, Arc<File>>>,
     next_fh: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn kind(m: &Metadata) -> FileType {
@@ -153,13 +150,13 @@ impl StubFs {
     }
 
     fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
-        lock(&self.inodes).path(ino)
+        self.inodes.lock().path(ino)
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<(INodeNo, Metadata), Errno> {
         let path = self.path(parent)?.join(name);
         let meta = std::fs::symlink_metadata(&path)?;
-        Ok((lock(&self.inodes).id(path), meta))
+        Ok((self.inodes.lock().id(path), meta))
     }
 
     fn list(&self, ino: INodeNo) -> Result<Vec<(INodeNo, FileType, std::ffi::OsString)>, Errno> {
@@ -171,7 +168,7 @@ impl StubFs {
         for e in std::fs::read_dir(&dir)? {
             let e = e?;
             let meta = e.metadata()?;
-            let child = lock(&self.inodes).id(e.path());
+            let child = self.inodes.lock().id(e.path());
             all.push((child, kind(&meta), e.file_name()));
         }
         Ok(all)
@@ -212,7 +209,7 @@ impl Filesystem for StubFs {
         {
             Ok(file) => {
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                lock(&self.files).insert(fh, Arc::new(file));
+                self.files.lock().insert(fh, Arc::new(file));
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
             Err(e) => reply.error(e),
@@ -230,7 +227,7 @@ impl Filesystem for StubFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let Some(file) = lock(&self.files).get(&fh.0).cloned() else {
+        let Some(file) = self.files.lock().get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
         match pread(&file, offset, size as usize) {
@@ -249,7 +246,7 @@ impl Filesystem for StubFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        lock(&self.files).remove(&fh.0);
+        self.files.lock().remove(&fh.0);
         reply.ok();
     }
 

@@ -9,7 +9,7 @@
 //! `--upstream-jobs` download slots are shared by all of them.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -19,6 +19,7 @@ use hubserve::{Upstream, UpstreamError};
 use index::Index;
 use mirror::slots::Slots;
 use mirror::{PullError, PullOptions};
+use parking_lot::Mutex;
 use read::progress::NoProgress;
 use repo::Store;
 
@@ -107,7 +108,7 @@ impl HubUpstream {
 
     /// The index, opened unless a running pull has it open already.
     fn index(&self) -> Result<Arc<Index>, UpstreamError> {
-        let mut shared = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shared = self.index.lock();
         if let Some(i) = shared.upgrade() {
             return Ok(i);
         }
@@ -121,7 +122,7 @@ impl HubUpstream {
     /// Lets go of a pull's index; the last one closes it, under the lock, so that a pull
     /// starting meanwhile opens it only once it is closed.
     fn release(&self, index: Arc<Index>) {
-        let _shared = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let _shared = self.index.lock();
         drop(index);
     }
 }

@@ -14,9 +14,10 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread;
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use percent_encoding::percent_decode_str;
 use sha1::Digest as _;
 
@@ -171,19 +172,19 @@ pub struct State {
 #[derive(Default)]
 pub struct Gate {
     open: Mutex<bool>,
-    opened: std::sync::Condvar,
+    opened: Condvar,
 }
 
 impl Gate {
     pub fn open(&self) {
-        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *self.open.lock() = true;
         self.opened.notify_all();
     }
 
     fn wait(&self) {
-        let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut o = self.open.lock();
         while !*o {
-            o = self.opened.wait(o).unwrap_or_else(|p| p.into_inner());
+            self.opened.wait(&mut o);
         }
     }
 }
@@ -214,7 +215,7 @@ impl Fake {
     }
 
     pub fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -280,7 +281,7 @@ impl Answer {
 fn serve(mut conn: TcpStream, state: &Mutex<State>, base: &str) {
     let Some(seen) = read_head(&conn) else { return };
     let hold = {
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = state.lock();
         s.seen.push(seen.clone());
         s.hold
             .clone()
@@ -290,7 +291,7 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>, base: &str) {
         gate.wait();
     }
     let answer = {
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = state.lock();
         let mut a = route(&mut s, &seen, base);
         a.dribble = s.dribble;
         a

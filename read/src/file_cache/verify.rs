@@ -22,18 +22,42 @@
 //!   others wait for its verdict instead of reading the file a second time.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::sync::{Condvar, Mutex};
 
+use parking_lot::{Condvar, Mutex};
+use quick_cache::sync::Cache;
 use rayon::prelude::*;
 use repo::manifest::FileEntry;
 
-/// Most records kept; past it they are all forgotten (entries are then checked again).
+/// Most records kept (a sha256 and a stamp: about 150 bytes each); past it the least
+/// useful are forgotten (their entries are checked again at their next open).
 pub const MAX_RECORDS: usize = 100_000;
+
+/// Parts of [`records_cache`]: a power of two that divides [`MAX_RECORDS`].
+const RECORDS_SHARDS: usize = 32;
+const _: () = assert!(MAX_RECORDS.is_multiple_of(RECORDS_SHARDS));
+
+/// The records: at most [`MAX_RECORDS`] on any machine. quick_cache splits its bound into
+/// parts (by default four per core, rounded to a power of two) and rounds each part up:
+/// 100,000 in 64 parts (a 16-core machine) would hold 100,032. 32 parts divide it.
+fn records_cache() -> Cache<[u8; 32], (Stamp, Verdict)> {
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(RECORDS_SHARDS)
+        .estimated_items_capacity(MAX_RECORDS)
+        .weight_capacity(MAX_RECORDS as u64)
+        .build()
+        .unwrap_or_else(|e| unreachable!("constant options: {e}"));
+    Cache::with_options(
+        options,
+        quick_cache::UnitWeighter,
+        Default::default(),
+        Default::default(),
+    )
+}
 
 /// Bytes read and hashed by one task of a check (whole chunks, at least one, so at most
 /// this plus `format::MAX_CHUNK_LEN`): the buffer each of the pool's threads holds while a
@@ -196,19 +220,31 @@ pub enum Verdict {
     Damaged,
 }
 
-#[derive(Default)]
+/// The records and the checks running, under one lock (a claim looks at both at once).
 struct State {
-    /// Per entry (file sha256): the stamp it was last checked under, and the verdict.
-    records: HashMap<[u8; 32], (Stamp, Verdict)>,
-    /// Entries being checked now.
+    /// Per entry (file sha256): the stamp it was last checked under, and the verdict; at
+    /// most [`MAX_RECORDS`].
+    records: Cache<[u8; 32], (Stamp, Verdict)>,
+    /// Entries being checked now (not a cache: one per check running).
     busy: HashSet<[u8; 32]>,
 }
 
 /// The checks of this process (see the module doc).
-#[derive(Default)]
 pub struct Checks {
     state: Mutex<State>,
     done: Condvar,
+}
+
+impl Default for Checks {
+    fn default() -> Checks {
+        Checks {
+            state: Mutex::new(State {
+                records: records_cache(),
+                busy: HashSet::new(),
+            }),
+            done: Condvar::new(),
+        }
+    }
 }
 
 /// What [`Checks::claim`] found.
@@ -240,15 +276,10 @@ impl Pending<'_> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        let mut s = self.checks.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.checks.state.lock();
         s.busy.remove(&self.sha);
         match self.record.take() {
-            Some(r) => {
-                if s.records.len() >= MAX_RECORDS && !s.records.contains_key(&self.sha) {
-                    s.records.clear();
-                }
-                s.records.insert(self.sha, r);
-            }
+            Some(r) => s.records.insert(self.sha, r),
             None => {
                 s.records.remove(&self.sha);
             }
@@ -263,10 +294,10 @@ impl Checks {
     /// caller stamps its file again (the check marks the file as used, which moves its
     /// ctime) and asks again.
     pub fn claim(&self, sha: &[u8; 32], stamp: &Stamp) -> Claim<'_> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock();
         if let Some((st, v)) = s.records.get(sha) {
-            if st == stamp {
-                return Claim::Known(*v);
+            if st == *stamp {
+                return Claim::Known(v);
             }
         }
         if s.busy.insert(*sha) {
@@ -279,16 +310,16 @@ impl Checks {
         // Tests hold a second opener here, known to wait for the first one's check.
         drop(s);
         repo::failpoint::pause("file-cache-check-wait");
-        s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s = self.state.lock();
         while s.busy.contains(sha) {
-            s = self.done.wait(s).unwrap_or_else(|e| e.into_inner());
+            self.done.wait(&mut s);
         }
         Claim::Waited
     }
 
     /// The verdict recorded for `sha`, whatever its stamp (tests).
     pub fn recorded(&self, sha: &[u8; 32]) -> Option<Verdict> {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.state.lock();
         s.records.get(sha).map(|r| r.1)
     }
 }
@@ -378,5 +409,44 @@ mod tests {
         std::fs::rename(&q, &p).unwrap();
         let s2 = Stamp::of(&File::open(&p).unwrap()).unwrap();
         assert!(!s1.same_inode(&s2));
+    }
+
+    #[test]
+    fn records_keep_to_their_bound() {
+        let checks = Checks::default();
+        let stamp = Stamp {
+            dev: (8, 1),
+            mnt_id: 1,
+            ino: 2,
+            size: 3,
+            btime: (4, 0),
+            ctime: (5, 0),
+        };
+        assert_eq!(checks.state.lock().records.capacity(), MAX_RECORDS as u64);
+        let n = MAX_RECORDS * 4;
+        let mut most = 0;
+        for i in 0..n {
+            let sha = *blake3::hash(&(i as u64).to_le_bytes()).as_bytes();
+            let Claim::Mine(p) = checks.claim(&sha, &stamp) else {
+                panic!("entry {i} was known before it was checked");
+            };
+            p.finish(Some((stamp, Verdict::Good)));
+            let s = checks.state.lock();
+            most = most.max(s.records.len());
+            assert!(s.records.len() <= MAX_RECORDS);
+            assert!(s.records.peek(&sha).is_some(), "record {i} just made");
+        }
+        let kept = checks.state.lock().records.len();
+        assert!(kept > MAX_RECORDS / 2, "{kept}");
+        println!(
+            "cache-bound read file_cache verify records: bound {MAX_RECORDS} entries; after {n} inserts: \
+             {kept} entries (at most {most})"
+        );
+        // The last one checked is known under its stamp.
+        let last = *blake3::hash(&(n as u64 - 1).to_le_bytes()).as_bytes();
+        assert!(matches!(
+            checks.claim(&last, &stamp),
+            Claim::Known(Verdict::Good)
+        ));
     }
 }

@@ -200,7 +200,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
 
     use super::*;
     use crate::handle::CreateOptions;
@@ -219,7 +221,7 @@ mod tests {
             self.inner.put(key, data)
         }
         fn put_many(&self, objects: &[(String, Vec<u8>)]) -> ObjResult<()> {
-            if let Some(key) = self.remove.lock().unwrap().take() {
+            if let Some(key) = self.remove.lock().take() {
                 self.inner.delete(&key)?;
             }
             self.inner.put_many(objects)
@@ -305,7 +307,7 @@ mod tests {
     fn set_refs_takes_back_the_refs_of_a_commit_removed_meanwhile() {
         let (store, backend, repo, [a, b, c]) = store();
         store.set_ref(&repo, "stable", &a).unwrap();
-        *backend.remove.lock().unwrap() = Some(layout::manifest_key(&repo, &b));
+        *backend.remove.lock() = Some(layout::manifest_key(&repo, &b));
         let batch = [
             (repo.clone(), "stable".to_string(), b),
             (repo.clone(), "new".to_string(), b),
@@ -327,7 +329,7 @@ mod tests {
         assert_eq!(refs.get("main"), Some(&c));
         // Two entries for one name, the last one's commit removed: the ref is put back,
         // and neither entry reports success.
-        *backend.remove.lock().unwrap() = Some(layout::manifest_key(&repo, &c));
+        *backend.remove.lock() = Some(layout::manifest_key(&repo, &c));
         let batch = [
             (repo.clone(), "stable".to_string(), a),
             (repo.clone(), "stable".to_string(), c),

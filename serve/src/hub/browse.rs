@@ -21,9 +21,6 @@ use crate::auth::{bearer, default_token_name};
 use crate::decode::{form_pairs, header_ascii};
 use crate::reply::{bad_request, internal, Head, Reply, X_ERROR_CODE};
 
-/// Revisions whose order is remembered (emptied when full: reading them again is one GET
-/// each).
-const ORDER_CACHE: usize = 16_384;
 /// Page size of `list_models` (the default and the most `limit` gets).
 const MODELS_PAGE: usize = 1000;
 /// Default page size of `list_repo_commits`, and the most its `limit` gets.
@@ -172,7 +169,7 @@ impl Hub {
                 continue;
             };
             let key = (repo.clone(), c, o.tag.clone());
-            let known = lock(&self.orders).get(&key).cloned();
+            let known = self.orders.get(&key);
             if let Some(f) = known.filter(|_| !o.tag.is_empty()) {
                 out.push((c, f));
                 continue;
@@ -189,11 +186,7 @@ impl Hub {
                 source: m.source.clone(),
             };
             if !o.tag.is_empty() {
-                let mut cache = lock(&self.orders);
-                if cache.len() >= ORDER_CACHE {
-                    cache.clear();
-                }
-                cache.insert(key, facts.clone());
+                self.orders.insert(key, facts.clone());
             }
             out.push((c, facts));
         }
@@ -448,10 +441,6 @@ fn commit_item(c: &CommitId, f: &RevFacts, refs: Option<&Vec<String>>) -> Value 
         "authors": [{ "user": "modelcas", "avatar": null }],
         "date": iso_ms(f.order.0),
     })
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

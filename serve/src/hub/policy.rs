@@ -6,7 +6,6 @@
 //! the upstream before they are served).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use format::{CommitId, RepoId};
@@ -24,16 +23,13 @@ const RELIST: Duration = Duration::from_secs(2);
 /// How long whether the mirror may look a repository up is remembered.
 const ROLE_TTL: Duration = Duration::from_secs(30);
 
-/// Most commits remembered as complete (emptied when full: checking again is one GET).
-const COMPLETE_CACHE: usize = 4096;
-
 impl Hub {
     /// The store's spelling of `repo`: the exact one if stored, else one differing only in
     /// case, else `repo` itself.
     pub(crate) fn spelling(&self, repo: RepoId) -> Result<RepoId, Box<Reply>> {
         let folded = repo.folded();
         {
-            let s = lock(&self.names.spellings);
+            let s = self.names.spellings.lock();
             if let Some(v) = s.1.get(&folded) {
                 return Ok(pick(v, repo));
             }
@@ -50,7 +46,7 @@ impl Hub {
             Some(v) => pick(v, repo),
             None => repo,
         };
-        *lock(&self.names.spellings) = (Some(Instant::now()), map);
+        *self.names.spellings.lock() = (Some(Instant::now()), map);
         Ok(out)
     }
 
@@ -63,7 +59,7 @@ impl Hub {
         repo: &RepoId,
         upstream: &str,
     ) -> Result<Option<RepoId>, Box<Reply>> {
-        let mut s = lock(&self.names.spellings);
+        let mut s = self.names.spellings.lock();
         let found = self.store.find_repo(repo).map_err(internal)?;
         let known = found.clone().unwrap_or_else(|| repo.clone());
         let v = s.1.entry(known.folded()).or_default();
@@ -74,7 +70,9 @@ impl Hub {
             Some(f) => Ok(Some(f)),
             None => {
                 self.store.mark_mirrored(repo, upstream).map_err(internal)?;
-                lock(&self.names.roles).insert(repo.clone(), (Instant::now(), Role::Mirrored));
+                self.names
+                    .roles
+                    .insert(repo.clone(), (Instant::now(), Role::Mirrored));
                 Ok(None)
             }
         }
@@ -85,9 +83,9 @@ impl Hub {
         if self.mirror.is_none() {
             return Ok(Role::Inside);
         }
-        if let Some((at, r)) = lock(&self.names.roles).get(repo) {
+        if let Some((at, r)) = self.names.roles.get(repo) {
             if at.elapsed() < ROLE_TTL {
-                return Ok(*r);
+                return Ok(r);
             }
         }
         let role = if self.policy.looks_up(&repo.to_string())
@@ -99,7 +97,9 @@ impl Hub {
         } else {
             return Ok(Role::New);
         };
-        lock(&self.names.roles).insert(repo.clone(), (Instant::now(), role));
+        self.names
+            .roles
+            .insert(repo.clone(), (Instant::now(), role));
         Ok(role)
     }
 
@@ -145,7 +145,7 @@ impl Hub {
         tag: &str,
     ) -> Result<bool, Box<Reply>> {
         let key = (repo.clone(), *commit, tag.to_string());
-        if !tag.is_empty() && lock(&self.names.complete).contains(&key) {
+        if !tag.is_empty() && self.names.complete.contains_key(&key) {
             return Ok(false);
         }
         let partial = self
@@ -154,11 +154,7 @@ impl Hub {
             .map_err(internal)?
             .is_some();
         if !partial && !tag.is_empty() {
-            let mut c = lock(&self.names.complete);
-            if c.len() >= COMPLETE_CACHE {
-                c.clear();
-            }
-            c.insert(key);
+            self.names.complete.insert(key, ());
         }
         Ok(partial)
     }
@@ -180,8 +176,4 @@ fn pick(stored: &[RepoId], asked: RepoId) -> RepoId {
         return asked;
     }
     stored.first().cloned().unwrap_or(asked)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -16,10 +16,6 @@ use crate::decode::{self, header_ascii};
 use crate::reply::{internal, not_found, Head, Reply};
 use crate::xet::{self, Refusal, XetOptions};
 
-/// Most Xet hashes remembered with their repository (to tell "another repository's" from
-/// "unknown"); the map is emptied when full.
-const SEEN_MAX: usize = 1 << 18;
-
 const X_XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
 
 /// Now, in seconds since the epoch, by the process clock (`repo::clock`) that issues and
@@ -107,13 +103,11 @@ impl Hub {
         h.insert(header::LINK, header_ascii(&link));
     }
 
+    /// Remembers the repository of each Xet hash of the located revision (the cache
+    /// evicts others when full).
     fn remember_xet(&self, at: &Located) {
-        let mut seen = self.xet_seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() + at.manifest.xet_hashes.len() > SEEN_MAX {
-            seen.clear();
-        }
         for h in &at.manifest.xet_hashes {
-            seen.insert(*h, at.repo.clone());
+            self.xet_seen.insert(*h, at.repo.clone());
         }
     }
 
@@ -172,8 +166,7 @@ impl Hub {
             return refused(StatusCode::BAD_REQUEST, "not a Xet hash");
         };
         let Some(i) = at.manifest.xet_hashes.iter().position(|h| *h == hash.0) else {
-            let seen = self.xet_seen.lock().unwrap_or_else(|p| p.into_inner());
-            if seen.get(&hash.0).is_some_and(|r| *r != at.repo) {
+            if self.xet_seen.get(&hash.0).is_some_and(|r| r != at.repo) {
                 let msg = "this token is for another repository";
                 return refused(StatusCode::FORBIDDEN, msg);
             }

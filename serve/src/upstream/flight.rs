@@ -24,8 +24,9 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, OnceLock};
 
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 /// What a flight produces: it can also say "failed" (a panic, a job dropped, a full
@@ -91,7 +92,7 @@ impl Pool {
 fn work(rx: &Mutex<Receiver<Job>>) {
     loop {
         let job = {
-            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+            let rx = rx.lock();
             match rx.recv() {
                 Ok(j) => j,
                 Err(_) => return,
@@ -102,11 +103,11 @@ fn work(rx: &Mutex<Receiver<Job>>) {
     }
 }
 
-/// The shared result of one operation in flight.
+/// The shared result of one operation in flight: set once, waited for by blocked callers
+/// (the cell) and by requests that hold no thread (`ready`).
 pub struct Flight<K, V> {
     key: K,
-    result: Mutex<Option<V>>,
-    done: Condvar,
+    result: OnceLock<V>,
     ready: watch::Sender<bool>,
 }
 
@@ -114,40 +115,24 @@ impl<K, V: Clone> Flight<K, V> {
     fn new(key: K) -> Flight<K, V> {
         Flight {
             key,
-            result: Mutex::new(None),
-            done: Condvar::new(),
+            result: OnceLock::new(),
             ready: watch::Sender::new(false),
         }
     }
 
     fn result(&self) -> Option<V> {
-        self.result
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.result.get().cloned()
     }
 
     /// Sets the result (the first one wins) and wakes every waiter.
     fn complete(&self, v: V) {
-        {
-            let mut r = self.result.lock().unwrap_or_else(|p| p.into_inner());
-            if r.is_none() {
-                *r = Some(v);
-            }
-        }
-        self.done.notify_all();
+        let _ = self.result.set(v);
         self.ready.send_replace(true);
     }
 
     /// Blocks until the result is in.
     fn wait(&self) -> V {
-        let mut r = self.result.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(v) = r.as_ref() {
-                return v.clone();
-            }
-            r = self.done.wait(r).unwrap_or_else(|p| p.into_inner());
-        }
+        self.result.wait().clone()
     }
 }
 
@@ -178,7 +163,7 @@ impl<K: Eq + Hash, V: Outcome> Completion<K, V> {
 impl<K: Eq + Hash, V: Outcome> Drop for Completion<K, V> {
     fn drop(&mut self) {
         {
-            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.map.lock();
             if map
                 .get(&self.flight.key)
                 .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
@@ -256,7 +241,7 @@ where
         op: impl FnOnce() -> V + Send + 'static,
     ) -> (Arc<Flight<K, V>>, bool) {
         let flight = {
-            let mut map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.inflight.lock();
             if let Some(f) = map.get(key) {
                 return (f.clone(), false);
             }
@@ -282,7 +267,7 @@ where
     /// Callers waiting on the flight of `key` (besides its leader): for tests.
     #[cfg(test)]
     pub(crate) fn joined(&self, key: &K) -> usize {
-        let map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.inflight.lock();
         // One reference is the map's, one the job's, one the leader's; each blocked
         // waiter holds one more.
         map.get(key)
@@ -454,8 +439,8 @@ mod tests {
             let f = f.clone();
             std::thread::spawn(move || {
                 f.run(&1, move || {
-                    let _ = started_tx.lock().unwrap().send(());
-                    let _ = gate.lock().unwrap().recv();
+                    let _ = started_tx.lock().send(());
+                    let _ = gate.lock().recv();
                     panic!("boom")
                 })
             })
@@ -494,8 +479,8 @@ mod tests {
             let f = f.clone();
             std::thread::spawn(move || {
                 f.run(&1, move || {
-                    let _ = started_tx.lock().unwrap().send(());
-                    let _ = gate.lock().unwrap().recv();
+                    let _ = started_tx.lock().send(());
+                    let _ = gate.lock().recv();
                     R::Ok(1)
                 })
             })
@@ -506,7 +491,7 @@ mod tests {
             std::thread::spawn(move || f.run(&2, || R::Ok(2)))
         };
         testutil::wait_until("key 2 to be queued", Duration::from_secs(10), || {
-            f.inflight.lock().unwrap().get(&2).map(|_| ())
+            f.inflight.lock().get(&2).map(|_| ())
         });
         let got = answer({
             let f = f.clone();
@@ -516,7 +501,7 @@ mod tests {
             panic!("{got:?}")
         };
         assert!(why.contains("queue is full"), "{why}");
-        assert!(f.inflight.lock().unwrap().get(&3).is_none());
+        assert!(f.inflight.lock().get(&3).is_none());
         go.send(()).unwrap();
         assert_eq!(busy.join().unwrap(), (R::Ok(1), true));
         assert_eq!(queued.join().unwrap(), (R::Ok(2), true));
@@ -533,7 +518,7 @@ mod tests {
         let op = {
             let runs = runs.clone();
             move || {
-                let _ = gate.lock().unwrap().recv();
+                let _ = gate.lock().recv();
                 R::Ok(runs.fetch_add(1, Ordering::SeqCst) + 10)
             }
         };

@@ -3,7 +3,8 @@
 //! process since it started (the page says so), and is bounded ([`KEPT`] of each).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// Entries kept of each kind; the oldest goes first.
 pub const KEPT: usize = 50;
@@ -89,8 +90,8 @@ impl Recent {
         )
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Pull>, VecDeque<Failure>)> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, (VecDeque<Pull>, VecDeque<Failure>)> {
+        self.inner.lock()
     }
 }
 
@@ -104,11 +105,29 @@ mod tests {
         for i in 0..(KEPT + 5) {
             r.pull("o/m", &format!("{i}"), Ok(i as u64), 1);
         }
-        r.failure("pull", "o/m@main", &"x".repeat(10_000));
+        let n = KEPT * 10;
+        for i in 0..n {
+            r.failure("pull", &format!("o/m@{i}"), &"x".repeat(10_000));
+            assert!(r.snapshot().1.len() <= KEPT);
+        }
         let (pulls, fails) = r.snapshot();
         assert_eq!(pulls.len(), KEPT);
         assert_eq!(pulls[0].commit, format!("{}", KEPT + 4));
         assert_eq!(pulls[KEPT - 1].commit, "5");
-        assert!(fails[0].error.len() <= MAX_TEXT + 3);
+        assert_eq!(fails.len(), KEPT);
+        assert_eq!(
+            fails[0].what,
+            format!("o/m@{}", n - 1),
+            "the newest failure first"
+        );
+        let longest = fails.iter().map(|f| f.error.len()).max().unwrap_or(0);
+        assert!(longest <= MAX_TEXT + 3);
+        println!(
+            "cache-bound serve upstream recent: bound {KEPT} of each; after {} pulls and {n} \
+             failures: {} pulls, {} failures, longest text {longest} bytes",
+            KEPT + 5,
+            pulls.len(),
+            fails.len()
+        );
     }
 }

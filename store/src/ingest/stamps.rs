@@ -12,10 +12,10 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use format::index::FileStamp;
+use parking_lot::Mutex;
 
 /// `fcntl`'s command that sets the signal sent for a lease break (Linux, `<fcntl.h>`;
 /// not in the libc crate).
@@ -54,10 +54,7 @@ impl Stamper {
     /// The stamp of the open file `f`, on a file system in [`STAMPED_FILE_SYSTEMS`].
     pub(super) fn stamp_of(&self, f: &File) -> Option<FileStamp> {
         let stamp = self.stamp_again(f)?;
-        let mut devices = self
-            .stamped_devices
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut devices = self.stamped_devices.lock();
         let stamped = *devices
             .entry(stamp.dev)
             .or_insert_with(|| on_a_stamped_file_system(f));
