@@ -536,9 +536,10 @@ fn run_case(seed: u64) -> Result<Totals, String> {
     // The faults stop: once the fetches in flight are done, the file reads whole and exact
     // through the same cache (a failure was not kept, nor a wrong byte).
     faulty.set_on(false);
-    while case.cache.loading_bytes() > 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    testutil::poll_until(Duration::from_secs(30), || {
+        (case.cache.loading_bytes() == 0).then_some(())
+    })
+    .ok_or("the cache's fetches in flight did not end in 30 s")?;
     let s = FileStream::new(case.cache.clone(), case.config, &current, &current.files[0])
         .map_err(|e| e.to_string())?;
     let size = case.c.data.len() as u64;

@@ -547,15 +547,14 @@ mod tests {
     /// Waits (up to 10 s) for `f`, reading a byte at `at` meanwhile as a reader would
     /// (prefetches refused while the budget was taken are asked again on the next read).
     fn eventually(s: &FileStream, at: u64, f: impl Fn() -> bool) -> bool {
-        let t = std::time::Instant::now();
-        while !f() {
-            if t.elapsed() > std::time::Duration::from_secs(10) {
-                return false;
+        testutil::poll_until(std::time::Duration::from_secs(10), || {
+            if f() {
+                return Some(());
             }
-            std::thread::sleep(std::time::Duration::from_millis(5));
             s.read(at, 1).unwrap();
-        }
-        true
+            None
+        })
+        .is_some()
     }
 
     #[test]

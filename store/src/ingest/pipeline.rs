@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use chunker::{ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
@@ -95,7 +97,7 @@ struct Shared<'a> {
 
 impl Shared<'_> {
     fn fail(&self, e: StoreError) {
-        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.error.lock();
         if slot.is_none() {
             *slot = Some(e);
         }
@@ -138,11 +140,7 @@ pub(super) fn run_pipeline(
     let mut shared = Shared::new(store, index, opener, readers);
     (shared.reread, shared.settle) = (opts.reread, opts.settle);
     let results = run_threads(&shared, sources, (readers, workers), params, progress);
-    let failed = shared
-        .error
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
+    let failed = shared.error.lock().take();
     if let Some(e) = failed {
         // With `keep_partial`, keep what was chunked: the frames of files that did
         // complete are recorded in the index, so a rerun reads them back instead of
@@ -155,16 +153,10 @@ pub(super) fn run_pipeline(
     }
     seal_open_packs(&shared)?;
     // Best effort: a record only saves a later ingest a read.
-    let stamps = std::mem::take(&mut *shared.stamps.lock().unwrap_or_else(|p| p.into_inner()));
+    let stamps = std::mem::take(&mut *shared.stamps.lock());
     let _ = index.remember_stamps(&stamps);
-    let sealed = shared
-        .sealed
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner());
-    let claims = shared
-        .claims
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner());
+    let sealed = shared.sealed.into_inner();
+    let claims = shared.claims.into_inner();
     let located = locate(claims, &sealed)?;
     report.chunks = shared.chunks.load(Ordering::SeqCst);
     report.files_unchanged = shared.files_unchanged.load(Ordering::SeqCst) as usize;
@@ -226,10 +218,7 @@ impl<'a> Shared<'a> {
 /// Seals the last pack of every lane.
 fn seal_open_packs(shared: &Shared<'_>) -> Result<()> {
     for lane in &shared.open_packs {
-        let (seq, last) = std::mem::replace(
-            &mut *lane.lock().unwrap_or_else(|p| p.into_inner()),
-            (0, PackBuilder::new()),
-        );
+        let (seq, last) = std::mem::replace(&mut *lane.lock(), (0, PackBuilder::new()));
         if !last.is_empty() {
             seal(shared, seq, last)?;
         }
@@ -270,14 +259,14 @@ fn run_threads(
                 }
                 let i = order[k];
                 match read_file(shared, lane, &sources[i], params, &tx, progress) {
-                    Ok(r) => results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r),
+                    Ok(r) => results.lock()[i] = Some(r),
                     Err(e) => shared.fail(e),
                 }
             }));
         }
         drop(job_tx);
     });
-    results.into_inner().unwrap_or_else(|p| p.into_inner())
+    results.into_inner()
 }
 
 /// Where every chunk claimed in this session is: stored before, or in the pack sealed as
@@ -459,7 +448,7 @@ fn read_file(
     if let Some((f, st)) = opened.file().zip(record_as) {
         if st.size == r.size && shared.stamper.stamp_again(f) == Some(st) {
             let digest = chunk_list_digest(&r.chunks);
-            let mut stamps = shared.stamps.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stamps = shared.stamps.lock();
             stamps.push((st, r.sha256, digest));
         }
     }
@@ -549,7 +538,7 @@ fn take_unread(
         return None;
     }
     {
-        let mut claims = shared.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut claims = shared.claims.lock();
         for (id, loc) in chunks {
             claims.entry(*id).or_insert(Claim::Stored(*loc));
         }
@@ -710,18 +699,14 @@ fn place(
     frame: &mut Vec<u8>,
 ) -> Result<()> {
     {
-        let mut claims = shared.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut claims = shared.claims.lock();
         if claims.contains_key(&id) {
             return Ok(());
         }
         claims.insert(id, Claim::Pending);
     }
     if let Some(loc) = shared.index.chunk(&id)? {
-        shared
-            .claims
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Claim::Stored(loc));
+        shared.claims.lock().insert(id, Claim::Stored(loc));
         return Ok(());
     }
     frame.clear();
@@ -731,24 +716,18 @@ fn place(
         .new_chunk_bytes
         .fetch_add(data.len() as u64, Ordering::Relaxed);
     let full = {
-        let mut open = shared.open_packs[lane]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut open = shared.open_packs[lane].lock();
         let seq = open.0;
         let offset = open.1.add_frame(id, frame, data.len());
-        shared
-            .claims
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                id,
-                Claim::New {
-                    seq,
-                    offset,
-                    frame_len: frame.len() as u32,
-                    raw_len: data.len() as u32,
-                },
-            );
+        shared.claims.lock().insert(
+            id,
+            Claim::New {
+                seq,
+                offset,
+                frame_len: frame.len() as u32,
+                raw_len: data.len() as u32,
+            },
+        );
         if open.1.len() >= shared.pack_target {
             let next = shared.next_pack_seq.fetch_add(1, Ordering::SeqCst);
             Some(std::mem::replace(&mut *open, (next, PackBuilder::new())))
@@ -774,7 +753,7 @@ fn seal(shared: &Shared<'_>, seq: usize, builder: PackBuilder) -> Result<()> {
         .pack_bytes
         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
     shared.packs.fetch_add(1, Ordering::Relaxed);
-    let mut sealed = shared.sealed.lock().unwrap_or_else(|p| p.into_inner());
+    let mut sealed = shared.sealed.lock();
     if sealed.len() <= seq {
         sealed.resize(seq + 1, None);
     }
