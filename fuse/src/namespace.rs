@@ -3,7 +3,7 @@
 //! ```text
 //! /                          Root       (full mode) organisations
 //! /<org>                     Org        repositories
-//! /<org>/<name>              Repo       every ref and every full commit sha (prefixes resolve on lookup)
+//! /<org>/<name>              Repo       every ref and every full commit sha (prefixes, any case, on lookup)
 //! /<org>/<name>/<rev>        View       the top of one revision
 //! /<org>/<name>/<rev>/a/b    Dir        a subdirectory of a revision
 //! .../<file>                 File       a file of a revision
@@ -12,7 +12,8 @@
 //! With `--repo ORG/NAME@REV` the root itself is a View of that commit.
 //!
 //! Inode numbers are handed out on first sight and never reused while mounted, so they are
-//! stable for the life of the mount. A File inode is keyed by (repo, commit, path) and the
+//! stable for the life of the mount. A View is keyed by its ref, or by its commit whatever
+//! the spelling it was reached by (full or a prefix, any case). A File inode is keyed by (repo, commit, path) and the
 //! file's content (sha256, size, executable bit): the same file seen through a ref, a sha
 //! and a prefix is one inode, a file opened through a ref keeps its commit when the ref
 //! moves, and a commit removed and ingested again with other files (`rm --force`, then
@@ -566,25 +567,26 @@ impl Namespace {
         }
     }
 
-    /// The View of revision `name` (a ref, else a sha or a prefix of one) of `repo`.
+    /// The View of revision `name` (a ref, else a sha or a prefix of one) of `repo`. A
+    /// commit has one View whatever its spelling (full or a prefix, any case): the one its
+    /// listing names by its full sha, so the inode table grows with the commits looked at,
+    /// never with the ways of spelling them (the kernel moves the directory's one dentry to
+    /// the name last looked up; all have the same parent).
     fn lookup_view(&self, repo: &RepoId, name: &str) -> Result<Option<u64>> {
-        let view = |target| {
+        let view = |name: String, target| {
             let node = Node::View {
                 repo: repo.clone(),
-                name: name.to_string(),
+                name,
                 target,
             };
             Some(self.ino(node, 0))
         };
-        if self
-            .refs(repo)?
-            .iter()
-            .any(|(n, _)| n == &unescape_ref(name))
-        {
-            return Ok(view(Target::Ref(unescape_ref(name))));
+        let as_ref = unescape_ref(name);
+        if self.refs(repo)?.iter().any(|(n, _)| n == &as_ref) {
+            return Ok(view(escape_ref(&as_ref), Target::Ref(as_ref)));
         }
         match self.store.resolve(repo, name) {
-            Ok(c) => Ok(view(Target::Commit(c))),
+            Ok(c) => Ok(view(c.to_hex(), Target::Commit(c))),
             Err(StoreError::UnknownRevision { .. } | StoreError::AmbiguousRevision { .. }) => {
                 Ok(None)
             }
@@ -891,6 +893,47 @@ mod tests {
         assert_ne!(walk(&ns, &format!("org/model/{B}/sub/w.bin")), Some(by_ref));
         let a = ns.attr(by_ref).unwrap().unwrap();
         assert_eq!((a.kind, a.size, a.immutable), (Kind::File, 4000, true));
+    }
+
+    /// Every spelling of a commit (full or a prefix, any case) is one View inode with one
+    /// subtree: the inode table grows with what is stored, not with how it is asked for (a
+    /// hostile walker spelling one sha 2^40 ways gets no new inode after the first).
+    #[test]
+    fn every_spelling_of_a_commit_is_one_inode_and_the_table_does_not_grow() {
+        let (store, _) = store();
+        let ns = Namespace::full(store);
+        let full = walk(&ns, &format!("org/model/{A}")).unwrap();
+        let sub = walk(&ns, &format!("org/model/{A}/sub/w.bin")).unwrap();
+        let before = ns.inodes.lock().nodes.len();
+        for len in repo::handle::MIN_PREFIX..=40 {
+            let lower = &A[..len];
+            let upper = lower.to_ascii_uppercase();
+            let mixed: String = lower
+                .chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i % 2 == 0 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            for rev in [lower, &upper, &mixed] {
+                assert_eq!(walk(&ns, &format!("org/model/{rev}")), Some(full), "{rev}");
+                let file = walk(&ns, &format!("org/model/{rev}/sub/w.bin"));
+                assert_eq!(file, Some(sub), "{rev}");
+            }
+        }
+        assert_eq!(
+            ns.inodes.lock().nodes.len(),
+            before,
+            "new inodes for spellings"
+        );
+        // A listing names the commit by its full sha, with the same inode.
+        let repo_ino = walk(&ns, "org/model").unwrap();
+        let listed = ns.list(repo_ino).unwrap().unwrap();
+        assert!(listed.iter().any(|(n, i, _)| n == A && *i == full));
     }
 
     #[test]
