@@ -209,6 +209,7 @@ impl<'a> FileReader<'a> {
             buf: Vec::new(),
             pos: 0,
             sha: Some(Sha256::new()),
+            failed: None,
         }
     }
 
@@ -366,6 +367,10 @@ pub struct Sequential<'a> {
     pos: usize,
     /// The sha256 of the bytes decoded so far; None once checked at the end.
     sha: Option<Sha256>,
+    /// The error a read answered, answered again by every later read: after a failure
+    /// the stream has no end and no more bytes (a retry would hand out the window that
+    /// failed to decode, or the end without the sha256 check).
+    failed: Option<(std::io::ErrorKind, String)>,
 }
 
 impl Sequential<'_> {
@@ -401,16 +406,24 @@ impl Sequential<'_> {
 
 impl std::io::Read for Sequential<'_> {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if let Some((kind, msg)) = &self.failed {
+            return Err(std::io::Error::new(*kind, msg.clone()));
+        }
         while self.pos == self.buf.len() {
-            let more = self.refill().map_err(|e| {
-                let kind = match e {
-                    StoreError::Sha256Mismatch { .. } | StoreError::CorruptChunk { .. } => {
+            let more = match self.refill() {
+                Ok(more) => more,
+                Err(e) => {
+                    let kind = if e.is_wrong_bytes() {
                         std::io::ErrorKind::InvalidData
-                    }
-                    _ => std::io::ErrorKind::Other,
-                };
-                std::io::Error::new(kind, e)
-            })?;
+                    } else {
+                        std::io::ErrorKind::Other
+                    };
+                    self.buf.clear();
+                    self.pos = 0;
+                    self.failed = Some((kind, e.to_string()));
+                    return Err(std::io::Error::new(kind, e.to_string()));
+                }
+            };
             if !more {
                 self.buf.clear();
                 self.pos = 0;
@@ -618,6 +631,57 @@ mod tests {
         let m = manifest(&p, &wrong, [7; 32]);
         let err = copy(&m, &p.store, false).unwrap_err().to_string();
         assert!(err.contains("chunk 4 of 6"), "{err}");
+    }
+
+    /// A sequential read that failed stays failed: every later `read` answers the error
+    /// again, never the end of the file nor bytes of the window that failed to decode.
+    #[test]
+    fn a_sequential_read_that_failed_never_answers_bytes_or_the_end_after() {
+        use std::io::Read;
+        let chunks: Vec<Vec<u8>> = (0..6u64)
+            .map(|i| noise(1_000_000 + i as usize, i))
+            .collect();
+        let p = one_pack(&chunks);
+        let all = chunks.concat();
+        let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
+        let sha: [u8; 32] = Sha256::digest(&all).into();
+        fn read_all<'a>(
+            store: &'a Store,
+            m: &'a Manifest,
+        ) -> (Sequential<'a>, Vec<u8>, Option<std::io::Error>) {
+            let mut r = FileReader::new(store, m, &m.files[0]).unwrap().into_read();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            let err = loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break None,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) => break Some(e),
+                }
+            };
+            (r, got, err)
+        }
+        let good = manifest(&p, &ids, sha);
+        let (_, got, err) = read_all(&p.store, &good);
+        assert!(err.is_none());
+        assert_eq!(got, all);
+        // A chunk of the second window that is not what its id says, then a wrong sha256.
+        let mut wrong = ids.clone();
+        wrong[5] = ChunkId::of(b"something else");
+        for m in [manifest(&p, &wrong, sha), manifest(&p, &ids, [7; 32])] {
+            let (mut r, got, err) = read_all(&p.store, &m);
+            let err = err.expect("the read fails");
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+            assert!(all.starts_with(&got) && got.len() < all.len() + 1);
+            let mut buf = vec![0u8; 64 * 1024];
+            for _ in 0..3 {
+                let again = r
+                    .read(&mut buf)
+                    .expect_err("a read after the failure fails");
+                assert_eq!(again.kind(), err.kind());
+                assert_eq!(again.to_string(), err.to_string());
+            }
+        }
     }
 
     #[test]

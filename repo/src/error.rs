@@ -122,6 +122,16 @@ impl StoreError {
         }
     }
 
+    /// Whether this is (or wraps) bytes that are not what they should be: a chunk that
+    /// does not match its id, or a file that does not match its sha256.
+    pub fn is_wrong_bytes(&self) -> bool {
+        match self {
+            StoreError::CorruptChunk { .. } | StoreError::Sha256Mismatch { .. } => true,
+            StoreError::InFile { source, .. } => source.is_wrong_bytes(),
+            _ => false,
+        }
+    }
+
     /// Wraps an error with the name of the revision file it concerns.
     pub fn in_file(path: &str, e: StoreError) -> StoreError {
         StoreError::InFile {
