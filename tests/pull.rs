@@ -235,11 +235,13 @@ fn an_interrupted_pull_downloads_only_what_it_had_not_stored() {
     };
     assert_eq!(resolved(&up), 1);
 
-    // The rerun reads the weights back from what the first run stored.
+    // The rerun reads the weights back from what the first run stored (the chunk list is
+    // the index's record, a cache: read back and checked, never taken unread).
     let r = pull(&local, &up.url, fake::REPO, &["--jobs", "1"]);
     assert_eq!(r["files_from_store"], 1, "{r}");
-    assert_eq!(r["files_taken_unread"], 1, "{r}");
-    assert_eq!(r["bytes_read_back"], 0, "{r}");
+    assert_eq!(r["files_taken_unread"], 0, "{r}");
+    assert_eq!(r["bytes_read_back"], weights, "{r}");
+    assert_eq!(r["files_read_back_failed"], 0, "{r}");
     assert_eq!(r["files_downloaded"], 2, "{r}");
     assert!(r["bytes_downloaded"].as_u64().unwrap() < weights, "{r}");
     assert_eq!(resolved(&up), 1);
@@ -371,4 +373,75 @@ fn completing_a_commit_reads_its_stored_small_files_back() {
     );
     assert_eq!(stored_files(&local, "main"), expected_files("r1"));
     local.verifies(&format!("{REPO}@main"));
+}
+
+/// Another machine's gc deleted the packs of a file this machine's index still records
+/// (its revision removed there): the pull plans to read the file back from the store,
+/// finds the packs gone, and downloads it instead; the revision is stored byte-exact
+/// (failed before the fix: "object not found", the pull refused).
+#[test]
+fn a_held_file_whose_packs_a_peer_deleted_is_downloaded_instead() {
+    let upstream = Env::new();
+    ingest_rev(&upstream, "r1", &["main"]);
+    let srv = Served::start(&upstream, &[]);
+    let url = format!("http://{}", srv.addr);
+    let local = Env::new();
+    pull(&local, &url, &format!("{REPO}@main"), &[]);
+    let c1 = series().commit("r1");
+    let peer = local.sharing();
+    peer.ok(&["rm", "--force", &format!("{REPO}@{c1}")]);
+    for _ in 0..2 {
+        peer.json(&["gc", "--json", "--grace", "0s"]);
+    }
+    assert!(local.packs().is_empty(), "{:?}", local.packs());
+    let r = pull(&local, &url, &format!("{REPO}@{c1}"), &[]);
+    assert!(r["files_downloaded"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["files_read_back_failed"].as_u64().unwrap() >= 1, "{r}");
+    assert_eq!(stored_files(&local, &c1), expected_files("r1"));
+    local.verifies(&format!("{REPO}@{c1}"));
+}
+
+/// The index's record of a file's chunks (a cache, not the truth) says another file's
+/// chunks of the same size: a pull must not publish them under the file's sha256. A
+/// chunk list from the index is read back and checked, never taken unread; when it lies,
+/// the file is downloaded (failed before the fix: r2's shard stored with r1's bytes).
+#[test]
+fn a_lying_index_record_of_a_file_never_reaches_a_manifest() {
+    let upstream = Env::new();
+    ingest_rev(&upstream, "r1", &["main"]);
+    ingest_rev(&upstream, "r2", &["v2"]);
+    let srv = Served::start(&upstream, &[]);
+    let url = format!("http://{}", srv.addr);
+    let local = Env::new();
+    let (c1, c2) = (series().commit("r1"), series().commit("r2"));
+    pull(&local, &url, &format!("{REPO}@{c1}"), &[]);
+    pull(&local, &url, &format!("{REPO}@{c2}"), &[]);
+    local.ok(&["rm", "--force", &format!("{REPO}@{c2}")]);
+    // r2's third shard has r1's size and other bytes: its record now lists r1's chunks.
+    let shard = "model-00003-of-00004.safetensors";
+    let store = repo::Store::open(local.backend()).unwrap();
+    let repo_id = format::RepoId::parse(REPO).unwrap();
+    let m1 = store
+        .manifest(&repo_id, &format::CommitId::parse(&c1).unwrap())
+        .unwrap();
+    let f1 = m1.file(shard).unwrap();
+    let r2_sha: [u8; 32] = hex::decode(&expected_files("r2")[shard])
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_ne!(f1.sha256, r2_sha);
+    {
+        let index = index::Index::open(&local.path("index"), &store.config().store_id).unwrap();
+        let lie: Vec<_> = f1
+            .chunks
+            .iter()
+            .map(|c| (c.chunk_id(), c.raw_len))
+            .collect();
+        index.remember_file(&r2_sha, &lie).unwrap();
+    }
+    let r = pull(&local, &url, &format!("{REPO}@{c2}"), &[]);
+    assert_eq!(r["files_read_back_failed"], 1, "{r}");
+    assert!(r["files_downloaded"].as_u64().unwrap() >= 1, "{r}");
+    assert_eq!(stored_files(&local, &c2), expected_files("r2"));
+    local.verifies(&format!("{REPO}@{c2}"));
 }

@@ -12,11 +12,13 @@
 //! fails for good, fails the ingest before any manifest is written: nothing becomes
 //! visible, and a rerun stores no chunk twice (the packs that did land dedup it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use format::manifest::Manifest;
 use format::{CommitId, RepoId};
@@ -68,6 +70,10 @@ pub struct PullReport {
     pub files_taken_unread: u64,
     /// Bytes of stored files read back and chunked again.
     pub bytes_read_back: u64,
+    /// Stored files whose read-back failed (packs another machine's gc deleted since this
+    /// machine's index recorded them, a chunk list that does not give the sha256): the
+    /// ingest was run again with them downloaded.
+    pub files_read_back_failed: u64,
     /// Bytes received from the upstream (bodies, retries included).
     pub bytes_downloaded: u64,
     /// Uncompressed bytes of chunks the store did not have.
@@ -151,29 +157,36 @@ pub fn pull(
         // Before the manifest: no reader ever sees this commit without knowing it partial.
         store.mark_partial(repo, &commit, rev.files.len() as u64)?;
     }
-    let mut opener = HubOpener::new(store, index, client, repo, &commit, &files)?;
-    opener.slots = opts.slots.clone();
-    let snapshot = Snapshot {
-        repo: repo.clone(),
-        commit: Some(commit),
+    let target = Target {
+        repo,
+        commit,
         refs,
-        files: opener.source_files(&files),
-        origin: "hub",
-        dir: PathBuf::from(client.endpoint()),
-    };
-    // One reader per download at once (`--jobs`), as many workers.
-    let iopts = IngestOptions {
-        threads: opts.jobs.max(1),
-        readers: opts.jobs.max(1),
-        keep_partial: true,
-        // A commit stored in part is completed: its manifest replaced by one with every
-        // stored file unchanged and the new ones.
         complete: stored.is_some(),
-        ..Default::default()
     };
     let before = client.stats();
-    let ingested = ingest_from(store, index, &[snapshot], iopts, &opener, progress)?;
+    let mut download = HashSet::new();
+    let (ingested, opener) = loop {
+        let mut opener = HubOpener::new(store, index, client, repo, &commit, &files, &download)?;
+        opener.slots = opts.slots.clone();
+        match ingest_files(
+            store, index, client, &target, &files, &opener, opts, progress,
+        ) {
+            Ok(ingested) => break (ingested, opener),
+            // A stored file that could not be read back as planned: once more, with those
+            // downloaded (the failed run published nothing; what it wrote is gc's).
+            Err(e) if download.is_empty() && !opener.read_back_failed.lock().is_empty() => {
+                let failed = std::mem::take(&mut *opener.read_back_failed.lock());
+                tracing::warn!(
+                    files = failed.len(),
+                    "pull: stored files could not be read back ({e}); downloading them"
+                );
+                download.extend(failed);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let after = client.stats();
+    report.files_read_back_failed = download.len() as u64;
     report.new_revision = ingested.snapshots.iter().any(|s| s.new_manifest);
     report.files_downloaded = opener.downloaded.load(Ordering::Relaxed);
     report.files_from_store = opener.from_store.load(Ordering::Relaxed);
@@ -188,6 +201,47 @@ pub fn pull(
     }
     record_use(store, repo, &commit);
     Ok(report)
+}
+
+/// What a pull stores: a commit of a repository, the refs to set, and whether a commit
+/// stored in part is completed (its manifest replaced by one with every stored file
+/// unchanged and the new ones).
+struct Target<'a> {
+    repo: &'a RepoId,
+    commit: CommitId,
+    refs: Vec<String>,
+    complete: bool,
+}
+
+/// One ingest of `files` through `opener`.
+#[allow(clippy::too_many_arguments)]
+fn ingest_files(
+    store: &Store,
+    index: &Index,
+    client: &HubClient,
+    target: &Target<'_>,
+    files: &[RemoteFile],
+    opener: &HubOpener<'_>,
+    opts: &PullOptions,
+    progress: &dyn Progress,
+) -> repo::Result<store::ingest::IngestReport> {
+    let snapshot = Snapshot {
+        repo: target.repo.clone(),
+        commit: Some(target.commit),
+        refs: target.refs.clone(),
+        files: opener.source_files(files),
+        origin: "hub",
+        dir: PathBuf::from(client.endpoint()),
+    };
+    // One reader per download at once (`--jobs`), as many workers.
+    let iopts = IngestOptions {
+        threads: opts.jobs.max(1),
+        readers: opts.jobs.max(1),
+        keep_partial: true,
+        complete: target.complete,
+        ..Default::default()
+    };
+    ingest_from(store, index, &[snapshot], iopts, opener, progress)
 }
 
 /// A pull is a use of the revision (for `gc --unused-for`); a failure is only a warning.
@@ -257,8 +311,7 @@ fn with_stored(
             )));
         }
     }
-    let chosen: std::collections::HashSet<&str> =
-        selection.iter().map(|f| f.path.as_str()).collect();
+    let chosen: HashSet<&str> = selection.iter().map(|f| f.path.as_str()).collect();
     Ok(upstream
         .iter()
         .filter_map(|f| match m.file(&f.path) {
@@ -319,13 +372,17 @@ enum Plan {
     Download(RemoteFile),
     /// Read back from the store: the chunks of a file with the same sha256, from a stored
     /// manifest or from the index's record of a file an earlier (perhaps interrupted)
-    /// ingest or pull read. Ingest takes the chunk list unread where the index places
-    /// every chunk; else it reads the stored bytes back (each chunk and the sha256 checked).
+    /// ingest or pull read. Ingest takes a stored manifest's chunk list unread where the
+    /// index places every chunk; else it reads the stored bytes back (each chunk and the
+    /// sha256 checked). A read-back that fails makes the pull try again with the file
+    /// downloaded.
     Stored {
         /// The source's name, to name it in errors.
         path: String,
         sha256: [u8; 32],
         map: ChunkMap,
+        /// The chunk list is a stored manifest's (may be taken unread).
+        unread: bool,
     },
 }
 
@@ -342,6 +399,8 @@ struct HubOpener<'a> {
     from_store: AtomicU64,
     /// Bytes of stored files read back (their chunk list could not be taken as it is).
     read_back: AtomicU64,
+    /// Sources whose read-back failed (to download on the next try).
+    read_back_failed: Mutex<Vec<PathBuf>>,
     slots: Option<Arc<Slots>>,
 }
 
@@ -353,6 +412,7 @@ impl<'a> HubOpener<'a> {
         repo: &'a RepoId,
         commit: &CommitId,
         files: &[RemoteFile],
+        download: &HashSet<PathBuf>,
     ) -> Result<HubOpener<'a>, PullError> {
         let stored = stored_by_sha256(store, repo)?;
         let mut plans = HashMap::new();
@@ -364,14 +424,17 @@ impl<'a> HubOpener<'a> {
                 continue;
             }
             let src = PathBuf::from(&f.path);
-            let plan = match f.sha256 {
-                Some(sha) => match stored_copy(index, &stored, &sha, f.size)? {
-                    Some(map) => Plan::Stored {
-                        path: f.path.clone(),
-                        sha256: sha,
-                        map,
-                    },
-                    None => Plan::Download(f.clone()),
+            let held = match f.sha256 {
+                Some(sha) if !download.contains(&src) => stored_copy(index, &stored, &sha, f.size)?
+                    .map(|(map, unread)| (sha, map, unread)),
+                _ => None,
+            };
+            let plan = match held {
+                Some((sha256, map, unread)) => Plan::Stored {
+                    path: f.path.clone(),
+                    sha256,
+                    map,
+                    unread,
                 },
                 None => Plan::Download(f.clone()),
             };
@@ -391,6 +454,7 @@ impl<'a> HubOpener<'a> {
             downloaded: AtomicU64::new(0),
             from_store: AtomicU64::new(0),
             read_back: AtomicU64::new(0),
+            read_back_failed: Mutex::new(Vec::new()),
             slots: None,
         })
     }
@@ -435,32 +499,55 @@ impl Opener for HubOpener<'_> {
                     _permit: permit,
                 })))
             }
-            Plan::Stored { path, sha256, map } => {
+            Plan::Stored {
+                path,
+                sha256,
+                map,
+                unread,
+            } => {
                 self.from_store.fetch_add(1, Ordering::Relaxed);
-                Ok(Opened::Stored {
-                    sha256: *sha256,
-                    chunks: map.sources.iter().map(|c| (c.id, c.raw_len)).collect(),
-                    fallback: Box::new(Counted {
-                        inner: FileReader::of_chunks(self.store, path, *sha256, map).into_read(),
-                        bytes: &self.read_back,
-                    }),
+                let back = Box::new(ReadBack {
+                    inner: FileReader::of_chunks(self.store, path, *sha256, map).into_read(),
+                    bytes: &self.read_back,
+                    source: source.to_path_buf(),
+                    failed: &self.read_back_failed,
+                });
+                Ok(if *unread {
+                    Opened::Stored {
+                        sha256: *sha256,
+                        chunks: map.sources.iter().map(|c| (c.id, c.raw_len)).collect(),
+                        fallback: back,
+                    }
+                } else {
+                    Opened::Stream(back)
                 })
             }
         }
     }
 }
 
-/// A reader that adds the bytes read to a counter.
-struct Counted<'a, R> {
+/// A stored file read back: adds the bytes read to a counter, and notes `source` as
+/// failed when a read fails (a chunk or the sha256 not what the list promised, a pack
+/// gone), so that the pull downloads it on its next try.
+struct ReadBack<'a, R> {
     inner: R,
     bytes: &'a AtomicU64,
+    source: PathBuf,
+    failed: &'a Mutex<Vec<PathBuf>>,
 }
 
-impl<R: Read> Read for Counted<'_, R> {
+impl<R: Read> Read for ReadBack<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                Ok(n)
+            }
+            Err(e) => {
+                self.failed.lock().push(self.source.clone());
+                Err(e)
+            }
+        }
     }
 }
 
@@ -492,17 +579,19 @@ impl Read for Checked<'_> {
     }
 }
 
-/// The chunks of a stored copy of a file with content `sha256` and `size` bytes: from a
-/// stored manifest, else from the index's record of a file an earlier ingest read.
+/// The chunks of a stored copy of a file with content `sha256` and `size` bytes, and
+/// whether ingest may take them unread: from a stored manifest (the store's truth: yes),
+/// else from the index's record of a file an earlier ingest read (a cache: no, the bytes
+/// are read back and their sha256 checked, so a record that lies never reaches a manifest).
 fn stored_copy(
     index: &Index,
     stored: &StoredFiles,
     sha256: &[u8; 32],
     size: u64,
-) -> Result<Option<ChunkMap>, PullError> {
+) -> Result<Option<(ChunkMap, bool)>, PullError> {
     if let Some((m, i)) = stored.get(sha256) {
         if m.files[*i].size == size {
-            return Ok(Some(ChunkMap::new(m, &m.files[*i])?));
+            return Ok(Some((ChunkMap::new(m, &m.files[*i])?, true)));
         }
     }
     let Some(chunks) = index.file_chunks(sha256)? else {
@@ -521,7 +610,7 @@ fn stored_copy(
             raw_len: l.raw_len,
         })
         .collect();
-    Ok(Some(ChunkMap::from_sources(sources)))
+    Ok(Some((ChunkMap::from_sources(sources), false)))
 }
 
 /// Stored files by sha256: the manifest and the file's position in it.
