@@ -201,6 +201,17 @@ impl ChunkCache {
         self.lock().loading_bytes
     }
 
+    /// How many hold the slot of chunk `id` being fetched (the cache, its fetcher and each
+    /// reader waiting on it); 0 when it is not being fetched. For tests that drive a fetch
+    /// and its waiters step by step.
+    #[cfg(test)]
+    pub(crate) fn slot_holders(&self, id: &ChunkId) -> usize {
+        match self.lock().map.get(id) {
+            Some(Entry::Loading(slot)) => Arc::strong_count(slot),
+            _ => 0,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock()
     }
