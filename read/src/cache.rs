@@ -6,12 +6,16 @@
 //! decoded and checked against its BLAKE3 id by that reader's own thread (it would wait for
 //! it anyway; handing it to a worker and back cost two thread switches per small file), and
 //! several requests for the same chunk wait for the one fetch (each waiter sleeps on that
-//! chunk's own slot, so a finished fetch wakes only its waiters).
+//! chunk's own slot, so a finished fetch wakes only its waiters). A fetch reads one place
+//! (pack and offset); its failure answers only the readers that asked for that place, and
+//! a reader that asked for another (the chunk's new place after gc moved its pack, while a
+//! prefetch through an older manifest was in flight) fetches from its own.
 //! Prefetches are requests nobody waits for; a run of prefetched chunks whose frames are
 //! adjacent in one pack is fetched with one ranged read (one request on S3, one large
-//! sequential read on disk) and decoded in parallel. When the decoded bytes pass the
-//! budget, the least recently used ready chunks are dropped; chunks being loaded are never
-//! dropped.
+//! sequential read on disk) and decoded in parallel; when that pack is gone, each chunk of
+//! the run is fetched as a reader's is, through the pack's forwarding record. When the
+//! decoded bytes pass the budget, the least recently used ready chunks are dropped; chunks
+//! being loaded are never dropped.
 //!
 //! This is the one in-memory cache of the workspace that is not a `quick_cache`
 //! (docs/ARCHITECTURE.md, "Memory"): read-ahead puts chunks in before they are read, and
@@ -93,19 +97,44 @@ struct Decode {
     cached: bool,
 }
 
-/// One fetch in flight: its waiters sleep here until the outcome is set (once).
-#[derive(Default)]
-struct Slot(std::sync::OnceLock<Outcome>);
+/// One fetch in flight: its waiters sleep here until the outcome is set (once). The fetch
+/// is of one place (pack and offset): a failure there answers only the readers that asked
+/// for that place ([`ChunkCache::get`]).
+struct Slot {
+    key: Arc<str>,
+    offset: u64,
+    outcome: std::sync::OnceLock<Outcome>,
+}
 
 impl Slot {
+    /// The slot of a fetch of `src`'s place.
+    fn of(src: &ChunkSource) -> Arc<Slot> {
+        Arc::new(Slot {
+            key: src.key.clone(),
+            offset: src.offset,
+            outcome: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Whether this fetch reads the place `src` names.
+    fn reads(&self, src: &ChunkSource) -> bool {
+        self.offset == src.offset && self.key == src.key
+    }
+
     fn wait(&self) -> Outcome {
-        self.0.wait().clone()
+        self.outcome.wait().clone()
     }
 
     fn set(&self, o: Outcome) {
         // Set once: a second outcome for the same fetch is not possible (one fetcher).
-        let _ = self.0.set(o);
+        let _ = self.outcome.set(o);
     }
+}
+
+/// What a reader found for its chunk: the bytes, or the fetch to wait on.
+enum Found {
+    Ready(Arc<Vec<u8>>),
+    Fetch(Arc<Slot>),
 }
 
 enum Entry {
@@ -201,12 +230,60 @@ impl ChunkCache {
         self.lock().loading_bytes
     }
 
+    /// How many hold the slot of chunk `id` being fetched (the cache, its fetcher and each
+    /// reader waiting on it); 0 when it is not being fetched. For tests that drive a fetch
+    /// and its waiters step by step.
+    #[cfg(test)]
+    pub(crate) fn slot_holders(&self, id: &ChunkId) -> usize {
+        match self.lock().map.get(id) {
+            Some(Entry::Loading(slot)) => Arc::strong_count(slot),
+            _ => 0,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock()
     }
 
     /// The chunk's bytes, fetching it if needed; blocks until they are there.
+    ///
+    /// A reader that waited on a fetch of the same chunk from another place (another pack,
+    /// or another offset: a prefetch through a manifest older than the reader's, whose pack
+    /// gc moved since) and saw it fail does not take that failure: it fetches from its own
+    /// place (the chunk id is checked whatever place answers, so a success is anyone's).
+    /// It goes round again only after a fetch of another place failed (there are only as
+    /// many as stale prefetches in flight); a fetch of its own place answers it.
     pub fn get(self: &Arc<Self>, src: &ChunkSource) -> Result<Arc<Vec<u8>>> {
+        loop {
+            let slot = match self.ready_or_fetch(src) {
+                Found::Ready(data) => return Ok(data),
+                Found::Fetch(slot) => slot,
+            };
+            match slot.wait() {
+                Ok(data) => return Ok(data),
+                Err(_) if !slot.reads(src) => continue,
+                Err(f) => return Err(Self::error(src, f)),
+            }
+        }
+    }
+
+    /// The reader's error for a failed fetch of `src`.
+    fn error(src: &ChunkSource, f: Failure) -> StoreError {
+        if f.missing {
+            StoreError::not_found(src.key.to_string())
+        } else {
+            StoreError::CorruptChunk {
+                chunk: src.id.to_hex(),
+                pack: src.key.to_string(),
+                offset: src.offset,
+                reason: f.reason,
+            }
+        }
+    }
+
+    /// The chunk's bytes if ready, else the slot of its fetch to wait on: one in flight, or
+    /// one this call started (and ran on this thread) from `src`'s place.
+    fn ready_or_fetch(&self, src: &ChunkSource) -> Found {
         let slot = {
             let mut inner = self.lock();
             inner.tick += 1;
@@ -218,7 +295,7 @@ impl ChunkCache {
                     let old = std::mem::replace(t, tick);
                     inner.lru.remove(&old);
                     inner.lru.insert(tick, src.id);
-                    return Ok(data);
+                    return Found::Ready(data);
                 }
                 Some(Entry::Loading(slot)) => {
                     crate::metrics::METRICS.cache_inflight_hits.inc();
@@ -233,18 +310,7 @@ impl ChunkCache {
                 }
             }
         };
-        slot.wait().map_err(|f| {
-            if f.missing {
-                StoreError::not_found(src.key.to_string())
-            } else {
-                StoreError::CorruptChunk {
-                    chunk: src.id.to_hex(),
-                    pack: src.key.to_string(),
-                    offset: src.offset,
-                    reason: f.reason,
-                }
-            }
-        })
+        Found::Fetch(slot)
     }
 
     /// Prefetches `run` (chunks in file order), fetching frames that are adjacent in a pack
@@ -263,7 +329,7 @@ impl ChunkCache {
             if inner.loading_bytes + src.raw_len as usize > self.budget / 2 {
                 break;
             }
-            let slot = Arc::new(Slot::default());
+            let slot = Slot::of(src);
             inner.map.insert(src.id, Entry::Loading(slot.clone()));
             inner.loading_bytes += src.raw_len as usize;
             claimed.push((src.clone(), slot));
@@ -287,7 +353,9 @@ impl ChunkCache {
 
     /// Fetches a group of nearby frames with one read and decodes them in parallel (one job
     /// per frame on the workers, the first one here); frames the node-local cache holds are
-    /// not fetched.
+    /// not fetched. When the pack is gone (gc moved it after the prefetch's manifest was
+    /// read), each frame is fetched as a reader's own fetch is, following the pack's
+    /// forwarding record (`Store::read_chunk`), one job per frame.
     fn fetch_group(self: &Arc<Self>, group: Vec<(ChunkSource, Arc<Slot>)>) {
         let mut missing = Vec::with_capacity(group.len());
         let mut decode: Vec<Decode> = Vec::with_capacity(group.len());
@@ -317,6 +385,12 @@ impl ChunkCache {
                         cached: false,
                     }));
                 }
+                Err(e) if e.is_not_found() => {
+                    for (src, slot) in missing {
+                        let me = self.clone();
+                        self.pool.spawn(move || me.fetch_one(&src, &slot));
+                    }
+                }
                 Err(e) => self.fail_all(&missing, &e),
             }
         }
@@ -331,16 +405,12 @@ impl ChunkCache {
         }
     }
 
-    /// Every chunk of a group whose ranged read failed gets the failure.
+    /// Every chunk of a group whose ranged read failed (other than for a missing pack,
+    /// which `fetch_group` follows) gets the failure.
     fn fail_all(&self, group: &[(ChunkSource, Arc<Slot>)], e: &objects::ObjectError) {
         let reason = e.to_string();
         for (src, slot) in group {
-            let err = if e.is_not_found() {
-                StoreError::not_found(src.key.to_string())
-            } else {
-                StoreError::Invalid(reason.clone())
-            };
-            self.finish(src, slot, Err(err));
+            self.finish(src, slot, Err(StoreError::Invalid(reason.clone())));
         }
     }
 
@@ -423,7 +493,7 @@ impl ChunkCache {
 
     /// Marks the chunk as loading; its fetch is the caller's to start.
     fn claim(&self, inner: &mut Inner, src: &ChunkSource) -> Arc<Slot> {
-        let slot = Arc::new(Slot::default());
+        let slot = Slot::of(src);
         inner.map.insert(src.id, Entry::Loading(slot.clone()));
         inner.loading_bytes += src.raw_len as usize;
         slot

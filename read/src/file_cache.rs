@@ -9,7 +9,7 @@
 //!   change what an entry holds.
 //! * An entry is made by [`FileCache::fill`]: the file is streamed from the store by the
 //!   whole-file reader (every chunk decoded, the file's sha256 compared at the end) into a
-//!   temporary file, which is synced to disk and then renamed into place. An entry
+//!   temporary file, which is synced to disk and then linked into place. An entry
 //!   therefore exists only whole and verified, also after a crash; the directory is made
 //!   private to the mount's user (mode 0700).
 //! * An entry is handed out ([`FileCache::open_file`]) only once this process has checked
@@ -352,7 +352,7 @@ impl FileCache {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
-        // Tests kill the mount here: a fill synced, not yet renamed into place.
+        // Tests kill the mount here: a fill synced, not yet linked into place.
         repo::failpoint::pause("file-cache-fill-synced");
         let ok = self.dir.commit(&tmp, &hex, f.size);
         metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());

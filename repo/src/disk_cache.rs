@@ -5,9 +5,9 @@
 //!   is in its pack. An entry is checked when used, by decoding it and comparing the BLAKE3
 //!   of the bytes with the chunk id (the same check as for a frame read from the store); a
 //!   damaged entry is deleted and the frame fetched again.
-//! * Stored in an [`LruDir`]: written to a temporary file and renamed into place, so two
-//!   processes sharing the directory never see a partial entry; least recently used first
-//!   when the directory is over its limit.
+//! * Stored in an [`LruDir`]: written to a temporary file and linked into place (never over
+//!   an entry already there), so two processes sharing the directory never see a partial
+//!   entry; least recently used first when the directory is over its limit.
 
 use std::fs;
 use std::path::Path;

@@ -4,8 +4,9 @@
 //!
 //! * One file per entry: `<dir>/<first 2 hex digits>/<64 hex digits>`.
 //! * An entry is written to a temporary file beside its place ([`LruDir::temp`]) and
-//!   renamed into place ([`LruDir::commit`]), so no reader sees a partial entry, also
-//!   across processes sharing the directory. Temporary files are named `.tmp-<pid>-<n>`;
+//!   linked into place ([`LruDir::commit`]), so no reader sees a partial entry, also
+//!   across processes sharing the directory; an entry already there is never replaced
+//!   (the second writer's file is dropped). Temporary files are named `.tmp-<pid>-<n>`;
 //!   those an hour old (left by a process that died) are removed when the directory is
 //!   opened.
 //! * Least recently used first: a use touches the entry's modification time
@@ -120,12 +121,20 @@ impl LruDir {
         Ok(parent.join(format!(".tmp-{}-{n}", std::process::id())))
     }
 
-    /// Renames the finished temporary file `tmp` (of `len` bytes) into the place of entry
-    /// `hex`, then evicts if the directory is over its limit. On failure the temporary file
-    /// is removed and `false` returned: a cache that cannot be written is a cache that misses.
+    /// Puts the finished temporary file `tmp` (of `len` bytes) in the place of entry `hex`
+    /// with a hard link, never over an entry already there, then removes `tmp` and evicts if
+    /// the directory is over its limit. Returns whether this call put the entry in place
+    /// (and counted its bytes). An entry already there (another process or thread committed
+    /// the same content first) is kept as it is: a reader may have it open, or be checking
+    /// it under its stamp, and its bytes are counted already. On any failure `tmp` is removed
+    /// too: a cache that cannot be written is a cache that misses.
     pub fn commit(&self, tmp: &Path, hex: &str, len: u64) -> bool {
-        if fs::rename(tmp, self.path(hex)).is_err() {
-            let _ = fs::remove_file(tmp);
+        let linked = fs::hard_link(tmp, self.path(hex));
+        let _ = fs::remove_file(tmp);
+        if let Err(e) = linked {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                tracing::debug!("cache entry {hex} not kept: {e}");
+            }
             return false;
         }
         let total = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
@@ -281,6 +290,42 @@ mod tests {
         assert!(put(&d, &hex(3), &[3; 300]));
         assert!(d.path(&hex(0)).exists(), "the used entry was evicted");
         assert!(!d.path(&hex(1)).exists());
+    }
+
+    /// Two writers commit the same content (another process or thread came first): the
+    /// entry already there stays as it is (a reader may have it open, or be checking it
+    /// under its stamp: inode, ctime), the second temporary file is removed, and its bytes
+    /// are not counted.
+    #[test]
+    fn a_commit_never_replaces_an_entry_already_there() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let d = LruDir::open(t.path(), 1 << 20).unwrap();
+        let h = hex(7);
+        assert!(put(&d, &h, b"first"));
+        let before = fs::metadata(d.path(&h)).unwrap();
+        // The second writer's bytes differ, so that a replaced entry shows.
+        let tmp = d.temp(&h).unwrap();
+        fs::write(&tmp, b"other").unwrap();
+        let committed = d.commit(&tmp, &h, 5);
+        let after = fs::metadata(d.path(&h)).unwrap();
+        assert_eq!(before.ino(), after.ino(), "the entry was replaced");
+        assert_eq!(
+            (before.ctime(), before.ctime_nsec()),
+            (after.ctime(), after.ctime_nsec()),
+            "the entry was changed"
+        );
+        assert_eq!(fs::read(d.path(&h)).unwrap(), b"first");
+        assert!(!tmp.exists(), "the temporary file is left");
+        assert!(!committed, "nothing was put in place");
+        assert_eq!(d.bytes(), 5, "counted twice");
+        let files: Vec<_> = fs::read_dir(t.path().join(&h[..2]))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(LruDir::open(t.path(), 1 << 20).unwrap().bytes(), 5);
     }
 
     #[test]
