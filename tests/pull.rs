@@ -255,7 +255,7 @@ fn recorded_xet(env: &Env, repo: &str, commit: &str) -> BTreeMap<String, String>
     m.files
         .iter()
         .zip(&m.xet_hashes)
-        .map(|(f, h)| (f.path.clone(), xethash::XetHash(*h).hex()))
+        .map(|(f, h)| (f.path.clone(), h.hex()))
         .collect()
 }
 

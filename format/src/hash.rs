@@ -245,6 +245,168 @@ mod tests {
         assert_eq!(back, id);
     }
 
+    /// Every persisted structure whose `[u8; 32]` fields became named hashes encodes to the
+    /// bytes the raw fields gave: each old layout written out again here, field for field.
+    #[test]
+    fn persisted_structures_encode_as_before() {
+        use crate::forward::MovedFrame;
+        use crate::index::IndexedPack;
+        use crate::manifest::{ChunkRef, FileEntry, Manifest, Published};
+        use crate::pack::{FooterEntry, PackFooter, PackId};
+        use crate::{CommitId, RepoId};
+
+        #[derive(Encode)]
+        struct OldChunkRef {
+            id: [u8; 32],
+            pack: u32,
+            offset: u32,
+            frame_len: u32,
+            raw_len: u32,
+        }
+        #[derive(Encode)]
+        struct OldFileEntry {
+            path: String,
+            size: u64,
+            sha256: [u8; 32],
+            executable: bool,
+            chunks: Vec<OldChunkRef>,
+        }
+        #[derive(Encode)]
+        struct OldManifest {
+            repo: RepoId,
+            commit: CommitId,
+            ingested_at: u64,
+            source: String,
+            packs: Vec<PackId>,
+            files: Vec<OldFileEntry>,
+            published: Option<Published>,
+            xet_hashes: Vec<[u8; 32]>,
+        }
+        #[derive(Encode)]
+        struct OldFooterEntry {
+            id: [u8; 32],
+            offset: u32,
+            frame_len: u32,
+            raw_len: u32,
+        }
+        #[derive(Encode)]
+        struct OldMovedFrame {
+            offset: u32,
+            id: [u8; 32],
+            target: u32,
+            new_offset: u32,
+            frame_len: u32,
+        }
+        #[derive(Encode)]
+        struct OldIndexedPack {
+            size: u64,
+            chunks: Vec<[u8; 32]>,
+        }
+
+        let cfg = bincode::config::standard();
+        let b = |i: u8| -> [u8; 32] { std::array::from_fn(|k| i.wrapping_add(k as u8)) };
+        let new = Manifest {
+            repo: RepoId::parse("org/name").unwrap(),
+            commit: CommitId([9; 20]),
+            ingested_at: 1_796_091_248,
+            source: "plain".into(),
+            packs: vec![PackId(b(1))],
+            files: vec![FileEntry {
+                path: "a.bin".into(),
+                size: 300,
+                sha256: Sha256(b(2)),
+                executable: true,
+                chunks: vec![ChunkRef {
+                    id: ChunkId(b(3)),
+                    pack: 0,
+                    offset: 16,
+                    frame_len: 316,
+                    raw_len: 300,
+                }],
+            }],
+            published: Some(Published {
+                store_ms: 5,
+                seq: 6,
+            }),
+            xet_hashes: vec![XetHash(b(4))],
+        };
+        let old = OldManifest {
+            repo: new.repo.clone(),
+            commit: new.commit,
+            ingested_at: new.ingested_at,
+            source: new.source.clone(),
+            packs: new.packs.clone(),
+            files: vec![OldFileEntry {
+                path: "a.bin".into(),
+                size: 300,
+                sha256: b(2),
+                executable: true,
+                chunks: vec![OldChunkRef {
+                    id: b(3),
+                    pack: 0,
+                    offset: 16,
+                    frame_len: 316,
+                    raw_len: 300,
+                }],
+            }],
+            published: new.published,
+            xet_hashes: vec![b(4)],
+        };
+        let bytes = bincode::encode_to_vec(&old, cfg).unwrap();
+        assert_eq!(bincode::encode_to_vec(&new, cfg).unwrap(), bytes);
+        let (back, _): (Manifest, usize) = bincode::decode_from_slice(&bytes, cfg).unwrap();
+        assert_eq!(back, new);
+
+        let footer = PackFooter {
+            entries: vec![FooterEntry {
+                id: ChunkId(b(5)),
+                offset: 16,
+                frame_len: 20,
+                raw_len: 4,
+            }],
+        };
+        let old_footer = vec![OldFooterEntry {
+            id: b(5),
+            offset: 16,
+            frame_len: 20,
+            raw_len: 4,
+        }];
+        assert_eq!(
+            bincode::encode_to_vec(&footer, cfg).unwrap(),
+            bincode::encode_to_vec(&old_footer, cfg).unwrap()
+        );
+        let frame = MovedFrame {
+            offset: 16,
+            id: ChunkId(b(6)),
+            target: 0,
+            new_offset: 32,
+            frame_len: 20,
+        };
+        let old_frame = OldMovedFrame {
+            offset: 16,
+            id: b(6),
+            target: 0,
+            new_offset: 32,
+            frame_len: 20,
+        };
+        assert_eq!(
+            bincode::encode_to_vec(frame, cfg).unwrap(),
+            bincode::encode_to_vec(&old_frame, cfg).unwrap()
+        );
+        let pack = IndexedPack {
+            size: 300,
+            chunks: vec![ChunkId(b(7)), ChunkId(b(8))],
+        };
+        let old_pack = OldIndexedPack {
+            size: 300,
+            chunks: vec![b(7), b(8)],
+        };
+        assert_eq!(
+            bincode::encode_to_vec(&pack, cfg).unwrap(),
+            bincode::encode_to_vec(&old_pack, cfg).unwrap()
+        );
+    }
+
     #[test]
     fn plain_hex_round_trips_and_refuses_others() {
         let s = Sha256(bytes());
@@ -258,10 +420,19 @@ mod tests {
         assert_eq!(d.to_string(), hex);
         assert_eq!(format!("{d:?}"), format!("ChunkListDigest({hex})"));
         assert_eq!(hex.parse::<ChunkListDigest>().unwrap(), d);
-        for bad in ["", "00", &hex[1..], &format!("{hex}0"), &hex.replace('a', "g")] {
+        for bad in [
+            "",
+            "00",
+            &hex[1..],
+            &format!("{hex}0"),
+            &hex.replace('a', "g"),
+        ] {
             let e = Sha256::from_hex(bad).unwrap_err();
             assert_eq!(e.what, "sha256");
-            assert!(e.to_string().starts_with("not a sha256 (64 hex digits)"), "{e}");
+            assert!(
+                e.to_string().starts_with("not a sha256 (64 hex digits)"),
+                "{e}"
+            );
             assert!(bad.parse::<ChunkListDigest>().is_err());
         }
     }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use format::manifest::Manifest;
-use format::{CommitId, RepoId};
+use format::{CommitId, RepoId, Sha256};
 use hubclient::{HubClient, RemoteFile, Verifier};
 use index::Index;
 use read::cache::ChunkSource;
@@ -324,7 +324,7 @@ enum Plan {
     Stored {
         /// The source's name, to name it in errors.
         path: String,
-        sha256: [u8; 32],
+        sha256: Sha256,
         map: ChunkMap,
     },
 }
@@ -357,7 +357,7 @@ impl<'a> HubOpener<'a> {
         let stored = stored_by_sha256(store, repo)?;
         let mut plans = HashMap::new();
         let mut source_of = HashMap::new();
-        let mut by_sha: HashMap<[u8; 32], PathBuf> = HashMap::new();
+        let mut by_sha: HashMap<Sha256, PathBuf> = HashMap::new();
         for f in files {
             if let Some(src) = f.sha256.and_then(|s| by_sha.get(&s)) {
                 source_of.insert(f.path.clone(), src.clone());
@@ -497,7 +497,7 @@ impl Read for Checked<'_> {
 fn stored_copy(
     index: &Index,
     stored: &StoredFiles,
-    sha256: &[u8; 32],
+    sha256: &Sha256,
     size: u64,
 ) -> Result<Option<ChunkMap>, PullError> {
     if let Some((m, i)) = stored.get(sha256) {
@@ -525,7 +525,7 @@ fn stored_copy(
 }
 
 /// Stored files by sha256: the manifest and the file's position in it.
-type StoredFiles = HashMap<[u8; 32], (Arc<Manifest>, usize)>;
+type StoredFiles = HashMap<Sha256, (Arc<Manifest>, usize)>;
 
 /// Every file of `repo`'s stored commits, by sha256.
 fn stored_by_sha256(store: &Store, repo: &RepoId) -> Result<StoredFiles, PullError> {
