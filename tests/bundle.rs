@@ -107,7 +107,7 @@ fn export_import_and_have() {
 }
 
 /// Chunk id → raw length, over a revision.
-fn chunk_sizes(env: &Env, commit: &str) -> std::collections::HashMap<[u8; 32], u64> {
+fn chunk_sizes(env: &Env, commit: &str) -> std::collections::HashMap<format::ChunkId, u64> {
     let store = repo::Store::open(env.backend()).unwrap();
     let m = store
         .manifest(
@@ -495,7 +495,7 @@ fn regression_hostile_bundles_are_refused_and_change_nothing() {
         m.files.len(),
         "the export carries Xet hashes"
     );
-    lying.xet_hashes[largest][0] ^= 1;
+    lying.xet_hashes[largest].0[0] ^= 1;
     let lying_manifest = encode(Kind::Manifest, &lying, false);
     let r: format::bundle::BundleRef = decode(Kind::BundleRef, &bref.1).unwrap();
     let plain_ref = encode(Kind::BundleRef, &r, false);

@@ -14,12 +14,12 @@ use common::gc::{
     REPO,
 };
 use common::{fsck_clean, ingest_rev, ingest_series, series, Env};
-use format::{CommitId, RepoId};
+use format::{ChunkId, CommitId, RepoId};
 use repo::pack::read_footer;
 use repo::Store;
 
 /// Chunk id → frame length of every chunk a revision references.
-fn chunks_of(env: &Env, commit: &str) -> HashMap<[u8; 32], u32> {
+fn chunks_of(env: &Env, commit: &str) -> HashMap<ChunkId, u32> {
     manifest_of(env, commit)
         .files
         .iter()
@@ -28,9 +28,9 @@ fn chunks_of(env: &Env, commit: &str) -> HashMap<[u8; 32], u32> {
 }
 
 /// Chunk id → how many packs hold it, over every pack's footer.
-fn stored_chunks(env: &Env) -> BTreeMap<[u8; 32], (usize, u32)> {
+fn stored_chunks(env: &Env) -> BTreeMap<ChunkId, (usize, u32)> {
     let b = env.backend();
-    let mut out: BTreeMap<[u8; 32], (usize, u32)> = BTreeMap::new();
+    let mut out: BTreeMap<ChunkId, (usize, u32)> = BTreeMap::new();
     for (key, _) in env.packs() {
         for e in read_footer(b.as_ref(), &key).unwrap().entries {
             let v = out.entry(e.id).or_insert((0, e.frame_len));

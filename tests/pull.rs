@@ -257,7 +257,7 @@ fn recorded_xet(env: &Env, repo: &str, commit: &str) -> BTreeMap<String, String>
     m.files
         .iter()
         .zip(&m.xet_hashes)
-        .map(|(f, h)| (f.path.clone(), xethash::XetHash(*h).hex()))
+        .map(|(f, h)| (f.path.clone(), h.hex()))
         .collect()
 }
 
@@ -425,18 +425,11 @@ fn a_lying_index_record_of_a_file_never_reaches_a_manifest() {
         .manifest(&repo_id, &format::CommitId::parse(&c1).unwrap())
         .unwrap();
     let f1 = m1.file(shard).unwrap();
-    let r2_sha: [u8; 32] = hex::decode(&expected_files("r2")[shard])
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let r2_sha = format::Sha256::from_hex(&expected_files("r2")[shard]).unwrap();
     assert_ne!(f1.sha256, r2_sha);
     {
         let index = index::Index::open(&local.path("index"), &store.config().store_id).unwrap();
-        let lie: Vec<_> = f1
-            .chunks
-            .iter()
-            .map(|c| (c.chunk_id(), c.raw_len))
-            .collect();
+        let lie: Vec<_> = f1.chunks.iter().map(|c| (c.id, c.raw_len)).collect();
         index.remember_file(&r2_sha, &lie).unwrap();
     }
     let r = pull(&local, &url, &format!("{REPO}@{c2}"), &[]);

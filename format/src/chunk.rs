@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use bincode::{Decode, Encode};
+
 /// The largest chunk a store holds: 16 MiB, FastCDC 2020's upper bound for its maximum
 /// size (the chunker checks that its bound is this one). Readers refuse a chunk, frame,
 /// pack footer entry, manifest entry or bundle record claiming more, before allocating
@@ -11,8 +13,9 @@ use std::fmt;
 pub const MAX_CHUNK_LEN: u32 = 16 << 20;
 
 /// The BLAKE3-256 digest of a chunk's uncompressed bytes. Two chunks with the same id
-/// are treated as the same chunk everywhere in modelcas.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// are treated as the same chunk everywhere in modelcas. Encoded (bincode) as the bare
+/// 32 bytes, as the `[u8; 32]` fields it replaced were.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
 pub struct ChunkId(pub [u8; 32]);
 
 impl ChunkId {

@@ -22,6 +22,7 @@ use crate::error::{FormatError, Result};
 use crate::layout;
 use crate::manifest::{ChunkRef, Manifest};
 use crate::pack::PackId;
+use crate::ChunkId;
 
 /// Longest chain of forwarding records followed for one chunk. Each hop is a pack that
 /// fell below gc's rewrite threshold again after being written by a rewrite, so real chains
@@ -47,7 +48,7 @@ pub struct MovedFrame {
     /// Offset of the frame in the old pack.
     pub offset: u32,
     /// The chunk id.
-    pub id: [u8; 32],
+    pub id: ChunkId,
     /// Index into [`MovedRecord::targets`].
     pub target: u32,
     /// Offset of the copy in the target pack.
@@ -60,7 +61,7 @@ pub struct MovedFrame {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dest {
     /// The chunk id.
-    pub id: [u8; 32],
+    pub id: ChunkId,
     /// The pack holding the copy.
     pub pack: PackId,
     /// Its offset there.
@@ -108,7 +109,7 @@ impl Forwards {
         &self,
         pack: PackId,
         offset: u32,
-        id: &[u8; 32],
+        id: &ChunkId,
         frame_len: u32,
         through: &mut dyn FnMut(PackId),
     ) -> (PackId, u32) {
@@ -146,7 +147,7 @@ pub fn entries(rec: &MovedRecord) -> HashMap<u32, Dest> {
 pub fn follow_with<E>(
     pack: PackId,
     offset: u32,
-    id: &[u8; 32],
+    id: &ChunkId,
     frame_len: u32,
     mut lookup: impl FnMut(&PackId, u32) -> std::result::Result<Option<Dest>, E>,
     through: &mut dyn FnMut(PackId),
@@ -234,10 +235,11 @@ mod tests {
     use super::*;
     use crate::manifest::FileEntry;
     use crate::names::{CommitId, RepoId};
+    use crate::Sha256;
 
     fn cref(id: u8, pack: u32, offset: u32) -> ChunkRef {
         ChunkRef {
-            id: [id; 32],
+            id: ChunkId([id; 32]),
             pack,
             offset,
             frame_len: 10,
@@ -254,7 +256,7 @@ mod tests {
                 .iter()
                 .map(|&(offset, id, new_offset)| MovedFrame {
                     offset,
-                    id: [id; 32],
+                    id: ChunkId([id; 32]),
                     target: 0,
                     new_offset,
                     frame_len: 10,
@@ -274,7 +276,7 @@ mod tests {
             files: vec![FileEntry {
                 path: "f".into(),
                 size: 25,
-                sha256: [0; 32],
+                sha256: Sha256([0; 32]),
                 executable: false,
                 // moved twice; not in the record; id differs from the record; other pack
                 chunks: vec![
@@ -306,7 +308,7 @@ mod tests {
         let mut cyc = Forwards::default();
         cyc.insert(&record(1, 2, &[(16, 7, 16)]));
         cyc.insert(&record(2, 1, &[(16, 7, 16)]));
-        let (p, _) = cyc.follow(PackId([1; 32]), 16, &[7; 32], 10, &mut |_| {});
+        let (p, _) = cyc.follow(PackId([1; 32]), 16, &ChunkId([7; 32]), 10, &mut |_| {});
         assert!(p == PackId([1; 32]) || p == PackId([2; 32]));
     }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bincode::{Decode, Encode};
 
 use crate::codec::{self, CodecError, Kind};
+use crate::hash::{ChunkListDigest, Sha256, XetHash};
 use crate::pack::PackId;
 use crate::ChunkId;
 
@@ -74,7 +75,7 @@ pub struct IndexedPack {
     /// Object size in bytes.
     pub size: u64,
     /// The chunk ids in the pack.
-    pub chunks: Vec<[u8; 32]>,
+    pub chunks: Vec<ChunkId>,
 }
 
 impl IndexedPack {
@@ -114,9 +115,8 @@ pub fn untagged<'a>(v: &'a [u8], tag: &str) -> Option<&'a [u8]> {
 }
 
 /// Key of a file's chunk list in the `manifests` family (never an object key).
-pub fn file_key(sha256: &[u8; 32]) -> String {
-    let hex: String = sha256.iter().map(|b| format!("{b:02x}")).collect();
-    format!("files/{hex}")
+pub fn file_key(sha256: &Sha256) -> String {
+    format!("files/{}", sha256.to_hex())
 }
 
 /// The value of a `files/` record (after its tag): count u32 LE, then each chunk's id
@@ -154,34 +154,34 @@ pub fn parse_file_record(v: &[u8]) -> Option<Vec<(ChunkId, u32)>> {
 
 /// The BLAKE3 of the `files/` record of `chunks` (its value after the tag): what a
 /// `stamps/` record names a file's chunk list by.
-pub fn chunk_list_digest(chunks: &[(ChunkId, u32)]) -> [u8; 32] {
-    *blake3::hash(&file_record(chunks)).as_bytes()
+pub fn chunk_list_digest(chunks: &[(ChunkId, u32)]) -> ChunkListDigest {
+    ChunkListDigest(*blake3::hash(&file_record(chunks)).as_bytes())
 }
 
 /// Tag of the Xet memo records (`xet-hash/` and `xet-first/` keys).
 pub const XET_MEMO_TAG: &str = "xet1";
 
 /// Key of the Xet hash of the content with `sha256` in the `manifests` family.
-pub fn xet_hash_key(sha256: &[u8; 32]) -> String {
-    format!("xet-hash/{}", hex::encode(sha256))
+pub fn xet_hash_key(sha256: &Sha256) -> String {
+    format!("xet-hash/{}", sha256.to_hex())
 }
 
 /// The value of a `xet-hash/` record (after its tag): the Xet file hash, then the first 8
 /// bytes of BLAKE3 `derive_key("modelcas index xet-hash memo v1")` over the sha256 and
 /// the hash, so that a damaged or misplaced record reads as none.
-pub fn xet_hash_record(sha256: &[u8; 32], xet: &[u8; 32]) -> [u8; 40] {
+pub fn xet_hash_record(sha256: &Sha256, xet: &XetHash) -> [u8; 40] {
     let mut h = blake3::Hasher::new_derive_key("modelcas index xet-hash memo v1");
-    h.update(sha256);
-    h.update(xet);
+    h.update(&sha256.0);
+    h.update(&xet.0);
     let mut out = [0u8; 40];
-    out[..32].copy_from_slice(xet);
+    out[..32].copy_from_slice(&xet.0);
     out[32..].copy_from_slice(&h.finalize().as_bytes()[..8]);
     out
 }
 
 /// The Xet hash a `xet-hash/<sha256>` record holds, if it checks.
-pub fn parse_xet_hash_record(sha256: &[u8; 32], v: &[u8]) -> Option<[u8; 32]> {
-    let xet: [u8; 32] = v.get(..32)?.try_into().ok()?;
+pub fn parse_xet_hash_record(sha256: &Sha256, v: &[u8]) -> Option<XetHash> {
+    let xet = XetHash(v.get(..32)?.try_into().ok()?);
     (v == xet_hash_record(sha256, &xet)).then_some(xet)
 }
 
@@ -194,20 +194,20 @@ pub fn xet_first_key(size: u64, first: &ChunkId) -> String {
 /// The value of a `xet-first/` record (after its tag): the sha256 of the content read,
 /// then the first 8 bytes of BLAKE3 `derive_key("modelcas index xet-first hint v1")` over
 /// the size (u64 LE), the chunk id and the sha256.
-pub fn xet_first_record(size: u64, first: &ChunkId, sha256: &[u8; 32]) -> [u8; 40] {
+pub fn xet_first_record(size: u64, first: &ChunkId, sha256: &Sha256) -> [u8; 40] {
     let mut h = blake3::Hasher::new_derive_key("modelcas index xet-first hint v1");
     h.update(&size.to_le_bytes());
     h.update(&first.0);
-    h.update(sha256);
+    h.update(&sha256.0);
     let mut out = [0u8; 40];
-    out[..32].copy_from_slice(sha256);
+    out[..32].copy_from_slice(&sha256.0);
     out[32..].copy_from_slice(&h.finalize().as_bytes()[..8]);
     out
 }
 
 /// The sha256 a `xet-first/` record names, if it checks.
-pub fn parse_xet_first_record(size: u64, first: &ChunkId, v: &[u8]) -> Option<[u8; 32]> {
-    let sha: [u8; 32] = v.get(..32)?.try_into().ok()?;
+pub fn parse_xet_first_record(size: u64, first: &ChunkId, v: &[u8]) -> Option<Sha256> {
+    let sha = Sha256(v.get(..32)?.try_into().ok()?);
     (v == xet_first_record(size, first, &sha)).then_some(sha)
 }
 
@@ -270,7 +270,7 @@ impl FileStamp {
 
     /// The `stamps/` record of this stamp for content `sha256` cut into chunks whose
     /// `files/` record has the BLAKE3 `chunks` (see [`chunk_list_digest`]).
-    pub fn record(&self, sha256: &[u8; 32], chunks: &[u8; 32]) -> Vec<u8> {
+    pub fn record(&self, sha256: &Sha256, chunks: &ChunkListDigest) -> Vec<u8> {
         let mut v = Vec::with_capacity(STAMP_RECORD_LEN);
         v.extend_from_slice(STAMP_MAGIC);
         v.extend_from_slice(&STAMP_VERSION.to_le_bytes());
@@ -280,8 +280,8 @@ impl FileStamp {
         }
         v.extend_from_slice(&self.mtime_ns.to_le_bytes());
         v.extend_from_slice(&self.ctime_ns.to_le_bytes());
-        v.extend_from_slice(sha256);
-        v.extend_from_slice(chunks);
+        v.extend_from_slice(&sha256.0);
+        v.extend_from_slice(&chunks.0);
         let sum = blake3::hash(&v);
         v.extend_from_slice(sum.as_bytes());
         v
@@ -290,7 +290,7 @@ impl FileStamp {
     /// The sha256 and chunk-list digest of record `v`, if it is an intact record (its
     /// checksum holds) of this very stamp; `None` for any other record, a damaged one, or
     /// one of another version.
-    pub fn recorded(&self, v: &[u8]) -> Option<([u8; 32], [u8; 32])> {
+    pub fn recorded(&self, v: &[u8]) -> Option<(Sha256, ChunkListDigest)> {
         if v.len() != STAMP_RECORD_LEN {
             return None;
         }
@@ -298,13 +298,16 @@ impl FileStamp {
         if blake3::hash(body).as_bytes()[..] != sum[..] {
             return None;
         }
-        if body[..STAMP_FIELDS_LEN] != self.record(&[0; 32], &[0; 32])[..STAMP_FIELDS_LEN] {
+        let zero = (Sha256::default(), ChunkListDigest::default());
+        if body[..STAMP_FIELDS_LEN] != self.record(&zero.0, &zero.1)[..STAMP_FIELDS_LEN] {
             return None;
         }
-        let sha256 = body[STAMP_FIELDS_LEN..STAMP_FIELDS_LEN + 32]
-            .try_into()
-            .ok()?;
-        let chunks = body[STAMP_FIELDS_LEN + 32..].try_into().ok()?;
+        let sha256 = Sha256(
+            body[STAMP_FIELDS_LEN..STAMP_FIELDS_LEN + 32]
+                .try_into()
+                .ok()?,
+        );
+        let chunks = ChunkListDigest(body[STAMP_FIELDS_LEN + 32..].try_into().ok()?);
         Some((sha256, chunks))
     }
 }
@@ -343,15 +346,18 @@ mod tests {
         assert_eq!(parse_file_record(&files[..files.len() - 1]), None);
         assert_eq!(parse_file_record(&files[..3]), None);
         let digest = chunk_list_digest(&chunks());
-        assert_eq!(hex::encode(digest), GOLDEN_CHUNK_LIST_DIGEST);
-        let rec = stamp().record(&[0x5A; 32], &digest);
+        assert_eq!(digest.to_hex(), GOLDEN_CHUNK_LIST_DIGEST);
+        let rec = stamp().record(&Sha256([0x5A; 32]), &digest);
         assert_eq!(hex::encode(&rec), GOLDEN_STAMP_RECORD);
         assert_eq!(rec.len(), STAMP_RECORD_LEN);
-        assert_eq!(stamp().recorded(&rec), Some(([0x5A; 32], digest)));
+        assert_eq!(stamp().recorded(&rec), Some((Sha256([0x5A; 32]), digest)));
         let other = FileStamp { ino: 78, ..stamp() };
         assert_eq!(other.recorded(&rec), None);
         assert_eq!(stamp().key(), "stamps/0000000000000801/000000000000004d");
-        assert_eq!(file_key(&[0xAB; 32]), format!("files/{}", "ab".repeat(32)));
+        assert_eq!(
+            file_key(&Sha256([0xAB; 32])),
+            format!("files/{}", "ab".repeat(32))
+        );
     }
 
     #[test]
@@ -370,7 +376,7 @@ mod tests {
         assert_eq!(ChunkLoc::from_bytes(&b[..43]), None);
         let p = IndexedPack {
             size: 300,
-            chunks: vec![[1; 32]],
+            chunks: vec![ChunkId([1; 32])],
         };
         let bytes = p.encode();
         assert_eq!(&bytes[..8], b"MCASIPAK");

@@ -4,6 +4,9 @@
 //! no RocksDB, no AWS SDK.
 //!
 //! * [`chunk`] — [`ChunkId`], the name of a chunk everywhere, and [`MAX_CHUNK_LEN`].
+//! * [`hash`] — the other named hashes: [`Sha256`] (a file's), [`XetHash`] (Xet's, spelled
+//!   its own way), [`ChunkListDigest`] (a file's chunk list's); each encoded as the bare
+//!   32 bytes.
 //! * [`codec`] — the one envelope (magic, version, checksum) around every persisted object.
 //! * [`frame`] — how one chunk is compressed (raw, zstd, or the bf16 byte-plane codec).
 //! * [`pack`] — packs: frames grouped into one object with a self-describing footer.
@@ -29,6 +32,7 @@ pub mod features;
 pub mod forward;
 pub mod frame;
 pub mod gc;
+pub mod hash;
 pub mod index;
 pub mod layout;
 pub mod lock;
@@ -40,4 +44,5 @@ pub mod runs;
 
 pub use chunk::{ChunkId, ParseChunkIdError, MAX_CHUNK_LEN};
 pub use error::{FormatError, Result};
+pub use hash::{ChunkListDigest, ParseHashError, Sha256, XetHash};
 pub use names::{CommitId, RepoId};

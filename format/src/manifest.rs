@@ -7,6 +7,7 @@
 //! no global index. Stored under `repos/<org>/<name>/manifests/<commit>` in the object
 //! envelope (codec.rs) with magic `MCASMANI`, zstd-compressed payload.
 
+use crate::hash::{Sha256, XetHash};
 use crate::ChunkId;
 use bincode::{Decode, Encode};
 
@@ -20,7 +21,7 @@ use crate::pack::PackId;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct ChunkRef {
     /// BLAKE3 of the uncompressed chunk.
-    pub id: [u8; 32],
+    pub id: ChunkId,
     /// Index into [`Manifest::packs`].
     pub pack: u32,
     /// Offset of the frame in the pack.
@@ -31,13 +32,6 @@ pub struct ChunkRef {
     pub raw_len: u32,
 }
 
-impl ChunkRef {
-    /// The chunk id.
-    pub fn chunk_id(&self) -> ChunkId {
-        ChunkId(self.id)
-    }
-}
-
 /// One file of a revision.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct FileEntry {
@@ -46,7 +40,7 @@ pub struct FileEntry {
     /// Size in bytes (the sum of the chunks' raw lengths).
     pub size: u64,
     /// SHA-256 of the whole file.
-    pub sha256: [u8; 32],
+    pub sha256: Sha256,
     /// Whether any execute bit was set in the source.
     pub executable: bool,
     /// The chunks, in file order.
@@ -56,7 +50,7 @@ pub struct FileEntry {
 impl FileEntry {
     /// The sha256 as hex.
     pub fn sha256_hex(&self) -> String {
-        hex::encode(self.sha256)
+        self.sha256.to_hex()
     }
 }
 
@@ -81,7 +75,7 @@ pub struct Manifest {
     /// The Xet file hash of every file, in the order of `files` (version 3; empty in a
     /// manifest written before, or copied from one): the 32 bytes BLAKE3 outputs, see
     /// docs/format/xet.md and [`Manifest::xet_hash`].
-    pub xet_hashes: Vec<[u8; 32]>,
+    pub xet_hashes: Vec<XetHash>,
 }
 
 /// How much later than its manifest object's modification time a publication may be and
@@ -194,7 +188,7 @@ impl Manifest {
     }
 
     /// The Xet file hash of `files[index]`, if this manifest records them (version 3).
-    pub fn xet_hash(&self, index: usize) -> Option<[u8; 32]> {
+    pub fn xet_hash(&self, index: usize) -> Option<XetHash> {
         self.xet_hashes.get(index).copied()
     }
 
@@ -253,7 +247,7 @@ impl Manifest {
     fn check_chunks(&self, f: &FileEntry) -> std::result::Result<(), String> {
         let mut size: u64 = 0;
         for c in &f.chunks {
-            let bad = |why: &str| Err(format!("{}: chunk {}: {why}", f.path, c.chunk_id()));
+            let bad = |why: &str| Err(format!("{}: chunk {}: {why}", f.path, c.id));
             if c.pack as usize >= self.packs.len() {
                 return bad("pack index beyond the pack table");
             }
@@ -325,7 +319,7 @@ pub fn check_path(path: &str) -> std::result::Result<(), String> {
 /// The commit id modelcas derives for a snapshot that has none: the first 20 bytes of a
 /// BLAKE3 over the sorted (path, size, sha256, executable) list. The same files always give
 /// the same id, whatever the chunking or the time.
-pub fn derive_commit_id(files: &[(String, u64, [u8; 32], bool)]) -> CommitId {
+pub fn derive_commit_id(files: &[(String, u64, Sha256, bool)]) -> CommitId {
     let mut sorted: Vec<_> = files.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     let mut h = blake3::Hasher::new();
@@ -334,7 +328,7 @@ pub fn derive_commit_id(files: &[(String, u64, [u8; 32], bool)]) -> CommitId {
         h.update(path.as_bytes());
         h.update(&[0]);
         h.update(&size.to_le_bytes());
-        h.update(sha);
+        h.update(&sha.0);
         h.update(&[*exec as u8]);
     }
     let mut out = [0u8; 20];
@@ -470,10 +464,10 @@ mod tests {
             files: vec![FileEntry {
                 path: "x/y.bin".into(),
                 size: 3,
-                sha256: [3; 32],
+                sha256: Sha256([3; 32]),
                 executable: true,
                 chunks: vec![ChunkRef {
-                    id: [4; 32],
+                    id: ChunkId([4; 32]),
                     pack: 0,
                     offset: 16,
                     frame_len: 19,
@@ -488,16 +482,16 @@ mod tests {
         assert!(m.file("x/y.bin").is_some());
         assert!(m.file("x").is_none());
         let a = derive_commit_id(&[
-            ("a".into(), 1, [0; 32], false),
-            ("b".into(), 2, [1; 32], false),
+            ("a".into(), 1, Sha256([0; 32]), false),
+            ("b".into(), 2, Sha256([1; 32]), false),
         ]);
         let b = derive_commit_id(&[
-            ("b".into(), 2, [1; 32], false),
-            ("a".into(), 1, [0; 32], false),
+            ("b".into(), 2, Sha256([1; 32]), false),
+            ("a".into(), 1, Sha256([0; 32]), false),
         ]);
         let c = derive_commit_id(&[
-            ("a".into(), 1, [0; 32], true),
-            ("b".into(), 2, [1; 32], false),
+            ("a".into(), 1, Sha256([0; 32]), true),
+            ("b".into(), 2, Sha256([1; 32]), false),
         ]);
         assert_eq!(a, b);
         assert_ne!(a, c);
@@ -513,7 +507,7 @@ mod decode_tests {
 
     fn sample() -> Manifest {
         let chunk = |i: u8, raw_len: u32| ChunkRef {
-            id: [i; 32],
+            id: ChunkId([i; 32]),
             pack: u32::from(i % 2),
             offset: 16 + u32::from(i) * 100,
             frame_len: 16 + raw_len,
@@ -529,14 +523,14 @@ mod decode_tests {
                 FileEntry {
                     path: "a/b.bin".into(),
                     size: 7,
-                    sha256: [3; 32],
+                    sha256: Sha256([3; 32]),
                     executable: false,
                     chunks: vec![chunk(1, 3), chunk(2, 4)],
                 },
                 FileEntry {
                     path: "c.json".into(),
                     size: 5,
-                    sha256: [4; 32],
+                    sha256: Sha256([4; 32]),
                     executable: true,
                     chunks: vec![chunk(3, 5)],
                 },
@@ -770,12 +764,12 @@ mod version_tests {
     #[test]
     fn version_3_carries_one_xet_hash_per_file_and_version_2_still_reads() {
         let mut m = decode(KEY, &hex::decode(V1).unwrap()).unwrap();
-        m.xet_hashes = vec![[7; 32], [8; 32], [9; 32]];
+        m.xet_hashes = vec![XetHash([7; 32]), XetHash([8; 32]), XetHash([9; 32])];
         let bytes = codec::encode(Kind::Manifest, &m, false);
         assert_eq!(&bytes[8..10], &[3, 0]);
         let back = decode(KEY, &bytes).unwrap();
         assert_eq!(back, m);
-        assert_eq!(back.xet_hash(1), Some([8; 32]));
+        assert_eq!(back.xet_hash(1), Some(XetHash([8; 32])));
         assert_eq!(back.xet_hash(3), None);
         // The payload ends with the Vec: its length (3) and the hashes in file order.
         let payload = &bytes[codec::HEADER_LEN..bytes.len() - codec::TRAILER_LEN];
@@ -783,7 +777,7 @@ mod version_tests {
         assert_eq!(&payload[payload.len() - 32..], &[9; 32]);
         // A count other than the files' is refused.
         for n in [1, 2, 4] {
-            m.xet_hashes = vec![[7; 32]; n];
+            m.xet_hashes = vec![XetHash([7; 32]); n];
             let err = decode(KEY, &codec::encode(Kind::Manifest, &m, false)).unwrap_err();
             assert!(err.to_string().contains("Xet hashes for 3 files"), "{err}");
         }

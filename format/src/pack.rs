@@ -56,7 +56,7 @@ impl PackId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct FooterEntry {
     /// The chunk id (BLAKE3 of the uncompressed chunk).
-    pub id: [u8; 32],
+    pub id: ChunkId,
     /// Offset of the frame from the start of the pack.
     pub offset: u32,
     /// Length of the frame, header included.
@@ -102,7 +102,7 @@ impl PackBuilder {
         let offset = self.buf.len() as u32;
         self.buf.extend_from_slice(frame);
         self.entries.push(FooterEntry {
-            id: id.0,
+            id,
             offset,
             frame_len: frame.len() as u32,
             raw_len: raw_len as u32,

@@ -30,7 +30,7 @@ use format::forward::{self, MovedFrame, MovedRecord};
 use format::manifest::{self, ChunkRef, FileEntry, Manifest, Published, RefObject, StoreConfig};
 use format::manifest::{PinObject, UsedObject};
 use format::pack::{self, FooterEntry, PackBuilder, PackId};
-use format::{frame, layout, ChunkId, CommitId, RepoId};
+use format::{frame, layout, ChunkId, CommitId, RepoId, Sha256};
 
 /// The inputs of the vectors (the table at the top of "Test vectors"), in the pack's order.
 fn inputs() -> Vec<Vec<u8>> {
@@ -582,7 +582,7 @@ fn check_pack(items: &mut VecDeque<Item>) -> usize {
     assert_eq!(flags, 0);
     let entries: Vec<FooterEntry> = (0..c.uint("entries"))
         .map(|_| FooterEntry {
-            id: c.arr("id"),
+            id: ChunkId(c.arr("id")),
             offset: c.u32("offset"),
             frame_len: c.u32("frame_len"),
             raw_len: c.u32("raw_len"),
@@ -624,7 +624,7 @@ fn check_pack(items: &mut VecDeque<Item>) -> usize {
     for ((chunk, (at, bytes)), e) in chunks.iter().zip(&frames).zip(&entries) {
         let decoded = frame::decode(bytes).unwrap();
         assert_eq!(&decoded, chunk, "frame at {at} decodes to its input");
-        assert_eq!(ChunkId::of(&decoded).0, e.id, "frame at {at}: chunk id");
+        assert_eq!(ChunkId::of(&decoded), e.id, "frame at {at}: chunk id");
         assert_eq!((e.offset, e.frame_len as usize), (*at, bytes.len()));
         assert_eq!(e.raw_len as usize, decoded.len());
     }
@@ -649,7 +649,7 @@ fn manifest_fields(dump: &[Field]) -> Manifest {
     };
     for i in 0..c.uint("files") {
         let path = c.string(&format!("files[{i}].path"));
-        let (size, sha256) = (c.uint("size"), c.arr("sha256"));
+        let (size, sha256) = (c.uint("size"), Sha256(c.arr("sha256")));
         let executable = match c.uint("executable") {
             0 => false,
             1 => true,
@@ -657,7 +657,7 @@ fn manifest_fields(dump: &[Field]) -> Manifest {
         };
         let chunks = (0..c.uint("chunks"))
             .map(|j| ChunkRef {
-                id: c.arr(&format!("chunks[{j}].id")),
+                id: ChunkId(c.arr(&format!("chunks[{j}].id"))),
                 pack: c.u32("pack"),
                 offset: c.u32("offset"),
                 frame_len: c.u32("frame_len"),
@@ -753,7 +753,7 @@ fn check_moved(items: &mut VecDeque<Item>) -> usize {
         frames: (0..c.uint("frames"))
             .map(|i| MovedFrame {
                 offset: c.u32(&format!("frames[{i}].offset")),
-                id: c.arr("id"),
+                id: ChunkId(c.arr("id")),
                 target: c.u32("target"),
                 new_offset: c.u32("new_offset"),
                 frame_len: c.u32("frame_len"),

@@ -39,7 +39,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use format::{layout, CommitId, RepoId};
+use format::{layout, CommitId, RepoId, Sha256};
 use parking_lot::Mutex;
 use quick_cache::sync::{Cache, EntryAction, EntryResult};
 use read::tree::{Child, Tree};
@@ -66,7 +66,7 @@ pub const ROOT: u64 = 1;
 /// What a File inode stands for besides its name: the file's bytes and mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Content {
-    pub sha256: [u8; 32],
+    pub sha256: Sha256,
     pub size: u64,
     pub executable: bool,
 }

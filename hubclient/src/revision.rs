@@ -11,6 +11,7 @@
 
 use std::collections::HashSet;
 
+use format::{Sha256, XetHash};
 use serde::Deserialize;
 
 use crate::client::{HubClient, Outcome, Target};
@@ -39,10 +40,10 @@ pub struct RemoteFile {
     /// pointer for an LFS file.
     pub git_oid: String,
     /// The content's sha256, for LFS files only (`lfs.oid`).
-    pub sha256: Option<[u8; 32]>,
+    pub sha256: Option<Sha256>,
     /// The content's Xet file hash, when the upstream lists one (`xetHash`; the BLAKE3
     /// output bytes, docs/format/xet.md).
-    pub xet_hash: Option<[u8; 32]>,
+    pub xet_hash: Option<XetHash>,
 }
 
 impl RemoteFile {
@@ -339,14 +340,13 @@ fn entry_file(e: Entry) -> Result<Option<RemoteFile>, String> {
         None => None,
         Some(l) => Some(lfs_sha256(path, size, &l)?),
     };
-    let xet_hash = match &e.xet_hash {
-        None => None,
-        Some(h) => Some(
-            xethash::XetHash::parse(h)
-                .map_err(|_| format!("file {path:?}: xetHash {:?} is not 64 hex digits", clip(h)))?
-                .0,
-        ),
-    };
+    let xet_hash =
+        match &e.xet_hash {
+            None => None,
+            Some(h) => Some(XetHash::parse(h).map_err(|_| {
+                format!("file {path:?}: xetHash {:?} is not 64 hex digits", clip(h))
+            })?),
+        };
     Ok(Some(RemoteFile {
         path: e.path,
         size,
@@ -356,21 +356,20 @@ fn entry_file(e: Entry) -> Result<Option<RemoteFile>, String> {
     }))
 }
 
-fn lfs_sha256(path: &str, size: u64, l: &Lfs) -> Result<[u8; 32], String> {
+fn lfs_sha256(path: &str, size: u64, l: &Lfs) -> Result<Sha256, String> {
     if l.size != size {
         return Err(format!(
             "file {path:?}: lfs.size {} differs from size {size}",
             l.size
         ));
     }
-    let mut out = [0u8; 32];
-    if !is_lower_hex(&l.oid, 64) || hex::decode_to_slice(&l.oid, &mut out).is_err() {
-        return Err(format!(
+    match Sha256::from_hex(&l.oid) {
+        Ok(sha) if is_lower_hex(&l.oid, 64) => Ok(sha),
+        _ => Err(format!(
             "file {path:?}: lfs.oid {:?} is not 64 lowercase hex digits",
             clip(&l.oid)
-        ));
+        )),
     }
-    Ok(out)
 }
 
 /// At most 80 characters of an untrusted value, for an error message.

@@ -10,8 +10,9 @@
 
 use std::io::{self, Read, Write};
 
+use format::Sha256;
 use gitblob::GitBlob;
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 
 use crate::error::Error;
 use crate::revision::RemoteFile;
@@ -21,7 +22,7 @@ use crate::revision::RemoteFile;
 pub struct Digests {
     /// Bytes seen.
     pub size: u64,
-    pub sha256: [u8; 32],
+    pub sha256: Sha256,
     /// The git blob id for the expected size, when computed (files not in LFS).
     pub git_oid: Option<[u8; 20]>,
 }
@@ -29,7 +30,7 @@ pub struct Digests {
 /// Streaming hashes of one file's content.
 #[derive(Clone)]
 pub struct Verifier {
-    sha256: Sha256,
+    sha256: sha2::Sha256,
     git: Option<GitBlob>,
     size: u64,
 }
@@ -40,7 +41,7 @@ impl Verifier {
     pub fn new(expected_size: u64, git_oid: bool) -> Verifier {
         let git = git_oid.then(|| GitBlob::new(expected_size));
         Verifier {
-            sha256: Sha256::new(),
+            sha256: sha2::Sha256::new(),
             git,
             size: 0,
         }
@@ -63,7 +64,7 @@ impl Verifier {
     pub fn finish(self) -> Digests {
         Digests {
             size: self.size,
-            sha256: self.sha256.finalize().into(),
+            sha256: Sha256(self.sha256.finalize().into()),
             git_oid: self.git.map(GitBlob::finish),
         }
     }
@@ -121,7 +122,7 @@ impl RemoteFile {
         }
         if let Some(want) = &self.sha256 {
             if *want != d.sha256 {
-                return Err(mismatch("sha256", hex::encode(want), hex::encode(d.sha256)));
+                return Err(mismatch("sha256", want.to_hex(), d.sha256.to_hex()));
             }
             return Ok(());
         }

@@ -59,7 +59,7 @@ fn revision_lists_every_file_with_its_hashes() {
         assert_eq!(f.size, want.data.len() as u64);
         assert_eq!(f.git_oid, want.oid());
         assert_eq!(
-            f.sha256.map(hex::encode),
+            f.sha256.map(|s| s.to_hex()),
             want.lfs.then(|| want.sha256_hex())
         );
     }

@@ -3,7 +3,7 @@
 //! file from the store instead of reading or downloading it again.
 
 use format::index::{self as values, ChunkLoc};
-use format::ChunkId;
+use format::{ChunkId, Sha256};
 use repo::Result;
 
 use crate::db::Index;
@@ -13,13 +13,13 @@ impl Index {
     /// order), under `files/<64 hex>` in the `manifests` family. Its chunks may still be in
     /// a pack not yet written: [`Index::file_chunks`] answers only when every chunk is in
     /// a known pack.
-    pub fn remember_file(&self, sha256: &[u8; 32], chunks: &[(ChunkId, u32)]) -> Result<()> {
+    pub fn remember_file(&self, sha256: &Sha256, chunks: &[(ChunkId, u32)]) -> Result<()> {
         self.cache_object(&values::file_key(sha256), "", &values::file_record(chunks))
     }
 
     /// Where every chunk of a file with content `sha256` is, in order, if the index
     /// recorded the file and still knows a pack for each of its chunks.
-    pub fn file_chunks(&self, sha256: &[u8; 32]) -> Result<Option<Vec<(ChunkId, ChunkLoc)>>> {
+    pub fn file_chunks(&self, sha256: &Sha256) -> Result<Option<Vec<(ChunkId, ChunkLoc)>>> {
         match self.cached_object(&values::file_key(sha256), "")? {
             Some(v) => self.locate_file_record(&v),
             None => Ok(None),
@@ -28,7 +28,7 @@ impl Index {
 
     /// The chunks (id and length, in order) the index recorded for a file with content
     /// `sha256`, wherever they are (or are not) stored.
-    pub fn file_chunk_list(&self, sha256: &[u8; 32]) -> Result<Option<Vec<(ChunkId, u32)>>> {
+    pub fn file_chunk_list(&self, sha256: &Sha256) -> Result<Option<Vec<(ChunkId, u32)>>> {
         Ok(self
             .cached_object(&values::file_key(sha256), "")?
             .and_then(|v| values::parse_file_record(&v)))

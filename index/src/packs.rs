@@ -48,7 +48,7 @@ impl Index {
                 frame_len: e.frame_len,
                 raw_len: e.raw_len,
             };
-            batch.put_cf(chunks, e.id, loc.to_bytes());
+            batch.put_cf(chunks, e.id.0, loc.to_bytes());
         }
         let value = IndexedPack {
             size,
@@ -68,8 +68,8 @@ impl Index {
         if let Ok(p) = IndexedPack::decode(&v) {
             let chunks = self.cf(CF_CHUNKS)?;
             for c in p.chunks {
-                if self.chunk(&ChunkId(c))?.map(|l| l.pack) == Some(*id) {
-                    batch.delete_cf(chunks, c);
+                if self.chunk(&c)?.map(|l| l.pack) == Some(*id) {
+                    batch.delete_cf(chunks, c.0);
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! later ingest that finds the very same stamp takes the file without reading it.
 
 use format::index::{self as values, ChunkLoc, FileStamp};
-use format::ChunkId;
+use format::{ChunkId, ChunkListDigest, Sha256};
 use repo::Result;
 use rocksdb::WriteBatch;
 
@@ -13,7 +13,7 @@ use crate::db::{Index, CF_MANIFESTS};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StampedFile {
     /// The content's sha256.
-    pub sha256: [u8; 32],
+    pub sha256: Sha256,
     /// Its chunks in order, each with where it is.
     pub chunks: Vec<(ChunkId, ChunkLoc)>,
 }
@@ -24,7 +24,7 @@ impl Index {
     pub fn remember_stamp(
         &self,
         stamp: &FileStamp,
-        sha256: &[u8; 32],
+        sha256: &Sha256,
         chunks: &[(ChunkId, u32)],
     ) -> Result<()> {
         self.remember_stamps(&[(*stamp, *sha256, values::chunk_list_digest(chunks))])
@@ -36,7 +36,7 @@ impl Index {
     /// `manifests` family (docs/FORMAT.md, "Files taken unread"). A later ingest that
     /// finds the file with the very same stamp takes it from [`Index::stamped_file`]
     /// instead of reading it again.
-    pub fn remember_stamps(&self, stamps: &[(FileStamp, [u8; 32], [u8; 32])]) -> Result<()> {
+    pub fn remember_stamps(&self, stamps: &[(FileStamp, Sha256, ChunkListDigest)]) -> Result<()> {
         let cf = self.cf(CF_MANIFESTS)?;
         let mut batch = WriteBatch::default();
         for (stamp, sha256, chunks) in stamps {
@@ -60,7 +60,7 @@ impl Index {
         let Some(list) = self.cached_object(&values::file_key(&sha256), "")? else {
             return Ok(None);
         };
-        if *blake3::hash(&list).as_bytes() != digest {
+        if ChunkListDigest(*blake3::hash(&list).as_bytes()) != digest {
             return Ok(None);
         }
         Ok(self
@@ -89,7 +89,7 @@ mod tests {
             .sync(p.backend.as_ref(), &HashSet::new(), &|_| {})
             .unwrap();
         let list: Vec<(ChunkId, u32)> = chunks.iter().map(|c| (ChunkId::of(c), 5_000)).collect();
-        index.remember_file(&[9; 32], &list).unwrap();
+        index.remember_file(&Sha256([9; 32]), &list).unwrap();
         let st = FileStamp {
             boot_id: [0xB0; 16],
             mount_id: 1 << 33,
@@ -99,7 +99,7 @@ mod tests {
             mtime_ns: 1_700_000_000_123_456_789,
             ctime_ns: 1_700_000_001_000_000_001,
         };
-        index.remember_stamp(&st, &[9; 32], &list).unwrap();
+        index.remember_stamp(&st, &Sha256([9; 32]), &list).unwrap();
         (dir, index, st, list)
     }
 
@@ -107,7 +107,7 @@ mod tests {
     fn a_stamp_record_answers_only_for_the_very_same_stamp() {
         let (_dir, index, st, list) = stamped();
         let found = index.stamped_file(&st).unwrap().unwrap();
-        assert_eq!(found.sha256, [9; 32]);
+        assert_eq!(found.sha256, Sha256([9; 32]));
         let ids: Vec<(ChunkId, u32)> = found
             .chunks
             .iter()
@@ -146,7 +146,9 @@ mod tests {
             ctime_ns: st.ctime_ns + 5,
             ..st
         };
-        index.remember_stamp(&later, &[9; 32], &list).unwrap();
+        index
+            .remember_stamp(&later, &Sha256([9; 32]), &list)
+            .unwrap();
         assert!(index.stamped_file(&later).unwrap().is_some());
         assert_eq!(index.stamped_file(&st).unwrap(), None);
     }
@@ -186,15 +188,17 @@ mod tests {
         // chunks in another order): a list the stamp record was not written with.
         let mut other = list.clone();
         other.swap(0, 1);
-        index.remember_file(&[9; 32], &other).unwrap();
-        assert!(index.file_chunks(&[9; 32]).unwrap().is_some());
+        index.remember_file(&Sha256([9; 32]), &other).unwrap();
+        assert!(index.file_chunks(&Sha256([9; 32])).unwrap().is_some());
         assert_eq!(index.stamped_file(&st).unwrap(), None, "another chunk list");
-        index.remember_file(&[9; 32], &list).unwrap();
+        index.remember_file(&Sha256([9; 32]), &list).unwrap();
         assert!(index.stamped_file(&st).unwrap().is_some());
         // A chunk list whose chunk the index no longer knows.
         let unknown = [(ChunkId([1; 32]), 5_000)];
-        index.remember_file(&[8; 32], &unknown).unwrap();
-        index.remember_stamp(&st, &[8; 32], &unknown).unwrap();
+        index.remember_file(&Sha256([8; 32]), &unknown).unwrap();
+        index
+            .remember_stamp(&st, &Sha256([8; 32]), &unknown)
+            .unwrap();
         assert_eq!(index.stamped_file(&st).unwrap(), None, "an unknown chunk");
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use format::manifest::Manifest;
-use format::{CommitId, RepoId};
+use format::{CommitId, RepoId, Sha256};
 use hubclient::{HubClient, RemoteFile, Verifier};
 use index::Index;
 use read::cache::ChunkSource;
@@ -161,6 +161,8 @@ pub fn pull(
         repo,
         commit,
         refs,
+        files: &files,
+        endpoint: client.endpoint(),
         complete: stored.is_some(),
     };
     let before = client.stats();
@@ -168,9 +170,7 @@ pub fn pull(
     let (ingested, opener) = loop {
         let mut opener = HubOpener::new(store, index, client, repo, &commit, &files, &download)?;
         opener.slots = opts.slots.clone();
-        match ingest_files(
-            store, index, client, &target, &files, &opener, opts, progress,
-        ) {
+        match ingest_files(store, index, &target, &opener, opts, progress) {
             Ok(ingested) => break (ingested, opener),
             // A stored file that could not be read back as planned: once more, with those
             // downloaded (the failed run published nothing; what it wrote is gc's).
@@ -203,24 +203,23 @@ pub fn pull(
     Ok(report)
 }
 
-/// What a pull stores: a commit of a repository, the refs to set, and whether a commit
-/// stored in part is completed (its manifest replaced by one with every stored file
-/// unchanged and the new ones).
+/// What a pull stores: a commit of a repository with these files from this endpoint, the
+/// refs to set, and whether a commit stored in part is completed (its manifest replaced by
+/// one with every stored file unchanged and the new ones).
 struct Target<'a> {
     repo: &'a RepoId,
     commit: CommitId,
     refs: Vec<String>,
+    files: &'a [RemoteFile],
+    endpoint: &'a str,
     complete: bool,
 }
 
-/// One ingest of `files` through `opener`.
-#[allow(clippy::too_many_arguments)]
+/// One ingest of the target's files through `opener`.
 fn ingest_files(
     store: &Store,
     index: &Index,
-    client: &HubClient,
     target: &Target<'_>,
-    files: &[RemoteFile],
     opener: &HubOpener<'_>,
     opts: &PullOptions,
     progress: &dyn Progress,
@@ -229,9 +228,9 @@ fn ingest_files(
         repo: target.repo.clone(),
         commit: Some(target.commit),
         refs: target.refs.clone(),
-        files: opener.source_files(files),
+        files: opener.source_files(target.files),
         origin: "hub",
-        dir: PathBuf::from(client.endpoint()),
+        dir: PathBuf::from(target.endpoint),
     };
     // One reader per download at once (`--jobs`), as many workers.
     let iopts = IngestOptions {
@@ -379,7 +378,7 @@ enum Plan {
     Stored {
         /// The source's name, to name it in errors.
         path: String,
-        sha256: [u8; 32],
+        sha256: Sha256,
         map: ChunkMap,
         /// The chunk list is a stored manifest's (may be taken unread).
         unread: bool,
@@ -417,7 +416,7 @@ impl<'a> HubOpener<'a> {
         let stored = stored_by_sha256(store, repo)?;
         let mut plans = HashMap::new();
         let mut source_of = HashMap::new();
-        let mut by_sha: HashMap<[u8; 32], PathBuf> = HashMap::new();
+        let mut by_sha: HashMap<Sha256, PathBuf> = HashMap::new();
         for f in files {
             if let Some(src) = f.sha256.and_then(|s| by_sha.get(&s)) {
                 source_of.insert(f.path.clone(), src.clone());
@@ -586,7 +585,7 @@ impl Read for Checked<'_> {
 fn stored_copy(
     index: &Index,
     stored: &StoredFiles,
-    sha256: &[u8; 32],
+    sha256: &Sha256,
     size: u64,
 ) -> Result<Option<(ChunkMap, bool)>, PullError> {
     if let Some((m, i)) = stored.get(sha256) {
@@ -614,7 +613,7 @@ fn stored_copy(
 }
 
 /// Stored files by sha256: the manifest and the file's position in it.
-type StoredFiles = HashMap<[u8; 32], (Arc<Manifest>, usize)>;
+type StoredFiles = HashMap<Sha256, (Arc<Manifest>, usize)>;
 
 /// Every file of `repo`'s stored commits, by sha256.
 fn stored_by_sha256(store: &Store, repo: &RepoId) -> Result<StoredFiles, PullError> {

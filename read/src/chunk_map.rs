@@ -48,7 +48,7 @@ impl ChunkMap {
                 .clone();
             sources.push(ChunkSource {
                 key,
-                id: c.chunk_id(),
+                id: c.id,
                 offset: c.offset as u64,
                 frame_len: c.frame_len,
                 raw_len: c.raw_len,

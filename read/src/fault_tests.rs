@@ -24,8 +24,8 @@ use crate::tensor_plan::TensorOrder;
 use crate::test_faults::{Faults, FaultyStore};
 use crate::test_pack::noise;
 use format::names::{CommitId, RepoId};
-use format::ChunkId;
 use format::{frame, layout};
+use format::{ChunkId, Sha256};
 use objects::{MemoryStore, ObjectStore};
 use repo::forward::{MovedFrame, MovedRecord};
 use repo::manifest::{ChunkRef, FileEntry, Manifest};
@@ -145,7 +145,7 @@ fn manifest(c: &Content, pack: PackId, entries: &[FooterEntry]) -> Manifest {
     let file = FileEntry {
         path: "model.safetensors".into(),
         size: c.data.len() as u64,
-        sha256: [0; 32],
+        sha256: Sha256([0; 32]),
         executable: false,
         chunks: c
             .order

@@ -42,6 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use format::node::{FILE_CACHE_MARK, FILE_CACHE_MARK_NAME};
+use format::Sha256;
 use parking_lot::{Condvar, Mutex};
 use repo::lru_dir::LruDir;
 use repo::manifest::{FileEntry, Manifest};
@@ -81,7 +82,7 @@ struct Job {
 struct Pending {
     queue: VecDeque<Job>,
     /// sha256 of the files queued or being filled.
-    queued: HashSet<[u8; 32]>,
+    queued: HashSet<Sha256>,
     /// Whether the fill thread was started.
     started: bool,
     /// Fills finished (done, failed or skipped), for [`FileCache::wait_idle`].
@@ -580,7 +581,7 @@ mod tests {
     #[test]
     fn a_file_whose_sha256_does_not_match_leaves_no_entry() {
         let (store, mut manifest) = one_file_store(&vec![7u8; SIZE]);
-        manifest.files[0].sha256[0] ^= 1;
+        manifest.files[0].sha256.0[0] ^= 1;
         let t = tempfile::tempdir().unwrap();
         let cache = FileCache::open(t.path(), 1 << 30).unwrap();
         let f = &manifest.files[0];
@@ -744,7 +745,7 @@ mod tests {
         let (_t, _cache, _manifest, p) = filled();
         let stamp = Stamp::of(&fs::File::open(&p).unwrap()).unwrap();
         let checks = Arc::new(Checks::default());
-        let sha = [9u8; 32];
+        let sha = Sha256([9; 32]);
         let Claim::Mine(first) = checks.claim(&sha, &stamp) else {
             panic!("the first claim checks");
         };
@@ -765,7 +766,7 @@ mod tests {
             Claim::Known(Verdict::Good)
         ));
         // A check that ends without a verdict (a panic): the next caller checks.
-        let other = [8u8; 32];
+        let other = Sha256([8; 32]);
         let Claim::Mine(p1) = checks.claim(&other, &stamp) else {
             panic!()
         };

@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 
 use crate::cache::ChunkSource;
 use crate::chunk_map::ChunkMap;
 use crate::progress::Progress;
 use format::frame;
-use format::ChunkId;
+use format::{ChunkId, Sha256, XetHash};
 use repo::manifest::{FileEntry, Manifest};
 use repo::Store;
 use repo::{Result, StoreError};
@@ -49,7 +49,7 @@ pub struct FileReader<'a> {
     /// The file's path, to name it in errors.
     path: &'a str,
     /// The content's sha256, checked by every whole-file read.
-    sha256: [u8; 32],
+    sha256: Sha256,
     /// Where each chunk is and where it starts in the file.
     map: std::borrow::Cow<'a, ChunkMap>,
 }
@@ -74,7 +74,7 @@ impl<'a> FileReader<'a> {
     pub fn of_chunks(
         store: &'a Store,
         path: &'a str,
-        sha256: [u8; 32],
+        sha256: Sha256,
         map: &'a ChunkMap,
     ) -> FileReader<'a> {
         FileReader {
@@ -180,15 +180,15 @@ impl<'a> FileReader<'a> {
             out.write_all(&buf)
                 .map_err(|e| StoreError::io(PathBuf::from(self.path), e))?;
             progress.advance(buf.len() as u64);
-            Sha256::digest(&buf).into()
+            Sha256(sha2::Sha256::digest(&buf).into())
         } else {
             self.copy_windows(out, progress, check)?
         };
         if got != self.sha256 {
             let mismatch = StoreError::Sha256Mismatch {
                 path: self.path.to_string(),
-                expected: hex::encode(self.sha256),
-                actual: hex::encode(got),
+                expected: self.sha256.to_hex(),
+                actual: got.to_hex(),
             };
             return Err(if check {
                 mismatch
@@ -208,7 +208,7 @@ impl<'a> FileReader<'a> {
             next: 0,
             buf: Vec::new(),
             pos: 0,
-            sha: Some(Sha256::new()),
+            sha: Some(sha2::Sha256::new()),
             failed: None,
         }
     }
@@ -221,19 +221,19 @@ impl<'a> FileReader<'a> {
         out: &mut dyn Write,
         progress: &dyn Progress,
         check: bool,
-    ) -> Result<[u8; 32]> {
+    ) -> Result<Sha256> {
         let n = self.chunk_count();
-        std::thread::scope(|s| -> Result<[u8; 32]> {
+        std::thread::scope(|s| -> Result<Sha256> {
             let (to_hash, hash_rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(1);
             let (done_tx, done) = std::sync::mpsc::channel::<Arc<Vec<u8>>>();
             let hasher = s.spawn(move || {
-                let mut sha = Sha256::new();
+                let mut sha = sha2::Sha256::new();
                 for w in hash_rx {
                     sha.update(&w[..]);
                     // The buffer goes back for reuse (ignored once the sender is gone).
                     let _ = done_tx.send(w);
                 }
-                <[u8; 32]>::from(sha.finalize())
+                Sha256(sha.finalize().into())
             });
             let mut i = 0;
             while i < n {
@@ -366,7 +366,7 @@ pub struct Sequential<'a> {
     buf: Vec<u8>,
     pos: usize,
     /// The sha256 of the bytes decoded so far; None once checked at the end.
-    sha: Option<Sha256>,
+    sha: Option<sha2::Sha256>,
     /// The error a read answered, answered again by every later read: after a failure
     /// the stream has no end and no more bytes (a retry would hand out the window that
     /// failed to decode, or the end without the sha256 check).
@@ -381,12 +381,12 @@ impl Sequential<'_> {
             let Some(sha) = self.sha.take() else {
                 return Ok(false);
             };
-            let got: [u8; 32] = sha.finalize().into();
+            let got = Sha256(sha.finalize().into());
             if got != r.sha256 {
                 return Err(StoreError::Sha256Mismatch {
                     path: r.path.to_string(),
-                    expected: hex::encode(r.sha256),
-                    actual: hex::encode(got),
+                    expected: r.sha256.to_hex(),
+                    actual: got.to_hex(),
                 });
             }
             return Ok(false);
@@ -490,7 +490,7 @@ pub fn verify(store: &Store, manifest: &Manifest, progress: &dyn Progress) -> Ve
                 match manifest.xet_hashes.get(i) {
                     Some(want) => {
                         r.copy_to(&mut xet, progress)?;
-                        check_xet(xet.0.finalize(), xethash::XetHash(*want))
+                        check_xet(xet.0.finalize(), *want)
                     }
                     None => r.copy_to(&mut std::io::sink(), progress),
                 }
@@ -532,7 +532,7 @@ impl Write for XetSink {
 }
 
 /// The Xet hash of the bytes read against the one the manifest records.
-fn check_xet(got: xethash::XetHash, want: xethash::XetHash) -> Result<()> {
+fn check_xet(got: XetHash, want: XetHash) -> Result<()> {
     if got == want {
         return Ok(());
     }
@@ -547,18 +547,21 @@ mod tests {
     use crate::progress::NoProgress;
     use crate::test_pack::{noise, one_pack};
     use format::names::{CommitId, RepoId};
-    use format::ChunkId;
     use repo::manifest::ChunkRef;
+
+    fn sha256(data: &[u8]) -> Sha256 {
+        Sha256(sha2::Sha256::digest(data).into())
+    }
 
     /// A revision of one file made of `chunks` (in one pack), with the chunk ids and the
     /// file's sha256 as given.
-    fn manifest(p: &crate::test_pack::OnePack, ids: &[ChunkId], sha256: [u8; 32]) -> Manifest {
+    fn manifest(p: &crate::test_pack::OnePack, ids: &[ChunkId], sha256: Sha256) -> Manifest {
         let chunks = p
             .entries
             .iter()
             .zip(ids)
             .map(|(e, id)| ChunkRef {
-                id: id.0,
+                id: *id,
                 pack: 0,
                 offset: e.offset,
                 frame_len: e.frame_len,
@@ -602,14 +605,14 @@ mod tests {
             .collect();
         let p = one_pack(&chunks);
         let all = chunks.concat();
-        let sha: [u8; 32] = Sha256::digest(&all).into();
+        let sha = sha256(&all);
         let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
         let m = manifest(&p, &ids, sha);
         assert!(all.len() as u64 > WINDOW_BYTES, "want several windows");
         assert_eq!(copy(&m, &p.store, true).unwrap(), all);
         assert_eq!(copy(&m, &p.store, false).unwrap(), all);
         // A file of one window (read without a sha256 thread).
-        let one = manifest(&p, &ids[..1], Sha256::digest(&chunks[0]).into());
+        let one = manifest(&p, &ids[..1], sha256(&chunks[0]));
         assert_eq!(copy(&one, &p.store, true).unwrap(), chunks[0]);
         // A chunk id that does not match its bytes: the checked read refuses it; the
         // unchecked one relies on the file's sha256 alone, which matches.
@@ -623,12 +626,12 @@ mod tests {
         );
         assert_eq!(copy(&m, &p.store, false).unwrap(), all);
         // A wrong sha256: both refuse; the unchecked read names the bad chunk if there is one.
-        let m = manifest(&p, &ids, [7; 32]);
+        let m = manifest(&p, &ids, Sha256([7; 32]));
         for check in [true, false] {
             let err = copy(&m, &p.store, check).unwrap_err().to_string();
             assert!(err.contains("sha256 mismatch"), "{err}");
         }
-        let m = manifest(&p, &wrong, [7; 32]);
+        let m = manifest(&p, &wrong, Sha256([7; 32]));
         let err = copy(&m, &p.store, false).unwrap_err().to_string();
         assert!(err.contains("chunk 4 of 6"), "{err}");
     }
@@ -644,7 +647,7 @@ mod tests {
         let p = one_pack(&chunks);
         let all = chunks.concat();
         let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
-        let sha: [u8; 32] = Sha256::digest(&all).into();
+        let sha = sha256(&all);
         fn read_all<'a>(
             store: &'a Store,
             m: &'a Manifest,
@@ -668,7 +671,10 @@ mod tests {
         // A chunk of the second window that is not what its id says, then a wrong sha256.
         let mut wrong = ids.clone();
         wrong[5] = ChunkId::of(b"something else");
-        for m in [manifest(&p, &wrong, sha), manifest(&p, &ids, [7; 32])] {
+        for m in [
+            manifest(&p, &wrong, sha),
+            manifest(&p, &ids, Sha256([7; 32])),
+        ] {
             let (mut r, got, err) = read_all(&p.store, &m);
             let err = err.expect("the read fails");
             assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
@@ -690,13 +696,13 @@ mod tests {
         let p = one_pack(&chunks);
         let all = chunks.concat();
         let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
-        let mut m = manifest(&p, &ids, Sha256::digest(&all).into());
+        let mut m = manifest(&p, &ids, sha256(&all));
         // Without Xet hashes (a store written before them): the bytes and sha256 only.
         assert!(verify(&p.store, &m, &NoProgress).problems.is_empty());
-        m.xet_hashes = vec![xethash::file_hash(&all).0];
+        m.xet_hashes = vec![xethash::file_hash(&all)];
         assert!(verify(&p.store, &m, &NoProgress).problems.is_empty());
         // A recorded hash that is not the bytes' (one bit off): named.
-        m.xet_hashes[0][31] ^= 1;
+        m.xet_hashes[0].0[31] ^= 1;
         let r = verify(&p.store, &m, &NoProgress);
         assert_eq!(r.problems.len(), 1);
         assert!(
@@ -714,7 +720,7 @@ mod tests {
         let p = one_pack(&chunks);
         let all = chunks.concat();
         let ids: Vec<ChunkId> = chunks.iter().map(|c| ChunkId::of(c)).collect();
-        let m = manifest(&p, &ids, Sha256::digest(&all).into());
+        let m = manifest(&p, &ids, sha256(&all));
         let t = tempfile::tempdir().unwrap();
         let backend: Arc<dyn ObjectStore> = p.backend.clone();
         let counting = Arc::new(CountingStore::new(backend));
@@ -745,7 +751,7 @@ mod tests {
             .with_disk_cache(DiskCache::open(t2.path(), 1 << 30).unwrap());
         let mut wrong = ids.clone();
         wrong[3] = ChunkId::of(b"something else");
-        let bad = manifest(&p, &wrong, Sha256::digest(&all).into());
+        let bad = manifest(&p, &wrong, sha256(&all));
         let err = copy(&bad, &store, true).unwrap_err().to_string();
         assert!(err.contains("chunk 3 of 12"), "{err}");
         assert!(!store.disk_cache().unwrap().contains(&wrong[3]));

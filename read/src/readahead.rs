@@ -382,6 +382,7 @@ mod tests {
     use super::*;
     use crate::test_pack::{noise, one_pack};
     use format::names::{CommitId, RepoId};
+    use format::Sha256;
     use repo::manifest::{ChunkRef, FileEntry};
 
     /// A file made of `chunks` in one pack, and a stream over it.
@@ -399,7 +400,7 @@ mod tests {
         let file = FileEntry {
             path: "f".into(),
             size: chunks.iter().map(|c| c.len() as u64).sum(),
-            sha256: [0; 32],
+            sha256: Sha256([0; 32]),
             executable: false,
             chunks: p
                 .entries

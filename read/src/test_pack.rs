@@ -81,7 +81,7 @@ pub fn one_pack(chunks: &[Vec<u8>]) -> OnePack {
         .iter()
         .map(|e| ChunkSource {
             key: Arc::from(key.as_str()),
-            id: ChunkId(e.id),
+            id: e.id,
             offset: e.offset as u64,
             frame_len: e.frame_len,
             raw_len: e.raw_len,
@@ -108,7 +108,7 @@ pub fn one_file_store(data: &[u8]) -> (Store, repo::manifest::Manifest) {
     let file = FileEntry {
         path: "f".into(),
         size: data.len() as u64,
-        sha256: sha2::Sha256::digest(data).into(),
+        sha256: format::Sha256(sha2::Sha256::digest(data).into()),
         executable: false,
         chunks: p
             .entries

@@ -83,6 +83,7 @@ impl Tree {
 mod tests {
     use super::*;
     use format::names::{CommitId, RepoId};
+    use format::Sha256;
     use repo::manifest::FileEntry;
 
     #[test]
@@ -90,7 +91,7 @@ mod tests {
         let file = |p: &str| FileEntry {
             path: p.into(),
             size: 0,
-            sha256: [0; 32],
+            sha256: Sha256([0; 32]),
             executable: false,
             chunks: vec![],
         };

@@ -61,6 +61,7 @@ pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
 mod tests {
     use super::*;
     use crate::test_pack::{noise, one_pack};
+    use format::Sha256;
     use repo::manifest::FileEntry;
 
     /// A revision whose file `i` is the chunks `groups[i]` of one pack holding `chunks`.
@@ -72,7 +73,7 @@ mod tests {
             .map(|(i, g)| FileEntry {
                 path: format!("f{i}"),
                 size: g.iter().map(|&c| chunks[c].len() as u64).sum(),
-                sha256: [0; 32],
+                sha256: Sha256([0; 32]),
                 executable: false,
                 chunks: g.iter().map(|&c| p.chunk_ref(c)).collect(),
             })

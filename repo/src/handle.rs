@@ -191,7 +191,7 @@ impl Store {
         };
         let mut lookup = |p: &PackId, o: u32| self.moved_entry(p, o, started);
         let (to, to_off) =
-            forward::follow_with(pack, off, &id.0, frame_len, &mut lookup, &mut |_| {})?;
+            forward::follow_with(pack, off, id, frame_len, &mut lookup, &mut |_| {})?;
         if to == pack {
             return Err(err);
         }
@@ -457,7 +457,7 @@ mod tests {
     fn forwarding_records_kept_stay_within_their_budget() {
         let cache = moved_cache();
         let dest = |i: u32| Dest {
-            id: [0; 32],
+            id: ChunkId([0; 32]),
             pack: PackId([1; 32]),
             offset: i,
             frame_len: 100,

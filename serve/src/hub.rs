@@ -12,7 +12,7 @@ use quick_cache::sync::Cache;
 
 use bytes::Bytes;
 use format::manifest::Order;
-use format::{CommitId, RepoId};
+use format::{CommitId, RepoId, Sha256, XetHash};
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use read::cache::ChunkCache;
@@ -71,11 +71,11 @@ fn manifest_cache() -> ManifestCache {
     Cache::new(MANIFEST_CACHE)
 }
 
-fn blob_id_cache() -> Cache<[u8; 32], String> {
+fn blob_id_cache() -> Cache<Sha256, String> {
     Cache::new(BLOB_IDS_MAX)
 }
 
-fn seen_cache() -> Cache<[u8; 32], RepoId> {
+fn seen_cache() -> Cache<XetHash, RepoId> {
     Cache::new(SEEN_MAX)
 }
 
@@ -109,7 +109,7 @@ pub struct Hub {
     manifests: Arc<ManifestCache>,
     /// sha256 of a small file → its git blob id: at most [`BLOB_IDS_MAX`] entries, the
     /// least useful evicted first (a miss reads the file again).
-    blob_ids: Cache<[u8; 32], String>,
+    blob_ids: Cache<Sha256, String>,
     /// `--allow` and `[serve.locks]`.
     policy: Policy,
     /// `--upstream`: what the store lacks is pulled from there.
@@ -121,7 +121,7 @@ pub struct Hub {
     /// Xet downloads (`hub/xet.rs`); `None`: off.
     xet: Option<crate::xet::XetOptions>,
     /// Xet hashes seen in manifests, with their repository (`hub/xet.rs`).
-    xet_seen: Cache<[u8; 32], RepoId>,
+    xet_seen: Cache<XetHash, RepoId>,
     /// Each stored revision's place in its history (`hub/browse.rs`).
     orders: OrderCache,
 }
@@ -997,10 +997,10 @@ mod tests {
             &blob_id_cache(),
             BLOB_IDS_MAX,
             BLOB_IDS_MAX * 4,
-            |i| (sha(i), format!("{i:040x}")),
+            |i| (Sha256(sha(i)), format!("{i:040x}")),
         );
         fill("xet_seen", &seen_cache(), SEEN_MAX, SEEN_MAX * 4, |i| {
-            (sha(i), repo(i % 100))
+            (XetHash(sha(i)), repo(i % 100))
         });
         let facts = |i: usize| RevFacts {
             order: (i as u64, 0, [0; 20]),

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use format::XetHash;
 use repo::manifest::FileEntry;
 use serde_json::{json, Value};
 
@@ -119,16 +120,17 @@ impl XetOptions {
     /// The path of a signed fetch URL for the xorb with id `xorb` of the file whose Xet
     /// hash is `file` in `repo@commit`, expiring at `exp`. The URL names content, never a
     /// place in the commit's file list: a commit replaced meanwhile (`rm --force` and an
-    /// ingest, a partial pull completed) answers these bytes or nothing.
+    /// ingest, a partial pull completed) answers these bytes or nothing. The file hash is
+    /// spelled Xet's way, the xorb id in plain byte order (as URLs always spelled it).
     pub fn xorb_path(
         &self,
         repo: &str,
         commit: &str,
-        file: &xethash::XetHash,
-        xorb: &[u8; 32],
+        file: &XetHash,
+        xorb: &XetHash,
         exp: u64,
     ) -> String {
-        let (f, xs, e) = (file.hex(), hex::encode(xorb), exp.to_string());
+        let (f, xs, e) = (file.hex(), hex::encode(xorb.0), exp.to_string());
         let mac = self.mac("xorb", &[repo, commit, &f, &xs, &e]);
         format!("/xet/xorbs/{repo}/{commit}/{f}/{xs}/{e}/{mac}")
     }
@@ -144,11 +146,8 @@ impl XetOptions {
         if exp <= now {
             return Err(Refusal::Expired);
         }
-        let mut xorb = [0u8; 32];
-        match (
-            xethash::XetHash::parse(f),
-            hex::decode_to_slice(x, &mut xorb),
-        ) {
+        let mut xorb = XetHash::default();
+        match (XetHash::parse(f), hex::decode_to_slice(x, &mut xorb.0)) {
             (Ok(file), Ok(())) => Ok(XorbUrl {
                 repo,
                 commit: commit.to_string(),
@@ -166,9 +165,9 @@ pub struct XorbUrl {
     pub repo: String,
     pub commit: String,
     /// The file's Xet hash.
-    pub file: xethash::XetHash,
+    pub file: XetHash,
     /// The xorb's id ([`Xorb::id`]).
-    pub xorb: [u8; 32],
+    pub xorb: XetHash,
 }
 
 /// Why a token or a URL is refused.
@@ -202,8 +201,9 @@ pub struct Xorb {
     pub file_start: u64,
     pub file_end: u64,
     /// BLAKE3 (derive-key "modelcas xet xorb v1") over the chunk ids and lengths: the same
-    /// chunks give the same id, so an id always names the same bytes.
-    pub id: [u8; 32],
+    /// chunks give the same id, so an id always names the same bytes. A Xet client knows
+    /// it as the xorb's hash.
+    pub id: XetHash,
 }
 
 /// The xorbs of a file.
@@ -212,7 +212,7 @@ pub fn xorbs(f: &FileEntry) -> Vec<Xorb> {
     let (mut first, mut start, mut at) = (0, 0u64, 0u64);
     let mut h = blake3::Hasher::new_derive_key("modelcas xet xorb v1");
     for (i, c) in f.chunks.iter().enumerate() {
-        h.update(&c.id);
+        h.update(&c.id.0);
         h.update(&c.raw_len.to_le_bytes());
         at += u64::from(c.raw_len);
         if at - start >= XORB_TARGET || i + 1 == f.chunks.len() {
@@ -221,7 +221,7 @@ pub fn xorbs(f: &FileEntry) -> Vec<Xorb> {
                 end: i + 1,
                 file_start: start,
                 file_end: at,
-                id: *h.finalize().as_bytes(),
+                id: XetHash(*h.finalize().as_bytes()),
             });
             h = blake3::Hasher::new_derive_key("modelcas xet xorb v1");
             (first, start) = (i + 1, at);
@@ -262,7 +262,7 @@ pub fn reconstruction(
     f: &FileEntry,
     from: u64,
     to: u64,
-    url: &dyn Fn(&[u8; 32]) -> String,
+    url: &dyn Fn(&XetHash) -> String,
 ) -> Value {
     let mut terms = Vec::new();
     let mut fetch: serde_json::Map<String, Value> = serde_json::Map::new();
@@ -292,7 +292,7 @@ pub fn reconstruction(
         }
         let Some(a) = a else { continue };
         let b_byte: u64 = a_byte + recs[a..b].iter().map(|l| RECORD_HEADER + l).sum::<u64>();
-        let hash = xethash::XetHash(x.id).hex();
+        let hash = x.id.hex();
         terms.push(json!({
             "hash": hash, "range": {"start": a, "end": b}, "unpacked_length": unpacked,
         }));
@@ -313,6 +313,7 @@ pub fn reconstruction(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use format::{ChunkId, Sha256};
     use repo::manifest::ChunkRef;
 
     fn file(lens: &[u32]) -> FileEntry {
@@ -320,7 +321,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &raw_len)| ChunkRef {
-                id: [i as u8; 32],
+                id: ChunkId([i as u8; 32]),
                 pack: 0,
                 offset: 16,
                 frame_len: 16,
@@ -330,7 +331,7 @@ mod tests {
         FileEntry {
             path: "f".into(),
             size: lens.iter().map(|&l| u64::from(l)).sum(),
-            sha256: [0; 32],
+            sha256: Sha256([0; 32]),
             executable: false,
             chunks,
         }
@@ -365,15 +366,19 @@ mod tests {
             ..opts()
         };
         assert_eq!(other.open_token(&t, 0), Err(Refusal::BadToken));
-        let file = xethash::XetHash([3; 32]);
-        let p = o.xorb_path("org/m", "ab", &file, &[4; 32], 100);
+        let file = XetHash(std::array::from_fn(|i| i as u8));
+        let xorb = XetHash(std::array::from_fn(|i| 100 + i as u8));
+        let p = o.xorb_path("org/m", "ab", &file, &xorb, 100);
+        // The file hash in Xet's spelling, the xorb id in byte order.
+        let spelled = format!("/{}/{}/100/", file.hex(), hex::encode(xorb.0));
+        assert!(p.contains(&spelled), "{p}");
         let parts: Vec<&str> = p.trim_start_matches("/xet/xorbs/").split('/').collect();
         let parts: [&str; 7] = parts.try_into().unwrap();
         let named = XorbUrl {
             repo: "org/m".into(),
             commit: "ab".into(),
             file,
-            xorb: [4; 32],
+            xorb,
         };
         assert_eq!(o.open_xorb_path(parts, 5), Ok(named));
         assert_eq!(o.open_xorb_path(parts, 100), Err(Refusal::Expired));
@@ -402,7 +407,7 @@ mod tests {
             (299_999, 300_004),
             (f.size - 1, f.size - 1),
         ] {
-            let v = reconstruction(&f, from, to, &|x| format!("u{}", x[0]));
+            let v = reconstruction(&f, from, to, &|x| format!("u{}", x.0[0]));
             let terms = v["terms"].as_array().unwrap();
             let total: u64 = terms
                 .iter()
@@ -411,6 +416,8 @@ mod tests {
             let skip = v["offset_into_first_range"].as_u64().unwrap();
             assert!(total >= skip + (to - from + 1), "{from}-{to}: {v}");
             for t in terms {
+                // Each term names its xorb by its id in Xet's spelling.
+                assert!(xs.iter().any(|x| t["hash"] == x.id.hex()), "{t}");
                 let infos = v["fetch_info"][t["hash"].as_str().unwrap()]
                     .as_array()
                     .unwrap();

@@ -39,7 +39,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chunker::ChunkParams;
-use format::{CommitId, RepoId};
+use format::{CommitId, RepoId, XetHash};
 use http::{HeaderMap, HeaderValue, Method};
 use http_body_util_shim::collect;
 use hubserve::body::Body;
@@ -672,8 +672,8 @@ fn path() -> impl Strategy<Value = String> {
 
 /// The Xet hash and the xorb ids (in the order of its reconstruction's terms) of each
 /// fixture file, sorted by path, as its reconstruction hands them out.
-fn xorbs() -> &'static Vec<(xethash::XetHash, Vec<[u8; 32]>)> {
-    static X: OnceLock<Vec<(xethash::XetHash, Vec<[u8; 32]>)>> = OnceLock::new();
+fn xorbs() -> &'static Vec<(XetHash, Vec<XetHash>)> {
+    static X: OnceLock<Vec<(XetHash, Vec<XetHash>)>> = OnceLock::new();
     X.get_or_init(|| {
         let f = fixture();
         let mut sorted: Vec<&(String, Vec<u8>)> = f.files.iter().collect();
@@ -700,11 +700,7 @@ fn xorbs() -> &'static Vec<(xethash::XetHash, Vec<[u8; 32]>)> {
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|t| {
-                        xethash::XetHash::parse(t["hash"].as_str().unwrap())
-                            .unwrap()
-                            .0
-                    })
+                    .map(|t| XetHash::parse(t["hash"].as_str().unwrap()).unwrap())
                     .collect();
                 (hash, ids)
             })

@@ -99,7 +99,7 @@ pub fn export(
     progress: &dyn Progress,
 ) -> Result<ExportReport> {
     let mut report = ExportReport::default();
-    let mut have: HashSet<[u8; 32]> = HashSet::new();
+    let mut have: HashSet<ChunkId> = HashSet::new();
     for (repo, commit) in &spec.have {
         match store.manifest(repo, commit) {
             Ok(m) => have.extend(m.files.iter().flat_map(|f| f.chunks.iter().map(|c| c.id))),
@@ -142,7 +142,7 @@ pub fn export(
     report.revisions = manifests.len();
     let total: u64 = manifests.iter().map(|(m, _)| m.total_size()).sum();
     progress.start("export", total);
-    let mut sent: HashSet<[u8; 32]> = HashSet::new();
+    let mut sent: HashSet<ChunkId> = HashSet::new();
     // Chunks to send, in file order; neighbours in a pack are fetched with one ranged read.
     let mut run: Vec<(PackId, ChunkRef)> = Vec::new();
     for (m, _) in &manifests {
@@ -232,18 +232,15 @@ fn send_run<W: Write>(
             bytes
                 .get(at..at + c.frame_len as usize)
                 .ok_or_else(|| StoreError::CorruptChunk {
-                    chunk: c.chunk_id().to_hex(),
+                    chunk: c.id.to_hex(),
                     pack: key.clone(),
                     offset: c.offset as u64,
                     reason: "the ranged read ended before the frame".into(),
                 })?;
         // Never send a damaged chunk: the import would refuse the whole bundle.
-        pack::decode_checked(frame, &c.chunk_id(), &key, c.offset as u64)?;
-        w.record(
-            KIND_CHUNK,
-            &[&wire::chunk_prefix(&c.chunk_id(), c.raw_len), frame],
-        )
-        .map_err(out_err)?;
+        pack::decode_checked(frame, &c.id, &key, c.offset as u64)?;
+        w.record(KIND_CHUNK, &[&wire::chunk_prefix(&c.id, c.raw_len), frame])
+            .map_err(out_err)?;
         *records += 1;
         report.chunks += 1;
         report.chunk_raw_bytes += c.raw_len as u64;
@@ -491,7 +488,7 @@ fn read_bundle(
 struct Packer {
     builder: PackBuilder,
     /// Chunks in `builder` (not yet in the index).
-    pending: HashSet<[u8; 32]>,
+    pending: HashSet<ChunkId>,
     target: usize,
 }
 
@@ -509,7 +506,6 @@ impl Packer {
         let Some((cid, raw_len, frame)) = wire::parse_chunk(payload) else {
             return Err(bad(format!("chunk record at byte {at} is too short")));
         };
-        let id = cid.0;
         if raw_len > MAX_CHUNK_LEN {
             return Err(bad(format!(
                 "chunk {cid} at byte {at} claims {raw_len} bytes, more than any chunk ({MAX_CHUNK_LEN})"
@@ -525,11 +521,11 @@ impl Packer {
         }
         report.chunks += 1;
         progress.advance(raw_len as u64);
-        if self.pending.contains(&id) || index.chunk(&cid)?.is_some() {
+        if self.pending.contains(&cid) || index.chunk(&cid)?.is_some() {
             return Ok(());
         }
         self.builder.add_frame(cid, frame, raw_len as usize);
-        self.pending.insert(id);
+        self.pending.insert(cid);
         report.new_chunks += 1;
         if self.builder.len() >= self.target {
             self.seal(store, index, report)?;
@@ -635,13 +631,13 @@ fn relocate(m: &Manifest, index: &Index) -> Result<Manifest> {
     let mut ix: HashMap<PackId, u32> = HashMap::new();
     for f in out.files.iter_mut() {
         for c in f.chunks.iter_mut() {
-            let loc = index.chunk(&ChunkId(c.id))?.ok_or_else(|| {
+            let loc = index.chunk(&c.id)?.ok_or_else(|| {
                 bad(format!(
                     "{}@{} {}: chunk {} is neither in the bundle nor in this store (was it exported with --have for a revision this store lacks?)",
                     m.repo,
                     m.commit,
                     f.path,
-                    ChunkId(c.id)
+                    c.id
                 ))
             })?;
             let pi = *ix.entry(loc.pack).or_insert_with(|| {

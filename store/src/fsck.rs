@@ -98,7 +98,7 @@ impl FsckReport {
 
 /// Every chunk reference the manifests make, after forwarding: (pack) → offset → (chunk,
 /// frame_len, raw_len, first user).
-type Wanted = HashMap<PackId, HashMap<u32, ([u8; 32], u32, u32, String)>>;
+type Wanted = HashMap<PackId, HashMap<u32, (ChunkId, u32, u32, String)>>;
 
 /// What the manifests reference, gathered repository by repository.
 #[derive(Default)]
@@ -295,7 +295,7 @@ fn check_chunks(
                 Some(e) if e.id == *id && e.frame_len == *frame_len && e.raw_len == *raw_len => {}
                 Some(_) => report.problem(format!(
                     "{user}: chunk {} at offset {off} of pack {} differs from the pack's footer",
-                    ChunkId(*id),
+                    id,
                     p.to_hex()
                 )),
                 None => report.problem(format!(
@@ -479,7 +479,7 @@ fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckRepo
                             ));
                             continue;
                         };
-                        match pack::decode_checked(frame, &ChunkId(e.id), &key, e.offset as u64) {
+                        match pack::decode_checked(frame, &e.id, &key, e.offset as u64) {
                             Ok(data) if data.len() == e.raw_len as usize => chunks += 1,
                             Ok(data) => problems.push(format!(
                                 "pack {}: chunk at {s} decodes to {} bytes, footer says {}",
@@ -514,11 +514,12 @@ fn read_data(store: &Store, packs: &BTreeMap<PackId, u64>, report: &mut FsckRepo
 mod tests {
     use super::*;
     use format::manifest::{ChunkRef, FileEntry};
+    use format::Sha256;
     use repo::forward::MovedFrame;
 
     fn chunk(id: u8, pack: u32, offset: u32) -> ChunkRef {
         ChunkRef {
-            id: [id; 32],
+            id: ChunkId([id; 32]),
             pack,
             offset,
             frame_len: 116,
@@ -536,7 +537,7 @@ mod tests {
             targets: vec![new],
             frames: vec![MovedFrame {
                 offset: 16,
-                id: [1; 32],
+                id: ChunkId([1; 32]),
                 target: 0,
                 new_offset: 40,
                 frame_len: 116,
@@ -553,14 +554,14 @@ mod tests {
                 FileEntry {
                     path: "a.bin".into(),
                     size: 200,
-                    sha256: [0; 32],
+                    sha256: Sha256([0; 32]),
                     executable: false,
                     chunks: vec![chunk(1, 0, 16), chunk(2, 0, 132)],
                 },
                 FileEntry {
                     path: "b.bin".into(),
                     size: 999, // the chunks add up to 200
-                    sha256: [0; 32],
+                    sha256: Sha256([0; 32]),
                     executable: false,
                     chunks: vec![chunk(3, 0, 248), chunk(4, 5, 16)],
                 },
@@ -573,7 +574,7 @@ mod tests {
         check_files(&repo, &commit, &m, &forwards, &mut refs, &mut report);
         assert_eq!(report.chunk_refs, 3);
         let moved = &refs.wanted[&new][&40];
-        assert_eq!((moved.0, moved.1, moved.2), ([1; 32], 116, 100));
+        assert_eq!((moved.0, moved.1, moved.2), (ChunkId([1; 32]), 116, 100));
         assert!(moved.3.contains("a.bin (moved from pack"), "{}", moved.3);
         let mut offsets: Vec<_> = refs.wanted[&old].keys().copied().collect();
         offsets.sort();

@@ -14,6 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use format::names::{check_ref_name, CommitId, RepoId};
+use format::{Sha256, XetHash};
 use parking_lot::Mutex;
 use repo::{Result, StoreError};
 
@@ -29,9 +30,9 @@ pub struct SourceFile {
     /// Whether an execute bit is set.
     pub executable: bool,
     /// The sha256 the content must have (from a 64-hex blob name).
-    pub expected_sha256: Option<[u8; 32]>,
+    pub expected_sha256: Option<Sha256>,
     /// The Xet file hash the content must have (an upstream's `xetHash`).
-    pub expected_xet: Option<[u8; 32]>,
+    pub expected_xet: Option<XetHash>,
 }
 
 /// One revision to ingest.
@@ -490,12 +491,10 @@ fn partial_download_hint(link: &Path) -> String {
     }
 }
 
-fn blob_sha256(source: &Path) -> Option<[u8; 32]> {
+fn blob_sha256(source: &Path) -> Option<Sha256> {
     let name = source.file_name()?.to_str()?;
     if name.len() != 64 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let mut out = [0u8; 32];
-    hex::decode_to_slice(name.to_ascii_lowercase(), &mut out).ok()?;
-    Some(out)
+    Sha256::from_hex(name).ok()
 }

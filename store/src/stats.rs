@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use format::layout;
-use format::RepoId;
+use format::{ChunkId, RepoId};
 use repo::handle::Store;
 use repo::Result;
 
@@ -55,7 +55,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 /// Distinct chunks seen: id → (raw length, frame length).
-type Chunks = HashMap<[u8; 32], (u32, u32)>;
+type Chunks = HashMap<ChunkId, (u32, u32)>;
 
 /// Counts one repository's revisions into `s` and its chunks into `chunks`.
 fn add_repo(store: &Store, repo: &RepoId, s: &mut Stats, chunks: &mut Chunks) -> Result<()> {

@@ -13,7 +13,7 @@ use format::layout;
 use format::lock::LockObject;
 use format::names::{CommitId, RepoId};
 use format::pack::PackId;
-use format::ChunkId;
+use format::{ChunkId, Sha256};
 use objects::{MemoryStore, ObjectStore};
 use store::gc::state;
 
@@ -127,14 +127,17 @@ const CHUNK_LIST_DIGEST: &str = "b57ca4f4a784c9474d287d19048306a43632cbad8e2a000
 fn index_records_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let idx = index::Index::open(dir.path(), &[7; 16]).unwrap();
-    let sha = [0x5A; 32];
+    let sha = Sha256([0x5A; 32]);
     idx.remember_file(&sha, &chunks()).unwrap();
     let files = idx
-        .cached_object(&format!("files/{}", hex::encode(sha)), "")
+        .cached_object(&format!("files/{}", hex::encode(sha.0)), "")
         .unwrap()
         .unwrap();
     assert_eq!(hex::encode(&files), FILE_RECORD);
-    assert_eq!(hex::encode(chunk_list_digest(&chunks())), CHUNK_LIST_DIGEST);
+    assert_eq!(
+        hex::encode(chunk_list_digest(&chunks()).0),
+        CHUNK_LIST_DIGEST
+    );
     let st = FileStamp {
         boot_id: [0xB0; 16],
         mount_id: 1 << 33,

@@ -222,7 +222,7 @@ fn interrupted_at_every_put_leaves_nothing_visible_and_rerun_completes() {
                     .len()
             })
             .sum();
-        let distinct: std::collections::HashSet<[u8; 32]> = m
+        let distinct: std::collections::HashSet<format::ChunkId> = m
             .files
             .iter()
             .flat_map(|f| f.chunks.iter().map(|c| c.id))

@@ -12,14 +12,16 @@
 //!   `"{child hex} : {child size}\n"`.
 //! * File hash: BLAKE3 keyed with 32 zero bytes over the root; the empty file's is zeros.
 //! * Printed as four little-endian u64 words, each as 16 hex digits ([`XetHash::hex`]).
+//!
+//! The hash itself, [`XetHash`], is `format`'s (`format::hash`): manifests store it, and
+//! every crate that names one names it there.
 
 mod gear;
 mod hash;
 mod tree;
 
-pub use hash::{
-    chunk_hash, file_hash_of_root, ParseError, XetHash, DATA_KEY, FILE_KEY, INTERNAL_NODE_KEY,
-};
+use format::XetHash;
+pub use hash::{chunk_hash, file_hash_of_root, DATA_KEY, FILE_KEY, INTERNAL_NODE_KEY};
 pub use tree::Tree;
 
 /// Smallest chunk (except a file's last): 8 KiB.

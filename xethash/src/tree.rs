@@ -7,7 +7,8 @@
 //! at most the next 9 nodes, so each level keeps at most 9 pending nodes and emits groups
 //! as soon as they are decided: memory is a few nodes per level whatever the file's size.
 
-use crate::hash::{XetHash, INTERNAL_NODE_KEY};
+use crate::hash::{last_word, INTERNAL_NODE_KEY};
+use format::XetHash;
 
 /// Most children of one node.
 const MAX_GROUP: usize = 9;
@@ -37,7 +38,7 @@ fn group_len(nodes: &[(XetHash, u64)], end: bool) -> Option<usize> {
     }
     let scan = nodes.len().min(MAX_GROUP);
     for (i, (h, _)) in nodes.iter().enumerate().take(scan).skip(2) {
-        if h.last_word().is_multiple_of(BRANCHING) {
+        if last_word(h).is_multiple_of(BRANCHING) {
             return Some(i + 1);
         }
     }
@@ -121,7 +122,7 @@ mod tests {
         }
         let end = 9.min(hashes.len());
         for i in 2..end {
-            if hashes[i].0.last_word().is_multiple_of(4) {
+            if last_word(&hashes[i].0).is_multiple_of(4) {
                 return i + 1;
             }
         }

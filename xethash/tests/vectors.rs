@@ -1,7 +1,8 @@
 //! The vectors of docs/format/xet.md, read from the document itself: file hashes (hf_xet's
 //! `hash_files` on the same bytes), xet-core's chunk boundaries and its Merkle reference list.
 
-use xethash::{chunk_lengths, file_hash, file_hash_of_root, Hasher, Tree, XetHash};
+use format::XetHash;
+use xethash::{chunk_lengths, file_hash, file_hash_of_root, Hasher, Tree};
 
 fn doc() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/format/xet.md");

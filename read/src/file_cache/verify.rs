@@ -28,6 +28,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
+use format::{ChunkId, Sha256};
 use parking_lot::{Condvar, Mutex};
 use quick_cache::sync::Cache;
 use rayon::prelude::*;
@@ -44,7 +45,7 @@ const _: () = assert!(MAX_RECORDS.is_multiple_of(RECORDS_SHARDS));
 /// The records: at most [`MAX_RECORDS`] on any machine. quick_cache splits its bound into
 /// parts (by default four per core, rounded to a power of two) and rounds each part up:
 /// 100,000 in 64 parts (a 16-core machine) would hold 100,032. 32 parts divide it.
-fn records_cache() -> Cache<[u8; 32], (Stamp, Verdict)> {
+fn records_cache() -> Cache<Sha256, (Stamp, Verdict)> {
     let options = quick_cache::OptionsBuilder::new()
         .shards(RECORDS_SHARDS)
         .estimated_items_capacity(MAX_RECORDS)
@@ -203,7 +204,7 @@ fn hash_run(file: &File, f: &FileEntry, r: &Run, buf: &mut [u8]) -> io::Result<b
     let mut at = 0usize;
     for c in &f.chunks[r.first..r.end] {
         let n = c.raw_len as usize;
-        if *blake3::hash(&buf[at..at + n]).as_bytes() != c.id {
+        if ChunkId::of(&buf[at..at + n]) != c.id {
             return Ok(false);
         }
         at += n;
@@ -224,9 +225,9 @@ pub enum Verdict {
 struct State {
     /// Per entry (file sha256): the stamp it was last checked under, and the verdict; at
     /// most [`MAX_RECORDS`].
-    records: Cache<[u8; 32], (Stamp, Verdict)>,
+    records: Cache<Sha256, (Stamp, Verdict)>,
     /// Entries being checked now (not a cache: one per check running).
-    busy: HashSet<[u8; 32]>,
+    busy: HashSet<Sha256>,
 }
 
 /// The checks of this process (see the module doc).
@@ -262,7 +263,7 @@ pub enum Claim<'a> {
 /// A check in progress.
 pub struct Pending<'a> {
     checks: &'a Checks,
-    sha: [u8; 32],
+    sha: Sha256,
     record: Option<(Stamp, Verdict)>,
 }
 
@@ -293,7 +294,7 @@ impl Checks {
     /// another caller is checking the entry, waits until that check ends and says so: the
     /// caller stamps its file again (the check marks the file as used, which moves its
     /// ctime) and asks again.
-    pub fn claim(&self, sha: &[u8; 32], stamp: &Stamp) -> Claim<'_> {
+    pub fn claim(&self, sha: &Sha256, stamp: &Stamp) -> Claim<'_> {
         let mut s = self.state.lock();
         if let Some((st, v)) = s.records.get(sha) {
             if st == *stamp {
@@ -318,7 +319,7 @@ impl Checks {
     }
 
     /// The verdict recorded for `sha`, whatever its stamp (tests).
-    pub fn recorded(&self, sha: &[u8; 32]) -> Option<Verdict> {
+    pub fn recorded(&self, sha: &Sha256) -> Option<Verdict> {
         let s = self.state.lock();
         s.records.get(sha).map(|r| r.1)
     }
@@ -333,12 +334,12 @@ mod tests {
         FileEntry {
             path: "f".into(),
             size: lens.iter().map(|&n| u64::from(n)).sum(),
-            sha256: [0; 32],
+            sha256: Sha256([0; 32]),
             executable: false,
             chunks: lens
                 .iter()
                 .map(|&raw_len| ChunkRef {
-                    id: [0; 32],
+                    id: ChunkId([0; 32]),
                     pack: 0,
                     offset: 0,
                     frame_len: 0,
@@ -374,13 +375,13 @@ mod tests {
         let p = t.path().join("e");
         std::fs::write(&p, b"abcd").unwrap();
         let mut f = entry(&[4]);
-        f.chunks[0].id = *blake3::hash(b"abcd").as_bytes();
+        f.chunks[0].id = ChunkId::of(b"abcd");
         let file = File::open(&p).unwrap();
         assert!(content_matches(&file, &f).unwrap());
         f.size = 3;
         assert!(!content_matches(&file, &f).unwrap());
         f.size = 4;
-        f.chunks[0].id[0] ^= 1;
+        f.chunks[0].id.0[0] ^= 1;
         assert!(!content_matches(&file, &f).unwrap());
     }
 
@@ -426,7 +427,7 @@ mod tests {
         let n = MAX_RECORDS * 4;
         let mut most = 0;
         for i in 0..n {
-            let sha = *blake3::hash(&(i as u64).to_le_bytes()).as_bytes();
+            let sha = Sha256(*blake3::hash(&(i as u64).to_le_bytes()).as_bytes());
             let Claim::Mine(p) = checks.claim(&sha, &stamp) else {
                 panic!("entry {i} was known before it was checked");
             };
@@ -443,7 +444,7 @@ mod tests {
              {kept} entries (at most {most})"
         );
         // The last one checked is known under its stamp.
-        let last = *blake3::hash(&(n as u64 - 1).to_le_bytes()).as_bytes();
+        let last = Sha256(*blake3::hash(&(n as u64 - 1).to_le_bytes()).as_bytes());
         assert!(matches!(
             checks.claim(&last, &stamp),
             Claim::Known(Verdict::Good)

@@ -6,6 +6,7 @@
 //! come from [`Hub::source`], the one read path (every chunk BLAKE3-verified).
 
 use bytes::Bytes;
+use format::XetHash;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -81,9 +82,9 @@ impl Hub {
     }
 
     /// The Xet hash of file `i` when serve offers it through Xet.
-    pub(super) fn xet_hash_of(&self, at: &Located, i: usize) -> Option<xethash::XetHash> {
+    pub(super) fn xet_hash_of(&self, at: &Located, i: usize) -> Option<XetHash> {
         self.xet.as_ref()?;
-        at.manifest.xet_hash(i).map(xethash::XetHash)
+        at.manifest.xet_hash(i)
     }
 
     /// `X-Xet-Hash` and the `Link` to the read-token route for file `i`.
@@ -162,11 +163,11 @@ impl Hub {
             Ok(at) => at,
             Err(r) => return *r,
         };
-        let Ok(hash) = xethash::XetHash::parse(hash) else {
+        let Ok(hash) = XetHash::parse(hash) else {
             return refused(StatusCode::BAD_REQUEST, "not a Xet hash");
         };
-        let Some(i) = at.manifest.xet_hashes.iter().position(|h| *h == hash.0) else {
-            if self.xet_seen.get(&hash.0).is_some_and(|r| r != at.repo) {
+        let Some(i) = at.manifest.xet_hashes.iter().position(|h| *h == hash) else {
+            if self.xet_seen.get(&hash).is_some_and(|r| r != at.repo) {
                 let msg = "this token is for another repository";
                 return refused(StatusCode::FORBIDDEN, msg);
             }
@@ -195,8 +196,7 @@ impl Hub {
             at.commit.to_hex(),
             now() + x.url_ttl.as_secs().max(1),
         );
-        let file = xethash::XetHash(hash.0);
-        let url = |id: &[u8; 32]| format!("{cas}{}", x.xorb_path(&repo, &commit, &file, id, exp));
+        let url = |id: &XetHash| format!("{cas}{}", x.xorb_path(&repo, &commit, &hash, id, exp));
         let v = if from < to {
             xet::reconstruction(f, from, to - 1, &url)
         } else {
@@ -231,12 +231,7 @@ impl Hub {
         // The file by its content and the xorb by its id: a commit replaced since the URL
         // was handed out answers the same bytes where it still has them, else 404.
         let gone = "the content this URL names is no longer in this commit";
-        let Some(fi) = at
-            .manifest
-            .xet_hashes
-            .iter()
-            .position(|h| *h == named.file.0)
-        else {
+        let Some(fi) = at.manifest.xet_hashes.iter().position(|h| *h == named.file) else {
             return not_found("", gone, None);
         };
         let f = &at.manifest.files[fi];

@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 
 use format::codec::{self, Kind};
+use format::ChunkId;
 use repo::pack::{self, FooterEntry, PackFooter};
 
 /// What kept manifests use of one pack: offset → (chunk id, frame length, raw length).
 #[derive(Default)]
 pub(super) struct PackUse {
-    pub(super) frames: BTreeMap<u32, ([u8; 32], u32, u32)>,
+    pub(super) frames: BTreeMap<u32, (ChunkId, u32, u32)>,
     pub(super) bytes: u64,
 }
 

@@ -338,6 +338,7 @@ mod tests {
     use format::manifest::Manifest;
     use format::manifest::{ChunkRef, FileEntry};
     use format::names::{CommitId, RepoId};
+    use format::{ChunkId, Sha256};
     use objects::MemoryStore;
     use repo::forward::{MovedFrame, MovedRecord};
     use repo::handle::CreateOptions;
@@ -346,7 +347,7 @@ mod tests {
 
     fn chunk(id: u8, pack: u32, offset: u32, frame_len: u32) -> ChunkRef {
         ChunkRef {
-            id: [id; 32],
+            id: ChunkId([id; 32]),
             pack,
             offset,
             frame_len,
@@ -371,7 +372,7 @@ mod tests {
                 files: vec![FileEntry {
                     path: "w.bin".into(),
                     size,
-                    sha256: [0; 32],
+                    sha256: Sha256([0; 32]),
                     executable: false,
                     chunks,
                 }],
@@ -391,7 +392,7 @@ mod tests {
             targets: vec![new],
             frames: vec![MovedFrame {
                 offset: 16,
-                id: [1; 32],
+                id: ChunkId([1; 32]),
                 target: 0,
                 new_offset: 40,
                 frame_len: 100,
@@ -406,7 +407,7 @@ mod tests {
         let live = liveness(&kept, &forwards).unwrap();
         // Chunk 1 is live where it was copied, chunk 2 where the manifest says.
         assert_eq!(live.uses[&new].frames.keys().collect::<Vec<_>>(), [&40]);
-        assert_eq!(live.uses[&new].frames[&40], ([1; 32], 100, 84));
+        assert_eq!(live.uses[&new].frames[&40], (ChunkId([1; 32]), 100, 84));
         assert_eq!(live.uses[&new].bytes, 100);
         assert_eq!(live.uses[&old].frames.keys().collect::<Vec<_>>(), [&116]);
         assert_eq!(live.uses[&old].bytes, 50);
@@ -416,7 +417,7 @@ mod tests {
         let kept = vec![rev(vec![old], vec![chunk(7, 0, 16, 100)])];
         let live = liveness(&kept, &forwards).unwrap();
         assert!(!live.uses.contains_key(&new));
-        assert_eq!(live.uses[&old].frames[&16].0, [7; 32]);
+        assert_eq!(live.uses[&old].frames[&16].0, ChunkId([7; 32]));
     }
 
     #[test]

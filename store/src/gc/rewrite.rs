@@ -80,7 +80,7 @@ pub(super) fn forward_record(
     live: &PackUse,
     earlier: Option<&MovedRecord>,
 ) -> MovedRecord {
-    let mut by_offset: BTreeMap<u32, ([u8; 32], PackId, u32, u32)> = BTreeMap::new();
+    let mut by_offset: BTreeMap<u32, (ChunkId, PackId, u32, u32)> = BTreeMap::new();
     if let Some(e) = earlier {
         for f in &e.frames {
             if let Some(t) = e.targets.get(f.target as usize) {
@@ -168,8 +168,8 @@ pub(super) fn rewrite_packs(
                 reason: format!("frame at {off} runs past the end"),
             })?;
             // Never copy a damaged chunk into a fresh pack: stop and let fsck report it.
-            pack::decode_checked(frame, &ChunkId(*chunk), &key, *off as u64)?;
-            let new_off = builder.add_frame(ChunkId(*chunk), frame, *raw_len as usize);
+            pack::decode_checked(frame, chunk, &key, *off as u64)?;
+            let new_off = builder.add_frame(*chunk, frame, *raw_len as usize);
             open.push((*id, *off, new_off, *frame_len));
             report.chunks_copied += 1;
             if builder.len() >= target {

@@ -32,7 +32,7 @@ use format::index::ChunkLoc;
 use format::layout;
 use format::manifest::{derive_commit_id, ChunkRef, FileEntry, Manifest, Published};
 use format::names::{CommitId, RepoId};
-use format::ChunkId;
+use format::{ChunkId, XetHash};
 use index::{Index, SyncReport};
 use repo::failpoint;
 use repo::handle::Store;
@@ -215,7 +215,7 @@ fn build_manifest(
         files.push((entry, r.xet));
     }
     files.sort_by(|a, b| a.0.path.cmp(&b.0.path));
-    let (files, xet_hashes): (Vec<FileEntry>, Vec<[u8; 32]>) = files.into_iter().unzip();
+    let (files, xet_hashes): (Vec<FileEntry>, Vec<XetHash>) = files.into_iter().unzip();
     let commit = s.commit.unwrap_or_else(|| {
         derive_commit_id(
             &files
@@ -256,7 +256,7 @@ fn chunk_refs(
             (pack_table.len() - 1) as u32
         });
         chunks.push(ChunkRef {
-            id: id.0,
+            id: *id,
             pack: pi,
             offset: loc.offset,
             frame_len: loc.frame_len,
@@ -376,6 +376,7 @@ fn set_refs(store: &Store, lease: &Held, snapshots: &[(&Snapshot, &Manifest)]) -
 mod tests {
     use super::*;
     use crate::source::SourceFile;
+    use format::Sha256;
 
     /// A chunk location in pack `[pack; 32]` (also used by the pipeline's tests).
     pub(super) fn loc(pack: u8, offset: u32) -> ChunkLoc {
@@ -417,8 +418,8 @@ mod tests {
         let (a, b) = (ChunkId([1; 32]), ChunkId([2; 32]));
         let results = [FileResult {
             size: 200,
-            sha256: [5; 32],
-            xet: [6; 32],
+            sha256: Sha256([5; 32]),
+            xet: XetHash([6; 32]),
             chunks: vec![(a, 100), (b, 100)],
         }];
         let located = HashMap::from([(a, loc(7, 16)), (b, loc(8, 16))]);
@@ -427,7 +428,7 @@ mod tests {
         assert_eq!(m.files.len(), 2);
         assert_eq!(m.files[0].path, "a.bin");
         assert_eq!(m.files[1].path, "z.bin");
-        assert_eq!(m.xet_hashes, [[6; 32], [6; 32]], "one Xet hash per file");
+        assert_eq!(m.xet_hashes, [XetHash([6; 32]); 2], "one Xet hash per file");
         let refs: Vec<_> = m.files[1]
             .chunks
             .iter()

@@ -37,7 +37,7 @@ pub enum Opened<'a> {
     /// hash, as it takes a file it knows unchanged; else it reads `fallback` (the stored
     /// bytes, each chunk checked) like any stream.
     Stored {
-        sha256: [u8; 32],
+        sha256: format::Sha256,
         chunks: Vec<(format::ChunkId, u32)>,
         fallback: Box<dyn Read + Send + 'a>,
     },

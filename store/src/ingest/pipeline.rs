@@ -13,8 +13,8 @@ use parking_lot::Mutex;
 
 use chunker::{ChunkParams, StreamChunker};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use format::ChunkId;
-use sha2::{Digest, Sha256};
+use format::{ChunkId, ChunkListDigest, Sha256, XetHash};
+use sha2::Digest;
 
 use super::opener::{Opened, Opener};
 use super::options::{IngestOptions, SETTLE};
@@ -38,9 +38,9 @@ pub(super) struct Source {
     /// Its size, as discovery found it.
     pub(super) size: u64,
     /// The SHA-256 its snapshot expects (a hub cache's blob name), if any.
-    pub(super) sha256: Option<[u8; 32]>,
+    pub(super) sha256: Option<Sha256>,
     /// The Xet hash it must have (a pull's upstream stated it), if any.
-    pub(super) xet: Option<[u8; 32]>,
+    pub(super) xet: Option<XetHash>,
 }
 
 /// Where a chunk seen in this session lives.
@@ -61,7 +61,7 @@ pub(super) enum Claim {
 
 /// A file's stamp with its content's sha256 and chunk-list digest, as
 /// [`Index::remember_stamps`] records it.
-type StampedFile = (FileStamp, [u8; 32], [u8; 32]);
+type StampedFile = (FileStamp, Sha256, ChunkListDigest);
 
 struct Shared<'a> {
     store: &'a Store,
@@ -118,9 +118,9 @@ struct Job {
 #[derive(Clone, Debug)]
 pub(super) struct FileResult {
     pub(super) size: u64,
-    pub(super) sha256: [u8; 32],
+    pub(super) sha256: Sha256,
     /// The Xet file hash (docs/format/xet.md).
-    pub(super) xet: [u8; 32],
+    pub(super) xet: XetHash,
     pub(super) chunks: Vec<(ChunkId, u32)>,
 }
 
@@ -319,10 +319,10 @@ const INLINE_SHA_MAX: u64 = 8 << 20;
 /// both: a thread each costs a wake-up each per chunk. The Xet hash is computed only from
 /// the chunk [`xet_memo::XetMemo`] says (possibly none).
 enum FileSha {
-    Inline(Sha256, Option<Box<xethash::Hasher>>),
+    Inline(sha2::Sha256, Option<Box<xethash::Hasher>>),
     Thread {
         feed: Sender<Feed>,
-        hasher: std::thread::JoinHandle<([u8; 32], Option<[u8; 32]>)>,
+        hasher: std::thread::JoinHandle<(Sha256, Option<XetHash>)>,
     },
 }
 
@@ -338,11 +338,11 @@ impl FileSha {
     fn start(size: u64, xet: bool) -> FileSha {
         let xet = xet.then(Box::<xethash::Hasher>::default);
         if size <= INLINE_SHA_MAX {
-            return FileSha::Inline(Sha256::new(), xet);
+            return FileSha::Inline(sha2::Sha256::new(), xet);
         }
         let (feed, rx) = bounded::<Feed>(4);
         let hasher = std::thread::spawn(move || {
-            let (mut sha, mut xet) = (Sha256::new(), xet);
+            let (mut sha, mut xet) = (sha2::Sha256::new(), xet);
             for f in rx {
                 match f {
                     Feed::Data(data) => {
@@ -354,10 +354,7 @@ impl FileSha {
                     Feed::Xet(h) => xet = Some(h),
                 }
             }
-            (
-                <[u8; 32]>::from(sha.finalize()),
-                xet.map(|x| x.finalize().0),
-            )
+            (Sha256(sha.finalize().into()), xet.map(|x| x.finalize()))
         });
         FileSha::Thread { feed, hasher }
     }
@@ -388,9 +385,11 @@ impl FileSha {
     }
 
     /// The sha256 and, where it was computed, the Xet hash.
-    fn finish(self) -> Result<([u8; 32], Option<[u8; 32]>)> {
+    fn finish(self) -> Result<(Sha256, Option<XetHash>)> {
         match self {
-            FileSha::Inline(sha, xet) => Ok((sha.finalize().into(), xet.map(|x| x.finalize().0))),
+            FileSha::Inline(sha, xet) => {
+                Ok((Sha256(sha.finalize().into()), xet.map(|x| x.finalize())))
+            }
             FileSha::Thread { feed, hasher } => {
                 drop(feed);
                 hasher
@@ -498,7 +497,7 @@ fn unchanged_file(
 fn stored_file(
     shared: &Shared<'_>,
     source: &Source,
-    sha256: &[u8; 32],
+    sha256: &Sha256,
     chunks: &[(ChunkId, u32)],
 ) -> Result<Option<FileResult>> {
     if source.sha256.is_some_and(|e| e != *sha256) {
@@ -525,8 +524,8 @@ fn stored_file(
 fn take_unread(
     shared: &Shared<'_>,
     size: u64,
-    sha256: [u8; 32],
-    xet: [u8; 32],
+    sha256: Sha256,
+    xet: XetHash,
     chunks: &[(ChunkId, ChunkLoc)],
 ) -> Option<FileResult> {
     if chunks
@@ -645,8 +644,8 @@ fn chunk_file(
                 path: path.clone(),
                 reason: format!(
                     "content does not match its blob name: sha256 is {}, the name says {}",
-                    hex::encode(sha256),
-                    hex::encode(exp)
+                    sha256.to_hex(),
+                    exp.to_hex()
                 ),
             });
         }
@@ -659,8 +658,7 @@ fn chunk_file(
             path: path.clone(),
             reason: format!(
                 "content does not match the upstream's Xet hash: it is {}, the upstream says {}",
-                xethash::XetHash(xet),
-                xethash::XetHash(exp)
+                xet, exp
             ),
         });
     }
@@ -770,9 +768,7 @@ mod tests {
     fn file_sha_inline_and_in_a_thread_agree_with_sha256_and_xet() {
         let parts: Vec<Arc<Vec<u8>>> = (0..5u8).map(|i| Arc::new(vec![i; 1000])).collect();
         let all: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
-        let mut want = Sha256::new();
-        want.update(&all);
-        let want = <[u8; 32]>::from(want.finalize());
+        let want = Sha256(sha2::Sha256::digest(&all).into());
         for size in [0u64, 1, INLINE_SHA_MAX, INLINE_SHA_MAX + 1] {
             for xet in [true, false] {
                 let mut sha = FileSha::start(size, xet);
@@ -781,7 +777,7 @@ mod tests {
                     sha.update(p);
                 }
                 let got = sha.finish().unwrap();
-                assert_eq!(got, (want, xet.then(|| xethash::file_hash(&all).0)));
+                assert_eq!(got, (want, xet.then(|| xethash::file_hash(&all))));
             }
             // A Xet hasher handed over after two parts, holding those two: the same hash.
             let mut sha = FileSha::start(size, false);
@@ -796,7 +792,7 @@ mod tests {
             }
             assert_eq!(
                 sha.finish().unwrap(),
-                (want, Some(xethash::file_hash(&all).0))
+                (want, Some(xethash::file_hash(&all)))
             );
         }
     }

@@ -25,7 +25,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use format::index::{self as values, XET_MEMO_TAG};
-use format::ChunkId;
+use format::{ChunkId, Sha256, XetHash};
 use index::Index;
 use repo::{failpoint, Result, StoreError};
 
@@ -34,7 +34,7 @@ use repo::{failpoint, Result, StoreError};
 pub(super) const FOLLOW_MIN: u64 = 1 << 20;
 
 /// The Xet hash the index recorded for the content with this sha256, if the record checks.
-pub(super) fn recorded(index: &Index, sha256: &[u8; 32]) -> Option<[u8; 32]> {
+pub(super) fn recorded(index: &Index, sha256: &Sha256) -> Option<XetHash> {
     let v = index
         .cached_object(&values::xet_hash_key(sha256), XET_MEMO_TAG)
         .ok()??;
@@ -47,8 +47,8 @@ pub(super) fn recorded(index: &Index, sha256: &[u8; 32]) -> Option<[u8; 32]> {
 pub(super) fn remember(
     index: &Index,
     size: u64,
-    sha256: &[u8; 32],
-    xet: &[u8; 32],
+    sha256: &Sha256,
+    xet: &XetHash,
     chunks: &[(ChunkId, u32)],
 ) {
     let _ = index.cache_object(
@@ -67,8 +67,8 @@ pub(super) fn remember(
 
 /// A file read before that the file being read may be a copy of.
 struct Known {
-    sha256: [u8; 32],
-    xet: [u8; 32],
+    sha256: Sha256,
+    xet: XetHash,
     chunks: Vec<(ChunkId, u32)>,
 }
 
@@ -94,7 +94,7 @@ enum State {
     /// Hashing every byte, beside the sha256.
     Hashing,
     /// The file must have this sha256 (`.0`), whose Xet hash is recorded (`.1`).
-    Expected([u8; 32], [u8; 32]),
+    Expected(Sha256, XetHash),
     /// Before the first chunk: it decides.
     First,
     /// The chunks so far are the first `seen` chunks of `known`.
@@ -143,7 +143,7 @@ impl<'a> XetMemo<'a> {
         path: &'a Path,
         file: Option<&'a File>,
         size: u64,
-        expected: Option<[u8; 32]>,
+        expected: Option<Sha256>,
         fresh: bool,
     ) -> XetMemo<'a> {
         let recorded = || expected.and_then(|e| Some((e, recorded(index, &e)?)));
@@ -214,9 +214,9 @@ impl<'a> XetMemo<'a> {
     /// what the hasher gave when hashing ran, `sha256` the content's.
     pub(super) fn finish(
         mut self,
-        sha256: &[u8; 32],
-        hashed: Option<[u8; 32]>,
-    ) -> Result<([u8; 32], Tally)> {
+        sha256: &Sha256,
+        hashed: Option<XetHash>,
+    ) -> Result<(XetHash, Tally)> {
         let xet = match (&self.state, hashed) {
             (State::Hashing, Some(x)) => x,
             (State::Hashing, None) => {
@@ -231,8 +231,8 @@ impl<'a> XetMemo<'a> {
                         path: self.path.to_path_buf(),
                         reason: format!(
                             "content does not have the sha256 expected: it is {}, expected {}",
-                            hex::encode(sha256),
-                            hex::encode(expected)
+                            sha256.to_hex(),
+                            expected.to_hex()
                         ),
                     });
                 }
@@ -246,7 +246,7 @@ impl<'a> XetMemo<'a> {
                 known.xet
             }
             // Not (or no longer) the file read before, or nothing read: hash what was read.
-            _ => self.read_back()?.finalize().0,
+            _ => self.read_back()?.finalize(),
         };
         Ok((xet, self.tally))
     }
@@ -293,7 +293,7 @@ impl<'a> XetMemo<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sha2::{Digest, Sha256};
+    use sha2::Digest;
     use std::io::Write;
 
     const PIECE: usize = 256 << 10;
@@ -310,8 +310,8 @@ mod tests {
             .collect()
     }
 
-    fn sha(data: &[u8]) -> [u8; 32] {
-        Sha256::digest(data).into()
+    fn sha(data: &[u8]) -> Sha256 {
+        Sha256(sha2::Sha256::digest(data).into())
     }
 
     /// `data` cut into pieces of 256 KiB (how it is cut does not matter here: the memo
@@ -331,7 +331,7 @@ mod tests {
             index,
             data.len() as u64,
             &s,
-            &xethash::file_hash(data).0,
+            &xethash::file_hash(data),
             &chunks,
         );
     }
@@ -356,7 +356,7 @@ mod tests {
 
     /// What ingest does with `data` (the bytes the reader gets) through a memo: the Xet
     /// hash and the tally.
-    fn drive(mut memo: XetMemo<'_>, data: &[u8]) -> Result<([u8; 32], Tally)> {
+    fn drive(mut memo: XetMemo<'_>, data: &[u8]) -> Result<(XetHash, Tally)> {
         let mut hasher = memo.hashing().then(Box::<xethash::Hasher>::default);
         for c in data.chunks(PIECE) {
             match memo.next(c)? {
@@ -372,7 +372,7 @@ mod tests {
                 h.update(c);
             }
         }
-        memo.finish(&sha(data), hasher.map(|h| h.finalize().0))
+        memo.finish(&sha(data), hasher.map(|h| h.finalize()))
     }
 
     fn index() -> (tempfile::TempDir, Index) {
@@ -384,14 +384,14 @@ mod tests {
     #[test]
     fn a_record_reads_back_only_for_the_sha256_it_was_written_for() {
         let (_d, index) = index();
-        let (sha, xet) = ([1u8; 32], [2u8; 32]);
+        let (sha, xet) = (Sha256([1; 32]), XetHash([2; 32]));
         let key = values::xet_hash_key(&sha);
         assert_eq!(recorded(&index, &sha), None);
         let entry = values::xet_hash_record(&sha, &xet);
         index.cache_object(&key, XET_MEMO_TAG, &entry).unwrap();
         assert_eq!(recorded(&index, &sha), Some(xet));
         // An entry moved under another sha256, or with a flipped bit, or short: none.
-        let other = [3u8; 32];
+        let other = Sha256([3; 32]);
         index
             .cache_object(&values::xet_hash_key(&other), XET_MEMO_TAG, &entry)
             .unwrap();
@@ -402,7 +402,7 @@ mod tests {
             index.cache_object(&key, XET_MEMO_TAG, &bad).unwrap();
             assert_eq!(recorded(&index, &sha), None, "byte {damage}");
         }
-        index.cache_object(&key, XET_MEMO_TAG, &xet).unwrap();
+        index.cache_object(&key, XET_MEMO_TAG, &xet.0).unwrap();
         assert_eq!(recorded(&index, &sha), None, "no check bytes");
     }
 
@@ -415,7 +415,7 @@ mod tests {
         let memo = XetMemo::start(&index, &f.path, Some(&f.file), a.len() as u64, None, false);
         assert!(!memo.hashing());
         let (xet, tally) = drive(memo, &a).unwrap();
-        assert_eq!(xet, xethash::file_hash(&a).0);
+        assert_eq!(xet, xethash::file_hash(&a));
         assert_eq!((tally.reused, tally.reread), (a.len() as u64, 0));
     }
 
@@ -444,7 +444,7 @@ mod tests {
             let f = on_disk(&b);
             let memo = XetMemo::start(&index, &f.path, Some(&f.file), b.len() as u64, None, false);
             let (xet, tally) = drive(memo, &b).unwrap();
-            assert_eq!(xet, xethash::file_hash(&b).0, "{} bytes", b.len());
+            assert_eq!(xet, xethash::file_hash(&b), "{} bytes", b.len());
             assert_eq!(
                 (tally.reused, tally.reread),
                 (0, reread),
@@ -466,17 +466,23 @@ mod tests {
         let f = on_disk(&b);
         let memo = XetMemo::start(&index, &f.path, Some(&f.file), a.len() as u64, None, false);
         let (xet, tally) = drive(memo, &b).unwrap();
-        assert_eq!(xet, xethash::file_hash(&b).0);
+        assert_eq!(xet, xethash::file_hash(&b));
         assert_eq!((tally.reused, tally.reread), (0, a.len() as u64));
         // Listed with a's size and read whole as a, but a's record names another content
         // (a hint left by a file since rewritten): the sha256 decides, the bytes are hashed.
         let c = bytes(6, 5 * PIECE);
         let f = on_disk(&a);
         index.remember_file(&sha(&c), &pieces(&a)).unwrap();
-        remember(&index, a.len() as u64, &sha(&c), &[9; 32], &pieces(&a));
+        remember(
+            &index,
+            a.len() as u64,
+            &sha(&c),
+            &XetHash([9; 32]),
+            &pieces(&a),
+        );
         let memo = XetMemo::start(&index, &f.path, Some(&f.file), a.len() as u64, None, false);
         let (xet, tally) = drive(memo, &a).unwrap();
-        assert_eq!(xet, xethash::file_hash(&a).0);
+        assert_eq!(xet, xethash::file_hash(&a));
         assert_eq!((tally.reused, tally.reread), (0, a.len() as u64));
     }
 
@@ -500,7 +506,7 @@ mod tests {
                 i.cache_object(&hint, XET_MEMO_TAG, &v).unwrap();
             }),
             ("a flipped byte of the Xet record", &|i| {
-                let mut v = values::xet_hash_record(&s, &xethash::file_hash(&a).0);
+                let mut v = values::xet_hash_record(&s, &xethash::file_hash(&a));
                 v[0] ^= 1;
                 i.cache_object(&values::xet_hash_key(&s), XET_MEMO_TAG, &v)
                     .unwrap();
@@ -530,7 +536,7 @@ mod tests {
             let f = on_disk(&a);
             let memo = XetMemo::start(&index, &f.path, Some(&f.file), size, None, false);
             let (xet, tally) = drive(memo, &a).unwrap();
-            assert_eq!(xet, xethash::file_hash(&a).0, "{what}");
+            assert_eq!(xet, xethash::file_hash(&a), "{what}");
             assert_eq!((tally.reused, tally.reread), (0, 0), "{what}");
         }
     }
@@ -546,7 +552,7 @@ mod tests {
         let got = &a[..3 * PIECE];
         let memo = XetMemo::start(&index, &f.path, Some(&f.file), a.len() as u64, None, false);
         let (xet, tally) = drive(memo, got).unwrap();
-        assert_eq!(xet, xethash::file_hash(got).0);
+        assert_eq!(xet, xethash::file_hash(got));
         assert_eq!((tally.reused, tally.reread), (0, got.len() as u64));
     }
 
@@ -581,7 +587,7 @@ mod tests {
         ] {
             assert!(memo.hashing());
             let (xet, tally) = drive(memo, &a).unwrap();
-            assert_eq!((xet, tally.reused), (xethash::file_hash(&a).0, 0));
+            assert_eq!((xet, tally.reused), (xethash::file_hash(&a), 0));
         }
         let f = on_disk(&small);
         let memo = XetMemo::start(
@@ -607,7 +613,7 @@ mod tests {
         let (xet, tally) = drive(memo, &a).unwrap();
         assert_eq!(
             (xet, tally.reused),
-            (xethash::file_hash(&a).0, a.len() as u64)
+            (xethash::file_hash(&a), a.len() as u64)
         );
         // Bytes that are not that content: refused, never given the record's hash.
         let mut b = a.clone();
