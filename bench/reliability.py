@@ -48,7 +48,9 @@ of a commit handed out, the commit replaced by `rm --force` and an ingest of oth
 under the same sha, sometimes gc'ed: each old URL answers 404 or the bytes of its file);
 pull against a stored commit (a small file or an LFS file changed at equal length, or a
 file the upstream lacks: the pull fails naming it, refs unchanged; an unchanged copy as the
-control), and the pull completing a partial commit killed at a random time (then rerun:
+control; and, issue 37, a commit pulled again after another machine removed it and ran gc,
+so this machine's index records held files whose packs are gone: the pull completes with
+the upstream's bytes), and the pull completing a partial commit killed at a random time (then rerun:
 it verifies and holds the upstream's bytes); the file cache held open (a large file held
 open through the mount, its entry damaged in place, another process reads it: its bytes or
 EIO). `--only issue36` runs just those and the pull-partial kills on the local store.
@@ -1256,11 +1258,16 @@ def pull_stored_round(i, up, st):
     """Issue 36 point 3: the store holds commit C ingested from a copy of the upstream's
     files with one small file changed at equal length, one LFS file changed at equal
     length, or one file the upstream lacks; `pull REPO@C --ref pulled` must fail naming the
-    file and leave the refs as they were. Every fourth, the copy is unchanged (the control:
-    the pull must complete and give the upstream's bytes)."""
-    how = ["small", "lfs", "extra", "unchanged"][i % 4]
+    file and leave the refs as they were. Every fifth, the copy is unchanged (the control:
+    the pull must complete and give the upstream's bytes). And issue 37's shortcut (a pull
+    reuses the files the store holds): `peer-gc` pulls C, another machine (the same store,
+    its own index) removes C and runs gc, so this machine's index records files whose packs
+    are gone; pulling C again must complete with the upstream's bytes."""
+    how = ["small", "lfs", "extra", "unchanged", "peer-gc"][i % 5]
     rev = rng.choice(REVS)
     s = Store("local")
+    if how == "peer-gc":
+        return pull_after_peer_gc(s, up, rev, st)
     src = f"{s.dir}/src"
     shutil.copytree(f"{A.series}/plain/{rev['name']}", src)
     paths = sorted(p for p, _ in source_files(src))
@@ -1301,6 +1308,27 @@ def pull_stored_round(i, up, st):
                  f"{r.stderr.decode(errors='replace')[-300:]}")
         if after != before:
             fail(f"{what}: a refused pull changed the refs: {before} -> {after}")
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+def pull_after_peer_gc(s, up, rev, st):
+    """pull_stored_round's `peer-gc` kind."""
+    k = st["by_kind"].setdefault("peer-gc", {"tried": 0, "pulled_right": 0})
+    k["tried"] += 1
+    target = f"{REPO}@{rev['commit']}"
+    s.run("pull", target, "--endpoint", up.serve.url, check=True)
+    peer = dict(MODELCAS_INDEX=f"{s.dir}/peer-index", MODELCAS_CACHE_DIR=f"{s.dir}/peer-cache")
+    s.run("rm", "--force", target, extra=peer, check=True)
+    for _ in range(2):
+        s.run("gc", "--grace", "0s", extra=peer, check=True)
+    r = s.run("pull", target, "--endpoint", up.serve.url, "--json")
+    what = f"pull-stored peer-gc ({rev['name']})"
+    if r.returncode != 0:
+        fail(f"{what}: the pull after a peer's gc failed: "
+             f"{r.stderr.decode(errors='replace')[-300:]}")
+    else:
+        s.same_bytes(target, files_of(rev), what)
+        k["pulled_right"] += 1
     shutil.rmtree(s.dir, ignore_errors=True)
 
 
