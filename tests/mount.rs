@@ -215,7 +215,11 @@ fn every_spelling_of_a_commit_reads_the_same_at_once() {
         c.to_ascii_uppercase(),
         c[..20].to_string(),
     ];
-    let ino = |name: &str| std::fs::metadata(m.p(&format!("{REPO}/{name}"))).unwrap().ino();
+    let ino = |name: &str| {
+        std::fs::metadata(m.p(&format!("{REPO}/{name}")))
+            .unwrap()
+            .ino()
+    };
     let first = ino(&spellings[0]);
     assert!(spellings.iter().all(|n| ino(n) == first));
     let files = s.files("r2");
