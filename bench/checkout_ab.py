@@ -10,6 +10,7 @@ import os, shutil, statistics, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scale_bench as S  # noqa: E402
+from fs_common import on_fresh_ext4  # noqa: E402
 
 BIN_A, BIN_B, WORK = sys.argv[1:4]
 ROUNDS = int(sys.argv[4]) if len(sys.argv) > 4 else 10
@@ -18,17 +19,8 @@ S.WORK = WORK
 
 
 def checkout_fresh_fs(tool, st, d):
-    img, mnt = f"{d}/fs.img", f"{d}/fs"
-    with open(img, "wb") as f:
-        f.truncate(2 << 30)
-    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, stdout=subprocess.DEVNULL)
-    os.makedirs(mnt, exist_ok=True)
-    subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
-    try:
-        return S.timed([tool, "-q", "checkout", f"bench/small-files@{REV}", f"{mnt}/co"], st)[0]
-    finally:
-        subprocess.run(["umount", mnt], check=True)
-        os.remove(img)
+    co = f"bench/small-files@{REV}"
+    return on_fresh_ext4(d, lambda mnt: S.timed([tool, "-q", "checkout", co, f"{mnt}/co"], st)[0])
 
 
 def main():

@@ -65,3 +65,19 @@ def st_walk(order, names_from):
                 f.get_tensor(k)
         return size / (time.perf_counter() - t) / MB
     return walk
+
+
+def on_fresh_ext4(d, run):
+    """run(mountpoint) on a new ext4 file system (a 2 GiB loop device file under d: no
+    history of deletions), unmounted and removed after; its result."""
+    img, mnt = f"{d}/fs.img", f"{d}/fs"
+    with open(img, "wb") as f:
+        f.truncate(2 << 30)
+    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, stdout=subprocess.DEVNULL)
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
+    try:
+        return run(mnt)
+    finally:
+        subprocess.run(["umount", mnt], check=True)
+        os.remove(img)

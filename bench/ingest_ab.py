@@ -25,6 +25,7 @@ import json, os, shutil, statistics, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scale_bench as S  # noqa: E402
+from fs_common import on_fresh_ext4  # noqa: E402
 
 BIN_A, BIN_B, SERIES, WORK = sys.argv[1:5]
 ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
@@ -74,17 +75,7 @@ def row_checkout(tool, st, co):
 
 def row_checkout_fresh_fs(tool, st, d):
     """row_checkout into a new ext4 filesystem (a 2 GiB loop device), unmounted after."""
-    img, mnt = f"{d}/fs.img", f"{d}/fs"
-    with open(img, "wb") as f:
-        f.truncate(2 << 30)
-    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, stdout=subprocess.DEVNULL)
-    os.makedirs(mnt, exist_ok=True)
-    subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
-    try:
-        return row_checkout(tool, st, f"{mnt}/co")
-    finally:
-        subprocess.run(["umount", mnt], check=True)
-        os.remove(img)
+    return on_fresh_ext4(d, lambda mnt: row_checkout(tool, st, f"{mnt}/co"))
 
 
 def row_series(tool, st, commits):

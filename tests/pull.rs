@@ -26,13 +26,21 @@ fn pull(env: &Env, endpoint: &str, target: &str, extra: &[&str]) -> serde_json::
     env.json(&args)
 }
 
+/// An upstream `modelcas serve` of a store holding `revs` (name, refs) of the series; its
+/// store, the server and its URL (both must live as long as the test uses the URL).
+fn upstream(revs: &[(&str, &[&str])]) -> (Env, Served, String) {
+    let env = Env::new();
+    for (r, refs) in revs {
+        ingest_rev(&env, r, refs);
+    }
+    let srv = Served::start(&env, &[]);
+    let url = format!("http://{}", srv.addr);
+    (env, srv, url)
+}
+
 #[test]
 fn pull_stores_a_revision_byte_exact_and_sets_its_ref() {
-    let upstream = Env::new();
-    ingest_rev(&upstream, "r1", &["main"]);
-    ingest_rev(&upstream, "r2", &["v2"]);
-    let srv = Served::start(&upstream, &[]);
-    let url = format!("http://{}", srv.addr);
+    let (_upstream, _srv, url) = upstream(&[("r1", &["main"]), ("r2", &["v2"])]);
     let local = Env::new();
 
     let r = pull(&local, &url, &format!("{REPO}@main"), &[]);
@@ -193,11 +201,7 @@ fn a_flipped_byte_refuses_the_revision_and_cuts_and_429_are_survived() {
 /// sha256 checked, and the revision is byte exact all the same.
 #[test]
 fn a_fresh_machine_reads_held_files_back_and_stores_them_byte_exact() {
-    let upstream = Env::new();
-    ingest_rev(&upstream, "r1", &["main"]);
-    ingest_rev(&upstream, "r2", &["v2"]);
-    let srv = Served::start(&upstream, &[]);
-    let url = format!("http://{}", srv.addr);
+    let (_upstream, _srv, url) = upstream(&[("r1", &["main"]), ("r2", &["v2"])]);
     let first = Env::new();
     pull(&first, &url, &format!("{REPO}@main"), &[]);
     let second = first.sharing();
@@ -311,10 +315,7 @@ fn an_upstream_xet_hash_must_match_and_is_recorded() {
 /// size only, exited 0, set the ref and served the altered file as the upstream's).
 #[test]
 fn regression_pull_compares_stored_small_files_by_content() {
-    let upstream = Env::new();
-    ingest_rev(&upstream, "r1", &["main"]);
-    let srv = Served::start(&upstream, &[]);
-    let url = format!("http://{}", srv.addr);
+    let (_upstream, _srv, url) = upstream(&[("r1", &["main"])]);
     let local = Env::new();
     let c1 = series().commit("r1");
     let altered = local.path("altered");
@@ -348,10 +349,7 @@ fn regression_pull_compares_stored_small_files_by_content() {
 /// downloaded again (before, the full pull compared them and then downloaded them all).
 #[test]
 fn completing_a_commit_reads_its_stored_small_files_back() {
-    let upstream = Env::new();
-    ingest_rev(&upstream, "r1", &["main"]);
-    let srv = Served::start(&upstream, &[]);
-    let url = format!("http://{}", srv.addr);
+    let (_upstream, _srv, url) = upstream(&[("r1", &["main"])]);
     let local = Env::new();
     let part = pull(
         &local,
@@ -381,10 +379,7 @@ fn completing_a_commit_reads_its_stored_small_files_back() {
 /// (failed before the fix: "object not found", the pull refused).
 #[test]
 fn a_held_file_whose_packs_a_peer_deleted_is_downloaded_instead() {
-    let upstream = Env::new();
-    ingest_rev(&upstream, "r1", &["main"]);
-    let srv = Served::start(&upstream, &[]);
-    let url = format!("http://{}", srv.addr);
+    let (_upstream, _srv, url) = upstream(&[("r1", &["main"])]);
     let local = Env::new();
     pull(&local, &url, &format!("{REPO}@main"), &[]);
     let c1 = series().commit("r1");
@@ -407,11 +402,7 @@ fn a_held_file_whose_packs_a_peer_deleted_is_downloaded_instead() {
 /// the file is downloaded (failed before the fix: r2's shard stored with r1's bytes).
 #[test]
 fn a_lying_index_record_of_a_file_never_reaches_a_manifest() {
-    let upstream = Env::new();
-    ingest_rev(&upstream, "r1", &["main"]);
-    ingest_rev(&upstream, "r2", &["v2"]);
-    let srv = Served::start(&upstream, &[]);
-    let url = format!("http://{}", srv.addr);
+    let (_upstream, _srv, url) = upstream(&[("r1", &["main"]), ("r2", &["v2"])]);
     let local = Env::new();
     let (c1, c2) = (series().commit("r1"), series().commit("r2"));
     pull(&local, &url, &format!("{REPO}@{c1}"), &[]);
