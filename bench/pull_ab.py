@@ -10,7 +10,10 @@ pulls together, and B/A ratios; every store ends byte-identical (sha256 of every
 
 usage: pull_ab.py BIN_A BIN_B SERIES_DIR WORK_DIR ROUNDS
 """
-import json, os, shutil, socket, statistics, subprocess, sys, time
+import json, os, shutil, statistics, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from net_common import free_port, wait_port  # noqa: E402
 
 A, B, SERIES, WORK, ROUNDS = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 EXP = json.load(open(f"{SERIES}/expected.json"))
@@ -22,19 +25,6 @@ REVS = ("r1", "r2", "r3", "r4")
 def mc(binary, store, *args, **kw):
     env = dict(os.environ, MODELCAS_STORE=f"{WORK}/{store}", MODELCAS_INDEX=f"{WORK}/{store}-index")
     return subprocess.run([binary, "-q", *args], env=env, check=True, **kw)
-
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close(); return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("server did not start")
 
 
 def files(binary, store, rev):

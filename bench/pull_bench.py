@@ -4,7 +4,10 @@ cache (see bench/pull.sh): wall time and peak extra disk of each, one run.
 
 usage: pull_bench.py MODELCAS_BIN SERIES_DIR WORK_DIR
 """
-import json, os, shutil, socket, subprocess, sys, threading, time
+import json, os, shutil, subprocess, sys, threading, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from net_common import free_port, wait_port  # noqa: E402
 
 BIN, SERIES, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 EXP = json.load(open(f"{SERIES}/expected.json"))
@@ -52,19 +55,6 @@ def measured(paths, fn):
     t.join()
     peak[0] = max(peak[0], disk(paths))
     return secs, peak[0] - base
-
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close(); return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("server did not start")
 
 
 for d in ("up", "up-index", "pull", "pull-index", "hf", "ing", "ing-index"):

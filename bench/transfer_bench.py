@@ -3,7 +3,10 @@
 
 usage: transfer_bench.py MODELCAS_BIN SERIES_DIR WORK_DIR ROUNDS
 """
-import json, os, shutil, socket, statistics, subprocess, sys, time
+import json, os, shutil, statistics, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from net_common import free_port, wait_port  # noqa: E402
 
 BIN, SERIES, WORK, ROUNDS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 EXP = json.load(open(f"{SERIES}/expected.json"))
@@ -25,19 +28,6 @@ def timed(fn):
 
 def sh(cmd):
     subprocess.run(cmd, shell=True, check=True, stdout=subprocess.DEVNULL)
-
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close(); return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("server did not start")
 
 
 # The source store, once.
