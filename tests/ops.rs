@@ -74,6 +74,66 @@ fn deploy_manifests_are_valid_and_use_real_commands() {
         "revison = \"main\"",
     );
     edit("systemd/modelcas-sync.service", "--check", "--chek");
+    // The CSI volumes (docs/OPERATIONS.md, "Kubernetes volumes (CSI)").
+    let mountd = "kubernetes/91-mountd-daemonset.yaml";
+    let plugin = "kubernetes/92-csi-node-daemonset.yaml";
+    edit(mountd, "\"--take-over\"", "\"--takeover\"");
+    edit(
+        mountd,
+        "          securityContext:\n",
+        "          lifecycle:\n            preStop:\n              exec:\n                command: [\"modelcas\", \"umount\", \"/models\"]\n          securityContext:\n",
+    );
+    edit(
+        mountd,
+        "          ports:\n",
+        "          livenessProbe:\n            exec:\n              command: [\"true\"]\n          ports:\n",
+    );
+    edit(plugin, "--node-id=$(NODE_NAME)", "--node-id=$(NODE)");
+    edit(
+        plugin,
+        "--csi-address=/csi/csi.sock\n            - --kubelet",
+        "--csi-address=/csi/registrar.sock\n            - --kubelet",
+    );
+    edit(
+        plugin,
+        "plugins/csi.modelcas.io/csi.sock",
+        "plugins/modelcas/csi.sock",
+    );
+    edit(
+        plugin,
+        "              mountPropagation: Bidirectional\n",
+        "",
+    );
+    edit(plugin, "path: /run/modelcas\n", "path: /run/modelcas-csi\n");
+    edit(
+        "kubernetes/90-csi-driver.yaml",
+        "\n  podInfoOnMount: true",
+        "\n  podInfoOnMount: false",
+    );
+    let inline = "kubernetes/93-vllm-csi-inline.yaml";
+    edit(
+        inline,
+        "readOnly: true   # required",
+        "readOnly: false   # required",
+    );
+    edit(inline, "revision: main", "rev: main");
+    let pv = "kubernetes/94-csi-static-pv.yaml";
+    edit(
+        pv,
+        "- ReadOnlyMany\n  persistentVolumeReclaimPolicy",
+        "- ReadWriteOnce\n  persistentVolumeReclaimPolicy",
+    );
+    edit(pv, "      repo: meta-llama", "      repository: meta-llama");
+    edit(
+        pv,
+        "readOnly: true   # required",
+        "readOnly: false   # required",
+    );
+    edit(
+        "systemd/modelcas-mount.service",
+        "ExecReload=",
+        "ExecStop=/usr/local/bin/modelcas umount /models\nExecReload=",
+    );
     let out = deploy_check(&bad);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
@@ -85,6 +145,21 @@ fn deploy_manifests_are_valid_and_use_real_commands() {
         "models.toml is not a valid sync list",
         "revison",
         "has no flag --chek",
+        "has no flag --takeover",
+        "preStop unmounts",
+        "must have no livenessProbe",
+        "$(NODE) names no variable",
+        "--csi-address /csi/registrar.sock",
+        "--kubelet-registration-path",
+        "mountPropagation: Bidirectional: the volumes",
+        "the plugin's mountd socket is /run/modelcas-csi/mountd.sock",
+        "podInfoOnMount must be true",
+        "must set csi.readOnly: true",
+        "unknown volume attribute 'rev'",
+        "must be ReadOnlyMany only",
+        "no `repo` attribute",
+        "persistentVolumeClaim.readOnly must be true",
+        "ExecStop: unmounts",
     ] {
         assert!(text.contains(want), "the checker missed {want}:\n{text}");
     }
