@@ -161,6 +161,13 @@ pub enum Command {
     },
     /// Mount the store as read-only directories: MOUNTPOINT/<org>/<name>/<rev>/... (foreground).
     Mount(MountArgs),
+    /// The node's mount daemon for CSI volumes: keeps every volume's FUSE connection and
+    /// runs the server that answers them, restarted (SIGHUP: from the binary on disk)
+    /// without unmounting anything.
+    Mountd(MountdArgs),
+    /// The CSI node plugin (Kubernetes): publishes read-only volumes of one revision,
+    /// kept by `modelcas mountd`.
+    Csi(CsiArgs),
     /// Unmount a modelcas mount.
     Umount {
         /// The mountpoint.
@@ -298,6 +305,13 @@ pub struct MountArgs {
     /// Show one revision at the root instead (ORG/NAME@REV, resolved once at mount time).
     #[arg(long, value_name = "ORG/NAME@REV")]
     pub repo: Option<String>,
+    #[command(flatten)]
+    pub tuning: MountTuning,
+}
+
+/// How a FUSE server reads (`modelcas mount`, and `modelcas mountd` for every volume).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MountTuning {
     /// Allow other users (pods running as another uid) to read the mount.
     #[arg(long, env = "MODELCAS_ALLOW_OTHER")]
     pub allow_other: bool,
@@ -327,6 +341,34 @@ pub struct MountArgs {
     /// mount instead.
     #[arg(long, env = "MODELCAS_NO_PASSTHROUGH")]
     pub no_passthrough: bool,
+}
+
+/// `modelcas mountd`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MountdArgs {
+    /// The unix socket the CSI plugin and `modelcas mountd --take-over` talk to.
+    #[arg(long, env = "MODELCAS_MOUNTD_SOCKET", default_value = mountd::socket::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Take every volume over from the mountd running on --socket (an upgrade of mountd
+    /// itself); without one running, start empty.
+    #[arg(long)]
+    pub take_over: bool,
+    #[command(flatten)]
+    pub tuning: MountTuning,
+}
+
+/// `modelcas csi`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CsiArgs {
+    /// Where kubelet reaches the plugin: unix:///csi/csi.sock.
+    #[arg(long, env = "CSI_ENDPOINT")]
+    pub endpoint: String,
+    /// This node's name, as kubelet knows it.
+    #[arg(long, env = "MODELCAS_NODE_ID")]
+    pub node_id: String,
+    /// The node's mountd, which keeps the volumes' mounts.
+    #[arg(long, env = "MODELCAS_MOUNTD_SOCKET", default_value = mountd::socket::DEFAULT_SOCKET)]
+    pub mountd_socket: PathBuf,
 }
 
 /// `modelcas gc`'s flags (each falls back to `[gc]` in the config file).

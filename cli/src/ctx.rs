@@ -34,6 +34,7 @@ pub const REMOTE_READ_THREADS: usize = 16;
 const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Global options shared by every subcommand.
+#[derive(Clone)]
 pub struct Ctx {
     pub store_arg: Option<String>,
     pub cache_dir: Option<PathBuf>,

@@ -9,17 +9,19 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+    BackingDevice, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
+    Request,
 };
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
 use read::readahead::ReadaheadConfig;
 use read::tensor_plan::TensorOrder;
 
-use crate::fs::{attr_ttl, Attr, FsError, Kind, MountCore, OpenHow};
+use crate::fs::{attr_ttl, Attr, Backing, FsError, Kind, MountCore, OpenHow};
 use crate::namespace::Namespace;
+use crate::takeover::State;
 
 /// Largest read the kernel may send (and read-ahead it may do): 16 MiB.
 pub const MAX_READAHEAD: u32 = 16 * 1024 * 1024;
@@ -29,6 +31,16 @@ pub struct ModelFs {
     core: MountCore<BackingId>,
     uid: u32,
     gid: u32,
+    /// The connection's takeover state: FUSE_INIT's outcome is written there.
+    state: Option<Arc<State>>,
+    /// Keeps adopted backing ids closable (they refer to it weakly).
+    _device: Option<Arc<BackingDevice>>,
+}
+
+impl Backing for BackingId {
+    fn raw_id(&self) -> u32 {
+        self.id()
+    }
 }
 
 /// The kernel's errno for a core error.
@@ -52,7 +64,38 @@ impl ModelFs {
             core: MountCore::new(ns, cache),
             uid,
             gid,
+            state: None,
+            _device: None,
         }
+    }
+
+    /// Serves a connection with takeover state `state` ([`MountCore::with_takeover`]);
+    /// `device` is a descriptor of the connection, for the backing ids an earlier server
+    /// registered. When `state` says the connection was initialised, passthrough is as
+    /// that FUSE_INIT negotiated it.
+    pub fn with_takeover(
+        mut self,
+        state: Arc<State>,
+        device: BackingDevice,
+    ) -> Result<ModelFs, crate::takeover::StateError> {
+        let header = state.header();
+        let resumed = header.initialized();
+        let device = Arc::new(device);
+        let adopt = device.clone();
+        // SAFETY: the ids come from the state's open table: live ids of this connection
+        // that the server which registered them can no longer close (it is gone), and
+        // each is adopted once.
+        self.core = self
+            .core
+            .with_takeover(state.clone(), resumed, |id| unsafe { adopt.adopt(id) })?;
+        if resumed {
+            self.core.set_passthrough(
+                self.core.passthrough() && header.flags & crate::takeover::PASSTHROUGH != 0,
+            );
+        }
+        self.state = Some(state);
+        self._device = Some(device);
+        Ok(self)
     }
 
     /// Serves files the node has whole from `files` (handed to the kernel when
@@ -122,6 +165,18 @@ impl Filesystem for ModelFs {
                 );
             }
             self.core.set_passthrough(offered);
+        }
+        if let Some(state) = &self.state {
+            let mut flags = 0;
+            if config.capabilities().contains(InitFlags::FUSE_HAS_RESEND) {
+                flags |= crate::takeover::HAS_RESEND;
+            }
+            if self.core.passthrough() {
+                flags |= crate::takeover::PASSTHROUGH;
+            }
+            let v = config.kernel_abi();
+            // Before the reply: a successor must not wait for an INIT that was answered.
+            state.set_initialized(flags, (v.0, v.1))?;
         }
         Ok(())
     }

@@ -20,6 +20,9 @@ pub enum FsError {
     /// `ESTALE`: an inode of a revision removed or replaced by other content since it was
     /// handed out (the kernel then looks the path up again).
     Stale,
+    /// `ENFILE`: the takeover state's open table is full (`crate::takeover::OPEN_SLOTS`
+    /// inodes open at once).
+    TooManyOpen,
 }
 
 impl FsError {
@@ -33,6 +36,7 @@ impl FsError {
             FsError::BadHandle => libc::EBADF,
             FsError::Io => libc::EIO,
             FsError::Stale => libc::ESTALE,
+            FsError::TooManyOpen => libc::ENFILE,
         }
     }
 }

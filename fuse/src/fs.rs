@@ -39,9 +39,11 @@ use read::tensor_plan::TensorOrder;
 
 use crate::errno::eio;
 pub use crate::errno::FsError;
-use crate::handles::{read_whole, Handle, InodeOpen, Mode, OpenFiles};
+pub use crate::handles::Backing;
+use crate::handles::{read_whole, Handle, InodeOpen, Mode, OpenFiles, FH_GENERATION_SHIFT};
 pub use crate::namespace::{Attr, Kind};
 use crate::namespace::{Namespace, Node};
+use crate::takeover::{OpenMode, State};
 
 /// Timeout for entries and attributes that never change: a file inode's attributes (its
 /// content is part of it), the entries of a revision's subdirectories (a directory of other
@@ -109,7 +111,7 @@ pub struct MountCore<B> {
     open: OpenFiles<B>,
 }
 
-impl<B> MountCore<B> {
+impl<B: Backing> MountCore<B> {
     /// A file system over `ns`, reading through `cache`.
     pub fn new(ns: Namespace, cache: Arc<ChunkCache>) -> MountCore<B> {
         MountCore {
@@ -321,16 +323,25 @@ impl<B> MountCore<B> {
                 Handle::Stream(Arc::new(source))
             }
             Mode::Whole(file) | Mode::Passthrough { file, .. } => Handle::Whole(file.clone()),
+            Mode::Adopted(_) => return Err(FsError::Io), // shared_mode never answers it
         };
+        let open = inodes.entry(ino).or_insert(InodeOpen {
+            count: 0,
+            mode: mode.clone(),
+        });
+        if matches!(open.mode, Mode::Adopted(_)) {
+            open.mode = mode.clone();
+        }
+        // Recorded before the kernel hears of this open: a successor must know its mode.
+        if !self.open.record(ino, &open.mode, open.count + 1) {
+            if open.count == 0 {
+                inodes.remove(&ino);
+            }
+            return Err(FsError::TooManyOpen);
+        }
+        open.count += 1;
         let fh = self.open.next_fh.fetch_add(1, Ordering::Relaxed);
         self.open.lock_handles().insert(fh, Arc::new(handle));
-        inodes
-            .entry(ino)
-            .or_insert(InodeOpen {
-                count: 0,
-                mode: mode.clone(),
-            })
-            .count += 1;
         drop(inodes);
         crate::metrics::METRICS.open_files.inc();
         OpenFiles::count_open(&mode);
@@ -338,12 +349,67 @@ impl<B> MountCore<B> {
         Ok(Opened {
             fh,
             how: match mode {
-                Mode::Passthrough { id, .. } => OpenHow::Passthrough(id),
+                Mode::Passthrough { id, .. } | Mode::Adopted(id) => OpenHow::Passthrough(id),
                 Mode::Whole(_) => OpenHow::Whole,
                 Mode::Stream => OpenHow::Stream,
             },
             keep_cache,
         })
+    }
+
+    /// A handle for `fh`, opened on inode `ino` by an earlier server of the connection (the
+    /// kernel still reads through it): streamed through the chunk cache, under that same
+    /// `fh`. Its inode's open count already counts it (from the takeover state).
+    fn adopt_handle(&self, ino: u64, fh: u64) -> FsResult<Arc<Handle>> {
+        let (tree, i) = match self.ns.file(ino) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(FsError::Stale),
+            Err(e) => return Err(eio(e)),
+        };
+        let reload = Arc::new(crate::namespace::Reloading(self.ns.clone()));
+        let source = self.open.source(reload, tree.manifest.clone(), i);
+        source.open().map_err(eio)?;
+        let handle = Arc::new(Handle::Stream(Arc::new(source)));
+        let mut handles = self.open.lock_handles();
+        let handle = handles.entry(fh).or_insert(handle).clone();
+        drop(handles);
+        crate::metrics::METRICS.open_files.inc();
+        self.hold(fh, &tree);
+        Ok(handle)
+    }
+
+    /// Serves a connection whose state is `state`: records every open and node there from
+    /// now on, hands out file handles of a new generation, and, when an earlier server
+    /// served it (`resumed`), takes over the inodes the kernel holds open (their modes and
+    /// counts; passthrough backing ids through `adopt`). Call before serving.
+    pub fn with_takeover(
+        mut self,
+        state: Arc<State>,
+        resumed: bool,
+        adopt: impl Fn(u32) -> B,
+    ) -> Result<Self, crate::takeover::StateError> {
+        let generation = u64::from(state.next_generation()?);
+        self.open.generation = generation;
+        self.open.next_fh =
+            std::sync::atomic::AtomicU64::new((generation << FH_GENERATION_SHIFT) | 1);
+        if resumed {
+            let mut inodes = self.open.inodes.lock();
+            for o in state.opens()? {
+                let mode = match o.mode {
+                    OpenMode::Cached => Mode::Stream,
+                    OpenMode::Passthrough(id) => Mode::Adopted(Arc::new(adopt(id))),
+                };
+                inodes.insert(
+                    o.ino,
+                    InodeOpen {
+                        count: o.count as usize,
+                        mode,
+                    },
+                );
+            }
+        }
+        self.open.state = Some(state);
+        Ok(self)
     }
 
     /// The open of `fh` records its revision's use (a moment later, from a background
@@ -356,7 +422,10 @@ impl<B> MountCore<B> {
     /// Up to `size` bytes at `offset` of file `_ino` through its open handle `fh` (the
     /// handle knows its file: the bytes it opened, whatever the inode shows since).
     pub fn read(&self, _ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let handle = self.open.lock_handles().get(&fh).cloned();
+        let mut handle = self.open.lock_handles().get(&fh).cloned();
+        if handle.is_none() && self.open.is_predecessors(fh) {
+            handle = Some(self.adopt_handle(_ino, fh)?);
+        }
         let started = std::time::Instant::now();
         let data = match handle.as_deref() {
             None => return Err(FsError::BadHandle),
@@ -377,6 +446,10 @@ impl<B> MountCore<B> {
     pub fn release(&self, ino: u64, fh: u64) {
         self.open.uses.lock().remove(&fh);
         let Some(handle) = self.open.lock_handles().remove(&fh) else {
+            if self.open.is_predecessors(fh) {
+                // Opened by an earlier server and never read through this one.
+                self.open.forget_open(ino);
+            }
             return;
         };
         crate::metrics::METRICS.open_files.dec();

@@ -33,6 +33,18 @@ use read::source::{FileSource, ReadPlan, Reload};
 use repo::manifest::{FileEntry, Manifest};
 
 use crate::errno::FsError;
+use crate::takeover::OpenMode;
+
+/// The kernel's id of a backing file, as the takeover state records it.
+pub trait Backing {
+    fn raw_id(&self) -> u32;
+}
+
+impl Backing for () {
+    fn raw_id(&self) -> u32 {
+        0
+    }
+}
 
 /// How the open handles of one inode read it; `B` is the kernel's backing-file id.
 pub(crate) enum Mode<B> {
@@ -43,6 +55,9 @@ pub(crate) enum Mode<B> {
     /// By the kernel from that file (`id` registered with it); the file answers any read
     /// that still reaches us.
     Passthrough { id: Arc<B>, file: Arc<File> },
+    /// By the kernel from a backing file an earlier server of the connection registered
+    /// (`id`, adopted at takeover): the next open checks the node's file again and shares it.
+    Adopted(Arc<B>),
 }
 
 impl<B> Clone for Mode<B> {
@@ -54,6 +69,7 @@ impl<B> Clone for Mode<B> {
                 id: id.clone(),
                 file: file.clone(),
             },
+            Mode::Adopted(id) => Mode::Adopted(id.clone()),
         }
     }
 }
@@ -119,9 +135,18 @@ pub(crate) struct OpenFiles<B> {
     /// Each open file handle holds its revision in use (its last-use record kept fresh
     /// while it is open: `repo::usage::hold`).
     pub(crate) uses: Mutex<HashMap<u64, repo::usage::Hold>>,
+    /// Where each inode's kernel mode and open count are recorded for a server taking the
+    /// connection over (`crate::takeover`), and this server's generation: the top bits of
+    /// its file handles ([`FH_GENERATION_SHIFT`]), so that no handle of a predecessor
+    /// the kernel still holds is ever handed out again.
+    pub(crate) state: Option<Arc<crate::takeover::State>>,
+    pub(crate) generation: u64,
 }
 
-impl<B> OpenFiles<B> {
+/// File handles are `generation << FH_GENERATION_SHIFT | n`.
+pub(crate) const FH_GENERATION_SHIFT: u32 = 40;
+
+impl<B: Backing> OpenFiles<B> {
     /// No open files; reads go through `cache`, safetensors files are followed in name
     /// order, and there is no file cache (nor passthrough).
     pub(crate) fn new(cache: Arc<ChunkCache>) -> OpenFiles<B> {
@@ -134,7 +159,14 @@ impl<B> OpenFiles<B> {
             plan: ReadPlan::default(),
             passthrough: AtomicBool::new(false),
             uses: Mutex::new(HashMap::new()),
+            state: None,
+            generation: 0,
         }
+    }
+
+    /// Whether `fh` was handed out by an earlier server of the connection.
+    pub(crate) fn is_predecessors(&self, fh: u64) -> bool {
+        fh >> FH_GENERATION_SHIFT != self.generation
     }
 
     /// File `i` of `manifest` read through the chunk cache with the mount's read plan,
@@ -163,7 +195,7 @@ impl<B> OpenFiles<B> {
             return Prepared::Fresh(None);
         };
         let held = match self.inodes.lock().get(&ino).map(|open| &open.mode) {
-            None => None,
+            None | Some(Mode::Adopted(_)) => None,
             Some(Mode::Stream) => return Prepared::Fresh(None),
             Some(Mode::Whole(file) | Mode::Passthrough { file, .. }) => Some(file.clone()),
         };
@@ -184,6 +216,18 @@ impl<B> OpenFiles<B> {
     pub(crate) fn shared_mode(mode: &Mode<B>, prepared: &Prepared) -> Result<Mode<B>, FsError> {
         let held = match mode {
             Mode::Stream => return Ok(Mode::Stream),
+            Mode::Adopted(id) => {
+                // The kernel reads the backing file it has; this open shares it once the
+                // node's file (the same checked content) is there, else fails as a held
+                // file found bad does.
+                return match prepared {
+                    Prepared::Fresh(Some(file)) => Ok(Mode::Passthrough {
+                        id: id.clone(),
+                        file: Arc::new(file.try_clone().map_err(|_| FsError::Io)?),
+                    }),
+                    _ => Err(FsError::Io),
+                };
+            }
             Mode::Whole(file) | Mode::Passthrough { file, .. } => file,
         };
         match (prepared, mode) {
@@ -247,8 +291,32 @@ impl<B> OpenFiles<B> {
         let mut inodes = self.inodes.lock();
         if let Some(open) = inodes.get_mut(&ino) {
             open.count = open.count.saturating_sub(1);
-            if open.count == 0 {
+            let (count, mode) = (open.count, open.mode.clone());
+            if count == 0 {
+                // Off the table before the backing id closes (when `mode` drops): a
+                // successor never adopts a closed id.
+                self.record(ino, &mode, 0);
                 inodes.remove(&ino);
+            } else {
+                self.record(ino, &mode, count);
+            }
+        }
+    }
+
+    /// Writes inode `ino`'s kernel mode and open count to the takeover state, if any.
+    pub(crate) fn record(&self, ino: u64, mode: &Mode<B>, count: usize) -> bool {
+        let Some(state) = &self.state else {
+            return true;
+        };
+        let kernel = match mode {
+            Mode::Passthrough { id, .. } | Mode::Adopted(id) => OpenMode::Passthrough(id.raw_id()),
+            Mode::Stream | Mode::Whole(_) => OpenMode::Cached,
+        };
+        match state.set_open(ino, kernel, u32::try_from(count).unwrap_or(u32::MAX)) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!("takeover state: inode {ino}: {e}");
+                false
             }
         }
     }
@@ -272,7 +340,7 @@ impl<B> OpenFiles<B> {
     pub(crate) fn count_open(mode: &Mode<B>) {
         let m = &crate::metrics::METRICS;
         match mode {
-            Mode::Passthrough { .. } => m.passthrough_opens.inc(),
+            Mode::Passthrough { .. } | Mode::Adopted(_) => m.passthrough_opens.inc(),
             Mode::Whole(_) => m.whole_file_opens.inc(),
             Mode::Stream => return,
         };

@@ -14,13 +14,15 @@ pub mod fs;
 mod handles;
 pub mod metrics;
 pub mod namespace;
+pub mod takeover;
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use format::{CommitId, RepoId};
-use fuser::{BackgroundSession, Config, MountOption, SessionACL};
+use fuser::{BackgroundSession, BackingDevice, Config, MountOption, Session, SessionACL, Version};
 use read::cache::ChunkCache;
 use read::file_cache::FileCache;
 use read::readahead::ReadaheadConfig;
@@ -29,6 +31,7 @@ use repo::Store;
 
 use crate::adapter::ModelFs;
 use crate::namespace::Namespace;
+use crate::takeover::State;
 
 /// Why a mount could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +51,10 @@ pub enum MountError {
     },
     #[error(transparent)]
     Store(#[from] repo::StoreError),
+    #[error("FUSE connection: {0}")]
+    Device(std::io::Error),
+    #[error(transparent)]
+    State(#[from] takeover::StateError),
 }
 
 /// What to show and how.
@@ -120,55 +127,19 @@ fn is_mountpoint(path: &Path) -> std::io::Result<bool> {
 
 /// Checks the mountpoint and `/dev/fuse`, then mounts `store` at `path` in the background.
 pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, MountError> {
-    let meta = std::fs::metadata(path).map_err(|_| MountError::NoMountpoint(path.to_path_buf()))?;
-    if !meta.is_dir() {
-        return Err(MountError::NotADirectory(path.to_path_buf()));
-    }
-    if is_mountpoint(path).unwrap_or(false) {
-        return Err(MountError::Busy(path.to_path_buf()));
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err(MountError::NoFuseDevice);
-    }
+    check_mountpoint(path)?;
     let cache = Arc::new(ChunkCache::new(
         store.clone(),
         opts.cache_bytes,
         opts.fetch_threads,
     )?);
-    let ns = match &opts.single {
-        Some((repo, commit)) => {
-            store.manifest(repo, commit)?; // fail now, not on the first lookup
-            Namespace::single(store, repo.clone(), *commit)
-        }
-        None => Namespace::full(store),
-    };
-    // The small files a loader reads first are fetched when a revision is first entered.
-    let warm = cache.clone();
-    let ns = ns.on_first_entry(Box::new(move |tree| {
-        read::warm::warm_small_files(&warm, &tree.manifest);
-    }));
+    let ns = namespace(store, opts, &cache)?;
     let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::RO,
-        MountOption::FSName("modelcas".into()),
-        MountOption::Subtype("modelcas".into()),
-        MountOption::NoDev,
-        MountOption::NoSuid,
-        MountOption::DefaultPermissions,
-    ];
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
+    config.mount_options = mount_options();
+    config.acl = acl(opts);
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    let mut fs = ModelFs::new(ns, cache)
-        .with_tensor_order(opts.tensor_order)
-        .with_readahead(opts.readahead);
-    if let Some(files) = &opts.file_cache {
-        fs = fs.with_file_cache(files.clone(), opts.passthrough);
-    }
+    let fs = model_fs(ns, cache, opts);
     repo::usage::start_background_writer();
     let session = fuser::spawn_mount(fs, path, &config).map_err(|source| MountError::Mount {
         path: path.to_path_buf(),
@@ -181,9 +152,157 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
     })
 }
 
+fn check_mountpoint(path: &Path) -> Result<(), MountError> {
+    let meta = std::fs::metadata(path).map_err(|_| MountError::NoMountpoint(path.to_path_buf()))?;
+    if !meta.is_dir() {
+        return Err(MountError::NotADirectory(path.to_path_buf()));
+    }
+    if is_mountpoint(path).unwrap_or(false) {
+        return Err(MountError::Busy(path.to_path_buf()));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err(MountError::NoFuseDevice);
+    }
+    Ok(())
+}
+
+fn mount_options() -> Vec<MountOption> {
+    vec![
+        MountOption::RO,
+        MountOption::FSName("modelcas".into()),
+        MountOption::Subtype("modelcas".into()),
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::DefaultPermissions,
+    ]
+}
+
+fn acl(opts: &MountOptions) -> SessionACL {
+    if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    }
+}
+
+/// What the mount shows (one revision or every repository), failing now when that one
+/// revision is not there; with the small files a loader reads first fetched when a
+/// revision is first entered.
+fn namespace(
+    store: Store,
+    opts: &MountOptions,
+    cache: &Arc<ChunkCache>,
+) -> Result<Namespace, MountError> {
+    let ns = match &opts.single {
+        Some((repo, commit)) => {
+            store.manifest(repo, commit)?; // fail now, not on the first lookup
+            Namespace::single(store, repo.clone(), *commit)
+        }
+        None => Namespace::full(store),
+    };
+    let warm = cache.clone();
+    Ok(ns.on_first_entry(Box::new(move |tree| {
+        read::warm::warm_small_files(&warm, &tree.manifest);
+    })))
+}
+
+fn model_fs(ns: Namespace, cache: Arc<ChunkCache>, opts: &MountOptions) -> ModelFs {
+    let mut fs = ModelFs::new(ns, cache)
+        .with_tensor_order(opts.tensor_order)
+        .with_readahead(opts.readahead);
+    if let Some(files) = &opts.file_cache {
+        fs = fs.with_file_cache(files.clone(), opts.passthrough);
+    }
+    fs
+}
+
+/// The decoded-chunk cache of `opts`, for [`serve_connection`]: one server shares one
+/// between all the connections it serves.
+pub fn chunk_cache(store: &Store, opts: &MountOptions) -> Result<Arc<ChunkCache>, MountError> {
+    Ok(Arc::new(ChunkCache::new(
+        store.clone(),
+        opts.cache_bytes,
+        opts.fetch_threads,
+    )?))
+}
+
+/// Whether something is mounted at `path` now, from `/proc/self/mountinfo` (asks the
+/// mount nothing: a FUSE mount whose server is being replaced would make a `stat` wait).
+pub fn is_mounted(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return is_mountpoint(path).unwrap_or(false);
+    };
+    let want = path.to_string_lossy().replace(' ', "\\040");
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| mp == want)
+}
+
+/// Mounts an empty FUSE connection at `path` (read-only, as every modelcas mount) and
+/// returns its /dev/fuse descriptor: nothing serves it yet, and nothing here unmounts it.
+/// The caller hands it (with a [`takeover::State`]) to a holder process, and the holder to
+/// [`serve_connection`]. Until a server answers FUSE_INIT, anything that touches the
+/// mountpoint waits.
+pub fn mount_connection(path: &Path, opts: &MountOptions) -> Result<OwnedFd, MountError> {
+    check_mountpoint(path)?;
+    fuser::mount_device(path, &mount_options(), acl(opts)).map_err(|source| MountError::Mount {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Serves the mounted connection `fuse` in the background, with takeover state `state`:
+/// a connection never served before is initialised (FUSE_INIT) before this returns; one an
+/// earlier server served (the state says so) is taken over: its inode numbers, open
+/// inodes and passthrough backing files, and (Linux 6.9+) the requests that server had
+/// read and not answered, which the kernel sends again. Worker threads read the one
+/// descriptor (no cloned descriptors: a clone dies with its server, and the requests read
+/// through it would fail instead of being sent again).
+pub fn serve_connection(
+    store: Store,
+    cache: Arc<ChunkCache>,
+    fuse: OwnedFd,
+    state: Arc<State>,
+    opts: &MountOptions,
+) -> Result<BackgroundSession, MountError> {
+    let header = state.header();
+    let resumed = header.initialized();
+    let ns = namespace(store, opts, &cache)?.with_journal(state.clone());
+    if resumed {
+        let n = ns.restore(&state)?;
+        tracing::info!(
+            "taking over a live mount: {n} inodes, generation {}",
+            header.generation + 1
+        );
+    }
+    let device = BackingDevice::new(fuse.try_clone().map_err(MountError::Device)?);
+    let fs = model_fs(ns, cache, opts).with_takeover(state.clone(), device)?;
+    let mut config = Config::default();
+    config.acl = acl(opts);
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = false;
+    repo::usage::start_background_writer();
+    let resend = fuse.try_clone().map_err(MountError::Device)?;
+    let session = if resumed {
+        let v = Version(header.proto_major, header.proto_minor);
+        Session::resume(fs, fuse, config.acl, config, v)
+    } else {
+        Session::from_fd(fs, fuse, config.acl, config.clone()).map_err(MountError::Device)?
+    };
+    let session = session.spawn().map_err(MountError::Device)?;
+    if resumed && header.flags & takeover::HAS_RESEND != 0 {
+        if let Err(e) = takeover::notify_resend(&std::fs::File::from(resend)) {
+            tracing::warn!(
+                "FUSE_NOTIFY_RESEND failed ({e}): requests the last server had read wait"
+            );
+        }
+    }
+    Ok(session)
+}
+
 /// The kernel gives a FUSE mount 128 KiB of read-ahead; model files are read in large
 /// sequential runs, so raise it to [`adapter::MAX_READAHEAD`] (needs root; best effort).
-fn raise_readahead(path: &Path) {
+pub fn raise_readahead(path: &Path) {
     let Ok(meta) = std::fs::metadata(path) else {
         return;
     };

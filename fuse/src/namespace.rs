@@ -39,12 +39,15 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bincode::{Decode, Encode};
 use format::{layout, CommitId, RepoId, Sha256};
 use parking_lot::Mutex;
 use quick_cache::sync::{Cache, EntryAction, EntryResult};
 use read::tree::{Child, Tree};
 use repo::manifest::{FileEntry, Manifest};
 use repo::{Store, StoreError};
+
+use crate::takeover::{State, StateError};
 
 /// How long listings of repositories and refs, and revisions' trees, are trusted before
 /// being checked again.
@@ -64,7 +67,7 @@ pub const ENTERED: usize = 4096;
 pub const ROOT: u64 = 1;
 
 /// What a File inode stands for besides its name: the file's bytes and mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Encode, Decode)]
 pub struct Content {
     pub sha256: Sha256,
     pub size: u64,
@@ -82,8 +85,8 @@ impl Content {
     }
 }
 
-/// What an inode is.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// What an inode is (bincode-encoded in the takeover journal: docs/format/takeover-state.md).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
 pub enum Node {
     /// The top of a full mount.
     Root,
@@ -116,7 +119,7 @@ pub enum Node {
 }
 
 /// What a View shows.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
 pub enum Target {
     /// Always this commit.
     Commit(CommitId),
@@ -266,6 +269,9 @@ pub struct Namespace {
     /// default).
     refresh: Duration,
     on_first_entry: Option<EntryHook>,
+    /// Where each node handed out is recorded before the kernel hears of it, for the
+    /// server that takes the connection over (`crate::takeover`).
+    journal: Option<Arc<State>>,
     /// Revisions a name has been looked up in or listed, for `on_first_entry`: at most
     /// [`ENTERED`].
     entered: Cache<(RepoId, CommitId), ()>,
@@ -310,6 +316,7 @@ impl Namespace {
             mounted_at: repo::manifest::now_secs(),
             refresh: REFRESH,
             on_first_entry: None,
+            journal: None,
             entered: Cache::new(ENTERED),
         }
     }
@@ -320,6 +327,31 @@ impl Namespace {
     pub fn on_first_entry(mut self, hook: EntryHook) -> Namespace {
         self.on_first_entry = Some(hook);
         self
+    }
+
+    /// Records every node handed out in `state`'s journal, and takes the mount time from
+    /// it; with [`Namespace::restore`], a server that takes the connection over answers
+    /// the kernel's inode numbers as its predecessor did.
+    pub fn with_journal(mut self, state: Arc<State>) -> Namespace {
+        self.mounted_at = state.header().mounted_at;
+        self.journal = Some(state);
+        self
+    }
+
+    /// Hands out the inode numbers of `state`'s journal again, in order (inode 2 is the
+    /// first record: 1 is the root, which every server makes the same).
+    pub fn restore(&self, state: &State) -> std::result::Result<usize, StateError> {
+        let records = state.records()?;
+        let mut inodes = self.inodes.lock();
+        for (i, rec) in records.iter().enumerate() {
+            let ((node, mtime), _): ((Node, u64), usize) =
+                bincode::decode_from_slice(rec, bincode::config::standard())
+                    .map_err(|e| StateError::Damaged(format!("journal record {i}: {e}")))?;
+            inodes.nodes.push((node.clone(), mtime));
+            let ino = inodes.nodes.len() as u64;
+            inodes.by_node.entry(node).or_insert(ino);
+        }
+        Ok(records.len())
     }
 
     /// Trusts listings of repositories and refs, and trees, for `refresh` instead of
@@ -385,6 +417,19 @@ impl Namespace {
         let mut inodes = self.inodes.lock();
         if let Some(&i) = inodes.by_node.get(&node) {
             return i;
+        }
+        if let Some(state) = &self.journal {
+            // Before the kernel hears of the inode: a successor must know every one it holds.
+            let rec = bincode::encode_to_vec((&node, mtime), bincode::config::standard());
+            if let Err(e) = rec
+                .map_err(std::io::Error::other)
+                .and_then(|r| state.append(&r))
+            {
+                tracing::error!(
+                    "takeover journal: {e}: a server taking over will not know inode {}",
+                    inodes.nodes.len() + 1
+                );
+            }
         }
         inodes.nodes.push((node.clone(), mtime));
         let i = inodes.nodes.len() as u64;

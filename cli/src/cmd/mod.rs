@@ -2,11 +2,13 @@
 //! here); the global options and opening the store are [`crate::ctx`]'s.
 
 mod bundle;
+mod csi;
 mod gc;
 mod index;
 mod ingest;
 mod ls;
 mod mount;
+mod mountd;
 mod pull;
 mod read;
 mod serve;
@@ -67,8 +69,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         cli.quiet,
     )?;
     let metrics = crate::metrics::registry(matches!(cli.command, Command::Serve(_)));
-    if let Some(addr) = &config.metrics_listen {
-        crate::metrics::serve(addr, metrics.clone())?;
+    // A mount's holder reads nothing: its FUSE server (the same command run again) serves
+    // the metrics, and a server that cannot bind the port (its predecessor's socket not yet
+    // gone) still serves the mount.
+    let holder =
+        matches!(cli.command, Command::Mount(_) | Command::Mountd(_)) && !mount::is_server();
+    if let Some(addr) = config.metrics_listen.as_ref().filter(|_| !holder) {
+        if let Err(e) = crate::metrics::serve(addr, metrics.clone()) {
+            if !mount::is_server() {
+                return Err(e);
+            }
+            tracing::warn!("{e:#}: no metrics from this FUSE server");
+        }
     }
     let ctx = Ctx {
         store_arg: config.store.clone(),
@@ -129,7 +141,13 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
         Command::Verify { revision, json } => read::verify(ctx, &revision, json),
         Command::Stats { json } => stats::run(ctx, json),
         Command::Index { action } => index::run(ctx, action),
-        Command::Mount(a) => mount::mount(ctx, &a.mountpoint, &mount::Options::new(ctx, &a)),
+        Command::Mount(a) => mount::mount(
+            ctx,
+            &a.mountpoint,
+            &mount::Options::new(ctx, &a.tuning, a.repo.clone()),
+        ),
+        Command::Mountd(a) => mountd::run(ctx, &a),
+        Command::Csi(a) => csi::run(ctx, &a),
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
         Command::Gc(a) => gc::gc(ctx, &ctx.config, &a),
         Command::Rm { revision, force } => gc::rm(ctx, &revision, force),

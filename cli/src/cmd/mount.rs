@@ -1,5 +1,12 @@
 //! `modelcas mount` (foreground until SIGINT/SIGTERM or an external unmount) and
 //! `modelcas umount`.
+//!
+//! `modelcas mount` is two processes: this one mounts the connection and holds it (a
+//! `mountd::holder::Holder` of one volume, which never reads the store), and runs the
+//! same command line again as its FUSE server (with `MODELCAS_MOUNTD_SERVER_FD` set; see
+//! [`serve_volumes`]). When the server dies it is started again at once and takes the
+//! mount over (readers pause, nothing fails); SIGHUP restarts it from the binary on disk,
+//! an upgrade without unmounting.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,7 +18,7 @@ use modelfs::MountOptions;
 use read::file_cache::FileCache;
 use read::tensor_plan::TensorOrder;
 
-use crate::args::MountArgs;
+use crate::args::MountTuning;
 use crate::ctx::{resolve, Ctx};
 
 /// Options of `modelcas mount`.
@@ -29,10 +36,10 @@ pub struct Options {
 
 impl Options {
     /// The flags, with `[mount]` of the config file under them.
-    pub fn new(ctx: &Ctx, a: &MountArgs) -> Options {
+    pub fn new(ctx: &Ctx, a: &MountTuning, repo: Option<String>) -> Options {
         let m = &ctx.config.mount;
         Options {
-            repo: a.repo.clone(),
+            repo,
             allow_other: a.allow_other || m.allow_other.unwrap_or(false),
             cache_mib: a.cache_mib.or(m.cache_mib).unwrap_or(64),
             fetch_threads: a.fetch_threads.or(m.fetch_threads),
@@ -89,7 +96,12 @@ fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
     }
 }
 
-pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
+/// The mount's options for `o`, `single` shown at the root (None: every repository).
+fn mount_options(
+    store: &repo::Store,
+    o: &Options,
+    single: Option<(format::RepoId, format::CommitId)>,
+) -> Result<MountOptions> {
     let (cache_mib, threads) = (o.cache_mib, o.threads);
     if cache_mib < 16 {
         bail!("--cache-mib {cache_mib}: at least 16 MiB is needed");
@@ -97,17 +109,9 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
     if o.fetch_threads == Some(0) || threads == 0 {
         bail!("--threads and --fetch-threads must be at least 1");
     }
-    // Block the signals before any thread starts (the S3 client starts some when the store
-    // is opened), so that every thread inherits the mask and this one receives them below.
-    let signals = block_signals();
-    let store = ctx.open()?;
     let remote = store.backend().location().starts_with("s3://");
-    let single = match o.repo.as_deref() {
-        Some(spec) => Some(resolve(&store, spec)?),
-        None => None,
-    };
-    let opts = MountOptions {
-        single: single.clone(),
+    Ok(MountOptions {
+        single,
         allow_other: o.allow_other,
         threads,
         cache_bytes: cache_mib << 20,
@@ -120,9 +124,103 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         readahead: Default::default(),
         file_cache: file_cache(o)?,
         passthrough: o.passthrough,
-    };
-    let mounted = modelfs::mount(store, mountpoint, &opts)?;
+    })
+}
+
+/// Whether this process is a FUSE server started by a holder (`modelcas mount` or
+/// `modelcas mountd`), rather than the command a person ran.
+pub fn is_server() -> bool {
+    std::env::var_os(mountd::holder::SERVER_FD_ENV).is_some()
+}
+
+/// The FUSE server: serves every volume its holder sends, with one store, one chunk cache
+/// and one file cache for all, until the holder goes. A volume pinned to a commit shows it
+/// at its root and holds it in use (gc's `--unused-for`) while it is served.
+pub fn serve_volumes(ctx: &Ctx, o: &Options) -> Result<ExitCode> {
+    let sock = mountd::server::holder_socket()?;
+    let store = ctx.open()?;
+    let base = mount_options(&store, o, None)?;
+    let cache = modelfs::chunk_cache(&store, &base)?;
+    repo::usage::start_background_writer();
     crate::resident::keep_code_resident();
+    let serve = move |v: &mountd::wire::Volume,
+                      fuse,
+                      state|
+          -> std::result::Result<Box<dyn Send>, String> {
+        serve_volume(&store, &cache, &base, v, fuse, state).map_err(|e| format!("{e:#}"))
+    };
+    mountd::server::run(sock, Arc::new(serve))?;
+    repo::usage::flush_background();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn serve_volume(
+    store: &repo::Store,
+    cache: &Arc<read::cache::ChunkCache>,
+    base: &MountOptions,
+    v: &mountd::wire::Volume,
+    fuse: std::os::fd::OwnedFd,
+    state: std::os::fd::OwnedFd,
+) -> Result<Box<dyn Send>> {
+    let mut opts = base.clone();
+    opts.allow_other = v.allow_other;
+    let mut hold = None;
+    if let Some(c) = &v.commit {
+        let repo = format::RepoId::parse(&v.repo)?;
+        let commit =
+            format::CommitId::parse(c).with_context(|| format!("volume {}: commit {c:?}", v.id))?;
+        repo::usage::record_in_background(store, &repo, &commit, "volume", Duration::ZERO);
+        hold = Some(repo::usage::hold(store, &repo, &commit, "volume"));
+        opts.single = Some((repo, commit));
+    }
+    let state = modelfs::takeover::State::open(std::fs::File::from(state))?;
+    let session =
+        modelfs::serve_connection(store.clone(), cache.clone(), fuse, Arc::new(state), &opts)?;
+    Ok(Box::new((session, hold)))
+}
+
+/// This process's command line, to run again as the FUSE server.
+pub fn server_argv() -> Result<Vec<std::ffi::OsString>> {
+    let exe = std::env::current_exe().context("the path of this modelcas binary")?;
+    let mut argv = vec![exe.into_os_string()];
+    argv.extend(std::env::args_os().skip(1));
+    Ok(argv)
+}
+
+pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
+    if is_server() {
+        return serve_volumes(ctx, o);
+    }
+    // Block the signals before any thread starts (the S3 client starts some when the store
+    // is opened), so that every thread inherits the mask and this one receives them below.
+    let signals = block_signals();
+    let store = ctx.open()?;
+    let single = match o.repo.as_deref() {
+        Some(spec) => Some(resolve(&store, spec)?),
+        None => None,
+    };
+    let opts = mount_options(&store, o, single.clone())?;
+    clear_dead_mount(mountpoint);
+    let fuse = modelfs::mount_connection(mountpoint, &opts)?;
+    let holder = mountd::holder::Holder::start(server_argv()?)?;
+    let volume = mountd::wire::Volume {
+        id: format!("mount:{}", mountpoint.display()),
+        target: mountpoint.to_path_buf(),
+        repo: single
+            .as_ref()
+            .map(|(r, _)| r.to_string())
+            .unwrap_or_default(),
+        revision: o.repo.clone().unwrap_or_default(),
+        commit: single.as_ref().map(|(_, c)| c.to_hex()),
+        allow_other: o.allow_other,
+        labels: Vec::new(),
+    };
+    if let Err(e) = holder.add(volume, fuse) {
+        holder.stop();
+        lazy_unmount(mountpoint);
+        return Err(e.into());
+    }
+    modelfs::raise_readahead(mountpoint);
     match &single {
         Some((r, c)) => tracing::info!(
             "mounted {r}@{c} at {} (Ctrl-C or `modelcas umount` to stop)",
@@ -130,29 +228,49 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         ),
         None => tracing::info!(
             "mounted {} at {} (Ctrl-C or `modelcas umount` to stop)",
-            ctx.open()?.backend().location(),
+            store.backend().location(),
             mountpoint.display()
         ),
     }
     loop {
-        if mounted.is_finished() {
+        if !modelfs::is_mounted(mountpoint) {
             tracing::info!("{} was unmounted", mountpoint.display());
-            repo::usage::flush_background();
+            holder.stop();
             return Ok(ExitCode::SUCCESS);
         }
-        if let Some(sig) = wait_signal(&signals, Duration::from_millis(200)) {
-            tracing::info!("signal {sig}: unmounting {}", mountpoint.display());
-            break;
+        match wait_signal(&signals, Duration::from_millis(200)) {
+            Some(libc::SIGHUP) => {
+                tracing::info!("SIGHUP: starting the FUSE server again from the binary on disk");
+                holder.restart_server();
+            }
+            Some(sig) => {
+                tracing::info!("signal {sig}: unmounting {}", mountpoint.display());
+                break;
+            }
+            None => {}
         }
     }
-    if let Err(e) = mounted.unmount() {
+    if umount(mountpoint).is_err() {
         // Busy (files still open): detach lazily so the process can exit.
-        tracing::warn!("unmount: {e}; detaching lazily");
+        tracing::warn!("unmount of {} busy; detaching lazily", mountpoint.display());
         lazy_unmount(mountpoint);
     }
-    // Last-use records still waiting (a file opened in the last second) are written now.
-    repo::usage::flush_background();
+    holder.stop();
     Ok(ExitCode::SUCCESS)
+}
+
+/// A mount at `mountpoint` whose every holder died ("Transport endpoint is not
+/// connected") is detached, so that a new one can be made there.
+pub fn clear_dead_mount(mountpoint: &Path) {
+    if let Err(e) = std::fs::metadata(mountpoint) {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            tracing::warn!(
+                "{}: a dead mount is there; detaching it",
+                mountpoint.display()
+            );
+            lazy_unmount(mountpoint);
+        }
+    }
 }
 
 pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
@@ -178,7 +296,7 @@ pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
     }
 }
 
-fn lazy_unmount(mountpoint: &Path) {
+pub fn lazy_unmount(mountpoint: &Path) {
     let ok = std::process::Command::new("fusermount3")
         .arg("-u")
         .arg("-z")
@@ -193,7 +311,7 @@ fn lazy_unmount(mountpoint: &Path) {
     }
 }
 
-fn block_signals() -> libc::sigset_t {
+pub fn block_signals() -> libc::sigset_t {
     // SAFETY: sigset operations on a local, zero-initialised set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -206,7 +324,7 @@ fn block_signals() -> libc::sigset_t {
     }
 }
 
-fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+pub fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
