@@ -32,6 +32,7 @@ mod pull;
 mod roundtrip;
 mod serve;
 mod sync;
+mod takeover;
 mod ui;
 mod unchanged;
 mod upstream;

@@ -228,9 +228,22 @@ impl Holder {
         self.inner.starts.load(Ordering::SeqCst)
     }
 
-    /// Stops the server for good (the volumes' descriptors stay held until dropped).
+    /// Stops the server for good (the volumes' descriptors stay held until dropped): its
+    /// socket is shut, so it writes what it still has to write (last-use records) and
+    /// exits; killed if it has not within 10 s.
     pub fn stop(&self) {
         self.inner.stopping.store(true, Ordering::SeqCst);
+        let mut server = self.inner.server.lock();
+        if let Some(s) = server.as_ref() {
+            let _ = s.sock.shutdown(std::net::Shutdown::Both);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.is_some() && Instant::now() < deadline {
+            self.inner
+                .server_changed
+                .wait_for(&mut server, Duration::from_millis(100));
+        }
+        drop(server);
         self.kill_server_and_wait();
     }
 

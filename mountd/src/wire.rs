@@ -157,7 +157,7 @@ mod tests {
     fn frames_carry_messages_and_descriptors() {
         let (a, b) = UnixStream::pair().unwrap();
         let f = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut &f, b"hello").unwrap();
+        (&f).write_all(b"hello").unwrap();
         send(
             &a,
             &Request::Remove { id: "v1".into() },

@@ -46,7 +46,9 @@ impl Mount {
             path,
         };
         wait_until("the mount to come up", Duration::from_secs(20), || {
-            if is_mounted(&m.path) {
+            // Mounted, and answered: the connection is mounted before its server (a child
+            // of the mount process) answers it; a stat waits for the server.
+            if is_mounted(&m.path) && std::fs::metadata(&m.path).is_ok() {
                 return Some(());
             }
             if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
