@@ -17,6 +17,7 @@ mod fake;
 mod bad_input;
 mod bundle;
 mod crash;
+mod csi;
 mod features;
 mod file_cache;
 mod format_reader;

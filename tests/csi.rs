@@ -1,0 +1,418 @@
+//! The CSI node plugin as kubelet drives it (issue 38): the real `modelcas csi` and
+//! `modelcas mountd` binaries, gRPC on the plugin's unix socket (a tonic client of the
+//! plugin's own bindings, with kubelet's exact fields), real FUSE mounts, and kill -9 of
+//! each process under readers that check every byte.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::mount::is_mounted;
+use common::{ingest_series, series, tree_hashes, wait_until, Env};
+use csi::proto::identity_client::IdentityClient;
+use csi::proto::node_client::NodeClient;
+use csi::proto::volume_capability::access_mode::Mode;
+use csi::proto::volume_capability::{AccessMode, AccessType, MountVolume};
+use csi::proto::*;
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::Code;
+
+use crate::takeover::{replace_server, server_of, Reader};
+
+const REPO: &str = "demo-org/demo-llm";
+
+/// A child process killed (SIGKILL) and reaped on drop.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn pid(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+    fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A node: mountd, the plugin, the kubelet directory, and a client.
+struct Node {
+    env: Env,
+    dir: PathBuf,
+    mountd: Proc,
+    plugin: Proc,
+    rt: tokio::runtime::Runtime,
+    channel: Channel,
+}
+
+impl Node {
+    fn start(env: Env) -> Node {
+        let dir = env.path("node");
+        std::fs::create_dir_all(dir.join("kubelet")).unwrap();
+        let mountd = start_mountd(&env, &dir, false);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let plugin = start_plugin(&env, &dir);
+        let channel = rt.block_on(connect(&dir.join("csi.sock")));
+        Node {
+            env,
+            dir,
+            mountd,
+            plugin,
+            rt,
+            channel,
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("mountd.sock")
+    }
+
+    /// The target path kubelet gives for `volume` of pod `uid` (its parent made).
+    fn target(&self, uid: &str, volume: &str) -> PathBuf {
+        let parent = self.dir.join(format!(
+            "kubelet/pods/{uid}/volumes/kubernetes.io~csi/{volume}"
+        ));
+        std::fs::create_dir_all(&parent).unwrap();
+        parent.join("mount")
+    }
+
+    fn node(&self) -> NodeClient<Channel> {
+        NodeClient::new(self.channel.clone())
+    }
+
+    fn publish(&self, req: NodePublishVolumeRequest) -> Result<(), tonic::Status> {
+        let mut c = self.node();
+        self.rt.block_on(c.node_publish_volume(req)).map(|_| ())
+    }
+
+    fn unpublish(&self, id: &str, target: &Path) -> Result<(), tonic::Status> {
+        let mut c = self.node();
+        let req = NodeUnpublishVolumeRequest {
+            volume_id: id.into(),
+            target_path: target.to_str().unwrap().into(),
+        };
+        self.rt.block_on(c.node_unpublish_volume(req)).map(|_| ())
+    }
+
+    /// Kills the plugin (kill -9) and starts it again.
+    fn restart_plugin(&mut self) {
+        self.plugin.kill();
+        self.plugin = start_plugin(&self.env, &self.dir);
+        self.channel = self.rt.block_on(connect(&self.dir.join("csi.sock")));
+    }
+}
+
+fn start_mountd(env: &Env, dir: &Path, take_over: bool) -> Proc {
+    let mut cmd = env.cmd();
+    cmd.arg("mountd")
+        .arg("--socket")
+        .arg(dir.join("mountd.sock"))
+        .stderr(Stdio::null());
+    if take_over {
+        cmd.arg("--take-over");
+    }
+    let p = Proc(Some(cmd.spawn().unwrap()));
+    // Listening once its FUSE server runs (and, taking over, once it has every volume).
+    server_of(p.pid());
+    let sock = dir.join("mountd.sock");
+    wait_until("mountd's socket", Duration::from_secs(20), || {
+        std::os::unix::net::UnixStream::connect(&sock).ok()
+    });
+    p
+}
+
+fn start_plugin(env: &Env, dir: &Path) -> Proc {
+    let child = env
+        .cmd()
+        .arg("csi")
+        .arg("--endpoint")
+        .arg(format!("unix://{}", dir.join("csi.sock").display()))
+        .args(["--node-id", "gpu-node-1", "--mountd-socket"])
+        .arg(dir.join("mountd.sock"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc(Some(child))
+}
+
+async fn connect(socket: &Path) -> Channel {
+    let path = socket.to_path_buf();
+    wait_until("the plugin's socket", Duration::from_secs(20), || {
+        std::os::unix::net::UnixStream::connect(&path).ok()
+    });
+    let socket = socket.to_path_buf();
+    Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let socket = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(
+                    tokio::net::UnixStream::connect(socket).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+/// NodePublishVolume as kubelet sends an inline volume with `podInfoOnMount: true`.
+fn inline(id: &str, target: &Path, repo: &str, revision: &str) -> NodePublishVolumeRequest {
+    let ctx: HashMap<String, String> = [
+        ("repo", repo),
+        ("revision", revision),
+        ("csi.storage.k8s.io/pod.name", "vllm-0"),
+        ("csi.storage.k8s.io/pod.namespace", "serving"),
+        (
+            "csi.storage.k8s.io/pod.uid",
+            "6f1c2a4e-0000-4000-8000-000000000001",
+        ),
+        ("csi.storage.k8s.io/serviceAccount.name", "default"),
+        ("csi.storage.k8s.io/ephemeral", "true"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    NodePublishVolumeRequest {
+        volume_id: id.into(),
+        publish_context: HashMap::new(),
+        staging_target_path: String::new(),
+        target_path: target.to_str().unwrap().into(),
+        volume_capability: Some(VolumeCapability {
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+        }),
+        readonly: true,
+        secrets: HashMap::new(),
+        volume_context: ctx,
+    }
+}
+
+#[test]
+fn kubelet_publishes_a_pinned_revision_that_outlives_the_plugin() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    env.ok(&["ref", REPO, "main", &s.commit("r1")]);
+    let mut node = Node::start(env);
+    // Registration: GetPluginInfo, then NodeGetInfo (kubelet unregisters a driver whose
+    // NodeGetInfo fails), NodeGetCapabilities on each publish.
+    let mut id = IdentityClient::new(node.channel.clone());
+    let info = node
+        .rt
+        .block_on(id.get_plugin_info(GetPluginInfoRequest {}))
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.name, "csi.modelcas.io");
+    let mut n = node.node();
+    let ni = node
+        .rt
+        .block_on(n.node_get_info(NodeGetInfoRequest {}))
+        .unwrap()
+        .into_inner();
+    assert_eq!(ni.node_id, "gpu-node-1");
+
+    let t1 = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &t1, REPO, "main")).unwrap();
+    assert!(is_mounted(&t1));
+    assert_eq!(
+        tree_hashes(&t1),
+        s.files("r1"),
+        "the revision at the volume's root"
+    );
+    // The ref moves: the running volume keeps its commit; a new one gets the new one.
+    node.env.ok(&["ref", REPO, "main", &s.commit("r2")]);
+    let t2 = node.target("pod-b", "model");
+    node.publish(inline("csi-b", &t2, REPO, "main")).unwrap();
+    assert_eq!(tree_hashes(&t2), s.files("r2"));
+    assert_eq!(tree_hashes(&t1), s.files("r1"), "pinned at publish");
+    // kill -9 of the plugin: the volumes serve on; the new plugin knows them.
+    let reader = Reader::start(t1.clone(), s.files("r1"));
+    reader.wait_passes(1);
+    node.restart_plugin();
+    reader.wait_passes(1);
+    reader.finish();
+    // A repeated publish (kubelet retries) answers OK and changes nothing.
+    node.publish(inline("csi-a", &t1, REPO, "main")).unwrap();
+    assert_eq!(
+        tree_hashes(&t1),
+        s.files("r1"),
+        "still pinned after a republish"
+    );
+    let err = node.publish(inline("csi-a", &t1, REPO, "r3")).unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err}");
+    // Unpublish: unmounted, the directory gone, mountd holds nothing of it; twice is OK.
+    node.unpublish("csi-a", &t1).unwrap();
+    assert!(!is_mounted(&t1));
+    assert!(!t1.exists(), "the plugin removes the target it made");
+    node.unpublish("csi-a", &t1).unwrap();
+    let held = mountd_list(&node);
+    assert_eq!(held, vec!["csi-b".to_string()]);
+    node.unpublish("csi-b", &t2).unwrap();
+    assert!(mountd_list(&node).is_empty());
+}
+
+fn mountd_list(node: &Node) -> Vec<String> {
+    let mut ids: Vec<String> = mountd_ids(&node.socket());
+    ids.sort();
+    ids
+}
+
+fn mountd_ids(socket: &Path) -> Vec<String> {
+    let sock = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    use std::io::{Read, Write};
+    let body = br#""List""#;
+    (&sock)
+        .write_all(&(body.len() as u32).to_le_bytes())
+        .unwrap();
+    (&sock).write_all(body).unwrap();
+    let mut len = [0u8; 4];
+    (&sock).read_exact(&mut len).unwrap();
+    let mut buf = vec![0u8; u32::from_le_bytes(len) as usize];
+    (&sock).read_exact(&mut buf).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+    v["Volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_fuse_server_and_mountd_itself_are_replaced_under_readers() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let mut node = Node::start(env);
+    let targets: Vec<(PathBuf, &str)> = ["r1", "r4"]
+        .iter()
+        .map(|r| {
+            let t = node.target(&format!("pod-{r}"), "model");
+            node.publish(inline(&format!("csi-{r}"), &t, REPO, r))
+                .unwrap();
+            (t, *r)
+        })
+        .collect();
+    let readers: Vec<Reader> = targets
+        .iter()
+        .map(|(t, r)| Reader::start(t.clone(), s.files(r)))
+        .collect();
+    readers[0].wait_passes(1);
+    // kill -9 of the server of every volume, three times.
+    for i in 0..3 {
+        replace_server(node.mountd.pid(), None);
+        readers[i % 2].wait_passes(1);
+    }
+    // An upgrade of mountd itself: a new one takes every volume over its socket.
+    let old_mountd = node.mountd.pid();
+    let old_server = server_of(old_mountd);
+    let new = start_mountd(&node.env, &node.dir, true);
+    let new_server = server_of(new.pid());
+    assert_ne!(new_server, old_server);
+    for r in &readers {
+        r.wait_passes(1);
+    }
+    // The old one serves nothing now and stays until told to go (as a pod being replaced).
+    assert!(
+        crate::takeover::children(old_mountd).is_empty(),
+        "old server stopped"
+    );
+    node.mountd.kill();
+    node.mountd = new;
+    for r in &readers {
+        r.wait_passes(1);
+    }
+    for r in readers {
+        let gap = r.finish();
+        assert!(gap < Duration::from_secs(10), "a read waited {gap:?}");
+    }
+    // The plugin finds the volumes through the new mountd.
+    for (t, r) in &targets {
+        node.publish(inline(&format!("csi-{r}"), t, REPO, r))
+            .unwrap();
+        node.unpublish(&format!("csi-{r}"), t).unwrap();
+        assert!(!is_mounted(t) && !t.exists());
+    }
+}
+
+#[test]
+fn refused_publishes_name_the_problem_and_leave_nothing() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let mut node = Node::start(env);
+    let t = node.target("pod-x", "model");
+    let cases: Vec<(NodePublishVolumeRequest, Code, &str)> = vec![
+        (
+            inline("v", &t, "demo-org/nothing", "main"),
+            Code::NotFound,
+            "demo-org/nothing",
+        ),
+        (
+            inline("v", &t, REPO, "no-such-ref"),
+            Code::NotFound,
+            "no-such-ref",
+        ),
+        (
+            inline("v", &t, REPO, "ffffffffff"),
+            Code::NotFound,
+            "ffffffffff",
+        ),
+        (
+            NodePublishVolumeRequest {
+                readonly: false,
+                ..inline("v", &t, REPO, "main")
+            },
+            Code::InvalidArgument,
+            "readOnly",
+        ),
+        (
+            {
+                let mut r = inline("v", &t, REPO, "main");
+                r.volume_context.remove("repo");
+                r
+            },
+            Code::InvalidArgument,
+            "repo",
+        ),
+        (
+            {
+                let mut r = inline("v", &t, REPO, "main");
+                r.volume_context.insert("revison".into(), "r2".into());
+                r
+            },
+            Code::InvalidArgument,
+            "revison",
+        ),
+    ];
+    for (req, code, names) in cases {
+        let err = node.publish(req).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(err.message().contains(names), "{names} in {err}");
+        assert!(!t.exists(), "nothing left after {err}");
+    }
+    // A node whose mountd is down: UNAVAILABLE, and again nothing left.
+    node.mountd.kill();
+    let err = node.publish(inline("v", &t, REPO, "main")).unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.message().contains("mountd"), "{err}");
+    assert!(!t.exists() && !is_mounted(&t));
+    let _ = s;
+}
