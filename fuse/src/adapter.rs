@@ -252,8 +252,11 @@ impl Filesystem for ModelFs {
         reply: ReplyEmpty,
     ) {
         crate::metrics::request("release");
-        self.core.release(ino.0, fh.0);
+        // Answered first: a server killed between the two leaves the open counted (the
+        // inode keeps its mode until unmount), never a RELEASE the kernel sends again
+        // counted twice (an inode closed under an open handle).
         reply.ok();
+        self.core.release(ino.0, fh.0);
     }
 
     fn flush(

@@ -220,12 +220,15 @@ impl<B: Backing> OpenFiles<B> {
                 // The kernel reads the backing file it has; this open shares it once the
                 // node's file (the same checked content) is there, else fails as a held
                 // file found bad does.
+                // Without the node's file (evicted since), a cached open: the kernel
+                // refuses it (EIO) only if it really still holds the inode in passthrough
+                // (a count left too high by a server killed mid-open is not).
                 return match prepared {
                     Prepared::Fresh(Some(file)) => Ok(Mode::Passthrough {
                         id: id.clone(),
                         file: Arc::new(file.try_clone().map_err(|_| FsError::Io)?),
                     }),
-                    _ => Err(FsError::Io),
+                    _ => Ok(Mode::Stream),
                 };
             }
             Mode::Whole(file) | Mode::Passthrough { file, .. } => file,

@@ -35,7 +35,7 @@
 //! the life of the mount (see [`Namespace::ino`]).
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -236,13 +236,23 @@ impl Trees {
 }
 
 /// A digest of a revision's content: every file's path, size, sha256 and executable bit
-/// (not where its chunks are, which gc may change).
+/// (not where its chunks are, which gc may change). Specified (the first 8 bytes, little
+/// endian, of BLAKE3 over each file's path length (u64 LE), path, size (u64 LE), sha256
+/// and executable byte, in manifest order), since it is kept in the takeover journal and
+/// a server of another build must compute the same.
 pub fn digest(m: &Manifest) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = blake3::Hasher::new();
     for f in &m.files {
-        (&f.path, f.size, f.sha256, f.executable).hash(&mut h);
+        h.update(&(f.path.len() as u64).to_le_bytes());
+        h.update(f.path.as_bytes());
+        h.update(&f.size.to_le_bytes());
+        h.update(f.sha256.as_bytes());
+        h.update(&[u8::from(f.executable)]);
     }
-    h.finish()
+    let out = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&out.as_bytes()[..8]);
+    u64::from_le_bytes(first)
 }
 
 /// The directory a View or Dir shows now.

@@ -18,8 +18,9 @@
 //!
 //! The layout is docs/format/takeover-state.md (version 1). The file lives in memory only
 //! (a reboot ends every mount anyway), but a server of another modelcas version may read
-//! it after an upgrade: a version it does not know is refused, and the successor leaves the
-//! mount to the holder's fallback (a new mount). Writes are ordered so that a server killed
+//! it after an upgrade: a version it does not know is refused (the server reports the
+//! volume as not served, and its readers wait until a server that reads it runs: roll
+//! back, or unpublish and publish again). Writes are ordered so that a server killed
 //! between any two leaves a file its successor reads: a journal record counts once the
 //! header's committed length covers it; an open-table slot is one 16-byte write.
 

@@ -195,11 +195,18 @@ impl Holder {
             .collect()
     }
 
-    /// Every volume, taken out (for a new holder), after the server was stopped.
-    pub fn hand_over(&self) -> Vec<Held> {
+    /// Every volume, taken out (for a new holder), after the server was stopped and
+    /// reaped; `None` (and serving on) when it could not be reaped: two servers must
+    /// never serve one connection.
+    pub fn hand_over(&self) -> Option<Vec<Held>> {
         self.inner.stopping.store(true, Ordering::SeqCst);
         self.kill_server_and_wait();
-        std::mem::take(&mut *self.inner.volumes.lock())
+        if self.inner.server.lock().is_some() {
+            tracing::error!("mountd: the FUSE server did not end; refusing the handover");
+            self.inner.stopping.store(false, Ordering::SeqCst);
+            return None;
+        }
+        Some(std::mem::take(&mut *self.inner.volumes.lock()))
     }
 
     /// Ends the running server (SIGKILL) and lets the supervisor start the binary on disk

@@ -6,7 +6,7 @@
 //!   (`modelfs::takeover`), runs the one server process, starts another at once when it
 //!   ends, and hands everything to a new holder on an upgrade of the holder itself;
 //! * [`server`]: the server process's loop (what it serves with is the caller's);
-//! * [`socket`]: the holder's unix socket for its clients (the CSI plugin, `mountd list`);
+//! * [`socket`]: the holder's unix socket for its clients (the CSI plugin, a new mountd);
 //! * [`wire`]: the frames between them (JSON with descriptors attached).
 //!
 //! The protocol's invariant (docs/FORMAT.md, "Mount takeover"): one server per connection

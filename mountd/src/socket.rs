@@ -165,7 +165,14 @@ fn answer(conn: &UnixStream, holder: &Holder, req: Request, fds: Vec<OwnedFd>) {
 
 /// Sends every volume to the new holder on `conn`; true once it acknowledged them all.
 fn hand_over(conn: &UnixStream, holder: &Holder) -> bool {
-    let held = holder.hand_over();
+    let Some(held) = holder.hand_over() else {
+        let _ = wire::send(
+            conn,
+            &Reply::Error("the FUSE server did not stop".into()),
+            &[],
+        );
+        return false;
+    };
     for h in &held {
         let m = Reply::HandedOver {
             volume: Some(h.volume.clone()),

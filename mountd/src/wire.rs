@@ -36,7 +36,7 @@ pub struct Volume {
     pub labels: Vec<(String, String)>,
 }
 
-/// What a client (the CSI plugin, `modelcas mountd list`) asks the holder, and what the
+/// What a client (the CSI plugin, a new mountd) asks the holder, and what the
 /// holder asks its server.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Request {
@@ -123,6 +123,7 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
         )
         .map_err(nix_io)?;
         let mut fds = Vec::new();
+        let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
         for c in msg.cmsgs().map_err(nix_io)? {
             if let ControlMessageOwned::ScmRights(raw) = c {
                 for fd in raw {
@@ -130,6 +131,11 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
                     fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
                 }
             }
+        }
+        if truncated {
+            return Err(WireError::Protocol(format!(
+                "more than {MAX_FDS} descriptors in a frame"
+            )));
         }
         (msg.bytes, fds)
     };

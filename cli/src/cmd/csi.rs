@@ -101,6 +101,8 @@ impl Backend {
             mountd::socket::ClientError::Connect { .. } => VolumeError::Unavailable(format!(
                 "{e} (is the modelcas-mountd DaemonSet running on this node?)"
             )),
+            // mountd took it, but its server could not serve it (it reads the store).
+            mountd::socket::ClientError::Refused(m) => VolumeError::Unavailable(m),
             e => VolumeError::Internal(e.to_string()),
         }
     }

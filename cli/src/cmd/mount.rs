@@ -210,7 +210,11 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
             .as_ref()
             .map(|(r, _)| r.to_string())
             .unwrap_or_default(),
-        revision: o.repo.clone().unwrap_or_default(),
+        revision: o
+            .repo
+            .as_deref()
+            .and_then(|spec| spec.split_once('@').map(|(_, rev)| rev.to_string()))
+            .unwrap_or_default(),
         commit: single.as_ref().map(|(_, c)| c.to_hex()),
         allow_other: o.allow_other,
         labels: Vec::new(),
