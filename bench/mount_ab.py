@@ -35,10 +35,18 @@ def env(extra=None):
 
 
 def cpu_s(pid):
-    """utime + stime of every thread of pid, in seconds."""
+    """utime + stime of every thread of pid and of its child processes (since issue 38 the
+    mount's FUSE server is a child of the `modelcas mount` process), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    kids = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            kids += [int(x) for x in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except OSError:
+            pass
+    return own + sum(cpu_s(k) for k in kids)
 
 
 class Mount:

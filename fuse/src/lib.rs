@@ -232,7 +232,23 @@ pub fn is_mounted(path: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return is_mountpoint(path).unwrap_or(false);
     };
-    let want = path.to_string_lossy().replace(' ', "\\040");
+    // The kernel's spelling: absolute, resolved; the path itself is not touched (a stat of
+    // a FUSE mount asks its server), only its parent.
+    let resolved = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            parent
+                .canonicalize()
+                .map(|p| p.join(name))
+                .unwrap_or_else(|_| path.to_path_buf())
+        }
+        _ => path.to_path_buf(),
+    };
+    let want = resolved.to_string_lossy().replace(' ', "\\040");
     info.lines()
         .filter_map(|l| l.split(' ').nth(4))
         .any(|mp| mp == want)

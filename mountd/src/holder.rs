@@ -307,13 +307,16 @@ fn supervise(inner: &Arc<Inner>) {
             }
             Err(e) => tracing::error!("mountd: cannot start the FUSE server: {e}"),
         }
-        // A server that dies at once (a broken binary, a bad config) is started again
-        // after a growing pause, up to 5 s; one that ran a while, at once.
+        // A server that keeps dying at once (a broken binary, a bad config) is started
+        // again after a growing pause, up to 5 s, from its third quick death on; one that
+        // ran a while, or died quickly once or twice (killed again soon after a takeover),
+        // at once: readers are waiting.
         if started.elapsed() < Duration::from_secs(2) {
             quick_failures += 1;
-            std::thread::sleep(Duration::from_millis(
-                200 * u64::from(quick_failures.min(25)),
-            ));
+            if quick_failures > 2 {
+                let n = u64::from((quick_failures - 2).min(25));
+                std::thread::sleep(Duration::from_millis(200 * n));
+            }
         } else {
             quick_failures = 0;
         }

@@ -104,6 +104,15 @@ pub fn listen(path: &Path, holder: &Holder) -> Result<(), HolderError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if meta.file_type().is_socket() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(HolderError::Io(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!(
+                        "{}: another mountd answers there (use --take-over to replace it)",
+                        path.display()
+                    ),
+                )));
+            }
             std::fs::remove_file(path)?;
         }
     }

@@ -194,13 +194,23 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
     // Block the signals before any thread starts (the S3 client starts some when the store
     // is opened), so that every thread inherits the mask and this one receives them below.
     let signals = block_signals();
+    clear_dead_mount(mountpoint);
+    // One spelling for the kernel's table, which `is_mounted` reads: absolute, no trailing
+    // slash, no symlink.
+    let canonical = match mountpoint.canonicalize() {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("mountpoint {} does not exist", mountpoint.display())
+        }
+        Err(e) => bail!("mountpoint {}: {e}", mountpoint.display()),
+    };
+    let mountpoint = canonical.as_path();
     let store = ctx.open()?;
     let single = match o.repo.as_deref() {
         Some(spec) => Some(resolve(&store, spec)?),
         None => None,
     };
     let opts = mount_options(&store, o, single.clone())?;
-    clear_dead_mount(mountpoint);
     let fuse = modelfs::mount_connection(mountpoint, &opts)?;
     let holder = mountd::holder::Holder::start(server_argv()?)?;
     let volume = mountd::wire::Volume {
@@ -266,6 +276,11 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
 /// A mount at `mountpoint` whose every holder died ("Transport endpoint is not
 /// connected") is detached, so that a new one can be made there.
 pub fn clear_dead_mount(mountpoint: &Path) {
+    // Only a path the kernel's table shows mounted is stat'ed (a stat of a live mount
+    // whose server is slow would wait for it; one of a dead mount fails at once).
+    if !modelfs::is_mounted(mountpoint) {
+        return;
+    }
     if let Err(e) = std::fs::metadata(mountpoint) {
         if e.raw_os_error() == Some(libc::ENOTCONN) {
             tracing::warn!(
