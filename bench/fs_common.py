@@ -81,3 +81,15 @@ def on_fresh_ext4(d, run):
     finally:
         subprocess.run(["umount", mnt], check=True)
         os.remove(img)
+
+
+def children(pid):
+    """The child processes of every thread of pid (the FUSE server of a `modelcas mount`
+    is a child of its supervisor thread)."""
+    out = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out += [int(x) for x in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except OSError:
+            pass
+    return out

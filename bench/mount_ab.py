@@ -22,7 +22,7 @@ Both builds read one store (made by B; the store format is the same). Needs root
 import os, random, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fs_common import dd_read as dd, drop_caches, mmap_walk, mounted, st_walk  # noqa: E402
+from fs_common import children, dd_read as dd, drop_caches, mmap_walk, mounted, st_walk  # noqa: E402
 
 BIN_A, BIN_B, SERIES, WORK = sys.argv[1:5]
 ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 5
@@ -40,13 +40,7 @@ def cpu_s(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    kids = []
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            kids += [int(x) for x in open(f"/proc/{pid}/task/{t}/children").read().split()]
-        except OSError:
-            pass
-    return own + sum(cpu_s(k) for k in kids)
+    return own + sum(cpu_s(k) for k in children(pid))
 
 
 class Mount:

@@ -14,21 +14,14 @@ completes. Prints one table; any wrong byte or read error fails the run (exit 1)
 """
 import hashlib, json, os, signal, statistics, subprocess, sys, threading, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fs_common import children  # noqa: E402
+
 BIN, SERIES, WORK = sys.argv[1:4]
 KILLS = int(sys.argv[4]) if len(sys.argv) > 4 else 20
 REPO = "demo-org/demo-llm"
 ENV = dict(os.environ, MODELCAS_STORE=f"{WORK}/store", MODELCAS_INDEX=f"{WORK}/index",
            MODELCAS_FILE_CACHE=f"{WORK}/files")
-
-
-def children(pid):
-    out = []
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            out += [int(x) for x in open(f"/proc/{pid}/task/{t}/children").read().split()]
-        except OSError:
-            pass
-    return out
 
 
 def mounted(path):
