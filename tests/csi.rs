@@ -268,6 +268,41 @@ fn kubelet_publishes_a_pinned_revision_that_outlives_the_plugin() {
     assert!(mountd_list(&node).is_empty());
 }
 
+#[test]
+fn two_pods_of_one_persistent_volume_on_a_node_each_get_it() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let pv = |target: &Path| {
+        let mut r = inline("pv-llm", target, REPO, &s.commit("r3"));
+        r.volume_capability.as_mut().unwrap().access_mode = Some(AccessMode {
+            mode: Mode::MultiNodeReaderOnly as i32,
+        });
+        r.volume_context
+            .insert("csi.storage.k8s.io/ephemeral".into(), "false".into());
+        r
+    };
+    let (a, b) = (
+        node.target("pod-a", "pv-llm"),
+        node.target("pod-b", "pv-llm"),
+    );
+    node.publish(pv(&a)).unwrap();
+    node.publish(pv(&b)).unwrap();
+    assert_eq!(tree_hashes(&a), s.files("r3"));
+    assert_eq!(tree_hashes(&b), s.files("r3"));
+    node.unpublish("pv-llm", &a).unwrap();
+    assert!(!is_mounted(&a) && !a.exists());
+    assert_eq!(
+        tree_hashes(&b),
+        s.files("r3"),
+        "the other pod's mount stays"
+    );
+    assert_eq!(mountd_list(&node), vec!["pv-llm".to_string()]);
+    node.unpublish("pv-llm", &b).unwrap();
+    assert!(mountd_list(&node).is_empty());
+}
+
 fn mountd_list(node: &Node) -> Vec<String> {
     let mut ids: Vec<String> = mountd_ids(&node.socket());
     ids.sort();
@@ -287,11 +322,17 @@ fn mountd_ids(socket: &Path) -> Vec<String> {
     let mut buf = vec![0u8; u32::from_le_bytes(len) as usize];
     (&sock).read_exact(&mut buf).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+    // The CSI volume id, from the label the plugin gives it (mountd's own id names the
+    // target too: two pods of one PV share a volume id).
     v["Volumes"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| v["id"].as_str().unwrap().to_string())
+        .map(|v| {
+            let labels = v["labels"].as_array().unwrap();
+            let id = labels.iter().find(|l| l[0] == "volume_id").unwrap();
+            id[1].as_str().unwrap().to_string()
+        })
         .collect()
 }
 

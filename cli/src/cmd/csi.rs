@@ -56,6 +56,12 @@ struct Backend {
     mountd: PathBuf,
 }
 
+/// mountd's id of a CSI volume published at `target`: a PersistentVolume used by two pods
+/// on one node is published twice with one volume id, at two targets.
+fn mountd_id(volume_id: &str, target: &Path) -> String {
+    format!("{volume_id}@{}", target.display())
+}
+
 fn unavailable(e: impl std::fmt::Display) -> VolumeError {
     VolumeError::Unavailable(format!("the store is unreachable: {e}"))
 }
@@ -138,13 +144,13 @@ impl VolumeBackend for Backend {
                 return Err(VolumeError::Internal(e.to_string()));
             }
         };
-        let mut labels = Vec::new();
+        let mut labels = vec![("volume_id".to_string(), v.volume_id.clone())];
         if let Some(p) = &v.pod {
             labels.push(("pod".into(), format!("{}/{}", p.namespace, p.name)));
             labels.push(("pod.uid".into(), p.uid.clone()));
         }
         let volume = mountd::wire::Volume {
-            id: v.volume_id.clone(),
+            id: mountd_id(&v.volume_id, &v.target),
             target: v.target.clone(),
             repo: repo.to_string(),
             revision: v.revision.clone(),
@@ -182,7 +188,7 @@ impl VolumeBackend for Backend {
         if modelfs::is_mounted(target) && mount::umount(target).is_err() {
             mount::lazy_unmount(target);
         }
-        if let Err(e) = mountd::socket::remove(&self.mountd, volume_id) {
+        if let Err(e) = mountd::socket::remove(&self.mountd, &mountd_id(volume_id, target)) {
             tracing::warn!("volume {volume_id}: {e}");
         }
         match std::fs::remove_dir(target) {
@@ -200,9 +206,14 @@ impl VolumeBackend for Backend {
         Ok(volumes
             .into_iter()
             .filter_map(|v| {
+                let volume_id = v
+                    .labels
+                    .iter()
+                    .find(|(k, _)| k == "volume_id")
+                    .map(|(_, id)| id.clone())?;
                 Some(Published {
                     commit: v.commit?,
-                    volume_id: v.id,
+                    volume_id,
                     target: v.target,
                     repo: v.repo,
                     revision: v.revision,
