@@ -20,7 +20,7 @@ pub const MAX_FRAME: usize = 1 << 20;
 /// `commit`, every repository: the plain `modelcas mount`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {
-    /// Unique on the node (the CSI volume id, or `mount:<path>`).
+    /// Unique on the node (`<CSI volume id>@<target>`, or `mount:<path>`).
     pub id: String,
     pub target: PathBuf,
     /// `org/name`; empty for a full mount.
