@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_FDS: usize = 4;
 /// Largest frame.
 pub const MAX_FRAME: usize = 1 << 20;
+/// The most descriptors Linux passes in one message (`SCM_MAX_FD`).
+const SCM_MAX_FD: usize = 253;
 
 /// A volume: a connection mounted at `target`, showing one revision (or, with no
 /// `commit`, every repository: the plain `modelcas mount`).
@@ -112,7 +114,10 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     sock: &UnixStream,
 ) -> Result<(T, Vec<OwnedFd>), WireError> {
     let mut len = [0u8; 4];
-    let mut cbuf = nix::cmsg_space!([RawFd; MAX_FDS]);
+    // Room for every descriptor one message can carry (the kernel's SCM_MAX_FD), so that
+    // none is closed unseen: each is wrapped (closed when dropped) before a frame with
+    // more than MAX_FDS is refused.
+    let mut cbuf = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     let (got, fds) = {
         let mut iov = [IoSliceMut::new(&mut len)];
         let msg = recvmsg::<()>(
@@ -123,7 +128,10 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
         )
         .map_err(nix_io)?;
         let mut fds = Vec::new();
-        let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+        if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+            // Cannot happen with a buffer for SCM_MAX_FD (nix refuses to iterate then).
+            return Err(WireError::Protocol("control message truncated".into()));
+        }
         for c in msg.cmsgs().map_err(nix_io)? {
             if let ControlMessageOwned::ScmRights(raw) = c {
                 for fd in raw {
@@ -132,9 +140,10 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
                 }
             }
         }
-        if truncated {
+        if fds.len() > MAX_FDS {
             return Err(WireError::Protocol(format!(
-                "more than {MAX_FDS} descriptors in a frame"
+                "{} descriptors in a frame (at most {MAX_FDS})",
+                fds.len()
             )));
         }
         (msg.bytes, fds)
@@ -183,6 +192,42 @@ mod tests {
         assert!(matches!(m, Reply::Ok) && fds.is_empty());
         drop(a);
         assert!(matches!(recv::<Reply>(&b), Err(WireError::Closed)));
+    }
+
+    /// How many of this process's descriptors are open on one of `files`.
+    fn open_on(files: &[std::fs::File]) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let ids: Vec<_> = files
+            .iter()
+            .map(|f| f.metadata().map(|m| (m.dev(), m.ino())).unwrap())
+            .collect();
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::metadata(e.ok()?.path()).ok())
+            .filter(|m| ids.contains(&(m.dev(), m.ino())))
+            .count()
+    }
+
+    #[test]
+    fn a_frame_with_too_many_descriptors_is_refused_and_closes_them_all() {
+        // Failed before: the kernel installed MAX_FDS of them, nix refused to iterate a
+        // truncated control message, and they leaked (hostile review, finding 25).
+        let (a, b) = UnixStream::pair().unwrap();
+        let files: Vec<_> = (0..10).map(|_| tempfile::tempfile().unwrap()).collect();
+        let raw: Vec<RawFd> = files.iter().map(|f| f.as_fd().as_raw_fd()).collect();
+        let body = serde_json::to_vec(&Reply::Ok).unwrap();
+        let len = (body.len() as u32).to_le_bytes();
+        for _ in 0..5 {
+            let iov = [IoSlice::new(&len)];
+            let cmsg = [ControlMessage::ScmRights(&raw)];
+            sendmsg::<()>(a.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None).unwrap();
+            (&a).write_all(&body).unwrap();
+            assert!(matches!(recv::<Reply>(&b), Err(WireError::Protocol(_))));
+            // The refused frame's body is still in the socket: read it away.
+            let mut rest = vec![0u8; body.len()];
+            (&b).read_exact(&mut rest).unwrap();
+        }
+        assert_eq!(open_on(&files), files.len(), "descriptors leaked");
     }
 
     #[test]
