@@ -457,3 +457,273 @@ fn refused_publishes_name_the_problem_and_leave_nothing() {
     assert!(!t.exists() && !is_mounted(&t));
     let _ = s;
 }
+
+/// Sends `sig` to process `pid`.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with plain integers.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// Runs `f` on a thread; its result, or `None` if it has not returned within `limit`.
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+#[test]
+fn targets_that_are_links_files_or_foreign_mounts_are_refused_and_left_alone() {
+    // Failed before (hostile review, finding 07): a symlinked target was followed and the
+    // volume mounted over its destination, and unpublish unmounted any mount at a target.
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let elsewhere = node.env.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let link = node.target("pod-l", "model");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let err = node.publish(inline("v", &link, REPO, "r1")).unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("symlink"), "{err}");
+    assert!(!is_mounted(&elsewhere) && link.is_symlink());
+
+    let file = node.target("pod-f", "model");
+    std::fs::write(&file, b"x").unwrap();
+    let err = node.publish(inline("v", &file, REPO, "r1")).unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("not a directory"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
+
+    let orphan = node.dir.join("kubelet/pods/pod-n/volumes/none/mount");
+    let err = node.publish(inline("v", &orphan, REPO, "r1")).unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("parent"), "{err}");
+
+    // Somebody else's mount at a target: neither mounted over nor unmounted.
+    let foreign = node.target("pod-t", "model");
+    std::fs::create_dir(&foreign).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&foreign)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "mount -t tmpfs (the suite runs as root)");
+    let err = node.publish(inline("v", &foreign, REPO, "r1")).unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("tmpfs"), "{err}");
+    let err = node.unpublish("v", &foreign).unwrap_err();
+    assert!(err.message().contains("tmpfs"), "{err}");
+    assert!(is_mounted(&foreign), "the foreign mount stays");
+    let _ = std::process::Command::new("umount").arg(&foreign).status();
+    assert!(mountd_list(&node).is_empty());
+}
+
+#[test]
+fn a_volume_unmounted_behind_the_plugins_back_is_published_again() {
+    // Failed before (finding 18): a repeated publish answered OK from mountd's list alone,
+    // over an empty directory.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let (a, b) = (node.target("pod-a", "model"), node.target("pod-b", "model"));
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    node.publish(inline("csi-b", &b, REPO, "r2")).unwrap();
+    for t in [&a, &b] {
+        let ok = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(t)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    assert!(is_mounted(&a));
+    assert_eq!(tree_hashes(&a), s.files("r1"), "published again");
+    // The other one, never published again, is forgotten by mountd on its own.
+    wait_until("mountd forgets csi-b", Duration::from_secs(20), || {
+        (mountd_list(&node) == vec!["csi-a".to_string()]).then_some(())
+    });
+    node.unpublish("csi-a", &a).unwrap();
+    node.unpublish("csi-b", &b).unwrap();
+    assert!(!a.exists() && !b.exists());
+}
+
+#[test]
+fn unpublish_does_not_wait_for_a_server_that_does_not_answer() {
+    // The server stopped (SIGSTOP): unpublish reads the mount table and unmounts, and
+    // asks the mount nothing (finding 26).
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let t = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &t, REPO, "r1")).unwrap();
+    let server = server_of(node.mountd.pid());
+    signal(server, libc::SIGSTOP);
+    let (channel, target) = (node.channel.clone(), t.clone());
+    let done = within(Duration::from_secs(20), move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let req = NodeUnpublishVolumeRequest {
+            volume_id: "csi-a".into(),
+            target_path: target.to_str().unwrap().into(),
+        };
+        rt.block_on(NodeClient::new(channel).node_unpublish_volume(req))
+            .map(|_| ())
+    });
+    signal(server, libc::SIGCONT);
+    done.expect("unpublish answered").unwrap();
+    assert!(!is_mounted(&t) && !t.exists());
+    assert!(mountd_list(&node).is_empty());
+}
+
+#[test]
+fn a_publish_caught_in_a_mountd_rollout_is_refused_and_published_again() {
+    // Failed before (finding 24): the old mountd handed the waiting volume over but never
+    // told its waiter, which answered after 60 s; the plugin then unmounted a volume the
+    // new mountd served, and kubelet's retry was answered OK over an empty directory.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let mut node = Node::start(env);
+    let t = node.target("pod-a", "model");
+    // The server stopped: the publish's Add waits for its FUSE_INIT.
+    signal(server_of(node.mountd.pid()), libc::SIGSTOP);
+    let (channel, req) = (node.channel.clone(), inline("csi-a", &t, REPO, "r1"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = tx.send(rt.block_on(NodeClient::new(channel).node_publish_volume(req)));
+    });
+    wait_until("the add reaches mountd", Duration::from_secs(20), || {
+        (mountd_list(&node) == vec!["csi-a".to_string()]).then_some(())
+    });
+    let new = start_mountd(&node.env, &node.dir, true);
+    let answer = rx.recv_timeout(Duration::from_secs(30)).expect("an answer");
+    let err = answer.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.message().contains("handed"), "{err}");
+    node.mountd.kill();
+    node.mountd = new;
+    // kubelet retries: published, served by the new mountd.
+    node.publish(inline("csi-a", &t, REPO, "r1")).unwrap();
+    assert_eq!(tree_hashes(&t), s.files("r1"));
+    assert_eq!(mountd_list(&node), vec!["csi-a".to_string()]);
+    node.unpublish("csi-a", &t).unwrap();
+    assert!(!is_mounted(&t) && !t.exists());
+}
+
+/// Takes the volumes of the mountd at `socket` as a new mountd would, but stops after
+/// `frames` frames (then closes), or, with `None`, reads them all and never acknowledges
+/// (the returned socket keeps the exchange open).
+fn half_handover(socket: &Path, frames: Option<usize>) -> std::os::unix::net::UnixStream {
+    let sock = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    mountd::wire::send(&sock, &mountd::wire::Request::Handover, &[]).unwrap();
+    let mut n = 0;
+    loop {
+        let (reply, _fds) = mountd::wire::recv::<mountd::wire::Reply>(&sock).unwrap();
+        n += 1;
+        let last = matches!(reply, mountd::wire::Reply::HandedOver { last: true, .. });
+        if last || frames == Some(n) {
+            return sock;
+        }
+    }
+}
+
+#[test]
+fn a_handover_the_new_mountd_does_not_finish_leaves_the_old_one_serving() {
+    // Failed before (findings 05, 06): a new mountd that died midway could leave the old
+    // one's supervisor and socket stuck, and one that never acknowledged left every
+    // volume unserved and the socket unanswered for as long as it lived.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let (a, b) = (node.target("pod-a", "model"), node.target("pod-b", "model"));
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    node.publish(inline("csi-b", &b, REPO, "r2")).unwrap();
+    let readers = [
+        Reader::start(a.clone(), s.files("r1")),
+        Reader::start(b.clone(), s.files("r2")),
+    ];
+    readers[0].wait_passes(1);
+    // Just after an upgrade of the server (SIGHUP), a new mountd takes one volume and dies.
+    replace_server(node.mountd.pid(), Some(libc::SIGHUP));
+    drop(half_handover(&node.socket(), Some(1)));
+    for r in &readers {
+        r.wait_passes(1);
+    }
+    assert_eq!(mountd_list(&node), vec!["csi-a", "csi-b"]);
+    // One that takes them all and never acknowledges: given them back after its time.
+    let stalled = half_handover(&node.socket(), None);
+    for r in &readers {
+        r.wait_passes(1);
+    }
+    assert_eq!(mountd_list(&node), vec!["csi-a", "csi-b"]);
+    drop(stalled);
+    for r in readers {
+        let gap = r.finish();
+        assert!(gap < Duration::from_secs(20), "a read waited {gap:?}");
+    }
+    // Still adding volumes: neither paused nor retired.
+    let c = node.target("pod-c", "model");
+    node.publish(inline("csi-c", &c, REPO, "r3")).unwrap();
+    assert_eq!(tree_hashes(&c), s.files("r3"));
+    for (id, t) in [("csi-a", &a), ("csi-b", &b), ("csi-c", &c)] {
+        node.unpublish(id, t).unwrap();
+    }
+}
+
+#[test]
+fn a_store_that_never_answers_is_unavailable_before_kubelets_deadline() {
+    // Failed before (finding 08): an S3 endpoint that accepts and never answers held the
+    // publish past kubelet's deadline (DEADLINE_EXCEEDED, no cause).
+    let env = Env::new();
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", blackhole.local_addr().unwrap());
+    let dir = env.path("node");
+    std::fs::create_dir_all(dir.join("kubelet/pods/p")).unwrap();
+    let _mountd = start_mountd(&env, &dir, false);
+    let child = env
+        .cmd()
+        .env("MODELCAS_STORE", "s3://models/prefix")
+        .env("MODELCAS_ENDPOINT_URL", &endpoint)
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "y")
+        .arg("csi")
+        .arg("--endpoint")
+        .arg(format!("unix://{}", dir.join("csi.sock").display()))
+        .args([
+            "--node-id",
+            "n1",
+            "--resolve-timeout",
+            "2s",
+            "--mountd-socket",
+        ])
+        .arg(dir.join("mountd.sock"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _plugin = Proc(Some(child));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let channel = rt.block_on(connect(&dir.join("csi.sock")));
+    let t = dir.join("kubelet/pods/p/mount");
+    let started = std::time::Instant::now();
+    let err = rt
+        .block_on(NodeClient::new(channel).node_publish_volume(inline("v", &t, REPO, "main")))
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.message().contains("no answer within"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(!t.exists() && !is_mounted(&t));
+}

@@ -143,7 +143,8 @@ fn readers_go_on_byte_exact_while_the_server_is_killed_and_upgraded() {
     let s = series();
     let env = Env::new();
     ingest_series(&env);
-    let m = Mount::start(&env, &[]);
+    let addr = common::local_addr();
+    let m = Mount::start_with(&env, &[], &[("MODELCAS_METRICS_LISTEN", addr.as_str())]);
     let holder = m.child.as_ref().unwrap().id();
     let dir = m.p(&format!("{REPO}/r2"));
     let want = s.files("r2");
@@ -163,20 +164,61 @@ fn readers_go_on_byte_exact_while_the_server_is_killed_and_upgraded() {
         .map(|r| Reader::start(m.p(&format!("{REPO}/{r}")), s.files(r)))
         .collect();
     readers[0].wait_passes(1);
-    for i in 0..6 {
-        // Kills, and one upgrade (SIGHUP: the binary on disk started again) midway.
-        replace_server(holder, (i == 3).then_some(libc::SIGHUP));
+    // At least 20 (the issue's loop; bench/takeover.sh runs longer ones):
+    // MODELCAS_TAKEOVER_KILLS raises it.
+    let changes: usize = std::env::var("MODELCAS_TAKEOVER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+        .max(20);
+    let started = Instant::now();
+    for i in 0..changes {
+        // Kills, and an upgrade (SIGHUP: the binary on disk started again) every fifth.
+        replace_server(holder, (i % 5 == 3).then_some(libc::SIGHUP));
         readers[i % 4].wait_passes(1);
     }
+    let took = started.elapsed();
+    let upgrades = (0..changes).filter(|i| i % 5 == 3).count();
+    let passes: usize = readers
+        .iter()
+        .map(|r| r.passes.load(Ordering::SeqCst))
+        .sum();
+    let mut longest = Duration::ZERO;
     for r in readers {
-        let gap = r.finish();
-        assert!(gap < Duration::from_secs(10), "a read waited {gap:?}");
+        longest = longest.max(r.finish());
     }
+    eprintln!(
+        "takeover loop: {changes} servers replaced ({} kills, {} upgrades) in {took:.1?}, \
+         {passes} byte-exact passes of 4 revisions, longest read {longest:.1?}",
+        changes - upgrades,
+        upgrades,
+    );
+    assert!(
+        longest < Duration::from_secs(10),
+        "a read waited {longest:?}"
+    );
+    // The server's metrics: every replacement was a takeover of the one volume.
+    let page = wait_until("the last server's metrics", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(&addr)
+            .ok()
+            .map(|_| scrape(&addr))
+    });
+    assert_eq!(
+        metric(&page, "modelcas_mountd_takeovers_total"),
+        changes as f64
+    );
+    assert_eq!(metric(&page, "modelcas_mountd_volumes"), 1.0);
+    let pause = metric(&page, "modelcas_mountd_last_takeover_pause_seconds");
+    assert!(pause > 0.0 && pause < 10.0, "last takeover pause {pause}");
     let mut rest = Vec::new();
     std::io::Read::read_to_end(&mut held, &mut rest).unwrap();
     first.extend(rest);
     assert_eq!(hex::encode(Sha256::digest(&first)), big.1, "the held file");
-    assert_eq!(inodes(&dir, &want), before, "inode numbers after 6 servers");
+    assert_eq!(
+        inodes(&dir, &want),
+        before,
+        "inode numbers after every server"
+    );
     // New names are still looked up, and listings still list.
     let listed = std::fs::read_dir(m.p(REPO)).unwrap().count();
     assert_eq!(listed, 8, "4 refs and 4 shas");
@@ -271,4 +313,46 @@ fn umount_ends_the_holder_and_its_server() {
     wait_until("the server to exit", Duration::from_secs(10), || {
         (!Path::new(&format!("/proc/{server}")).exists()).then_some(())
     });
+}
+
+#[test]
+fn a_volume_the_store_cannot_give_at_a_takeover_is_served_once_it_can() {
+    // Failed before (hostile review, finding 09): the successor failed the volume once
+    // (its manifest unreadable for a moment: an S3 blip), nothing asked it again, and its
+    // readers waited for good after the store was back.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let addr = common::local_addr();
+    let m = Mount::start_with(
+        &env,
+        &["--repo", &format!("{REPO}@r3")],
+        &[("MODELCAS_METRICS_LISTEN", addr.as_str())],
+    );
+    let holder = m.child.as_ref().unwrap().id();
+    let want = s.files("r3");
+    assert_eq!(common::tree_hashes(&m.path), want);
+    let key = format!("repos/{REPO}/manifests/{}", s.commit("r3"));
+    let manifest = env.backend().get(&key).unwrap();
+    env.backend().delete(&key).unwrap();
+    replace_server(holder, None);
+    wait_until(
+        "the new server fails the volume",
+        Duration::from_secs(20),
+        || {
+            let up = std::net::TcpStream::connect(&addr).is_ok();
+            (up && metric(&scrape(&addr), "modelcas_mountd_serve_failures_total") >= 1.0)
+                .then_some(())
+        },
+    );
+    env.backend().put(&key, &manifest).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root = m.path.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(common::tree_hashes(&root));
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the volume is served again once the store is back");
+    assert_eq!(got, want);
 }

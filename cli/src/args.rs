@@ -369,6 +369,11 @@ pub struct CsiArgs {
     /// The node's mountd, which keeps the volumes' mounts.
     #[arg(long, env = "MODELCAS_MOUNTD_SOCKET", default_value = mountd::socket::DEFAULT_SOCKET)]
     pub mountd_socket: PathBuf,
+    /// How long a publish waits for the store to resolve its revision before it answers
+    /// UNAVAILABLE (kubelet gives a publish about 2 minutes, then retries).
+    #[arg(long, env = "MODELCAS_CSI_RESOLVE_TIMEOUT", value_name = "DURATION",
+          default_value = "45s", value_parser = parse_duration)]
+    pub resolve_timeout: Duration,
 }
 
 /// `modelcas gc`'s flags (each falls back to `[gc]` in the config file).

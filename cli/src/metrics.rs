@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 pub fn registry(with_serve: bool) -> Arc<Registry> {
     let mut r = Registry::with_prefix("modelcas");
     modelfs::metrics::register(&mut r);
+    mountd::metrics::register(&mut r);
     read::metrics::register(&mut r);
     store::metrics::register(&mut r);
     repo::metrics::register(&mut r);

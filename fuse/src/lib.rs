@@ -13,6 +13,7 @@ mod errno;
 pub mod fs;
 mod handles;
 pub mod metrics;
+pub mod mounts;
 pub mod namespace;
 pub mod takeover;
 
@@ -229,29 +230,13 @@ pub fn chunk_cache(store: &Store, opts: &MountOptions) -> Result<Arc<ChunkCache>
 /// Whether something is mounted at `path` now, from `/proc/self/mountinfo` (asks the
 /// mount nothing: a FUSE mount whose server is being replaced would make a `stat` wait).
 pub fn is_mounted(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return is_mountpoint(path).unwrap_or(false);
-    };
-    // The kernel's spelling: absolute, resolved; the path itself is not touched (a stat of
-    // a FUSE mount asks its server), only its parent.
-    let resolved = match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => {
-            let parent = if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            };
-            parent
-                .canonicalize()
-                .map(|p| p.join(name))
-                .unwrap_or_else(|_| path.to_path_buf())
+    match mounts::table() {
+        Some(table) => {
+            let want = mounts::kernel_spelling(path);
+            table.iter().any(|m| m.path == want)
         }
-        _ => path.to_path_buf(),
-    };
-    let want = resolved.to_string_lossy().replace(' ', "\\040");
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mp| mp == want)
+        None => is_mountpoint(path).unwrap_or(false),
+    }
 }
 
 /// Mounts an empty FUSE connection at `path` (read-only, as every modelcas mount) and

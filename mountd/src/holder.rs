@@ -34,6 +34,10 @@ pub const ADD_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum HolderError {
     #[error("volume {0} is already held")]
     Exists(String),
+    #[error("volume {0}: mountd is handing its volumes over to a new mountd; try again")]
+    HandingOver(String),
+    #[error("volume {0}: the descriptor is not a /dev/fuse connection")]
+    NotFuse(String),
     #[error("volume {id}: the server could not serve it: {error}")]
     Serve { id: String, error: String },
     #[error("volume {0}: no server answered within {1:?}")]
@@ -58,19 +62,38 @@ struct Server {
     pid: u32,
 }
 
+/// The server slot: the running server, and whether another may be started.
+#[derive(Default)]
+struct Slot {
+    running: Option<Server>,
+    /// Set by a handover: no server is started until [`Holder::restore`] (or ever).
+    paused: bool,
+}
+
 struct Inner {
     argv: Vec<OsString>,
-    volumes: Mutex<Vec<Held>>,
-    /// The running server (None between one and the next); held while volumes are sent,
-    /// so a volume is sent to each server exactly once.
-    server: Mutex<Option<Server>>,
-    server_changed: Condvar,
+    /// Lock order: `slot`, then `volumes`, then `waiting`.
+    volumes: Mutex<Vec<Kept>>,
+    /// Held while volumes are sent, so a volume is sent to each server exactly once.
+    slot: Mutex<Slot>,
+    slot_changed: Condvar,
     waiting: Mutex<HashMap<String, mpsc::Sender<Option<String>>>>,
+    /// Failed serves of volumes nobody waits for (taken over), by volume: tries so far.
+    retries: Mutex<HashMap<String, u32>>,
     stopping: AtomicBool,
+    /// Set once every volume went to a new holder: nothing is added any more.
+    retired: AtomicBool,
     /// Servers started, the first included.
     starts: AtomicU64,
-    /// Whether a supervisor thread runs.
-    supervising: AtomicBool,
+    /// When the last server ended (microseconds since the epoch; 0: none has).
+    last_end: AtomicU64,
+}
+
+/// A volume held, and the kernel's id of its mount when it was added (`None`: the table
+/// could not be read), by which the holder notices a mount that is gone.
+struct Kept {
+    held: Held,
+    mount_id: Option<u64>,
 }
 
 /// The holder of a node's (or one mount's) volumes.
@@ -86,74 +109,62 @@ impl Holder {
         let inner = Arc::new(Inner {
             argv,
             volumes: Mutex::new(Vec::new()),
-            server: Mutex::new(None),
-            server_changed: Condvar::new(),
+            slot: Mutex::new(Slot::default()),
+            slot_changed: Condvar::new(),
             waiting: Mutex::new(HashMap::new()),
+            retries: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             starts: AtomicU64::new(0),
-            supervising: AtomicBool::new(false),
+            last_end: AtomicU64::new(0),
         });
-        let holder = Holder { inner };
-        holder.supervise()?;
-        Ok(holder)
-    }
-
-    fn supervise(&self) -> std::io::Result<()> {
-        if self.inner.supervising.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let sup = self.inner.clone();
+        let sup = inner.clone();
         std::thread::Builder::new()
             .name("mountd-supervisor".into())
-            .spawn(move || {
-                supervise(&sup);
-                sup.supervising.store(false, Ordering::SeqCst);
-            })?;
-        Ok(())
+            .spawn(move || supervise(&sup))?;
+        let pruned = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("mountd-pruner".into())
+            .spawn(move || prune_unmounted(&pruned))?;
+        Ok(Holder { inner })
     }
 
     /// Takes back volumes a failed handover had taken out, and serves them again.
     pub fn restore(&self, held: Vec<Held>) {
-        self.inner.volumes.lock().extend(held);
-        self.inner.stopping.store(false, Ordering::SeqCst);
-        while self.inner.supervising.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if let Err(e) = self.supervise() {
-            tracing::error!("mountd: cannot restart the supervisor: {e}");
-        }
+        self.inner
+            .volumes
+            .lock()
+            .extend(held.into_iter().map(|held| Kept {
+                mount_id: mount_id(&held.volume),
+                held,
+            }));
+        self.resume();
+    }
+
+    fn resume(&self) {
+        self.inner.slot.lock().paused = false;
+        self.inner.slot_changed.notify_all();
+    }
+
+    /// Marks the holder as having handed everything over: it adds nothing any more.
+    pub fn retire(&self) {
+        self.inner.retired.store(true, Ordering::SeqCst);
     }
 
     /// Keeps `volume` (mounted connection `fuse`, never served) with a new takeover state,
     /// and returns once the server has answered its FUSE_INIT. On error nothing is kept.
     pub fn add(&self, volume: Volume, fuse: OwnedFd) -> Result<(), HolderError> {
+        check_fuse_device(&volume, &fuse)?;
         let state = State::create(now_secs())?;
         let state = OwnedFd::from(state.file().try_clone()?);
-        self.add_held(Held {
+        let held = Held {
             volume,
             fuse,
             state,
-        })
-    }
-
-    /// Keeps a volume handed over by another holder (its state as that holder's server
-    /// left it) and waits until it is served.
-    pub fn add_held(&self, held: Held) -> Result<(), HolderError> {
+        };
         let id = held.volume.id.clone();
         let (tx, rx) = mpsc::channel();
-        {
-            let server = self.inner.server.lock();
-            let mut volumes = self.inner.volumes.lock();
-            if volumes.iter().any(|h| h.volume.id == id) {
-                return Err(HolderError::Exists(id));
-            }
-            self.inner.waiting.lock().insert(id.clone(), tx);
-            if let Some(s) = server.as_ref() {
-                // A failed send means the server is going: the next one gets every volume.
-                let _ = send_serve(s, &held);
-            }
-            volumes.push(held);
-        }
+        self.keep(held, Some(tx))?;
         let answer = rx.recv_timeout(ADD_TIMEOUT);
         self.inner.waiting.lock().remove(&id);
         match answer {
@@ -169,20 +180,47 @@ impl Holder {
         }
     }
 
+    /// Keeps a volume handed over by another holder (its state as that holder's server
+    /// left it) and has it served, without waiting: its readers wait for it already, and a
+    /// server that cannot serve it now (the store unreachable) is asked again, and again,
+    /// until it does or the volume is removed.
+    pub fn adopt(&self, held: Held) -> Result<(), HolderError> {
+        self.keep(held, None)
+    }
+
+    /// Puts `held` in the list and sends it to the running server (`waiter`, if any, is
+    /// told the server's answer).
+    fn keep(
+        &self,
+        held: Held,
+        waiter: Option<mpsc::Sender<Option<String>>>,
+    ) -> Result<(), HolderError> {
+        let id = held.volume.id.clone();
+        let slot = self.inner.slot.lock();
+        if slot.paused || self.inner.retired.load(Ordering::SeqCst) {
+            return Err(HolderError::HandingOver(id));
+        }
+        let mut volumes = self.inner.volumes.lock();
+        if volumes.iter().any(|k| k.held.volume.id == id) {
+            return Err(HolderError::Exists(id));
+        }
+        if let Some(tx) = waiter {
+            self.inner.waiting.lock().insert(id.clone(), tx);
+        }
+        if let Some(s) = slot.running.as_ref() {
+            // A failed send means the server is going: the next one gets every volume.
+            let _ = send_serve(s, &held);
+        }
+        volumes.push(Kept {
+            mount_id: mount_id(&held.volume),
+            held,
+        });
+        Ok(())
+    }
+
     /// Forgets volume `id` (closing its descriptors); false if not held.
     pub fn remove(&self, id: &str) -> bool {
-        let held = {
-            let mut volumes = self.inner.volumes.lock();
-            let Some(i) = volumes.iter().position(|h| h.volume.id == id) else {
-                return false;
-            };
-            volumes.remove(i)
-        };
-        if let Some(s) = self.inner.server.lock().as_ref() {
-            let _ = wire::send(&s.sock, &Request::Remove { id: id.into() }, &[]);
-        }
-        drop(held);
-        true
+        remove(&self.inner, id)
     }
 
     /// The volumes held.
@@ -191,22 +229,30 @@ impl Holder {
             .volumes
             .lock()
             .iter()
-            .map(|h| h.volume.clone())
+            .map(|k| k.held.volume.clone())
             .collect()
     }
 
     /// Every volume, taken out (for a new holder), after the server was stopped and
     /// reaped; `None` (and serving on) when it could not be reaped: two servers must
-    /// never serve one connection.
+    /// never serve one connection. Until [`Holder::restore`], no server is started and no
+    /// volume added; an add still waiting for its server is told to try again.
     pub fn hand_over(&self) -> Option<Vec<Held>> {
-        self.inner.stopping.store(true, Ordering::SeqCst);
+        self.inner.slot.lock().paused = true;
         self.kill_server_and_wait();
-        if self.inner.server.lock().is_some() {
+        if self.inner.slot.lock().running.is_some() {
             tracing::error!("mountd: the FUSE server did not end; refusing the handover");
-            self.inner.stopping.store(false, Ordering::SeqCst);
+            self.resume();
             return None;
         }
-        Some(std::mem::take(&mut *self.inner.volumes.lock()))
+        for (id, tx) in self.inner.waiting.lock().iter() {
+            let _ = tx.send(Some(format!(
+                "mountd handed volume {id} over to a new mountd before a server answered it; \
+                 publish it again"
+            )));
+        }
+        let kept = std::mem::take(&mut *self.inner.volumes.lock());
+        Some(kept.into_iter().map(|k| k.held).collect())
     }
 
     /// Ends the running server (SIGKILL) and lets the supervisor start the binary on disk
@@ -214,12 +260,12 @@ impl Holder {
     pub fn restart_server(&self) {
         let before = self.inner.starts.load(Ordering::SeqCst);
         self.kill_server();
-        let mut server = self.inner.server.lock();
-        while server.is_none() || self.inner.starts.load(Ordering::SeqCst) == before {
+        let mut slot = self.inner.slot.lock();
+        while slot.running.is_none() || self.inner.starts.load(Ordering::SeqCst) == before {
             self.inner
-                .server_changed
-                .wait_for(&mut server, Duration::from_millis(200));
-            if self.inner.stopping.load(Ordering::SeqCst) {
+                .slot_changed
+                .wait_for(&mut slot, Duration::from_millis(200));
+            if slot.paused || self.inner.stopping.load(Ordering::SeqCst) {
                 return;
             }
         }
@@ -227,7 +273,7 @@ impl Holder {
 
     /// The pid of the running server, if one runs.
     pub fn server_pid(&self) -> Option<u32> {
-        self.inner.server.lock().as_ref().map(|s| s.pid)
+        self.inner.slot.lock().running.as_ref().map(|s| s.pid)
     }
 
     /// Servers started so far.
@@ -240,17 +286,18 @@ impl Holder {
     /// exits; killed if it has not within 10 s.
     pub fn stop(&self) {
         self.inner.stopping.store(true, Ordering::SeqCst);
-        let mut server = self.inner.server.lock();
-        if let Some(s) = server.as_ref() {
+        let mut slot = self.inner.slot.lock();
+        self.inner.slot_changed.notify_all();
+        if let Some(s) = slot.running.as_ref() {
             let _ = s.sock.shutdown(std::net::Shutdown::Both);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        while server.is_some() && Instant::now() < deadline {
+        while slot.running.is_some() && Instant::now() < deadline {
             self.inner
-                .server_changed
-                .wait_for(&mut server, Duration::from_millis(100));
+                .slot_changed
+                .wait_for(&mut slot, Duration::from_millis(100));
         }
-        drop(server);
+        drop(slot);
         self.kill_server_and_wait();
     }
 
@@ -263,12 +310,75 @@ impl Holder {
 
     fn kill_server_and_wait(&self) {
         self.kill_server();
-        let mut server = self.inner.server.lock();
+        let mut slot = self.inner.slot.lock();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while server.is_some() && Instant::now() < deadline {
+        while slot.running.is_some() && Instant::now() < deadline {
             self.inner
-                .server_changed
-                .wait_for(&mut server, Duration::from_millis(100));
+                .slot_changed
+                .wait_for(&mut slot, Duration::from_millis(100));
+        }
+    }
+}
+
+fn remove(inner: &Inner, id: &str) -> bool {
+    let kept = {
+        let mut volumes = inner.volumes.lock();
+        let Some(i) = volumes.iter().position(|k| k.held.volume.id == id) else {
+            return false;
+        };
+        volumes.remove(i)
+    };
+    inner.retries.lock().remove(id);
+    if let Some(s) = inner.slot.lock().running.as_ref() {
+        let _ = wire::send(&s.sock, &Request::Remove { id: id.into() }, &[]);
+    }
+    drop(kept);
+    true
+}
+
+/// The kernel's id of the modelcas mount at `v`'s target now.
+fn mount_id(v: &Volume) -> Option<u64> {
+    modelfs::mounts::mount_at(&v.target)
+        .filter(|m| m.is_modelcas())
+        .map(|m| m.id)
+}
+
+/// Refuses a descriptor that is not of `/dev/fuse` (a pipe, a file, another device): a
+/// server would wait on it for a FUSE_INIT that never comes.
+fn check_fuse_device(v: &Volume, fd: &OwnedFd) -> Result<(), HolderError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
+    let fuse = meta.file_type().is_char_device() && meta.rdev() == libc::makedev(10, 229);
+    if fuse {
+        Ok(())
+    } else {
+        Err(HolderError::NotFuse(v.id.clone()))
+    }
+}
+
+/// How often the holder looks for volumes whose mount is gone.
+const PRUNE_EVERY: Duration = Duration::from_secs(5);
+
+/// Forgets the volumes whose mount is no longer in the kernel's table (unmounted without
+/// a `remove`: an admin's umount, a plugin that died between the two, a remove sent to the
+/// old holder during a handover), until the holder goes.
+fn prune_unmounted(inner: &std::sync::Weak<Inner>) {
+    loop {
+        std::thread::sleep(PRUNE_EVERY);
+        let Some(inner) = inner.upgrade() else { return };
+        let Some(ids) = modelfs::mounts::mount_ids() else {
+            continue;
+        };
+        let gone: Vec<String> = inner
+            .volumes
+            .lock()
+            .iter()
+            .filter(|k| k.mount_id.is_some_and(|m| !ids.contains(&m)))
+            .map(|k| k.held.volume.id.clone())
+            .collect();
+        for id in gone {
+            tracing::warn!("mountd: volume {id} is no longer mounted; forgetting it");
+            remove(&inner, &id);
         }
     }
 }
@@ -288,18 +398,35 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs servers one after another for as long as the holder lives.
+/// Runs servers one after another for as long as the holder lives (none while paused).
 fn supervise(inner: &Arc<Inner>) {
     let mut quick_failures = 0u32;
-    while !inner.stopping.load(Ordering::SeqCst) {
+    loop {
         let started = Instant::now();
-        match spawn_server(inner) {
-            Ok((mut child, sock)) => {
-                read_replies(inner, &sock);
+        let spawned = {
+            let mut slot = inner.slot.lock();
+            while slot.paused && !inner.stopping.load(Ordering::SeqCst) {
+                inner.slot_changed.wait(&mut slot);
+            }
+            if inner.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            spawn_server(inner, &mut slot)
+        };
+        match spawned {
+            Ok((mut child, sock, pid)) => {
+                read_replies(inner, &sock, pid);
                 let status = child.wait();
-                *inner.server.lock() = None;
-                inner.server_changed.notify_all();
-                if !inner.stopping.load(Ordering::SeqCst) {
+                inner
+                    .last_end
+                    .store(crate::metrics::end_stamp(), Ordering::SeqCst);
+                let paused = {
+                    let mut slot = inner.slot.lock();
+                    slot.running = None;
+                    slot.paused
+                };
+                inner.slot_changed.notify_all();
+                if !inner.stopping.load(Ordering::SeqCst) && !paused {
                     tracing::warn!(
                         "mountd: the FUSE server ended ({status:?}); starting another, which takes the mounts over"
                     );
@@ -324,12 +451,20 @@ fn supervise(inner: &Arc<Inner>) {
 }
 
 /// Starts a server with one end of a socket pair, sends it every volume held.
-fn spawn_server(inner: &Arc<Inner>) -> Result<(Child, UnixStream), HolderError> {
+fn spawn_server(
+    inner: &Arc<Inner>,
+    slot: &mut Slot,
+) -> Result<(Child, UnixStream, u32), HolderError> {
     let (ours, theirs) = UnixStream::pair()?;
     let theirs_fd = theirs.as_raw_fd();
     let mut cmd = Command::new(&inner.argv[0]);
     cmd.args(&inner.argv[1..])
         .env(SERVER_FD_ENV, theirs_fd.to_string());
+    let last_end = inner.last_end.load(Ordering::SeqCst);
+    // Every server after the first takes the volumes over.
+    let takeovers = inner.starts.load(Ordering::SeqCst);
+    let env = crate::metrics::server_env(takeovers, (last_end != 0).then_some(last_end));
+    cmd.envs(env);
     // SAFETY: between fork and exec only async-signal-safe calls: fcntl and prctl.
     unsafe {
         cmd.pre_exec(move || {
@@ -342,33 +477,40 @@ fn spawn_server(inner: &Arc<Inner>) -> Result<(Child, UnixStream), HolderError> 
             Ok(())
         });
     }
-    let mut server = inner.server.lock();
     let child = cmd.spawn()?;
     drop(theirs);
     let conn = Server {
         sock: ours.try_clone()?,
         pid: child.id(),
     };
-    for held in inner.volumes.lock().iter() {
-        let _ = send_serve(&conn, held);
+    for kept in inner.volumes.lock().iter() {
+        let _ = send_serve(&conn, &kept.held);
     }
-    *server = Some(conn);
+    let pid = conn.pid;
+    slot.running = Some(conn);
     inner.starts.fetch_add(1, Ordering::SeqCst);
-    inner.server_changed.notify_all();
-    drop(server);
-    Ok((child, ours))
+    inner.slot_changed.notify_all();
+    Ok((child, ours, pid))
 }
 
-/// Passes the server's answers to those waiting for them, until it goes.
-fn read_replies(inner: &Arc<Inner>, sock: &UnixStream) {
+/// Passes the answers of server `pid` to those waiting for them, until it goes; a volume
+/// it could not serve that nobody waits for is sent to it again later.
+fn read_replies(inner: &Arc<Inner>, sock: &UnixStream, pid: u32) {
     loop {
         match wire::recv::<Reply>(sock) {
             Ok((Reply::Served { id, error }, _)) => {
                 if let Some(e) = &error {
                     tracing::error!("mountd: volume {id}: {e}");
                 }
-                if let Some(tx) = inner.waiting.lock().get(&id) {
-                    let _ = tx.send(error);
+                let waiter = inner.waiting.lock().get(&id).cloned();
+                match (waiter, error) {
+                    (Some(tx), error) => {
+                        let _ = tx.send(error);
+                    }
+                    (None, None) => {
+                        inner.retries.lock().remove(&id);
+                    }
+                    (None, Some(_)) => retry_later(inner, id, pid),
                 }
             }
             Ok((other, _)) => {
@@ -376,5 +518,37 @@ fn read_replies(inner: &Arc<Inner>, sock: &UnixStream) {
             }
             Err(_) => return,
         }
+    }
+}
+
+/// The longest wait before a volume that could not be served is sent again.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Sends volume `id` to server `pid` again after a pause that doubles with each try (from
+/// 0.5 s to [`RETRY_MAX`]), if both are still there (a new server is sent every volume).
+fn retry_later(inner: &Arc<Inner>, id: String, pid: u32) {
+    let tries = {
+        let mut retries = inner.retries.lock();
+        let n = retries.entry(id.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let delay = (Duration::from_millis(500) * 2u32.pow(tries.min(7) - 1)).min(RETRY_MAX);
+    tracing::warn!("mountd: volume {id}: serving it again in {delay:?} (try {tries})");
+    let (inner, name) = (inner.clone(), id.clone());
+    let spawned = std::thread::Builder::new()
+        .name("mountd-retry".into())
+        .spawn(move || {
+            std::thread::sleep(delay);
+            let slot = inner.slot.lock();
+            let Some(s) = slot.running.as_ref().filter(|s| s.pid == pid) else {
+                return;
+            };
+            if let Some(k) = inner.volumes.lock().iter().find(|k| k.held.volume.id == id) {
+                let _ = send_serve(s, &k.held);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("mountd: volume {name}: cannot schedule another try: {e}");
     }
 }

@@ -4,12 +4,18 @@
 //! socket is mode 0600 in a directory of root's, and each peer must be root or the
 //! holder's own user (SO_PEERCRED).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::holder::{Held, Holder, HolderError};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use parking_lot::Mutex;
+
+use crate::holder::{Held, Holder, HolderError, ADD_TIMEOUT};
 use crate::wire::{self, Reply, Request, Volume, WireError};
 
 /// Where `modelcas mountd` listens unless told otherwise.
@@ -36,8 +42,15 @@ fn connect(path: &Path) -> Result<UnixStream, ClientError> {
     })
 }
 
-fn call(path: &Path, req: &Request, fds: &[i32]) -> Result<Reply, ClientError> {
+/// How long a client of the holder, and the holder with a client, waits for each frame
+/// (an `add` waits for its server longer: [`ADD_TIMEOUT`] more).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn call(path: &Path, req: &Request, fds: &[i32], wait: Duration) -> Result<Reply, ClientError> {
     let sock = connect(path)?;
+    sock.set_write_timeout(Some(CLIENT_TIMEOUT))
+        .and_then(|()| sock.set_read_timeout(Some(wait)))
+        .map_err(WireError::Io)?;
     wire::send(&sock, req, fds)?;
     match wire::recv::<Reply>(&sock)?.0 {
         Reply::Error(e) => Err(ClientError::Refused(e)),
@@ -47,17 +60,30 @@ fn call(path: &Path, req: &Request, fds: &[i32]) -> Result<Reply, ClientError> {
 
 /// Has the holder at `path` keep and serve `volume`, mounted connection `fuse`.
 pub fn add(path: &Path, volume: &Volume, fuse: &OwnedFd) -> Result<(), ClientError> {
-    call(path, &Request::Add(volume.clone()), &[fuse.as_raw_fd()]).map(|_| ())
+    let wait = ADD_TIMEOUT + CLIENT_TIMEOUT;
+    call(
+        path,
+        &Request::Add(volume.clone()),
+        &[fuse.as_raw_fd()],
+        wait,
+    )
+    .map(|_| ())
 }
 
 /// Has the holder forget volume `id`.
 pub fn remove(path: &Path, id: &str) -> Result<(), ClientError> {
-    call(path, &Request::Remove { id: id.into() }, &[]).map(|_| ())
+    call(
+        path,
+        &Request::Remove { id: id.into() },
+        &[],
+        CLIENT_TIMEOUT,
+    )
+    .map(|_| ())
 }
 
 /// The volumes the holder at `path` keeps.
 pub fn list(path: &Path) -> Result<Vec<Volume>, ClientError> {
-    match call(path, &Request::List, &[])? {
+    match call(path, &Request::List, &[], CLIENT_TIMEOUT)? {
         Reply::Volumes(v) => Ok(v),
         other => Err(ClientError::Refused(format!("unexpected answer {other:?}"))),
     }
@@ -66,6 +92,10 @@ pub fn list(path: &Path) -> Result<Vec<Volume>, ClientError> {
 /// Takes every volume of the holder at `path` (which stops its server and exits).
 pub fn take_over(path: &Path) -> Result<Vec<Held>, ClientError> {
     let sock = connect(path)?;
+    // The old holder stops its server (up to 10 s) before the first volume comes.
+    sock.set_write_timeout(Some(CLIENT_TIMEOUT))
+        .and_then(|()| sock.set_read_timeout(Some(CLIENT_TIMEOUT * 3)))
+        .map_err(WireError::Io)?;
     wire::send(&sock, &Request::Handover, &[])?;
     let mut out = Vec::new();
     loop {
@@ -95,16 +125,48 @@ pub fn take_over(path: &Path) -> Result<Vec<Held>, ClientError> {
     Ok(out)
 }
 
-/// Listens on `path` (replacing a stale socket) and answers clients with `holder`;
-/// returns after a handover, when the caller should exit.
-pub fn listen(path: &Path, holder: &Holder) -> Result<(), HolderError> {
+/// Listens on `path` and answers clients with `holder`, each on its own thread; returns
+/// after a handover, when the caller should exit. A socket there that still answers is
+/// another holder's: refused, unless `replace` (this holder took that one's volumes over,
+/// and it is leaving).
+pub fn listen(path: &Path, holder: &Holder, replace: bool) -> Result<(), HolderError> {
+    let listener = bind(path, replace)?;
+    listener.set_nonblocking(true)?;
+    let handed = Arc::new(AtomicBool::new(false));
+    let handing = Arc::new(Mutex::new(()));
+    while !handed.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((conn, _)) => {
+                let (holder, handed, handing) = (holder.clone(), handed.clone(), handing.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("mountd-client".into())
+                    .spawn(move || client(conn, &holder, &handed, &handing));
+                if let Err(e) = spawned {
+                    tracing::error!("mountd: cannot answer a client: {e}");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+                let _ = poll(&mut fds, PollTimeout::from(200u16));
+            }
+            Err(e) => {
+                // Out of descriptors, or the like: keep listening.
+                tracing::warn!("mountd: accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bind(path: &Path, replace: bool) -> Result<UnixListener, HolderError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if meta.file_type().is_socket() {
-            if UnixStream::connect(path).is_ok() {
+            if !replace && UnixStream::connect(path).is_ok() {
                 return Err(HolderError::Io(std::io::Error::new(
                     std::io::ErrorKind::AddrInUse,
                     format!(
@@ -118,31 +180,37 @@ pub fn listen(path: &Path, holder: &Holder) -> Result<(), HolderError> {
     }
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
-        if !peer_allowed(&conn) {
-            let _ = wire::send(&conn, &Reply::Error("permission denied".into()), &[]);
-            continue;
-        }
-        let handed = {
-            let holder = holder.clone();
-            match wire::recv::<Request>(&conn) {
-                Ok((Request::Handover, _)) => hand_over(&conn, &holder),
-                Ok((req, fds)) => {
-                    std::thread::spawn(move || answer(&conn, &holder, req, fds));
-                    false
-                }
-                Err(e) => {
-                    tracing::warn!("mountd: a client sent garbage: {e}");
-                    false
-                }
-            }
-        };
-        if handed {
-            return Ok(());
-        }
+    Ok(listener)
+}
+
+/// Answers one client: its one request, within [`CLIENT_TIMEOUT`] per frame.
+fn client(conn: UnixStream, holder: &Holder, handed: &AtomicBool, handing: &Mutex<()>) {
+    let timeouts = conn
+        .set_nonblocking(false)
+        .and_then(|()| conn.set_read_timeout(Some(CLIENT_TIMEOUT)))
+        .and_then(|()| conn.set_write_timeout(Some(CLIENT_TIMEOUT)));
+    if let Err(e) = timeouts {
+        tracing::warn!("mountd: a client's socket: {e}");
+        return;
     }
-    Ok(())
+    if !peer_allowed(&conn) {
+        let _ = wire::send(&conn, &Reply::Error("permission denied".into()), &[]);
+        return;
+    }
+    match wire::recv::<Request>(&conn) {
+        Ok((Request::Handover, _)) => {
+            // One handover at a time; after one succeeded, none.
+            let _one = handing.lock();
+            if handed.load(Ordering::SeqCst) {
+                let _ = wire::send(&conn, &Reply::Error("handed over already".into()), &[]);
+            } else if hand_over(&conn, holder) {
+                holder.retire();
+                handed.store(true, Ordering::SeqCst);
+            }
+        }
+        Ok((req, fds)) => answer(&conn, holder, req, fds),
+        Err(e) => tracing::warn!("mountd: a client sent no request: {e}"),
+    }
 }
 
 fn peer_allowed(conn: &UnixStream) -> bool {
@@ -196,11 +264,87 @@ fn hand_over(conn: &UnixStream, holder: &Holder) -> bool {
         last: true,
     };
     // The new holder has the descriptors once it acknowledges.
-    let acked = wire::send(conn, &done, &[]).is_ok()
-        && matches!(wire::recv::<Reply>(conn), Ok((Reply::Ok, _)));
+    let acked = wire::send(conn, &done, &[]).is_ok() && acknowledged(conn);
     if !acked {
         tracing::error!("mountd: the handover failed; serving the volumes again");
         holder.restore(held);
     }
     acked
+}
+
+/// Whether the new holder acknowledged the handover. When no acknowledgement came in time
+/// the socket is shut first, then read once more: an acknowledgement sent before the shut
+/// is there (a frame arrives whole), and one sent after fails in the new holder (EPIPE),
+/// which then keeps nothing. So exactly one of the two holders keeps the volumes.
+fn acknowledged(conn: &UnixStream) -> bool {
+    match wire::recv::<Reply>(conn) {
+        Ok((reply, _)) => matches!(reply, Reply::Ok),
+        Err(_) => {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+            matches!(wire::recv::<Reply>(conn), Ok((Reply::Ok, _)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Instant;
+
+    /// A holder whose "server" is `sleep`: enough for the socket's own requests.
+    fn holder_at(dir: &Path) -> (Holder, std::path::PathBuf) {
+        let holder = Holder::start(vec!["sleep".into(), "1000".into()]).unwrap();
+        let path = dir.join("mountd.sock");
+        let (h, p) = (holder.clone(), path.clone());
+        std::thread::spawn(move || listen(&p, &h, false));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while UnixStream::connect(&path).is_err() {
+            assert!(Instant::now() < deadline, "mountd never listened");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (holder, path)
+    }
+
+    #[test]
+    fn clients_that_send_nothing_or_half_a_frame_hold_up_no_one() {
+        // Failed before: requests were read on the accept thread, so one silent client
+        // stopped every publish of the node (hostile review, finding 03).
+        let dir = tempfile::tempdir().unwrap();
+        let (_holder, path) = holder_at(dir.path());
+        let _silent = UnixStream::connect(&path).unwrap();
+        let mut half = UnixStream::connect(&path).unwrap();
+        half.write_all(&[9, 0]).unwrap();
+        let mut no_body = UnixStream::connect(&path).unwrap();
+        no_body.write_all(&100u32.to_le_bytes()).unwrap();
+        let t = Instant::now();
+        assert!(list(&path).unwrap().is_empty());
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn an_add_whose_descriptor_is_not_fuse_is_refused_at_once() {
+        // Failed before: a pipe's read end made the server wait 60 s for a FUSE_INIT
+        // (hostile review, finding 04).
+        let dir = tempfile::tempdir().unwrap();
+        let (_holder, path) = holder_at(dir.path());
+        let (r, _w) = std::io::pipe().unwrap();
+        let r = OwnedFd::from(r);
+        let v = Volume {
+            id: "v1".into(),
+            target: dir.path().join("t"),
+            repo: "org/name".into(),
+            revision: "main".into(),
+            commit: None,
+            allow_other: false,
+            labels: Vec::new(),
+        };
+        let t = Instant::now();
+        match add(&path, &v, &r) {
+            Err(ClientError::Refused(m)) => assert!(m.contains("not a /dev/fuse"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(list(&path).unwrap().is_empty());
+    }
 }

@@ -96,16 +96,16 @@ pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(
         return Err(WireError::Protocol("frame too large".into()));
     }
     let len = (body.len() as u32).to_le_bytes();
-    let iov = [IoSlice::new(&len)];
+    let frame = [&len[..], &body].concat();
+    // One message: a small frame reaches the other side whole or not at all (the handover's
+    // acknowledgement relies on it).
+    let iov = [IoSlice::new(&frame)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
     let sent = sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
         .map_err(nix_io)?;
-    let mut rest = &len[sent..];
     let mut w = sock;
-    w.write_all(rest)?;
-    rest = &body;
-    w.write_all(rest)?;
+    w.write_all(&frame[sent..])?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use csi::{Published, Volume, VolumeBackend, VolumeError};
@@ -19,8 +20,11 @@ use crate::ctx::Ctx;
 
 pub fn run(ctx: &Ctx, a: &CsiArgs) -> Result<ExitCode> {
     let backend = Arc::new(Backend {
-        ctx: ctx.clone(),
-        store: Mutex::new(None),
+        store: Arc::new(StoreSlot {
+            ctx: ctx.clone(),
+            store: Mutex::new(None),
+            deadline: a.resolve_timeout,
+        }),
         mountd: a.mountd_socket.clone(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -50,10 +54,18 @@ pub fn run(ctx: &Ctx, a: &CsiArgs) -> Result<ExitCode> {
 }
 
 struct Backend {
-    ctx: Ctx,
-    /// Opened at the first publish, and again after a failure.
-    store: Mutex<Option<Store>>,
+    store: Arc<StoreSlot>,
     mountd: PathBuf,
+}
+
+/// The store, opened at the first publish, and again after a failure.
+struct StoreSlot {
+    ctx: Ctx,
+    store: Mutex<Option<Store>>,
+    /// How long a publish waits for the store (`--resolve-timeout`): an endpoint that
+    /// accepts and never answers would otherwise outlast kubelet's deadline, and kubelet
+    /// would see DEADLINE_EXCEEDED rather than the cause.
+    deadline: Duration,
 }
 
 /// mountd's id of a CSI volume published at `target`: a PersistentVolume used by two pods
@@ -66,25 +78,55 @@ fn unavailable(e: impl std::fmt::Display) -> VolumeError {
     VolumeError::Unavailable(format!("the store is unreachable: {e}"))
 }
 
-impl Backend {
+impl StoreSlot {
     fn store(&self) -> Result<Store, VolumeError> {
-        let mut slot = self.store.lock();
-        if let Some(s) = slot.as_ref() {
+        if let Some(s) = self.store.lock().as_ref() {
             return Ok(s.clone());
         }
+        // Opened outside the lock: a slow open must not hold the next publish behind it.
         let s = self.ctx.open().map_err(|e| unavailable(format!("{e:#}")))?;
-        *slot = Some(s.clone());
-        Ok(s)
+        Ok(self.store.lock().get_or_insert(s).clone())
     }
 
-    /// The commit `v` asks for, now.
-    fn resolve(&self, v: &Volume) -> Result<(format::RepoId, format::CommitId), VolumeError> {
+    /// The commit `v` asks for, now, within the deadline.
+    fn resolve(
+        self: &Arc<Self>,
+        v: &Volume,
+    ) -> Result<(format::RepoId, format::CommitId), VolumeError> {
         let repo = format::RepoId::parse(&v.repo).map_err(|e| {
             VolumeError::InvalidArgument(format!("volumeAttributes repo {:?}: {e}", v.repo))
         })?;
-        let store = self.store()?;
-        match store.resolve(&repo, &v.revision) {
-            Ok(c) => Ok((repo, c)),
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (this, r, revision) = (self.clone(), repo.clone(), v.revision.clone());
+        std::thread::Builder::new()
+            .name("csi-resolve".into())
+            .spawn(move || {
+                let _ = tx.send(
+                    this.store()
+                        .and_then(|s| this.resolve_in(&s, &r, &revision)),
+                );
+            })
+            .map_err(|e| VolumeError::Internal(format!("a thread to resolve with: {e}")))?;
+        match rx.recv_timeout(self.deadline) {
+            Ok(outcome) => outcome.map(|c| (repo, c)),
+            Err(_) => {
+                *self.store.lock() = None;
+                Err(unavailable(format!(
+                    "no answer within {:?} resolving {repo}@{} (--resolve-timeout)",
+                    self.deadline, v.revision
+                )))
+            }
+        }
+    }
+
+    fn resolve_in(
+        &self,
+        store: &Store,
+        repo: &format::RepoId,
+        revision: &str,
+    ) -> Result<format::CommitId, VolumeError> {
+        match store.resolve(repo, revision) {
+            Ok(c) => Ok(c),
             Err(StoreError::UnknownRepo(r)) => {
                 Err(VolumeError::NotFound(format!("unknown repository {r}")))
             }
@@ -101,7 +143,9 @@ impl Backend {
             }
         }
     }
+}
 
+impl Backend {
     fn mountd_error(&self, e: mountd::socket::ClientError) -> VolumeError {
         match e {
             mountd::socket::ClientError::Connect { .. } => VolumeError::Unavailable(format!(
@@ -114,25 +158,65 @@ impl Backend {
     }
 }
 
-impl VolumeBackend for Backend {
-    fn publish(&self, v: &Volume) -> Result<Published, VolumeError> {
-        let (repo, commit) = self.resolve(v)?;
-        let created = match std::fs::create_dir(&v.target) {
-            Ok(()) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-            Err(e) => {
-                return Err(VolumeError::Internal(format!(
-                    "mkdir {}: {e}",
-                    v.target.display()
+/// Makes `target` ready to be mounted on: a stale modelcas mount there (mountd does not
+/// hold it) is detached; a mount of anything else, a symlink or a file is refused. Returns
+/// whether the directory was created here (and is removed on failure).
+fn prepare_target(target: &Path) -> Result<bool, VolumeError> {
+    match modelfs::mounts::mount_at(target) {
+        Some(m) if m.is_modelcas() => {
+            tracing::warn!("{}: a stale modelcas mount; detaching it", target.display());
+            mount::lazy_unmount(target);
+        }
+        Some(m) => {
+            return Err(VolumeError::InvalidArgument(format!(
+                "target_path {} is a {} mount, not ours: refusing to mount over it",
+                target.display(),
+                m.fstype
+            )))
+        }
+        None => {}
+    }
+    // Nothing is mounted there now: this asks no FUSE server.
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.file_type().is_symlink() => Err(VolumeError::InvalidArgument(format!(
+            "target_path {} is a symlink: a volume is mounted on a directory kubelet made, \
+             never through a link",
+            target.display()
+        ))),
+        Ok(m) if !m.is_dir() => Err(VolumeError::InvalidArgument(format!(
+            "target_path {} exists and is not a directory",
+            target.display()
+        ))),
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(target) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(VolumeError::InvalidArgument(format!(
+                    "the parent of target_path {} does not exist (kubelet creates it)",
+                    target.display()
                 )))
             }
-        };
+            Err(e) => Err(VolumeError::Internal(format!(
+                "mkdir {}: {e}",
+                target.display()
+            ))),
+        },
+        Err(e) => Err(VolumeError::Internal(format!(
+            "target_path {}: {e}",
+            target.display()
+        ))),
+    }
+}
+
+impl VolumeBackend for Backend {
+    fn publish(&self, v: &Volume) -> Result<Published, VolumeError> {
+        let (repo, commit) = self.store.resolve(v)?;
+        let created = prepare_target(&v.target)?;
         let undo = |created: bool| {
             if created {
                 let _ = std::fs::remove_dir(&v.target);
             }
         };
-        mount::clear_dead_mount(&v.target);
         let opts = modelfs::MountOptions {
             allow_other: true,
             ..Default::default()
@@ -185,13 +269,28 @@ impl VolumeBackend for Backend {
     fn unpublish(&self, volume_id: &str, target: &Path) -> Result<(), VolumeError> {
         // From the kernel's table only: a stat of a mount whose server does not answer
         // would wait for it, and umount2 needs no server.
-        if modelfs::is_mounted(target) && mount::umount(target).is_err() {
-            mount::lazy_unmount(target);
+        match modelfs::mounts::mount_at(target) {
+            Some(m) if m.is_modelcas() && mount::umount(target).is_err() => {
+                mount::lazy_unmount(target);
+            }
+            Some(m) if m.is_modelcas() => {}
+            Some(m) => {
+                return Err(VolumeError::Internal(format!(
+                    "target_path {} is a {} mount, not a modelcas volume: not unmounting it",
+                    target.display(),
+                    m.fstype
+                )))
+            }
+            None => {}
         }
         if let Err(e) = mountd::socket::remove(&self.mountd, &mountd_id(volume_id, target)) {
             tracing::warn!("volume {volume_id}: {e}");
         }
-        match std::fs::remove_dir(target) {
+        let removed = match std::fs::symlink_metadata(target) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(target),
+            _ => std::fs::remove_dir(target),
+        };
+        match removed {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(VolumeError::Internal(format!(
@@ -201,9 +300,26 @@ impl VolumeBackend for Backend {
         }
     }
 
+    /// mountd's volumes whose target is a modelcas mount now; one it lists whose mount is
+    /// gone (unmounted out of band) is removed from mountd, so that it is published again.
     fn published(&self) -> Result<Vec<Published>, VolumeError> {
-        let volumes = mountd::socket::list(&self.mountd).map_err(|e| self.mountd_error(e))?;
-        Ok(volumes
+        let listed = mountd::socket::list(&self.mountd).map_err(|e| self.mountd_error(e))?;
+        let table = modelfs::mounts::table().unwrap_or_default();
+        let (live, gone): (Vec<_>, Vec<_>) = listed.into_iter().partition(|v| {
+            let at = modelfs::mounts::kernel_spelling(&v.target);
+            table.iter().any(|m| m.path == at && m.is_modelcas())
+        });
+        for v in gone {
+            tracing::warn!(
+                "volume {}: mountd holds it but {} is not mounted; forgetting it",
+                v.id,
+                v.target.display()
+            );
+            if let Err(e) = mountd::socket::remove(&self.mountd, &v.id) {
+                tracing::warn!("volume {}: {e}", v.id);
+            }
+        }
+        Ok(live
             .into_iter()
             .filter_map(|v| {
                 let volume_id = v

@@ -146,7 +146,7 @@ pub fn serve_volumes(ctx: &Ctx, o: &Options) -> Result<ExitCode> {
     let serve = move |v: &mountd::wire::Volume,
                       fuse,
                       state|
-          -> std::result::Result<Box<dyn Send>, String> {
+          -> std::result::Result<mountd::server::Served, String> {
         serve_volume(&store, &cache, &base, v, fuse, state).map_err(|e| format!("{e:#}"))
     };
     mountd::server::run(sock, Arc::new(serve))?;
@@ -161,7 +161,7 @@ fn serve_volume(
     v: &mountd::wire::Volume,
     fuse: std::os::fd::OwnedFd,
     state: std::os::fd::OwnedFd,
-) -> Result<Box<dyn Send>> {
+) -> Result<mountd::server::Served> {
     let mut opts = base.clone();
     opts.allow_other = v.allow_other;
     let mut hold = None;
@@ -174,9 +174,13 @@ fn serve_volume(
         opts.single = Some((repo, commit));
     }
     let state = modelfs::takeover::State::open(std::fs::File::from(state))?;
+    let taken_over = state.header().initialized();
     let session =
         modelfs::serve_connection(store.clone(), cache.clone(), fuse, Arc::new(state), &opts)?;
-    Ok(Box::new((session, hold)))
+    Ok(mountd::server::Served {
+        session: Box::new((session, hold)),
+        taken_over,
+    })
 }
 
 /// This process's command line, to run again as the FUSE server.

@@ -20,28 +20,31 @@ pub fn run(ctx: &Ctx, a: &MountdArgs) -> Result<ExitCode> {
     let signals = block_signals();
     let handed = if a.take_over && a.socket.exists() {
         match mountd::socket::take_over(&a.socket) {
-            Ok(held) => held,
+            Ok(held) => Some(held),
             Err(e) => {
                 tracing::warn!("--take-over: {e}; starting with no volumes");
-                Vec::new()
+                None
             }
         }
     } else {
-        Vec::new()
+        None
     };
+    // After a takeover the old mountd's socket is still there until it notices: replaced.
+    let replace = handed.is_some();
+    let handed = handed.unwrap_or_default();
     let holder = mountd::holder::Holder::start(mount::server_argv()?)?;
     let n = handed.len();
     for held in handed {
         let id = held.volume.id.clone();
-        if let Err(e) = holder.add_held(held) {
-            tracing::error!("volume {id} taken over but not served: {e}");
+        if let Err(e) = holder.adopt(held) {
+            tracing::error!("volume {id} taken over but not kept: {e}");
         }
     }
     if a.take_over {
         tracing::info!("took {n} volumes over");
     }
     let (listening, socket) = (holder.clone(), a.socket.clone());
-    let listener = std::thread::spawn(move || mountd::socket::listen(&socket, &listening));
+    let listener = std::thread::spawn(move || mountd::socket::listen(&socket, &listening, replace));
     tracing::info!("mountd listening on {}", a.socket.display());
     loop {
         if listener.is_finished() {
