@@ -413,9 +413,10 @@ fn supervise(inner: &Arc<Inner>) {
             }
             spawn_server(inner, &mut slot)
         };
+        let mut served = false;
         match spawned {
             Ok((mut child, sock, pid)) => {
-                read_replies(inner, &sock, pid);
+                served = read_replies(inner, &sock, pid);
                 let status = child.wait();
                 inner
                     .last_end
@@ -434,11 +435,12 @@ fn supervise(inner: &Arc<Inner>) {
             }
             Err(e) => tracing::error!("mountd: cannot start the FUSE server: {e}"),
         }
-        // A server that keeps dying at once (a broken binary, a bad config) is started
-        // again after a growing pause, up to 5 s, from its third quick death on; one that
-        // ran a while, or died quickly once or twice (killed again soon after a takeover),
-        // at once: readers are waiting.
-        if started.elapsed() < Duration::from_secs(2) {
+        // A server that keeps dying at once without serving anything (a broken binary, a
+        // bad config, out of memory at its start) is started again after a growing pause,
+        // up to 5 s, from its third such death on; one that served a volume, or ran a
+        // while, or died so once or twice, at once: readers are waiting. (A server killed
+        // again and again right after it took the volumes over is started each time.)
+        if !served && started.elapsed() < Duration::from_secs(2) {
             quick_failures += 1;
             if quick_failures > 2 {
                 let n = u64::from((quick_failures - 2).min(25));
@@ -494,14 +496,17 @@ fn spawn_server(
 }
 
 /// Passes the answers of server `pid` to those waiting for them, until it goes; a volume
-/// it could not serve that nobody waits for is sent to it again later.
-fn read_replies(inner: &Arc<Inner>, sock: &UnixStream, pid: u32) {
+/// it could not serve that nobody waits for is sent to it again later. Whether it served
+/// any volume.
+fn read_replies(inner: &Arc<Inner>, sock: &UnixStream, pid: u32) -> bool {
+    let mut served = false;
     loop {
         match wire::recv::<Reply>(sock) {
             Ok((Reply::Served { id, error }, _)) => {
                 if let Some(e) = &error {
                     tracing::error!("mountd: volume {id}: {e}");
                 }
+                served |= error.is_none();
                 let waiter = inner.waiting.lock().get(&id).cloned();
                 match (waiter, error) {
                     (Some(tx), error) => {
@@ -516,7 +521,7 @@ fn read_replies(inner: &Arc<Inner>, sock: &UnixStream, pid: u32) {
             Ok((other, _)) => {
                 tracing::warn!("mountd: unexpected message from the server: {other:?}")
             }
-            Err(_) => return,
+            Err(_) => return served,
         }
     }
 }
