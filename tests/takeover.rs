@@ -356,3 +356,37 @@ fn a_volume_the_store_cannot_give_at_a_takeover_is_served_once_it_can() {
         .expect("the volume is served again once the store is back");
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_mount_named_by_a_relative_path_with_a_trailing_slash_is_found_and_ended() {
+    // Failed before (hostile review, finding 01): the holder looked for `mnt/` in the
+    // kernel's table, which spells it absolute and without the slash, thought it unmounted
+    // and stopped serving it at once.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let dir = env.path("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = env
+        .cmd()
+        .current_dir(env.path(""))
+        .args(["mount", "./mnt/"])
+        .spawn()
+        .unwrap();
+    wait_until("the mount", Duration::from_secs(20), || {
+        is_mounted(&dir).then_some(())
+    });
+    let rev = dir.join(format!("{REPO}/r1"));
+    let (rel, sha) = s.files("r1").into_iter().next().unwrap();
+    // Still served a moment later: the holder found its mount in the table.
+    let server = server_of(child.id());
+    assert_eq!(common::sha256_file(&rev.join(&rel)), sha);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(server_of(child.id()), server);
+    assert_eq!(common::sha256_file(&rev.join(&rel)), sha);
+    // SIGTERM: unmounted, the holder and its server gone.
+    // SAFETY: kill(2) with plain integers.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert!(!is_mounted(&dir));
+}

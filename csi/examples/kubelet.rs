@@ -57,16 +57,12 @@ async fn main() -> ExitCode {
         }
     };
     let endpoint = Endpoint::from_static("http://[::]:50051");
-    let channel = endpoint.connect_with_connector(
-        tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }),
-    );
+    let channel = endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
+        let socket = socket.clone();
+        async move {
+            Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?))
+        }
+    }));
     let mut node = match channel.await {
         Ok(c) => NodeClient::new(c),
         Err(e) => {

@@ -323,6 +323,20 @@ mod tests {
     }
 
     #[test]
+    fn a_second_holder_refuses_a_socket_another_one_answers_on() {
+        // Failed before (finding 20): it replaced the socket file, and the first holder's
+        // clients lost it.
+        let dir = tempfile::tempdir().unwrap();
+        let (_first, path) = holder_at(dir.path());
+        let second = Holder::start(vec!["sleep".into(), "1000".into()]).unwrap();
+        match listen(&path, &second, false) {
+            Err(HolderError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse),
+            other => panic!("{other:?}"),
+        }
+        assert!(list(&path).unwrap().is_empty(), "the first still answers");
+    }
+
+    #[test]
     fn an_add_whose_descriptor_is_not_fuse_is_refused_at_once() {
         // Failed before: a pipe's read end made the server wait 60 s for a FUSE_INIT
         // (hostile review, finding 04).
