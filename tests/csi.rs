@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::mount::is_mounted;
+use common::mount::{is_mounted, metric, scrape};
 use common::{ingest_series, series, tree_hashes, wait_until, Env};
 use csi::proto::identity_client::IdentityClient;
 use csi::proto::node_client::NodeClient;
@@ -58,9 +58,14 @@ struct Node {
 
 impl Node {
     fn start(env: Env) -> Node {
+        Node::start_with(env, &[])
+    }
+
+    /// A node whose mountd (and so its FUSE server) has `vars` in its environment.
+    fn start_with(env: Env, vars: &[(&str, &str)]) -> Node {
         let dir = env.path("node");
         std::fs::create_dir_all(dir.join("kubelet")).unwrap();
-        let mountd = start_mountd(&env, &dir, false);
+        let mountd = start_mountd_with(&env, &dir, false, vars);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -118,7 +123,12 @@ impl Node {
 }
 
 fn start_mountd(env: &Env, dir: &Path, take_over: bool) -> Proc {
+    start_mountd_with(env, dir, take_over, &[])
+}
+
+fn start_mountd_with(env: &Env, dir: &Path, take_over: bool, vars: &[(&str, &str)]) -> Proc {
     let mut cmd = env.cmd();
+    cmd.envs(vars.iter().copied());
     cmd.arg("mountd")
         .arg("--socket")
         .arg(dir.join("mountd.sock"))
@@ -310,6 +320,31 @@ fn mountd_list(node: &Node) -> Vec<String> {
 }
 
 fn mountd_ids(socket: &Path) -> Vec<String> {
+    let v = mountd_list_reply(socket);
+    // The CSI volume id, from the label the plugin gives it (mountd's own id names the
+    // target too: two pods of one PV share a volume id).
+    v["Volumes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("mountd answered {v}"))
+        .iter()
+        .map(|v| {
+            let labels = v["labels"].as_array().unwrap();
+            let id = labels.iter().find(|l| l[0] == "volume_id").unwrap();
+            id[1].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// The error mountd answers a list with (panics if it lists).
+fn mountd_list_error(socket: &Path) -> String {
+    let v = mountd_list_reply(socket);
+    v["Error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("mountd answered {v}"))
+        .to_string()
+}
+
+fn mountd_list_reply(socket: &Path) -> serde_json::Value {
     let sock = std::os::unix::net::UnixStream::connect(socket).unwrap();
     use std::io::{Read, Write};
     let body = br#""List""#;
@@ -321,19 +356,7 @@ fn mountd_ids(socket: &Path) -> Vec<String> {
     (&sock).read_exact(&mut len).unwrap();
     let mut buf = vec![0u8; u32::from_le_bytes(len) as usize];
     (&sock).read_exact(&mut buf).unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
-    // The CSI volume id, from the label the plugin gives it (mountd's own id names the
-    // target too: two pods of one PV share a volume id).
-    v["Volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| {
-            let labels = v["labels"].as_array().unwrap();
-            let id = labels.iter().find(|l| l[0] == "volume_id").unwrap();
-            id[1].as_str().unwrap().to_string()
-        })
-        .collect()
+    serde_json::from_slice(&buf).unwrap()
 }
 
 #[test]
@@ -441,6 +464,24 @@ fn refused_publishes_name_the_problem_and_leave_nothing() {
             },
             Code::InvalidArgument,
             "revison",
+        ),
+        // Failed before (second hostile review, finding 02): published, and the list of
+        // the node's volumes grew past one frame of mountd's socket, so that every later
+        // publish of the node failed.
+        (
+            inline(&"v".repeat(129), &t, REPO, "main"),
+            Code::InvalidArgument,
+            "128 bytes",
+        ),
+        (
+            {
+                let mut r = inline("v", &t, REPO, "main");
+                r.volume_context
+                    .insert("csi.storage.k8s.io/pod.name".into(), "p".repeat(5000));
+                r
+            },
+            Code::InvalidArgument,
+            "4 KiB",
         ),
     ];
     for (req, code, names) in cases {
@@ -661,8 +702,10 @@ fn a_handover_the_new_mountd_does_not_finish_leaves_the_old_one_serving() {
         r.wait_passes(1);
     }
     assert_eq!(mountd_list(&node), vec!["csi-a", "csi-b"]);
-    // One that takes them all and never acknowledges: given them back after its time.
+    // One that takes them all and never acknowledges: given them back after its time
+    // (10 s), and meanwhile the list is refused, not answered empty.
     let stalled = half_handover(&node.socket(), None);
+    assert!(mountd_list_error(&node.socket()).contains("handing"));
     for r in &readers {
         r.wait_passes(1);
     }
@@ -726,4 +769,107 @@ fn a_store_that_never_answers_is_unavailable_before_kubelets_deadline() {
     assert!(err.message().contains("no answer within"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));
     assert!(!t.exists() && !is_mounted(&t));
+}
+
+/// The kernel's id of the mount at `t`, if any.
+fn mount_id_of(t: &Path) -> Option<u64> {
+    modelfs::mounts::mount_at(t).map(|m| m.id)
+}
+
+#[test]
+fn a_publish_retried_during_a_handover_leaves_the_live_volume_mounted() {
+    // Failed before (second hostile review, finding 06): mountd answered a list with no
+    // volumes while a handover had them out, and the plugin took the live mount for a
+    // stale one and detached it under its reader.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let a = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    let mounted = mount_id_of(&a);
+    assert!(mounted.is_some());
+    let reader = Reader::start(a.clone(), s.files("r1"));
+    reader.wait_passes(1);
+    // A new mountd that takes every volume and has not acknowledged yet.
+    let stalled = half_handover(&node.socket(), None);
+    // kubelet publishes again (its reconciler does): told to try again, the mount kept.
+    let err = node.publish(inline("csi-a", &a, REPO, "r1")).unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.message().contains("handing"), "{err}");
+    assert_eq!(mount_id_of(&a), mounted, "the live mount stays");
+    drop(stalled);
+    // Given back: served again, the same mount, published already.
+    reader.wait_passes(1);
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    assert_eq!(mount_id_of(&a), mounted);
+    let gap = reader.finish();
+    assert!(gap < Duration::from_secs(20), "a read waited {gap:?}");
+    node.unpublish("csi-a", &a).unwrap();
+    assert!(!a.exists());
+}
+
+#[test]
+fn a_volume_unmounted_while_a_handover_had_it_out_is_forgotten() {
+    // Failed before (second hostile review, finding 01): a volume given back (or taken
+    // over) after its mount was gone was kept for good, and listed as published.
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let a = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    let stalled = half_handover(&node.socket(), None);
+    let ok = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(&a)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    drop(stalled);
+    wait_until("mountd forgets csi-a", Duration::from_secs(30), || {
+        mountd_volumes(&node.socket()).filter(Vec::is_empty)
+    });
+    node.unpublish("csi-a", &a).unwrap();
+    assert!(!a.exists());
+}
+
+/// mountd's volumes, when it answers a list.
+fn mountd_volumes(socket: &Path) -> Option<Vec<serde_json::Value>> {
+    mountd_list_reply(socket)["Volumes"].as_array().cloned()
+}
+
+#[test]
+fn takeover_metrics_go_on_across_a_mountd_upgrade() {
+    // Failed before (second hostile review, finding 03): the new mountd's server counted
+    // takeovers from zero and gave no pause for the takeover it made.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let addr = common::local_addr();
+    let vars = [("MODELCAS_METRICS_LISTEN", addr.as_str())];
+    let mut node = Node::start_with(env, &vars);
+    let a = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    let reader = Reader::start(a.clone(), s.files("r1"));
+    reader.wait_passes(1);
+    for _ in 0..2 {
+        replace_server(node.mountd.pid(), None);
+        reader.wait_passes(1);
+    }
+    let new = start_mountd_with(&node.env, &node.dir, true, &vars);
+    reader.wait_passes(1);
+    node.mountd.kill();
+    node.mountd = new;
+    let page = wait_until("the new server's metrics", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(&addr)
+            .ok()
+            .map(|_| scrape(&addr))
+            .filter(|p| metric(p, "modelcas_mountd_volumes") == 1.0)
+    });
+    assert_eq!(metric(&page, "modelcas_mountd_takeovers_total"), 3.0);
+    let pause = metric(&page, "modelcas_mountd_last_takeover_pause_seconds");
+    assert!(pause > 0.0 && pause < 10.0, "last takeover pause {pause}");
+    let gap = reader.finish();
+    assert!(gap < Duration::from_secs(10), "a read waited {gap:?}");
+    node.unpublish("csi-a", &a).unwrap();
 }
