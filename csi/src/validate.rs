@@ -31,6 +31,14 @@ const KEY_SERVICE_ACCOUNT: &str = "csi.storage.k8s.io/serviceAccount.name";
 /// `"true"` for an inline volume, `"false"` for a PV; present only with `podInfoOnMount`.
 const KEY_EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
 
+/// CSI's size limit of a string field, which `volume_id` keeps ("Size Limits" in the
+/// spec): kubelet's inline ids are 68 bytes.
+pub const MAX_VOLUME_ID: usize = 128;
+/// CSI's size limit of a map field (keys and values together): the volume context.
+pub const MAX_CONTEXT: usize = 4096;
+/// The longest path Linux takes (`PATH_MAX`, with its NUL).
+pub const MAX_PATH: usize = 4095;
+
 /// A refused request: the message names the field and what to write instead.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -48,6 +56,13 @@ pub(crate) fn publish_request(req: &NodePublishVolumeRequest) -> Result<Volume, 
              or the PV's spec.csi.volumeHandle)"
                 .into(),
         );
+    }
+    if req.volume_id.len() > MAX_VOLUME_ID {
+        return refuse(format!(
+            "volume_id is {} bytes, over CSI's limit of {MAX_VOLUME_ID} bytes: give the PV a \
+             shorter spec.csi.volumeHandle",
+            req.volume_id.len()
+        ));
     }
     let target = target_path("target_path", &req.target_path)?;
     let ephemeral = req.volume_context.get(KEY_EPHEMERAL).map(String::as_str) == Some("true");
@@ -76,6 +91,12 @@ pub(crate) fn target_path(field: &str, path: &str) -> Result<PathBuf, Invalid> {
     if path.is_empty() {
         return refuse(format!(
             "{field} is empty: send the absolute path of the directory to mount at"
+        ));
+    }
+    if path.len() > MAX_PATH {
+        return refuse(format!(
+            "{field} is {} bytes, longer than a path can be ({MAX_PATH} bytes)",
+            path.len()
         ));
     }
     if path.contains('\0') {
@@ -170,6 +191,13 @@ struct Context {
 }
 
 fn context(ctx: &HashMap<String, String>) -> Result<Context, Invalid> {
+    let size: usize = ctx.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_CONTEXT {
+        return refuse(format!(
+            "volume_context is {size} bytes (keys and values), over CSI's limit of 4 KiB: \
+             volumeAttributes take `{KEY_REPO}` and `{KEY_REVISION}`"
+        ));
+    }
     let mut unknown: Vec<&str> = ctx
         .keys()
         .map(String::as_str)

@@ -26,6 +26,9 @@ use crate::wire::{self, Reply, Request, Volume};
 /// The environment variable that gives a server the descriptor of its holder's socket.
 pub const SERVER_FD_ENV: &str = "MODELCAS_MOUNTD_SERVER_FD";
 
+/// The most volumes one holder keeps (their list must fit one frame of the socket).
+pub const MAX_VOLUMES: usize = 1024;
+
 /// How long an `add` waits for the server to answer the kernel's FUSE_INIT.
 pub const ADD_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -36,6 +39,13 @@ pub enum HolderError {
     Exists(String),
     #[error("volume {0}: mountd is handing its volumes over to a new mountd; try again")]
     HandingOver(String),
+    #[error(
+        "mountd is handing its volumes over to a new mountd and cannot say which it holds; \
+         ask again in a few seconds"
+    )]
+    Busy,
+    #[error("volume {0}: mountd holds {MAX_VOLUMES} volumes already, its most")]
+    Full(String),
     #[error("volume {0}: the descriptor is not a /dev/fuse connection")]
     NotFuse(String),
     #[error("volume {id}: the server could not serve it: {error}")]
@@ -89,11 +99,19 @@ struct Inner {
     last_end: AtomicU64,
 }
 
-/// A volume held, and the kernel's id of its mount when it was added (`None`: the table
-/// could not be read), by which the holder notices a mount that is gone.
+/// A volume held.
 struct Kept {
     held: Held,
-    mount_id: Option<u64>,
+}
+
+/// What the servers of the holders before this one did, carried across a handover so that
+/// the takeover metrics go on counting where the old holder's stopped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// Servers started so far (each after the first took the volumes over).
+    pub servers_started: u64,
+    /// When the last of them ended (microseconds since the epoch).
+    pub last_end_us: Option<u64>,
 }
 
 /// The holder of a node's (or one mount's) volumes.
@@ -106,6 +124,12 @@ impl Holder {
     /// A holder whose server is `argv` (a program and its arguments, run again as it is on
     /// disk at each start), started now and kept running.
     pub fn start(argv: Vec<OsString>) -> Result<Holder, HolderError> {
+        Holder::start_after(argv, History::default())
+    }
+
+    /// [`Holder::start`] for a holder that took over from another with `history`: its
+    /// first server counts as one more takeover, whose pause runs from the old one's end.
+    pub fn start_after(argv: Vec<OsString>, history: History) -> Result<Holder, HolderError> {
         let inner = Arc::new(Inner {
             argv,
             volumes: Mutex::new(Vec::new()),
@@ -115,8 +139,8 @@ impl Holder {
             retries: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             retired: AtomicBool::new(false),
-            starts: AtomicU64::new(0),
-            last_end: AtomicU64::new(0),
+            starts: AtomicU64::new(history.servers_started),
+            last_end: AtomicU64::new(history.last_end_us.unwrap_or(0)),
         });
         let sup = inner.clone();
         std::thread::Builder::new()
@@ -134,10 +158,7 @@ impl Holder {
         self.inner
             .volumes
             .lock()
-            .extend(held.into_iter().map(|held| Kept {
-                mount_id: mount_id(&held.volume),
-                held,
-            }));
+            .extend(held.into_iter().map(|held| Kept { held }));
         self.resume();
     }
 
@@ -204,6 +225,9 @@ impl Holder {
         if volumes.iter().any(|k| k.held.volume.id == id) {
             return Err(HolderError::Exists(id));
         }
+        if volumes.len() >= MAX_VOLUMES {
+            return Err(HolderError::Full(id));
+        }
         if let Some(tx) = waiter {
             self.inner.waiting.lock().insert(id.clone(), tx);
         }
@@ -211,10 +235,7 @@ impl Holder {
             // A failed send means the server is going: the next one gets every volume.
             let _ = send_serve(s, &held);
         }
-        volumes.push(Kept {
-            mount_id: mount_id(&held.volume),
-            held,
-        });
+        volumes.push(Kept { held });
         Ok(())
     }
 
@@ -223,14 +244,21 @@ impl Holder {
         remove(&self.inner, id)
     }
 
-    /// The volumes held.
-    pub fn list(&self) -> Vec<Volume> {
-        self.inner
-            .volumes
-            .lock()
-            .iter()
-            .map(|k| k.held.volume.clone())
-            .collect()
+    /// The volumes held; [`HolderError::Busy`] while a handover has them out (an empty
+    /// list then would tell the plugin that their live mounts are stale).
+    pub fn list(&self) -> Result<Vec<Volume>, HolderError> {
+        let slot = self.inner.slot.lock();
+        if slot.paused || self.inner.retired.load(Ordering::SeqCst) {
+            return Err(HolderError::Busy);
+        }
+        let volumes = self.inner.volumes.lock();
+        drop(slot);
+        Ok(volumes.iter().map(|k| k.held.volume.clone()).collect())
+    }
+
+    /// How many volumes are held now.
+    pub fn count(&self) -> usize {
+        self.inner.volumes.lock().len()
     }
 
     /// Every volume, taken out (for a new holder), after the server was stopped and
@@ -279,6 +307,15 @@ impl Holder {
     /// Servers started so far.
     pub fn starts(&self) -> u64 {
         self.inner.starts.load(Ordering::SeqCst)
+    }
+
+    /// The servers so far, for the holder that takes the volumes over.
+    pub fn history(&self) -> History {
+        let end = self.inner.last_end.load(Ordering::SeqCst);
+        History {
+            servers_started: self.starts(),
+            last_end_us: (end != 0).then_some(end),
+        }
     }
 
     /// Stops the server for good (the volumes' descriptors stay held until dropped): its
@@ -336,11 +373,20 @@ fn remove(inner: &Inner, id: &str) -> bool {
     true
 }
 
-/// The kernel's id of the modelcas mount at `v`'s target now.
-fn mount_id(v: &Volume) -> Option<u64> {
-    modelfs::mounts::mount_at(&v.target)
-        .filter(|m| m.is_modelcas())
-        .map(|m| m.id)
+/// Whether the kernel ended the FUSE connection `fd` (the last unmount of its mount, or
+/// an abort): `/dev/fuse` then polls as an error. Read from the descriptor itself, not the
+/// mount table, so it holds wherever the mount is (another mount namespace: mountd's
+/// container does not see kubelet's directory) and whenever it went (before a handover).
+fn connection_ended(fd: &OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::empty())];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLNVAL)),
+        Err(_) => false,
+    }
 }
 
 /// Refuses a descriptor that is not of `/dev/fuse` (a pipe, a file, another device): a
@@ -359,21 +405,18 @@ fn check_fuse_device(v: &Volume, fd: &OwnedFd) -> Result<(), HolderError> {
 /// How often the holder looks for volumes whose mount is gone.
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
 
-/// Forgets the volumes whose mount is no longer in the kernel's table (unmounted without
-/// a `remove`: an admin's umount, a plugin that died between the two, a remove sent to the
-/// old holder during a handover), until the holder goes.
+/// Forgets the volumes whose FUSE connection the kernel ended (unmounted without a
+/// `remove`: an admin's umount, a plugin that died between the two, a remove sent to the
+/// old holder during a handover, a mount gone before a handover), until the holder goes.
 fn prune_unmounted(inner: &std::sync::Weak<Inner>) {
     loop {
         std::thread::sleep(PRUNE_EVERY);
         let Some(inner) = inner.upgrade() else { return };
-        let Some(ids) = modelfs::mounts::mount_ids() else {
-            continue;
-        };
         let gone: Vec<String> = inner
             .volumes
             .lock()
             .iter()
-            .filter(|k| k.mount_id.is_some_and(|m| !ids.contains(&m)))
+            .filter(|k| connection_ended(&k.held.fuse))
             .map(|k| k.held.volume.id.clone())
             .collect();
         for id in gone {

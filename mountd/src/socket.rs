@@ -15,7 +15,7 @@ use std::time::Duration;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use parking_lot::Mutex;
 
-use crate::holder::{Held, Holder, HolderError, ADD_TIMEOUT};
+use crate::holder::{Held, History, Holder, HolderError, ADD_TIMEOUT};
 use crate::wire::{self, Reply, Request, Volume, WireError};
 
 /// Where `modelcas mountd` listens unless told otherwise.
@@ -89,18 +89,39 @@ pub fn list(path: &Path) -> Result<Vec<Volume>, ClientError> {
     }
 }
 
+/// What a new holder takes from the old one: every volume, and its servers so far.
+#[derive(Default)]
+pub struct Taken {
+    pub held: Vec<Held>,
+    pub history: History,
+}
+
 /// Takes every volume of the holder at `path` (which stops its server and exits).
-pub fn take_over(path: &Path) -> Result<Vec<Held>, ClientError> {
+pub fn take_over(path: &Path) -> Result<Taken, ClientError> {
     let sock = connect(path)?;
     // The old holder stops its server (up to 10 s) before the first volume comes.
     sock.set_write_timeout(Some(CLIENT_TIMEOUT))
         .and_then(|()| sock.set_read_timeout(Some(CLIENT_TIMEOUT * 3)))
         .map_err(WireError::Io)?;
     wire::send(&sock, &Request::Handover, &[])?;
-    let mut out = Vec::new();
+    let mut out = Taken::default();
     loop {
         match wire::recv::<Reply>(&sock)? {
-            (Reply::HandedOver { last: true, .. }, _) => break,
+            (
+                Reply::HandedOver {
+                    last: true,
+                    servers_started,
+                    last_server_end_us,
+                    ..
+                },
+                _,
+            ) => {
+                out.history = History {
+                    servers_started: servers_started.unwrap_or(0),
+                    last_end_us: last_server_end_us,
+                };
+                break;
+            }
             (
                 Reply::HandedOver {
                     volume: Some(volume),
@@ -111,7 +132,7 @@ pub fn take_over(path: &Path) -> Result<Vec<Held>, ClientError> {
                 let [fuse, state]: [OwnedFd; 2] = fds
                     .try_into()
                     .map_err(|_| ClientError::Refused("handover without 2 descriptors".into()))?;
-                out.push(Held {
+                out.held.push(Held {
                     volume,
                     fuse,
                     state,
@@ -234,7 +255,10 @@ fn answer(conn: &UnixStream, holder: &Holder, req: Request, fds: Vec<OwnedFd>) {
             holder.remove(&id);
             Reply::Ok
         }
-        Request::List => Reply::Volumes(holder.list()),
+        Request::List => match holder.list() {
+            Ok(v) => Reply::Volumes(v),
+            Err(e) => Reply::Error(e.to_string()),
+        },
         other => Reply::Error(format!("not a client request: {other:?}")),
     };
     let _ = wire::send(conn, &reply, &[]);
@@ -254,14 +278,19 @@ fn hand_over(conn: &UnixStream, holder: &Holder) -> bool {
         let m = Reply::HandedOver {
             volume: Some(h.volume.clone()),
             last: false,
+            servers_started: None,
+            last_server_end_us: None,
         };
         if wire::send(conn, &m, &[h.fuse.as_raw_fd(), h.state.as_raw_fd()]).is_err() {
             break;
         }
     }
+    let history = holder.history();
     let done = Reply::HandedOver {
         volume: None,
         last: true,
+        servers_started: Some(history.servers_started),
+        last_server_end_us: history.last_end_us,
     };
     // The new holder has the descriptors once it acknowledges.
     let acked = wire::send(conn, &done, &[]).is_ok() && acknowledged(conn);

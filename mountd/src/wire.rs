@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// Most descriptors one frame carries.
 pub const MAX_FDS: usize = 4;
 /// Largest frame.
-pub const MAX_FRAME: usize = 1 << 20;
+pub const MAX_FRAME: usize = 16 << 20;
 /// The most descriptors Linux passes in one message (`SCM_MAX_FD`).
 const SCM_MAX_FD: usize = 253;
 
@@ -67,10 +67,16 @@ pub enum Reply {
         id: String,
         error: Option<String>,
     },
-    /// One handed-over volume (descriptors: FUSE, takeover state); `last` ends the list.
+    /// One handed-over volume (descriptors: FUSE, takeover state); `last` ends the list,
+    /// and carries the old holder's servers so far (absent from holders before they were
+    /// added: then the new holder counts from zero).
     HandedOver {
         volume: Option<Volume>,
         last: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        servers_started: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_server_end_us: Option<u64>,
     },
 }
 

@@ -18,9 +18,9 @@ pub fn run(ctx: &Ctx, a: &MountdArgs) -> Result<ExitCode> {
         return mount::serve_volumes(ctx, &o);
     }
     let signals = block_signals();
-    let handed = if a.take_over && a.socket.exists() {
+    let taken = if a.take_over && a.socket.exists() {
         match mountd::socket::take_over(&a.socket) {
-            Ok(held) => Some(held),
+            Ok(taken) => Some(taken),
             Err(e) => {
                 tracing::warn!("--take-over: {e}; starting with no volumes");
                 None
@@ -30,11 +30,11 @@ pub fn run(ctx: &Ctx, a: &MountdArgs) -> Result<ExitCode> {
         None
     };
     // After a takeover the old mountd's socket is still there until it notices: replaced.
-    let replace = handed.is_some();
-    let handed = handed.unwrap_or_default();
-    let holder = mountd::holder::Holder::start(mount::server_argv()?)?;
-    let n = handed.len();
-    for held in handed {
+    let replace = taken.is_some();
+    let taken = taken.unwrap_or_default();
+    let holder = mountd::holder::Holder::start_after(mount::server_argv()?, taken.history)?;
+    let n = taken.held.len();
+    for held in taken.held {
         let id = held.volume.id.clone();
         if let Err(e) = holder.adopt(held) {
             tracing::error!("volume {id} taken over but not kept: {e}");
@@ -71,7 +71,7 @@ pub fn run(ctx: &Ctx, a: &MountdArgs) -> Result<ExitCode> {
                 holder.restart_server();
             }
             Some(sig) => {
-                let held = holder.list().len();
+                let held = holder.count();
                 if held > 0 {
                     tracing::warn!(
                         "signal {sig}: stopping with {held} volumes held: their mounts end (ENOTCONN) \

@@ -174,3 +174,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn sizes_over_csis_limits() {
+    // Second hostile review, finding 02: an id of any size was published, and the node's
+    // list outgrew one frame of mountd's socket.
+    let mut r = request(Mode::MultiNodeReaderOnly, &[("repo", "org/name")]);
+    r.volume_id = "v".repeat(MAX_VOLUME_ID);
+    assert!(publish_request(&r).is_ok());
+    r.volume_id.push('v');
+    let e = publish_request(&r).unwrap_err().0;
+    assert!(e.contains("volume_id is 129 bytes"), "{e}");
+    let mut r = request(Mode::MultiNodeReaderOnly, &[("repo", "org/name")]);
+    r.target_path = format!("/{}", "d/".repeat(MAX_PATH / 2 + 1));
+    let e = publish_request(&r).unwrap_err().0;
+    assert!(e.contains("target_path is"), "{e}");
+    let big = "x".repeat(MAX_CONTEXT);
+    let r = request(
+        Mode::MultiNodeReaderOnly,
+        &[("repo", "org/name"), ("csi.storage.k8s.io/pod.name", &big)],
+    );
+    let e = publish_request(&r).unwrap_err().0;
+    assert!(e.contains("volume_context is"), "{e}");
+}
