@@ -873,3 +873,27 @@ fn takeover_metrics_go_on_across_a_mountd_upgrade() {
     assert!(gap < Duration::from_secs(10), "a read waited {gap:?}");
     node.unpublish("csi-a", &a).unwrap();
 }
+
+#[test]
+fn a_live_volume_published_again_under_another_spelling_stays_mounted() {
+    // Failed before (third hostile review, finding 05): a publish of the target through a
+    // symlinked parent did not match mountd's list, and the plugin detached the live mount
+    // as a stale one.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let a = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    let mounted = mount_id_of(&a);
+    let link = node.dir.join("kubelet/link-to-pod-a");
+    std::os::unix::fs::symlink(a.parent().unwrap(), &link).unwrap();
+    let err = node
+        .publish(inline("csi-b", &link.join("mount"), REPO, "r1"))
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("spelled another way"), "{err}");
+    assert_eq!(mount_id_of(&a), mounted, "the live mount stays");
+    assert_eq!(tree_hashes(&a), s.files("r1"));
+    node.unpublish("csi-a", &a).unwrap();
+}

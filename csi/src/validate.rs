@@ -99,9 +99,9 @@ pub(crate) fn target_path(field: &str, path: &str) -> Result<PathBuf, Invalid> {
             path.len()
         ));
     }
-    if path.contains('\0') {
+    if path.chars().any(char::is_control) {
         return refuse(format!(
-            "{field} {path:?} contains a NUL byte: send a plain absolute path"
+            "{field} {path:?} contains a control character: send a plain absolute path"
         ));
     }
     let p = Path::new(path);
@@ -191,6 +191,15 @@ struct Context {
 }
 
 fn context(ctx: &HashMap<String, String>) -> Result<Context, Invalid> {
+    if let Some((k, _)) = ctx
+        .iter()
+        .find(|(k, v)| k.chars().chain(v.chars()).any(char::is_control))
+    {
+        return refuse(format!(
+            "volume_context {k:?} has a control character in its key or value: \
+             volumeAttributes and pod information are plain text"
+        ));
+    }
     let size: usize = ctx.iter().map(|(k, v)| k.len() + v.len()).sum();
     if size > MAX_CONTEXT {
         return refuse(format!(

@@ -44,7 +44,10 @@ pub enum HolderError {
          ask again in a few seconds"
     )]
     Busy,
-    #[error("volume {0}: mountd holds {MAX_VOLUMES} volumes already, its most")]
+    #[error(
+        "volume {0}: mountd holds {MAX_VOLUMES} volumes already, or as many as one answer to \
+         a list can name, its most"
+    )]
     Full(String),
     #[error("volume {0}: the descriptor is not a /dev/fuse connection")]
     NotFuse(String),
@@ -97,11 +100,24 @@ struct Inner {
     starts: AtomicU64,
     /// When the last server ended (microseconds since the epoch; 0: none has).
     last_end: AtomicU64,
+    /// The next [`Kept::instance`].
+    instances: AtomicU64,
 }
 
-/// A volume held.
+/// A volume held, and which keeping of it this is (a number the holder gives once: its
+/// `Serve` carries it, and an answer that does not is about an earlier volume of the id).
 struct Kept {
     held: Held,
+    instance: u64,
+}
+
+impl Kept {
+    fn new(inner: &Inner, held: Held) -> Kept {
+        Kept {
+            held,
+            instance: inner.instances.fetch_add(1, Ordering::SeqCst),
+        }
+    }
 }
 
 /// What the servers of the holders before this one did, carried across a handover so that
@@ -141,6 +157,7 @@ impl Holder {
             retired: AtomicBool::new(false),
             starts: AtomicU64::new(history.servers_started),
             last_end: AtomicU64::new(history.last_end_us.unwrap_or(0)),
+            instances: AtomicU64::new(1),
         });
         let sup = inner.clone();
         std::thread::Builder::new()
@@ -158,7 +175,7 @@ impl Holder {
         self.inner
             .volumes
             .lock()
-            .extend(held.into_iter().map(|held| Kept { held }));
+            .extend(held.into_iter().map(|held| Kept::new(&self.inner, held)));
         self.resume();
     }
 
@@ -225,17 +242,21 @@ impl Holder {
         if volumes.iter().any(|k| k.held.volume.id == id) {
             return Err(HolderError::Exists(id));
         }
-        if volumes.len() >= MAX_VOLUMES {
+        // A new volume must leave the list answerable; a handed-over one is never refused
+        // (the old holder has let it go).
+        if waiter.is_some() && !room_for(&volumes, &held.volume) {
             return Err(HolderError::Full(id));
         }
         if let Some(tx) = waiter {
             self.inner.waiting.lock().insert(id.clone(), tx);
         }
+        let kept = Kept::new(&self.inner, held);
         if let Some(s) = slot.running.as_ref() {
-            // A failed send means the server is going: the next one gets every volume.
-            let _ = send_serve(s, &held);
+            // A failed send means the server is going (or made to go): the next one gets
+            // every volume.
+            let _ = send_serve(s, &kept);
         }
-        volumes.push(Kept { held });
+        volumes.push(kept);
         Ok(())
     }
 
@@ -358,17 +379,29 @@ impl Holder {
 }
 
 fn remove(inner: &Inner, id: &str) -> bool {
+    remove_if(inner, id, |_| true)
+}
+
+/// Forgets volume `id` if `pred` holds for it. The slot is locked throughout (then the
+/// list: the lock order), so no `Add` of the same id comes between the check, the removal
+/// and the `Remove` to the server: it is the volume checked that goes, never a new one.
+fn remove_if(inner: &Inner, id: &str, pred: impl Fn(&Kept) -> bool) -> bool {
+    let slot = inner.slot.lock();
     let kept = {
         let mut volumes = inner.volumes.lock();
-        let Some(i) = volumes.iter().position(|k| k.held.volume.id == id) else {
+        let Some(i) = volumes
+            .iter()
+            .position(|k| k.held.volume.id == id && pred(k))
+        else {
             return false;
         };
         volumes.remove(i)
     };
     inner.retries.lock().remove(id);
-    if let Some(s) = inner.slot.lock().running.as_ref() {
-        let _ = wire::send(&s.sock, &Request::Remove { id: id.into() }, &[]);
+    if let Some(s) = slot.running.as_ref() {
+        let _ = to_server(s, &Request::Remove { id: id.into() }, &[]);
     }
+    drop(slot);
     drop(kept);
     true
 }
@@ -389,13 +422,30 @@ fn connection_ended(fd: &OwnedFd) -> bool {
     }
 }
 
+/// Whether `volumes` and `new` are at most [`MAX_VOLUMES`] and their list fits one frame
+/// (a volume's JSON can be several times its fields' bytes: escapes).
+fn room_for(volumes: &[Kept], new: &Volume) -> bool {
+    let size = |v: &Volume| serde_json::to_vec(v).map_or(usize::MAX / 2, |b| b.len() + 1);
+    let listed: usize = volumes.iter().map(|k| size(&k.held.volume)).sum();
+    volumes.len() < MAX_VOLUMES && listed + size(new) + 64 <= wire::MAX_FRAME
+}
+
+/// Whether `fd` is of `/dev/fuse` (the character device 10:229).
+pub(crate) fn is_fuse_device(fd: &OwnedFd) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(meta) = fd
+        .try_clone()
+        .and_then(|f| std::fs::File::from(f).metadata())
+    else {
+        return false;
+    };
+    meta.file_type().is_char_device() && meta.rdev() == libc::makedev(10, 229)
+}
+
 /// Refuses a descriptor that is not of `/dev/fuse` (a pipe, a file, another device): a
 /// server would wait on it for a FUSE_INIT that never comes.
 fn check_fuse_device(v: &Volume, fd: &OwnedFd) -> Result<(), HolderError> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
-    let fuse = meta.file_type().is_char_device() && meta.rdev() == libc::makedev(10, 229);
-    if fuse {
+    if is_fuse_device(fd) {
         Ok(())
     } else {
         Err(HolderError::NotFuse(v.id.clone()))
@@ -420,18 +470,44 @@ fn prune_unmounted(inner: &std::sync::Weak<Inner>) {
             .map(|k| k.held.volume.id.clone())
             .collect();
         for id in gone {
-            tracing::warn!("mountd: volume {id} is no longer mounted; forgetting it");
-            remove(&inner, &id);
+            // Checked again under the locks: the id may name a new volume by now.
+            if remove_if(&inner, &id, |k| connection_ended(&k.held.fuse)) {
+                tracing::warn!("mountd: volume {id} is no longer mounted; forgetting it");
+            }
         }
     }
 }
 
-fn send_serve(s: &Server, held: &Held) -> Result<(), wire::WireError> {
-    wire::send(
-        &s.sock,
-        &Request::Serve(held.volume.clone()),
-        &[held.fuse.as_raw_fd(), held.state.as_raw_fd()],
+fn send_serve(s: &Server, kept: &Kept) -> Result<(), wire::WireError> {
+    let volume = Volume {
+        instance: Some(kept.instance),
+        ..kept.held.volume.clone()
+    };
+    to_server(
+        s,
+        &Request::Serve(volume),
+        &[kept.held.fuse.as_raw_fd(), kept.held.state.as_raw_fd()],
     )
+}
+
+/// How long the holder waits for its server to take a message (the socket's buffer full:
+/// the server stopped reading it) before it counts the server as stuck.
+const SERVER_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends `req` to the server; a server that does not take it within
+/// [`SERVER_WRITE_TIMEOUT`] (or took part of it) is killed, and the next one is sent every
+/// volume: a stuck server must not hold the holder's locks, nor get half a message.
+fn to_server(s: &Server, req: &Request, fds: &[i32]) -> Result<(), wire::WireError> {
+    let sent = wire::send(&s.sock, req, fds);
+    if let Err(e) = &sent {
+        tracing::error!(
+            "mountd: the FUSE server (pid {}) takes no message ({e}); killing it",
+            s.pid
+        );
+        // SAFETY: kill(2) with a pid of our own child; no memory is touched.
+        unsafe { libc::kill(s.pid as i32, libc::SIGKILL) };
+    }
+    sent
 }
 
 fn now_secs() -> u64 {
@@ -524,12 +600,13 @@ fn spawn_server(
     }
     let child = cmd.spawn()?;
     drop(theirs);
+    ours.set_write_timeout(Some(SERVER_WRITE_TIMEOUT))?;
     let conn = Server {
         sock: ours.try_clone()?,
         pid: child.id(),
     };
     for kept in inner.volumes.lock().iter() {
-        let _ = send_serve(&conn, &kept.held);
+        let _ = send_serve(&conn, kept);
     }
     let pid = conn.pid;
     slot.running = Some(conn);
@@ -545,7 +622,24 @@ fn read_replies(inner: &Arc<Inner>, sock: &UnixStream, pid: u32) -> bool {
     let mut served = false;
     loop {
         match wire::recv::<Reply>(sock) {
-            Ok((Reply::Served { id, error }, _)) => {
+            Ok((
+                Reply::Served {
+                    id,
+                    error,
+                    instance,
+                },
+                _,
+            )) => {
+                // An answer about a volume of this id that has gone since (removed, added
+                // again) is nobody's: a waiting `Add` must not take it for its own.
+                let current =
+                    inner.volumes.lock().iter().any(|k| {
+                        k.held.volume.id == id && instance.is_none_or(|i| k.instance == i)
+                    });
+                if !current {
+                    tracing::info!("mountd: volume {id}: an answer about an earlier keeping of it");
+                    continue;
+                }
                 if let Some(e) = &error {
                     tracing::error!("mountd: volume {id}: {e}");
                 }
@@ -558,7 +652,7 @@ fn read_replies(inner: &Arc<Inner>, sock: &UnixStream, pid: u32) -> bool {
                     (None, None) => {
                         inner.retries.lock().remove(&id);
                     }
-                    (None, Some(_)) => retry_later(inner, id, pid),
+                    (None, Some(_)) => retry_later(inner, id, instance, pid),
                 }
             }
             Ok((other, _)) => {
@@ -572,9 +666,10 @@ fn read_replies(inner: &Arc<Inner>, sock: &UnixStream, pid: u32) -> bool {
 /// The longest wait before a volume that could not be served is sent again.
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// Sends volume `id` to server `pid` again after a pause that doubles with each try (from
-/// 0.5 s to [`RETRY_MAX`]), if both are still there (a new server is sent every volume).
-fn retry_later(inner: &Arc<Inner>, id: String, pid: u32) {
+/// Sends volume `id` (the keeping `instance` of it) to server `pid` again after a pause that
+/// doubles with each try (from 0.5 s to [`RETRY_MAX`]), if both are still there (a new
+/// server is sent every volume).
+fn retry_later(inner: &Arc<Inner>, id: String, instance: Option<u64>, pid: u32) {
     let tries = {
         let mut retries = inner.retries.lock();
         let n = retries.entry(id.clone()).or_insert(0);
@@ -592,11 +687,75 @@ fn retry_later(inner: &Arc<Inner>, id: String, pid: u32) {
             let Some(s) = slot.running.as_ref().filter(|s| s.pid == pid) else {
                 return;
             };
-            if let Some(k) = inner.volumes.lock().iter().find(|k| k.held.volume.id == id) {
-                let _ = send_serve(s, &k.held);
+            // The same keeping of the volume only: a new one of the id has its own answer.
+            let volumes = inner.volumes.lock();
+            let same =
+                |k: &&Kept| k.held.volume.id == id && instance.is_none_or(|i| k.instance == i);
+            if let Some(k) = volumes.iter().find(same) {
+                let _ = send_serve(s, k);
             }
         });
     if let Err(e) = spawned {
         tracing::error!("mountd: volume {name}: cannot schedule another try: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_answer_about_an_earlier_volume_of_the_id_is_not_a_waiting_adds() {
+        // Seen in CI (csi::a_publish_caught_in_a_mountd_rollout_is_refused_and_published_again):
+        // the server's failure to serve a volume handed over and then unmounted reached
+        // the holder after the plugin had removed it and added it again, and the new add
+        // took it for its own answer. Answers are matched by the keeping's instance now.
+        let holder = Holder::start(vec!["sleep".into(), "1000".into()]).unwrap();
+        let inner = holder.inner.clone();
+        let devnull = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let volume = Volume {
+            id: "v".into(),
+            target: "/nonexistent".into(),
+            repo: String::new(),
+            revision: String::new(),
+            commit: None,
+            allow_other: false,
+            labels: Vec::new(),
+            instance: None,
+        };
+        let earlier = Kept::new(
+            &inner,
+            Held {
+                volume: volume.clone(),
+                fuse: devnull(),
+                state: devnull(),
+            },
+        );
+        let now = Kept::new(
+            &inner,
+            Held {
+                volume,
+                fuse: devnull(),
+                state: devnull(),
+            },
+        );
+        let (earlier, instance) = (earlier.instance, now.instance);
+        assert_ne!(earlier, instance);
+        inner.volumes.lock().push(now);
+        let (tx, rx) = mpsc::channel();
+        inner.waiting.lock().insert("v".into(), tx);
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let reader = inner.clone();
+        std::thread::spawn(move || read_replies(&reader, &ours, 0));
+        for (error, instance) in [(Some("stale".to_string()), earlier), (None, instance)] {
+            let r = Reply::Served {
+                id: "v".into(),
+                error,
+                instance: Some(instance),
+            };
+            wire::send(&theirs, &r, &[]).unwrap();
+        }
+        let answer = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(answer, None, "the earlier volume's answer was taken");
     }
 }

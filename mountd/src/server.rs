@@ -78,6 +78,7 @@ pub fn run(sock: UnixStream, serve: Arc<ServeFn>) -> Result<(), ServerError> {
                         let r = Reply::Served {
                             id: volume.id,
                             error: Some("serve: expected 2 descriptors".into()),
+                            instance: volume.instance,
                         };
                         wire::send(&reply.lock(), &r, &[])?;
                         continue;
@@ -107,6 +108,7 @@ pub fn run(sock: UnixStream, serve: Arc<ServeFn>) -> Result<(), ServerError> {
                         let r = Reply::Served {
                             id: volume.id,
                             error,
+                            instance: volume.instance,
                         };
                         let _ = wire::send(&reply.lock(), &r, &[]);
                     }
@@ -208,6 +210,7 @@ mod tests {
             commit: None,
             allow_other: false,
             labels: Vec::new(),
+            instance: None,
         }
     }
 
@@ -235,7 +238,7 @@ mod tests {
         // Answered in order on the loop: once this answer comes, the remove was handled.
         wire::send(&holder, &Request::Serve(volume("probe")), &[]).unwrap();
         let (r, _) = wire::recv::<Reply>(&holder).unwrap();
-        assert!(matches!(r, Reply::Served { id, error: Some(_) } if id == "probe"));
+        assert!(matches!(r, Reply::Served { id, error: Some(_), .. } if id == "probe"));
         go.send(()).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !dropped.load(Ordering::SeqCst) {

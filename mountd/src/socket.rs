@@ -132,6 +132,13 @@ pub fn take_over(path: &Path) -> Result<Taken, ClientError> {
                 let [fuse, state]: [OwnedFd; 2] = fds
                     .try_into()
                     .map_err(|_| ClientError::Refused("handover without 2 descriptors".into()))?;
+                // Checked before the acknowledgement: one not kept after it would be lost.
+                if !crate::holder::is_fuse_device(&fuse) {
+                    return Err(ClientError::Refused(format!(
+                        "volume {}: handed over with a descriptor that is not /dev/fuse",
+                        volume.id
+                    )));
+                }
                 out.held.push(Held {
                     volume,
                     fuse,
@@ -274,17 +281,17 @@ fn hand_over(conn: &UnixStream, holder: &Holder) -> bool {
         );
         return false;
     };
-    for h in &held {
+    // Every volume, or no end of the list: a list cut short (a send that timed out) must
+    // never be acknowledged as whole, or the volumes not sent would be held by neither.
+    let all_sent = held.iter().all(|h| {
         let m = Reply::HandedOver {
             volume: Some(h.volume.clone()),
             last: false,
             servers_started: None,
             last_server_end_us: None,
         };
-        if wire::send(conn, &m, &[h.fuse.as_raw_fd(), h.state.as_raw_fd()]).is_err() {
-            break;
-        }
-    }
+        wire::send(conn, &m, &[h.fuse.as_raw_fd(), h.state.as_raw_fd()]).is_ok()
+    });
     let history = holder.history();
     let done = Reply::HandedOver {
         volume: None,
@@ -293,7 +300,11 @@ fn hand_over(conn: &UnixStream, holder: &Holder) -> bool {
         last_server_end_us: history.last_end_us,
     };
     // The new holder has the descriptors once it acknowledges.
-    let acked = wire::send(conn, &done, &[]).is_ok() && acknowledged(conn);
+    let acked = all_sent && wire::send(conn, &done, &[]).is_ok() && acknowledged(conn);
+    if !all_sent {
+        // It may be reading still: it must not take the part it has for the whole.
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    }
     if !acked {
         tracing::error!("mountd: the handover failed; serving the volumes again");
         holder.restore(held);
@@ -323,7 +334,12 @@ mod tests {
 
     /// A holder whose "server" is `sleep`: enough for the socket's own requests.
     fn holder_at(dir: &Path) -> (Holder, std::path::PathBuf) {
-        let holder = Holder::start(vec!["sleep".into(), "1000".into()]).unwrap();
+        holder_serving(dir, vec!["sleep".into(), "1000".into()])
+    }
+
+    /// A holder whose server is `argv`, listening in `dir`.
+    fn holder_serving(dir: &Path, argv: Vec<std::ffi::OsString>) -> (Holder, std::path::PathBuf) {
+        let holder = Holder::start(argv).unwrap();
         let path = dir.join("mountd.sock");
         let (h, p) = (holder.clone(), path.clone());
         std::thread::spawn(move || listen(&p, &h, false));
@@ -381,6 +397,7 @@ mod tests {
             commit: None,
             allow_other: false,
             labels: Vec::new(),
+            instance: None,
         };
         let t = Instant::now();
         match add(&path, &v, &r) {
@@ -389,5 +406,66 @@ mod tests {
         }
         assert!(t.elapsed() < Duration::from_secs(2));
         assert!(list(&path).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_handover_cut_short_never_ends_its_list() {
+        // Failed before (third hostile review, finding 02): a volume frame that could not
+        // be sent in time was skipped and the list ended all the same, so a new holder that
+        // read on acknowledged a part as the whole, and the rest was held by neither.
+        let dir = tempfile::tempdir().unwrap();
+        // A server that reads its socket and does nothing: the volumes' Serve frames must
+        // reach it for the handover to begin.
+        let drain = "import os, socket\n\
+                     s = socket.socket(fileno=int(os.environ['MODELCAS_MOUNTD_SERVER_FD']))\n\
+                     while s.recv(1 << 20): pass";
+        let (holder, path) = holder_serving(
+            dir.path(),
+            vec!["python3".into(), "-c".into(), drain.into()],
+        );
+        let n = 16;
+        for i in 0..n {
+            let fuse = OwnedFd::from(std::fs::File::open("/dev/fuse").unwrap());
+            let state = modelfs::takeover::State::create(0).unwrap();
+            let state = OwnedFd::from(state.file().try_clone().unwrap());
+            let volume = Volume {
+                id: format!("v{i}"),
+                target: dir.path().join(format!("t{i}")),
+                repo: "org/name".into(),
+                revision: "main".into(),
+                commit: None,
+                allow_other: false,
+                // Large enough that the frames fill the socket's buffer.
+                labels: vec![("pad".into(), "x".repeat(30_000))],
+                instance: None,
+            };
+            holder
+                .adopt(Held {
+                    volume,
+                    fuse,
+                    state,
+                })
+                .unwrap();
+        }
+        let sock = UnixStream::connect(&path).unwrap();
+        wire::send(&sock, &Request::Handover, &[]).unwrap();
+        // A new holder that stalls past the old one's write timeout, then reads on.
+        std::thread::sleep(CLIENT_TIMEOUT + Duration::from_secs(2));
+        let mut volumes = 0;
+        loop {
+            match wire::recv::<Reply>(&sock) {
+                Ok((Reply::HandedOver { last: false, .. }, _)) => volumes += 1,
+                Ok((Reply::HandedOver { last: true, .. }, _)) => {
+                    assert_eq!(volumes, n, "the list ended after {volumes} of {n} volumes");
+                    break;
+                }
+                Ok((other, _)) => panic!("{other:?}"),
+                Err(_) => break,
+            }
+        }
+        assert!(
+            volumes < n,
+            "every frame was sent: the test did not stall the handover"
+        );
     }
 }

@@ -36,6 +36,11 @@ pub struct Volume {
     /// Free-form labels (the pod it serves), shown by `list`.
     #[serde(default)]
     pub labels: Vec<(String, String)>,
+    /// In a `Serve`: which keeping of the volume by the holder this is (a number the holder
+    /// never gives twice), echoed in the `Served` answer, so that a late answer about an
+    /// earlier volume of the same id is not taken for this one's. Absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<u64>,
 }
 
 /// What a client (the CSI plugin, a new mountd) asks the holder, and what the
@@ -66,6 +71,9 @@ pub enum Reply {
     Served {
         id: String,
         error: Option<String>,
+        /// The `instance` of the `Serve` answered (absent from servers before it was added).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<u64>,
     },
     /// One handed-over volume (descriptors: FUSE, takeover state); `last` ends the list,
     /// and carries the old holder's servers so far (absent from holders before they were

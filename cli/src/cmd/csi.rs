@@ -158,12 +158,33 @@ impl Backend {
     }
 }
 
-/// Makes `target` ready to be mounted on: a stale modelcas mount there (mountd does not
-/// hold it) is detached; a mount of anything else, a symlink or a file is refused. Returns
-/// whether the directory was created here (and is removed on failure).
-fn prepare_target(target: &Path) -> Result<bool, VolumeError> {
+/// Makes `target` ready to be mounted on: a stale modelcas mount there (one mountd does
+/// not hold, under any spelling of the path) is detached; a mount of anything else, a
+/// symlink or a file is refused. Returns whether the directory was created here (and is
+/// removed on failure).
+fn prepare_target(target: &Path, mountd: &Path) -> Result<bool, VolumeError> {
     match modelfs::mounts::mount_at(target) {
         Some(m) if m.is_modelcas() => {
+            let at = modelfs::mounts::kernel_spelling(target);
+            let listed = mountd::socket::list(mountd).map_err(|e| {
+                VolumeError::Unavailable(format!(
+                    "{}: a modelcas mount is there and mountd cannot say whether it holds \
+                     it: {e}",
+                    target.display()
+                ))
+            })?;
+            if let Some(v) = listed
+                .iter()
+                .find(|v| modelfs::mounts::kernel_spelling(&v.target) == at)
+            {
+                return Err(VolumeError::InvalidArgument(format!(
+                    "target_path {} is the mount of volume {} published at {}: the same \
+                     directory spelled another way",
+                    target.display(),
+                    v.id,
+                    v.target.display()
+                )));
+            }
             tracing::warn!("{}: a stale modelcas mount; detaching it", target.display());
             mount::lazy_unmount(target);
         }
@@ -211,7 +232,7 @@ fn prepare_target(target: &Path) -> Result<bool, VolumeError> {
 impl VolumeBackend for Backend {
     fn publish(&self, v: &Volume) -> Result<Published, VolumeError> {
         let (repo, commit) = self.store.resolve(v)?;
-        let created = prepare_target(&v.target)?;
+        let created = prepare_target(&v.target, &self.mountd)?;
         let undo = |created: bool| {
             if created {
                 let _ = std::fs::remove_dir(&v.target);
@@ -241,6 +262,7 @@ impl VolumeBackend for Backend {
             commit: Some(commit.to_hex()),
             allow_other: true,
             labels,
+            instance: None,
         };
         if let Err(e) = mountd::socket::add(&self.mountd, &volume, &fuse) {
             drop(fuse);

@@ -232,6 +232,7 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         commit: single.as_ref().map(|(_, c)| c.to_hex()),
         allow_other: o.allow_other,
         labels: Vec::new(),
+        instance: None,
     };
     if let Err(e) = holder.add(volume, fuse) {
         holder.stop();

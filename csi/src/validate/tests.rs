@@ -197,3 +197,22 @@ fn sizes_over_csis_limits() {
     let e = publish_request(&r).unwrap_err().0;
     assert!(e.contains("volume_context is"), "{e}");
 }
+
+#[test]
+fn control_characters_anywhere_are_refused() {
+    // Third hostile review, finding 01: escaped in JSON, each one took 6 bytes of mountd's
+    // list.
+    let r = request(
+        Mode::MultiNodeReaderOnly,
+        &[
+            ("repo", "org/name"),
+            ("csi.storage.k8s.io/pod.name", "a\u{1}b"),
+        ],
+    );
+    let e = publish_request(&r).unwrap_err().0;
+    assert!(e.contains("control character"), "{e}");
+    let mut r = request(Mode::MultiNodeReaderOnly, &[("repo", "org/name")]);
+    r.target_path = "/var/lib/kubelet/pods/u/\u{1}/mount".into();
+    let e = publish_request(&r).unwrap_err().0;
+    assert!(e.contains("control character"), "{e}");
+}
