@@ -573,12 +573,7 @@ fn a_volume_unmounted_behind_the_plugins_back_is_published_again() {
     node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
     node.publish(inline("csi-b", &b, REPO, "r2")).unwrap();
     for t in [&a, &b] {
-        let ok = std::process::Command::new("fusermount3")
-            .arg("-u")
-            .arg(t)
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        unmount_by_hand(t);
     }
     node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
     assert!(is_mounted(&a));
@@ -776,17 +771,33 @@ fn mount_id_of(t: &Path) -> Option<u64> {
     modelfs::mounts::mount_at(t).map(|m| m.id)
 }
 
+/// A node with the series ingested and r1 published as volume `csi-a` of pod `pod-a`.
+fn node_with_csi_a() -> (Node, PathBuf) {
+    let env = Env::new();
+    ingest_series(&env);
+    let node = Node::start(env);
+    let a = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    (node, a)
+}
+
+/// Unmounts `t` behind the plugin's back, as an admin's `umount` would.
+fn unmount_by_hand(t: &Path) {
+    let ok = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(t)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
 #[test]
 fn a_publish_retried_during_a_handover_leaves_the_live_volume_mounted() {
     // Failed before (second hostile review, finding 06): mountd answered a list with no
     // volumes while a handover had them out, and the plugin took the live mount for a
     // stale one and detached it under its reader.
     let s = series();
-    let env = Env::new();
-    ingest_series(&env);
-    let node = Node::start(env);
-    let a = node.target("pod-a", "model");
-    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    let (node, a) = node_with_csi_a();
     let mounted = mount_id_of(&a);
     assert!(mounted.is_some());
     let reader = Reader::start(a.clone(), s.files("r1"));
@@ -813,18 +824,9 @@ fn a_publish_retried_during_a_handover_leaves_the_live_volume_mounted() {
 fn a_volume_unmounted_while_a_handover_had_it_out_is_forgotten() {
     // Failed before (second hostile review, finding 01): a volume given back (or taken
     // over) after its mount was gone was kept for good, and listed as published.
-    let env = Env::new();
-    ingest_series(&env);
-    let node = Node::start(env);
-    let a = node.target("pod-a", "model");
-    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    let (node, a) = node_with_csi_a();
     let stalled = half_handover(&node.socket(), None);
-    let ok = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(&a)
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    unmount_by_hand(&a);
     drop(stalled);
     wait_until("mountd forgets csi-a", Duration::from_secs(30), || {
         mountd_volumes(&node.socket()).filter(Vec::is_empty)
@@ -880,11 +882,7 @@ fn a_live_volume_published_again_under_another_spelling_stays_mounted() {
     // symlinked parent did not match mountd's list, and the plugin detached the live mount
     // as a stale one.
     let s = series();
-    let env = Env::new();
-    ingest_series(&env);
-    let node = Node::start(env);
-    let a = node.target("pod-a", "model");
-    node.publish(inline("csi-a", &a, REPO, "r1")).unwrap();
+    let (node, a) = node_with_csi_a();
     let mounted = mount_id_of(&a);
     let link = node.dir.join("kubelet/link-to-pod-a");
     std::os::unix::fs::symlink(a.parent().unwrap(), &link).unwrap();

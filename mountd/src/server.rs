@@ -202,16 +202,7 @@ mod tests {
     }
 
     fn volume(id: &str) -> Volume {
-        Volume {
-            id: id.into(),
-            target: "/nonexistent".into(),
-            repo: String::new(),
-            revision: String::new(),
-            commit: None,
-            allow_other: false,
-            labels: Vec::new(),
-            instance: None,
-        }
+        Volume::for_test(id, std::path::Path::new("/nonexistent"))
     }
 
     #[test]

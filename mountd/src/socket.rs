@@ -389,16 +389,7 @@ mod tests {
         let (_holder, path) = holder_at(dir.path());
         let (r, _w) = std::io::pipe().unwrap();
         let r = OwnedFd::from(r);
-        let v = Volume {
-            id: "v1".into(),
-            target: dir.path().join("t"),
-            repo: "org/name".into(),
-            revision: "main".into(),
-            commit: None,
-            allow_other: false,
-            labels: Vec::new(),
-            instance: None,
-        };
+        let v = Volume::for_test("v1", &dir.path().join("t"));
         let t = Instant::now();
         match add(&path, &v, &r) {
             Err(ClientError::Refused(m)) => assert!(m.contains("not a /dev/fuse"), "{m}"),
@@ -429,15 +420,9 @@ mod tests {
             let state = modelfs::takeover::State::create(0).unwrap();
             let state = OwnedFd::from(state.file().try_clone().unwrap());
             let volume = Volume {
-                id: format!("v{i}"),
-                target: dir.path().join(format!("t{i}")),
-                repo: "org/name".into(),
-                revision: "main".into(),
-                commit: None,
-                allow_other: false,
                 // Large enough that the frames fill the socket's buffer.
                 labels: vec![("pad".into(), "x".repeat(30_000))],
-                instance: None,
+                ..Volume::for_test(&format!("v{i}"), &dir.path().join(format!("t{i}")))
             };
             holder
                 .adopt(Held {

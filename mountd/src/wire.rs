@@ -43,6 +43,23 @@ pub struct Volume {
     pub instance: Option<u64>,
 }
 
+#[cfg(test)]
+impl Volume {
+    /// A volume named `id` of no repository, at `target`, for the unit tests.
+    pub(crate) fn for_test(id: &str, target: &std::path::Path) -> Volume {
+        Volume {
+            id: id.into(),
+            target: target.to_path_buf(),
+            repo: "org/name".into(),
+            revision: "main".into(),
+            commit: None,
+            allow_other: false,
+            labels: Vec::new(),
+            instance: None,
+        }
+    }
+}
+
 /// What a client (the CSI plugin, a new mountd) asks the holder, and what the
 /// holder asks its server.
 #[derive(Clone, Debug, Serialize, Deserialize)]
