@@ -1,7 +1,8 @@
 //! The object stores: the only way modelcas touches its bucket. The [`ObjectStore`] trait
 //! (put, ranged get, list, delete, the store's clock) and its implementations: a local
 //! directory, memory, a request-counting wrapper, and S3 (cargo feature `s3`, which pulls
-//! in the AWS SDK; the mount and serve crates build without it).
+//! in the AWS SDK; the mount and serve crates build without it). `hub_wire` names the
+//! routes of a hub's store API (docs/design/fleet-hub.md), which nodes will read through.
 //!
 //! Keys are `/`-separated relative names (see `docs/format/bucket.md`, "Bucket layout"). The
 //! contract every implementation keeps:
@@ -17,6 +18,7 @@
 
 mod counting;
 mod error;
+pub mod hub_wire;
 mod local;
 mod memory;
 mod open_files;
