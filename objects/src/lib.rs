@@ -8,8 +8,12 @@
 //! contract every implementation keeps:
 //! * `put` is atomic: a reader sees either no object or the whole object, never a prefix
 //!   (the local store writes a temporary file and renames it; S3 PUT is atomic).
-//! * Objects are never modified in place by modelcas except refs and the config, which
-//!   are replaced whole.
+//! * Objects are never modified in place; some are replaced whole under the same key
+//!   (refs, pins, last-use and mirror records, manifests when a partial commit is
+//!   completed or a removed commit ingested again, forwarding records, the config in a
+//!   creation race). Only packs, named by the BLAKE3 of their bytes, never get other bytes
+//!   under their key: a cache may keep a pack's bytes by key alone, anything else only with
+//!   the object's tag.
 //! * `list` returns every key under a prefix with its size, in lexicographic order.
 //! * Time is the store's: an object's `modified` is when the store wrote it, by the
 //!   store's clock (S3: `Last-Modified`; local: the file's mtime), and [`ObjectStore::now`]
