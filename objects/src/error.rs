@@ -30,6 +30,17 @@ pub enum ObjectError {
     /// An invalid key, location or setting.
     #[error("{0}")]
     Invalid(String),
+    /// A write to a store that only reads (a hub): run commands that write against the
+    /// bucket itself.
+    #[error(
+        "{location} is a modelcas hub, which only reads: cannot {op} {key}; run commands that \
+         write against the bucket itself"
+    )]
+    ReadOnly {
+        location: String,
+        op: &'static str,
+        key: String,
+    },
 }
 
 impl ObjectError {

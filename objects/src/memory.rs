@@ -26,6 +26,8 @@ pub struct MemoryStore {
     fail_after: AtomicI64,
     puts: AtomicU64,
     bytes_put: AtomicU64,
+    /// What [`ObjectStore::get_again`] answers, by key: another source's copy.
+    elsewhere: Mutex<BTreeMap<String, Vec<u8>>>,
 }
 
 impl MemoryStore {
@@ -70,6 +72,13 @@ impl MemoryStore {
         let mut c = self.clock.lock();
         let t = c.get_or_insert_with(SystemTime::now);
         *t += d;
+    }
+
+    /// Gives the store a second source of `key` with `data`, which
+    /// [`ObjectStore::get_again`] and [`ObjectStore::get_range_again`] answer from (to test
+    /// readers that ask again, and the wrappers that must pass the question on).
+    pub fn elsewhere(&self, key: &str, data: Vec<u8>) {
+        self.elsewhere.lock().insert(key.to_string(), data);
     }
 
     fn time(&self) -> SystemTime {
@@ -152,6 +161,29 @@ impl ObjectStore for MemoryStore {
 
     fn location(&self) -> String {
         "memory:".into()
+    }
+    fn get_again(&self, key: &str, _attempt: u32) -> Result<Option<Vec<u8>>> {
+        Ok(self.elsewhere.lock().get(key).cloned())
+    }
+    fn get_range_again(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+        _attempt: u32,
+    ) -> Result<Option<Vec<u8>>> {
+        let elsewhere = self.elsewhere.lock();
+        let Some(data) = elsewhere.get(key) else {
+            return Ok(None);
+        };
+        let end = offset.checked_add(len).filter(|e| *e <= data.len() as u64);
+        match end {
+            Some(end) => Ok(Some(data[offset as usize..end as usize].to_vec())),
+            None => Err(ObjectError::CorruptObject {
+                key: key.into(),
+                reason: format!("{len} bytes at {offset} of {}", data.len()),
+            }),
+        }
     }
 }
 

@@ -89,6 +89,31 @@ pub trait ObjectStore: Send + Sync {
     }
     /// A human-readable location (`/path/to/store`, `s3://bucket/prefix`).
     fn location(&self) -> String;
+    /// Whether the store only reads (a hub): its writes answer [`ObjectError::ReadOnly`],
+    /// and a command that writes checks this before it does any work. Every wrapper must
+    /// forward it.
+    fn read_only(&self) -> bool {
+        false
+    }
+    /// The whole object `key` once more, from a source other than the one that answered
+    /// (attempt 1, 2, ...: each another source, past every cache), because the bytes it
+    /// gave failed their check. `Ok(None)`: no other source is left (a directory or the
+    /// bucket itself has none). Every wrapper must forward it.
+    fn get_again(&self, key: &str, attempt: u32) -> Result<Option<Vec<u8>>> {
+        let _ = (key, attempt);
+        Ok(None)
+    }
+    /// [`ObjectStore::get_again`] for `len` bytes from `offset`.
+    fn get_range_again(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+        attempt: u32,
+    ) -> Result<Option<Vec<u8>>> {
+        let _ = (key, offset, len, attempt);
+        Ok(None)
+    }
 }
 
 /// Checks a key before it touches a filesystem or a bucket: no empty segment, no `.`

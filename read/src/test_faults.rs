@@ -182,7 +182,51 @@ impl ObjectStore for FaultyStore {
     fn remove_temporary(&self, t: &Temporary) -> Result<()> {
         self.inner.remove_temporary(t)
     }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+    /// A second source without faults (the first try only): the store underneath, as a
+    /// hub's other address would answer.
+    fn get_again(&self, key: &str, attempt: u32) -> Result<Option<Vec<u8>>> {
+        if attempt > 1 {
+            return Ok(None);
+        }
+        self.inner.get(key).map(Some)
+    }
+    fn get_range_again(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+        attempt: u32,
+    ) -> Result<Option<Vec<u8>>> {
+        if attempt > 1 {
+            return Ok(None);
+        }
+        self.inner.get_range(key, offset, len).map(Some)
+    }
     fn location(&self) -> String {
         format!("faulty:{}", self.inner.location())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asked_again_it_answers_without_faults_once() {
+        let mem = Arc::new(objects::MemoryStore::new());
+        mem.put("k", b"clean bytes").unwrap();
+        let every_call = Faults {
+            flip: 1000,
+            ..Faults::default()
+        };
+        let f = FaultyStore::new(mem, every_call, 7);
+        assert_ne!(f.get("k").unwrap(), b"clean bytes", "a fault on every read");
+        assert_eq!(f.get_again("k", 1).unwrap().unwrap(), b"clean bytes");
+        assert_eq!(f.get_range_again("k", 6, 5, 1).unwrap().unwrap(), b"bytes");
+        assert_eq!(f.get_again("k", 2).unwrap(), None);
+        assert!(!f.read_only());
     }
 }

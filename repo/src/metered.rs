@@ -83,7 +83,37 @@ impl ObjectStore for MeteredStore {
     fn remove_temporary(&self, t: &Temporary) -> Result<()> {
         self.inner.remove_temporary(t)
     }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+    fn get_again(&self, key: &str, attempt: u32) -> Result<Option<Vec<u8>>> {
+        self.inner.get_again(key, attempt)
+    }
+    fn get_range_again(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+        attempt: u32,
+    ) -> Result<Option<Vec<u8>>> {
+        self.inner.get_range_again(key, offset, len, attempt)
+    }
     fn location(&self) -> String {
         self.inner.location()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metered_wrapper_passes_asking_again_on() {
+        let mem = Arc::new(objects::MemoryStore::new());
+        mem.elsewhere("k", b"right".to_vec());
+        let m = MeteredStore::new(mem);
+        assert_eq!(m.get_again("k", 1).unwrap().unwrap(), b"right");
+        assert_eq!(m.get_range_again("k", 1, 3, 1).unwrap().unwrap(), b"igh");
+        assert!(!m.read_only());
     }
 }

@@ -188,6 +188,21 @@ impl ObjectStore for ManifestCache {
         self.inner.remove_temporary(t)
     }
 
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+    fn get_again(&self, key: &str, attempt: u32) -> objects::Result<Option<Vec<u8>>> {
+        self.inner.get_again(key, attempt)
+    }
+    fn get_range_again(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+        attempt: u32,
+    ) -> objects::Result<Option<Vec<u8>>> {
+        self.inner.get_range_again(key, offset, len, attempt)
+    }
     fn location(&self) -> String {
         self.inner.location()
     }
@@ -198,6 +213,19 @@ mod tests {
     use super::*;
 
     const KEY: &str = "repos/o/m/manifests/0123456789012345678901234567890123456789";
+
+    #[test]
+    fn the_cache_passes_asking_again_on() {
+        let mem = Arc::new(objects::MemoryStore::new());
+        mem.elsewhere(KEY, b"right".to_vec());
+        let c = ManifestCache {
+            inner: mem,
+            state: Mutex::default(),
+        };
+        assert_eq!(c.get_again(KEY, 1).unwrap().unwrap(), b"right");
+        assert_eq!(c.get_range_again(KEY, 0, 2, 1).unwrap().unwrap(), b"ri");
+        assert!(!c.read_only());
+    }
 
     #[test]
     fn kept_manifests_stay_within_the_budget() {
