@@ -239,8 +239,8 @@ impl Store {
             }
         }
         cache.missed(1);
-        let frame = pack::read_frame(self.backend.as_ref(), key, id, offset, frame_len)?;
-        let data = pack::decode_checked(&frame, id, key, offset)?;
+        let (frame, data) =
+            pack::read_frame_checked(self.backend.as_ref(), key, id, offset, frame_len)?;
         cache.put(id, &frame);
         Ok(data)
     }

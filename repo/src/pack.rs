@@ -35,12 +35,42 @@ pub fn read_chunk(
     offset: u64,
     frame_len: u32,
 ) -> Result<Vec<u8>> {
-    decode_checked(
-        &read_frame(store, key, id, offset, frame_len)?,
-        id,
-        key,
-        offset,
-    )
+    read_frame_checked(store, key, id, offset, frame_len).map(|(_, data)| data)
+}
+
+/// The most times a frame that failed its check is asked for again (each time from
+/// another source of the store: a hub's other addresses).
+const MAX_AGAIN: u32 = 8;
+
+/// The frame and its decoded chunk, checked against `id`. A frame that fails its check is
+/// asked for again from the store's other sources ([`ObjectStore::get_range_again`]: a
+/// hub's other addresses, past every cache) until one passes; when none does (or the store
+/// has none, as a directory or the bucket itself), the first error stands.
+pub fn read_frame_checked(
+    store: &dyn ObjectStore,
+    key: &str,
+    id: &ChunkId,
+    offset: u64,
+    frame_len: u32,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    let first = match read_frame(store, key, id, offset, frame_len) {
+        Ok(frame) => match decode_checked(&frame, id, key, offset) {
+            Ok(data) => return Ok((frame, data)),
+            Err(e) => e,
+        },
+        Err(e @ StoreError::CorruptChunk { .. }) => e,
+        Err(e) => return Err(e),
+    };
+    for attempt in 1..=MAX_AGAIN {
+        let Ok(Some(frame)) = store.get_range_again(key, offset, frame_len as u64, attempt) else {
+            break;
+        };
+        if let Ok(data) = decode_checked(&frame, id, key, offset) {
+            tracing::warn!("{key} at {offset}: a wrong frame was read right from another source");
+            return Ok((frame, data));
+        }
+    }
+    Err(first)
 }
 
 /// Reads and decodes one frame without checking the chunk's hash: for callers that check
@@ -101,6 +131,38 @@ fn corrupt_chunk(id: &ChunkId, key: &str, offset: u64, reason: String) -> StoreE
 mod tests {
     use super::*;
     use objects::MemoryStore;
+
+    #[test]
+    fn a_frame_that_fails_its_check_is_read_again_elsewhere() {
+        // Issue 43: a hub or a cache that answered a wrong byte; the store's other source
+        // (another address, past every cache) gives the right one.
+        let chunk = vec![7u8; 5000];
+        let id = ChunkId::of(&chunk);
+        let mut good = Vec::new();
+        frame::encode(&chunk, &mut good);
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let len = good.len() as u32;
+        let store = MemoryStore::new();
+        store.put("p", &bad).unwrap();
+        assert!(matches!(
+            read_chunk(&store, "p", &id, 0, len),
+            Err(StoreError::CorruptChunk { .. })
+        ));
+        store.elsewhere("p", good.clone());
+        assert_eq!(read_chunk(&store, "p", &id, 0, len).unwrap(), chunk);
+        assert_eq!(
+            read_frame_checked(&store, "p", &id, 0, len).unwrap(),
+            (good, chunk)
+        );
+        // Wrong there too: the first error stands.
+        store.elsewhere("p", bad);
+        assert!(matches!(
+            read_chunk(&store, "p", &id, 0, len),
+            Err(StoreError::CorruptChunk { .. })
+        ));
+    }
 
     #[test]
     fn build_and_read_back() {
