@@ -116,6 +116,31 @@ pub trait ObjectStore: Send + Sync {
     }
 }
 
+/// Inside `impl ObjectStore for W`, the methods a wrapper passes on to the store in its
+/// field `$inner` unchanged: [`ObjectStore::read_only`], [`ObjectStore::get_again`] and
+/// [`ObjectStore::get_range_again`]. One definition, so that no wrapper turns a hub's read-only
+/// refusal or its second try off by leaving one out.
+#[macro_export]
+macro_rules! forward_asking_again {
+    ($inner:ident) => {
+        fn read_only(&self) -> bool {
+            self.$inner.read_only()
+        }
+        fn get_again(&self, key: &str, attempt: u32) -> $crate::Result<Option<Vec<u8>>> {
+            self.$inner.get_again(key, attempt)
+        }
+        fn get_range_again(
+            &self,
+            key: &str,
+            offset: u64,
+            len: u64,
+            attempt: u32,
+        ) -> $crate::Result<Option<Vec<u8>>> {
+            self.$inner.get_range_again(key, offset, len, attempt)
+        }
+    };
+}
+
 /// Checks a key before it touches a filesystem or a bucket: no empty segment, no `.`
 /// or `..`, no leading `/`, no backslash.
 pub fn check_key(key: &str) -> Result<()> {

@@ -83,21 +83,7 @@ impl ObjectStore for MeteredStore {
     fn remove_temporary(&self, t: &Temporary) -> Result<()> {
         self.inner.remove_temporary(t)
     }
-    fn read_only(&self) -> bool {
-        self.inner.read_only()
-    }
-    fn get_again(&self, key: &str, attempt: u32) -> Result<Option<Vec<u8>>> {
-        self.inner.get_again(key, attempt)
-    }
-    fn get_range_again(
-        &self,
-        key: &str,
-        offset: u64,
-        len: u64,
-        attempt: u32,
-    ) -> Result<Option<Vec<u8>>> {
-        self.inner.get_range_again(key, offset, len, attempt)
-    }
+    objects::forward_asking_again!(inner);
     fn location(&self) -> String {
         self.inner.location()
     }
