@@ -20,6 +20,7 @@ mod crash;
 mod csi;
 mod features;
 mod file_cache;
+mod fleet;
 mod format_reader;
 mod gc;
 mod gc_races;

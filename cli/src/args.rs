@@ -12,13 +12,13 @@ use store::gc::GcFlags;
 #[derive(Parser, Debug)]
 #[command(name = "modelcas", version, about, long_about = None)]
 pub struct Cli {
-    /// The store: a directory (default: the user's data directory, ~/.local/share/modelcas/store)
-    /// or an S3 bucket, s3://BUCKET/PREFIX.
+    /// The store: a directory (default: the user's data directory, ~/.local/share/modelcas/store),
+    /// an S3 bucket, s3://BUCKET/PREFIX, or hubs for reading, http://HUB:PORT[,http://HUB2:PORT].
     #[arg(
         long,
         global = true,
         env = "MODELCAS_STORE",
-        value_name = "PATH|s3://BUCKET/PREFIX"
+        value_name = "PATH|s3://BUCKET/PREFIX|http://HUB:PORT"
     )]
     pub store: Option<String>,
     /// S3 endpoint for S3-compatible servers (MinIO, Ceph RGW, Garage), e.g. http://127.0.0.1:3900.
@@ -39,6 +39,23 @@ pub struct Cli {
     /// Size limit of the chunk cache (e.g. 20G, 512M; default 10G).
     #[arg(long, global = true, env = "MODELCAS_CACHE_SIZE", value_name = "SIZE")]
     pub cache_size: Option<String>,
+    /// The token sent to a hub store (--store http://HUB:PORT), from this file (first line;
+    /// read again after a 401, so a rotated secret is picked up); default: HF_TOKEN.
+    #[arg(
+        long,
+        global = true,
+        env = "MODELCAS_HUB_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub hub_token_file: Option<PathBuf>,
+    /// How long a read through hubs goes round their addresses before it fails (default 60s).
+    #[arg(
+        long,
+        global = true,
+        env = "MODELCAS_HUB_RETRY_FOR",
+        value_name = "DURATION"
+    )]
+    pub hub_retry_for: Option<String>,
     /// Config file (TOML); default /etc/modelcas/config.toml when it exists.
     #[arg(long, global = true, env = "MODELCAS_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -434,6 +451,13 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer <token>` with one of the tokens in this file (one per line).
     #[arg(long, env = "MODELCAS_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Serve the store API to nodes (`--store http://THIS-HUB` on GPU nodes) for the tokens
+    /// in this file (one per line, as --token-file); without it the store API is off.
+    #[arg(long, env = "MODELCAS_NODE_TOKEN_FILE", value_name = "FILE")]
+    pub node_token_file: Option<PathBuf>,
+    /// Serve the store API to nodes without a token (a closed network; logged at start).
+    #[arg(long, env = "MODELCAS_NODE_API_OPEN")]
+    pub node_api_open: bool,
     /// Threads reading the store (requests routed and chunks read at once; default 16).
     #[arg(long, env = "MODELCAS_SERVE_THREADS")]
     pub threads: Option<usize>,

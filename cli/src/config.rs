@@ -60,6 +60,10 @@ pub struct Config {
     pub index_dir: Option<PathBuf>,
     pub cache_dir: Option<PathBuf>,
     pub cache_size: Option<String>,
+    /// See `--hub-token-file`.
+    pub hub_token_file: Option<PathBuf>,
+    /// See `--hub-retry-for`.
+    pub hub_retry_for: Option<String>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
     pub metrics_listen: Option<String>,
@@ -99,6 +103,10 @@ pub struct MountConfig {
 pub struct ServeConfig {
     pub listen: Option<String>,
     pub token_file: Option<PathBuf>,
+    /// See `--node-token-file`.
+    pub node_token_file: Option<PathBuf>,
+    /// See `--node-api-open`.
+    pub node_api_open: Option<bool>,
     pub threads: Option<usize>,
     pub cache_mib: Option<usize>,
     pub fetch_threads: Option<usize>,
@@ -197,6 +205,8 @@ pub fn merge_globals(cli: &crate::args::Cli, file: Config) -> Config {
         index_dir: cli.index_dir.clone().or(file.index_dir),
         cache_dir: cli.cache_dir.clone().or(file.cache_dir),
         cache_size: cli.cache_size.clone().or(file.cache_size),
+        hub_token_file: cli.hub_token_file.clone().or(file.hub_token_file),
+        hub_retry_for: cli.hub_retry_for.clone().or(file.hub_retry_for),
         log_level: cli.log_level.clone().or(file.log_level),
         log_format: cli.log_format.clone().or(file.log_format),
         metrics_listen: cli.metrics_listen.clone().or(file.metrics_listen),

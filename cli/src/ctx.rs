@@ -27,6 +27,12 @@ pub fn record_run(store: &Store, command: &str, started: u64, ok: bool, summary:
     }
 }
 
+/// Whether a store location is across a network (S3, hubs): reads get the node chunk cache
+/// and more fetch threads.
+pub fn is_remote(location: &str) -> bool {
+    location.starts_with("s3://") || objects::HubStore::is_hub_location(location)
+}
+
 /// Threads reading chunks in parallel from a remote store (checkout, verify, mount fetches).
 pub const REMOTE_READ_THREADS: usize = 16;
 
@@ -56,8 +62,10 @@ impl Ctx {
         };
         let inner: Arc<dyn ObjectStore> = if loc.starts_with("s3://") {
             Arc::new(objects::S3Store::new(&loc, &self.s3)?)
+        } else if objects::HubStore::is_hub_location(&loc) {
+            Arc::new(objects::HubStore::new(&loc, self.hub_options()?)?)
         } else if loc.contains("://") {
-            bail!("--store {loc}: unknown scheme (use a directory path)");
+            bail!("--store {loc}: unknown scheme (use a directory path, s3:// or http(s)://)");
         } else {
             Arc::new(LocalStore::new(PathBuf::from(loc)))
         };
@@ -65,11 +73,38 @@ impl Ctx {
         Ok(Arc::new(repo::MeteredStore::new(inner)))
     }
 
+    /// How to reach hubs: the token (`--hub-token-file`, else `HF_TOKEN`) and how long to
+    /// go round their addresses.
+    fn hub_options(&self) -> Result<objects::HubOptions> {
+        let mut o = objects::HubOptions {
+            token_file: self.config.hub_token_file.clone(),
+            ca_bundle: std::env::var_os("MODELCAS_CA_BUNDLE").map(PathBuf::from),
+            ..Default::default()
+        };
+        if o.token_file.is_none() {
+            o.token = std::env::var("HF_TOKEN")
+                .ok()
+                .filter(|t| !t.trim().is_empty());
+        }
+        if let Some(d) = &self.config.hub_retry_for {
+            o.retry_for = store::gc::retention::parse_duration(d)
+                .with_context(|| format!("--hub-retry-for {d:?}"))?;
+        }
+        Ok(o)
+    }
+
+    /// Whether `--store` names hubs (which only read).
+    pub fn store_is_hub(&self) -> bool {
+        self.store_arg
+            .as_deref()
+            .is_some_and(objects::HubStore::is_hub_location)
+    }
+
     /// Opens an existing store (reading commands), with the node-local chunk cache when the
     /// store is remote (or `--cache-dir` asks for one).
     pub fn open(&self) -> Result<Store> {
         let backend = self.backend()?;
-        let remote = backend.location().starts_with("s3://");
+        let remote = is_remote(&backend.location());
         let store = Store::open(backend)?;
         if remote {
             // Reads from a remote store wait on the network more than on the CPU: checkout

@@ -103,6 +103,29 @@ pub fn used_key(repo: &RepoId, commit: &CommitId) -> String {
     format!("{}{}", used_prefix(repo), commit.to_hex())
 }
 
+/// The repository a key under `repos/` belongs to (`repos/<org>/<name>/...`, the id
+/// valid); `None` for any other key.
+pub fn repo_of_key(key: &str) -> Option<RepoId> {
+    let rest = key.strip_prefix(REPOS_PREFIX)?;
+    let mut parts = rest.splitn(3, '/');
+    let (org, name, tail) = (parts.next()?, parts.next()?, parts.next()?);
+    if tail.is_empty() {
+        return None;
+    }
+    RepoId::parse(&format!("{org}/{name}"))
+        .ok()
+        .filter(|r| r.org() == org && r.name() == name)
+}
+
+/// The repository and commit of a last-use record's key ([`used_key`]); `None` for any
+/// other key, or one spelled another way.
+pub fn parse_used_key(key: &str) -> Option<(RepoId, CommitId)> {
+    let repo = repo_of_key(key)?;
+    let hex = key.strip_prefix(&used_prefix(&repo))?;
+    let commit = CommitId::parse(hex).ok()?;
+    (commit.to_hex() == hex).then_some((repo, commit))
+}
+
 /// Key of the mirror's record of a repository it brought from its upstream.
 pub fn mirror_repo_key(repo: &RepoId) -> String {
     format!("{}mirror/repo", repo_prefix(repo))
@@ -143,6 +166,42 @@ pub fn ref_name_from_key(repo: &RepoId, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_name_their_repository_and_used_records_their_commit() {
+        let r = RepoId::parse("org/m").unwrap();
+        let c = CommitId([0xab; 20]);
+        for key in [
+            manifest_key(&r, &c),
+            ref_key(&r, "a/b"),
+            used_key(&r, &c),
+            mirror_repo_key(&r),
+        ] {
+            assert_eq!(repo_of_key(&key), Some(r.clone()), "{key}");
+        }
+        assert_eq!(parse_used_key(&used_key(&r, &c)), Some((r.clone(), c)));
+        for bad in [
+            "repos/org/m",
+            "repos/org/m/",
+            "repos/org/../x",
+            "repos//m/used/x",
+            "packs/ab/cd",
+            "config",
+        ] {
+            assert_eq!(repo_of_key(bad), None, "{bad}");
+        }
+        let upper = used_key(&r, &c)
+            .to_uppercase()
+            .replace("REPOS/ORG/M/USED", "repos/org/m/used");
+        for bad in [
+            manifest_key(&r, &c),
+            format!("{}x", used_key(&r, &c)),
+            format!("{}/x", used_key(&r, &c)),
+            upper,
+        ] {
+            assert_eq!(parse_used_key(&bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn keys() {

@@ -94,6 +94,41 @@ pub fn is_hub_tag(tag: &str) -> bool {
     })
 }
 
+/// What `GET /store` answers: the protocol's version, the store's id and the block length.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreInfo {
+    pub version: u32,
+    /// The store id, 32 hex digits (the config's).
+    pub store_id: String,
+    pub block_len: u64,
+}
+
+/// The version of the store API this build speaks.
+pub const VERSION: u32 = 1;
+
+impl StoreInfo {
+    /// Checks that a node can read through a hub that sent this.
+    pub fn check(&self) -> Result<(), String> {
+        if self.version != VERSION {
+            return Err(format!(
+                "the hub speaks store API version {}, this build {VERSION}",
+                self.version
+            ));
+        }
+        if self.block_len != BLOCK_LEN {
+            return Err(format!(
+                "blocks of {} bytes, not {BLOCK_LEN}",
+                self.block_len
+            ));
+        }
+        let hex = |s: &str| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex(&self.store_id) {
+            return Err(format!("a malformed store id {:?}", self.store_id));
+        }
+        Ok(())
+    }
+}
+
 /// One object of a listing or a stat, as the hub sends it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireMeta {

@@ -2,7 +2,8 @@
 //! (put, ranged get, list, delete, the store's clock) and its implementations: a local
 //! directory, memory, a request-counting wrapper, and S3 (cargo feature `s3`, which pulls
 //! in the AWS SDK; the mount and serve crates build without it). `hub_wire` names the
-//! routes of a hub's store API (docs/design/fleet-hub.md), which nodes will read through.
+//! routes of a hub's store API (docs/format/hub-protocol.md), and the hub store (cargo
+//! feature `hub`, ureq) reads a store through them.
 //!
 //! Keys are `/`-separated relative names (see `docs/format/bucket.md`, "Bucket layout"). The
 //! contract every implementation keeps:
@@ -22,6 +23,8 @@
 
 mod counting;
 mod error;
+#[cfg(feature = "hub")]
+mod hub;
 pub mod hub_wire;
 mod local;
 mod memory;
@@ -33,9 +36,11 @@ mod store;
 
 pub use counting::{CountingStore, Requests};
 pub use error::{ObjectError, Result};
+#[cfg(feature = "hub")]
+pub use hub::{read_token_file, HubOptions, HubStore};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
-pub use requests::{S3Requests, S3_REQUESTS};
+pub use requests::{HubRequests, S3Requests, HUB_REQUESTS, S3_REQUESTS};
 #[cfg(feature = "s3")]
 pub use s3::S3Options;
 

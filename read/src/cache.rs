@@ -437,13 +437,20 @@ impl ChunkCache {
         };
         let frame = frame.unwrap_or(&[]);
         let disk = self.store.disk_cache();
-        if let (Err(_), Some(disk), true) = (&result, disk, d.cached) {
-            disk.remove(&src.id);
+        let mut keep = result.is_ok() && !d.cached;
+        if result.is_err() {
+            // A damaged cached entry, or a frame of a group read that failed its check
+            // (a wrong byte from a hub or a cache between): read alone, which asks the
+            // store's other sources (`pack::read_frame_checked`) and fills the node-local
+            // copy itself.
+            if let (Some(disk), true) = (disk, d.cached) {
+                disk.remove(&src.id);
+            }
             result = self
                 .store
                 .read_chunk(&src.key, &src.id, src.offset, src.frame_len, true);
+            keep = false;
         }
-        let keep = result.is_ok() && !d.cached;
         // Readers first; the node-local copy after (a file written, not waited for).
         self.finish(src, &d.slot, result);
         if let (true, Some(disk)) = (keep, disk) {
@@ -713,6 +720,26 @@ mod tests {
         let bytes = q.backend.get(&q.key).unwrap();
         p.backend.put(&p.key, &bytes).unwrap();
         assert_eq!(&**cache.get(&p.sources[2]).unwrap(), &c[2]);
+    }
+
+    #[test]
+    fn a_wrong_frame_of_a_group_read_is_read_again_from_elsewhere() {
+        // Issue 43: a hub (or a cache between) answered a group read with a flipped byte;
+        // the chunk is read again alone and asked of the store's other source, instead of
+        // failing the readers. Failed on the code before (CorruptChunk).
+        let c = chunks(4, 30_000);
+        let p = one_pack(&c);
+        let good = p.backend.get(&p.key).unwrap();
+        let mut bad = good.clone();
+        let e = &p.entries[2];
+        bad[e.offset as usize + e.frame_len as usize / 2] ^= 0x40;
+        p.backend.put(&p.key, &bad).unwrap();
+        p.backend.elsewhere(&p.key, good);
+        let cache = Arc::new(ChunkCache::new(p.store.clone(), 1 << 20, 2).unwrap());
+        assert_eq!(cache.prefetch_run(&p.sources), 4);
+        for (src, want) in p.sources.iter().zip(&c) {
+            assert_eq!(&**cache.get(src).unwrap(), want);
+        }
     }
 
     #[test]

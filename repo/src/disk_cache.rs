@@ -10,12 +10,36 @@
 //!   entry; least recently used first when the directory is over its limit.
 
 use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use format::ChunkId;
 
 use crate::error::Result;
 use crate::lru_dir::LruDir;
+
+/// What identifies one version of an entry's file: a verdict on its bytes holds while the
+/// stamp is the same (a file replaced, rewritten or touched gets another: its inode, size,
+/// or change time differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryStamp {
+    pub ino: u64,
+    pub len: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl EntryStamp {
+    fn of(m: &fs::Metadata) -> EntryStamp {
+        EntryStamp {
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        }
+    }
+}
 
 /// A directory of cached frames with a size limit.
 pub struct DiskCache {
@@ -36,6 +60,42 @@ impl DiskCache {
         let data = fs::read(&p).ok()?;
         self.dir.touch(&p);
         Some(data)
+    }
+
+    /// The cached frame of `id` with the stamp of the file it was read from, its use
+    /// noted in memory only ([`LruDir::note_use`]): the entry's times stay as they are, so
+    /// a verdict kept under its stamp stays valid (the hub's frames, `hubserve::nodes`).
+    pub fn get_stamped(&self, id: &ChunkId) -> Option<(Vec<u8>, EntryStamp)> {
+        let p = self.dir.path(&id.to_hex());
+        let mut f = fs::File::open(&p).ok()?;
+        let before = EntryStamp::of(&f.metadata().ok()?);
+        let mut data = Vec::with_capacity(before.len as usize);
+        f.read_to_end(&mut data).ok()?;
+        let after = EntryStamp::of(&f.metadata().ok()?);
+        self.dir.note_use(&p);
+        (before == after && after.len == data.len() as u64).then_some((data, after))
+    }
+
+    /// Stores the frame of `id` as [`DiskCache::put`] does; the stamp of the entry when
+    /// this call linked it (`None`: not written, or an entry was already there).
+    pub fn put_stamped(&self, id: &ChunkId, frame: &[u8]) -> Option<EntryStamp> {
+        let hex = id.to_hex();
+        let tmp = self.dir.temp(&hex).ok()?;
+        let written = fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(frame)?;
+            f.metadata()
+        });
+        let Ok(meta) = written else {
+            let _ = fs::remove_file(&tmp);
+            return None;
+        };
+        let linked = self.dir.commit(&tmp, &hex, frame.len() as u64);
+        // Linking and removing the temporary name moved the change time: the stamp is the
+        // entry's now, if it is still the file this call wrote (its inode).
+        let now = fs::metadata(self.dir.path(&hex))
+            .ok()
+            .map(|m| EntryStamp::of(&m));
+        now.filter(|n| linked && n.ino == meta.ino() && n.len == frame.len() as u64)
     }
 
     /// Whether an entry of `id` is there (neither checked nor touched: a reader that finds
@@ -70,5 +130,32 @@ impl DiskCache {
     /// Bytes in the cache (as last counted).
     pub fn bytes(&self) -> u64 {
         self.dir.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_hold_across_uses_and_change_with_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), 1 << 20).unwrap();
+        let id = ChunkId::of(b"chunk");
+        let linked = cache.put_stamped(&id, b"frame bytes").unwrap();
+        assert_eq!(
+            cache.put_stamped(&id, b"frame bytes"),
+            None,
+            "already there"
+        );
+        let (bytes, stamp) = cache.get_stamped(&id).unwrap();
+        assert_eq!((bytes.as_slice(), stamp), (&b"frame bytes"[..], linked));
+        // Used again: the same stamp (a use is noted in memory, not in the file's times).
+        assert_eq!(cache.get_stamped(&id).unwrap().1, linked);
+        // Rewritten in place (a damaged disk, another hand): another stamp.
+        let path = dir.path().join(&id.to_hex()[..2]).join(id.to_hex());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        fs::write(&path, b"frame bytez").unwrap();
+        assert_ne!(cache.get_stamped(&id).unwrap().1, linked);
     }
 }

@@ -360,7 +360,8 @@ impl Store {
             }
             other => other?,
         };
-        decode_manifest(&key, &bytes)
+        let decode = |b: &[u8]| decode_manifest(&key, b);
+        crate::again::decoded(self.backend.as_ref(), &key, &bytes, decode)
     }
 
     /// Reads a manifest with its chunk locations resolved through gc's forwarding records

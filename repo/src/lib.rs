@@ -20,6 +20,7 @@
 //!
 //! `docs/FORMAT.md` specifies every persisted byte.
 
+pub mod again;
 pub mod clock;
 pub mod disk_cache;
 mod error;

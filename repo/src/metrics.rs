@@ -1,4 +1,4 @@
-//! This crate's metrics: object-store requests (the [`crate::backend::MeteredStore`]
+//! This crate's metrics: object-store requests (the [`crate::MeteredStore`]
 //! wrapper, and the S3 retries that the `objects` crate counts, read at each scrape) and the
 //! node-local chunk cache ([`crate::disk_cache`]). [`register`] adds them to the registry the
 //! binary assembles; every crate that records metrics keeps its own the same way (`read`,
@@ -90,6 +90,8 @@ pub fn register(r: &mut Registry) {
         Unit::Seconds,
         m.backend_seconds.clone(),
     );
+    r.sub_registry_with_prefix("hub")
+        .register_collector(Box::new(HubCounts));
     let d = r.sub_registry_with_prefix("disk_cache");
     d.register(
         "hits",
@@ -130,6 +132,46 @@ impl Collector for S3Retries {
             counter.metric_type(),
         )?;
         counter.encode(metric)
+    }
+}
+
+/// The hub store's counts ([`objects::HUB_REQUESTS`]: a node reading through hubs), read
+/// at each scrape: `hub_requests`, `hub_failovers`, `hub_bad_answers`,
+/// `hub_recent_block_hits` (all zero where the store is not a hub).
+#[derive(Debug, Default)]
+struct HubCounts;
+
+impl Collector for HubCounts {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let h = &objects::HUB_REQUESTS;
+        let counts = [
+            (
+                "requests",
+                "Requests sent to hubs (each address tried is one).",
+                &h.requests,
+            ),
+            (
+                "failovers",
+                "Requests sent on to another hub address after one failed.",
+                &h.failovers,
+            ),
+            (
+                "bad_answers",
+                "Hub answers whose bytes failed their check here (asked again elsewhere).",
+                &h.bad_answers,
+            ),
+            (
+                "recent_block_hits",
+                "Pack block reads answered from the blocks kept in memory.",
+                &h.recent_block_hits,
+            ),
+        ];
+        for (name, help, c) in counts {
+            let counter = ConstCounter::new(c.load(Ordering::Relaxed));
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        Ok(())
     }
 }
 

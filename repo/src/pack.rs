@@ -38,9 +38,7 @@ pub fn read_chunk(
     read_frame_checked(store, key, id, offset, frame_len).map(|(_, data)| data)
 }
 
-/// The most times a frame that failed its check is asked for again (each time from
-/// another source of the store: a hub's other addresses).
-const MAX_AGAIN: u32 = 8;
+use crate::again::MAX_AGAIN;
 
 /// The frame and its decoded chunk, checked against `id`. A frame that fails its check is
 /// asked for again from the store's other sources ([`ObjectStore::get_range_again`]: a

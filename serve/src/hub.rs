@@ -124,6 +124,8 @@ pub struct Hub {
     xet_seen: Cache<XetHash, RepoId>,
     /// Each stored revision's place in its history (`hub/browse.rs`).
     orders: OrderCache,
+    /// The store API for nodes (`/api/modelcas/v1/...`, [`crate::nodes`]).
+    nodes: crate::nodes::Nodes,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -190,7 +192,7 @@ impl Hub {
     /// route but `/metrics` needs one.
     pub fn new(store: Store, cache: Arc<ChunkCache>, tokens: Option<HashSet<String>>) -> Hub {
         Hub {
-            store,
+            store: store.clone(),
             cache,
             readahead: ReadaheadConfig::default(),
             tokens,
@@ -206,7 +208,20 @@ impl Hub {
             xet: None,
             xet_seen: seen_cache(),
             orders: order_cache(),
+            nodes: crate::nodes::Nodes::new(store, Default::default(), Policy::default()),
         }
+    }
+
+    /// The same router, serving the store API to nodes as `access` says (the policy set
+    /// by [`Hub::with_policy`] before applies to it).
+    pub fn with_nodes(mut self, access: crate::nodes::NodeAccess) -> Hub {
+        self.nodes = crate::nodes::Nodes::new(self.store.clone(), access, self.policy.clone());
+        self
+    }
+
+    /// The store API's state (its block counts, for tests and metrics).
+    pub fn nodes(&self) -> &crate::nodes::Nodes {
+        &self.nodes
     }
 
     /// The same router, naming tokens as `names` says (token → name) in `whoami`; a token
@@ -260,6 +275,7 @@ impl Hub {
     /// The same router, answering only for the repositories `policy` allows, with its
     /// locks, and pulling what the store lacks from `upstream`.
     pub fn with_policy(mut self, policy: Policy, upstream: Option<UpstreamOptions>) -> Hub {
+        self.nodes.set_policy(policy.clone());
         self.policy = policy;
         self.mirror = upstream.map(Mirror::new);
         self
@@ -277,11 +293,13 @@ impl Hub {
         self.metrics
     }
 
+    /// Whether a request may use the Hub API: no tokens configured, or a token of the token
+    /// file or a node token (nodes may read everything the Hub API serves anyway).
     pub fn authorized(&self, headers: &HeaderMap) -> bool {
         let Some(tokens) = &self.tokens else {
             return true;
         };
-        crate::auth::bearer(headers).is_some_and(|t| tokens.contains(t))
+        crate::auth::bearer(headers).is_some_and(|t| tokens.contains(t) || self.nodes.knows(t))
     }
 
     /// Counts a request, unless its routing stopped to wait for the upstream: its reply is
@@ -324,6 +342,12 @@ impl Hub {
             return page;
         }
         if let Some(r) = self.xet_own_auth(req, &segs) {
+            return r;
+        }
+        if let ["api", "modelcas", "v1", rest @ ..] = segs.as_slice() {
+            // Its own tokens (node tokens) and methods.
+            let (endpoint, r) = self.nodes.route(req, rest);
+            self.count(endpoint, r.status.as_u16());
             return r;
         }
         if !self.authorized(req.headers) {

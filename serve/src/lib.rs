@@ -20,6 +20,7 @@
 //! | `GET /v1/reconstructions/{xet hash}` | the file's reconstruction (Xet read token; `Range`) |
 //! | `GET /xet/xorbs/...` | chunk records (signed, expiring URL; `Range`) |
 //! | `GET /metrics` | Prometheus metrics |
+//! | `/api/modelcas/v1/...` | the store API nodes read the store through ([`nodes`], node tokens only) |
 //! | `GET /`, `/ui/...` | HTML pages for people ([`ui`]; off with `--no-ui`) |
 //!
 //! Errors carry `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) as the
@@ -54,6 +55,7 @@ pub mod exposition;
 pub mod hub;
 pub mod metrics;
 pub mod metrics_listener;
+pub mod nodes;
 pub mod reply;
 pub mod server;
 pub mod ui;
@@ -116,6 +118,8 @@ pub struct ServeOptions {
     pub ui: Option<ui::Pages>,
     /// Xet downloads (`None`: off; docs/format/xet.md).
     pub xet: Option<xet::XetOptions>,
+    /// The store API for nodes (docs/format/hub-protocol.md): who may read it.
+    pub nodes: nodes::NodeAccess,
 }
 
 /// A bound endpoint.
@@ -145,6 +149,7 @@ impl Server {
             hub: Arc::new(
                 Hub::new(store, cache, opts.tokens.clone())
                     .with_policy(opts.policy.clone(), opts.upstream.clone())
+                    .with_nodes(opts.nodes.clone())
                     .with_readahead(opts.readahead)
                     .with_exposition(opts.metrics.clone())
                     .with_ui(opts.ui.clone())

@@ -49,6 +49,10 @@ pub struct Metrics {
     /// Requests whose handler panicked (a bug; each got a 500).
     panics: Counter,
     downloads: Histogram,
+    /// The store API's frames, by what it took to serve them (`crate::nodes`).
+    store_frames: Family<ResultLabels, Counter>,
+    /// Bytes of pack blocks and objects sent to nodes.
+    store_bytes_sent: Counter,
 }
 
 /// The endpoint's metrics, recorded whether or not a registry shows them.
@@ -62,6 +66,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     active: Gauge::default(),
     panics: Counter::default(),
     downloads: Histogram::new(BUCKETS),
+    store_frames: Family::default(),
+    store_bytes_sent: Counter::default(),
 });
 
 /// Registers the endpoint's metrics in `r` (the binary's registry, prefix `modelcas`), under
@@ -109,6 +115,18 @@ pub fn register(r: &mut Registry) {
         "File downloads whose revision was stored (hit) or pulled first (miss).",
         m.lookups.clone(),
     );
+    r.register(
+        "store_frames",
+        "Frames of pack blocks served to nodes, by result: fetched (from the bucket), \
+         cache_hit (the hub's chunk cache), flight_wait (another request's fetch), checked \
+         (decoded and hashed here).",
+        m.store_frames.clone(),
+    );
+    r.register(
+        "store_bytes_sent",
+        "Bytes of pack blocks and objects sent to nodes (the store API).",
+        m.store_bytes_sent.clone(),
+    );
     r.register_with_unit(
         "download",
         "Duration of file downloads.",
@@ -145,6 +163,18 @@ impl Metrics {
     pub fn lookup(&self, hit: bool) {
         let result = if hit { "hit" } else { "miss" };
         self.lookups.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// `n` frames of the store API's blocks, served as `result` says.
+    pub fn store_frames(&self, result: &'static str, n: u64) {
+        self.store_frames
+            .get_or_create(&ResultLabels { result })
+            .inc_by(n);
+    }
+
+    /// Bytes sent to nodes by the store API.
+    pub fn store_sent(&self, bytes: u64) {
+        self.store_bytes_sent.inc_by(bytes);
     }
 
     /// A request handler panicked.

@@ -43,6 +43,15 @@ impl Reply {
         }
     }
 
+    /// `204 No Content`.
+    pub(crate) fn no_content() -> Reply {
+        Reply {
+            status: StatusCode::NO_CONTENT,
+            headers: HeaderMap::new(),
+            body: Body::empty(),
+        }
+    }
+
     /// An error the client understands: `X-Error-Code`, `X-Error-Message` (escaped).
     pub fn error(
         status: StatusCode,

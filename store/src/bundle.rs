@@ -237,8 +237,21 @@ fn send_run<W: Write>(
                     offset: c.offset as u64,
                     reason: "the ranged read ended before the frame".into(),
                 })?;
-        // Never send a damaged chunk: the import would refuse the whole bundle.
-        pack::decode_checked(frame, &c.id, &key, c.offset as u64)?;
+        // Never send a damaged chunk: the import would refuse the whole bundle. A frame
+        // that fails its check is asked of the store's other sources (a hub's other
+        // addresses) before the export fails.
+        let again;
+        let frame = match pack::decode_checked(frame, &c.id, &key, c.offset as u64) {
+            Ok(_) => frame,
+            Err(first) => {
+                let backend = store.backend().as_ref();
+                let at = c.offset as u64;
+                again = pack::read_frame_checked(backend, &key, &c.id, at, c.frame_len)
+                    .map_err(|_| first)?
+                    .0;
+                &again[..]
+            }
+        };
         w.record(KIND_CHUNK, &[&wire::chunk_prefix(&c.id, c.raw_len), frame])
             .map_err(out_err)?;
         *records += 1;

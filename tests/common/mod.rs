@@ -4,6 +4,7 @@
 #![allow(dead_code, reason = "shared by every test binary; each uses a part")]
 
 pub mod gc;
+pub mod hub;
 pub mod loopfs;
 pub mod mount;
 
@@ -285,6 +286,21 @@ impl Env {
             .env("MODELCAS_INDEX", self.tmp.path().join("index"))
             .env("MODELCAS_FILE_CACHE", self.tmp.path().join("file-cache"))
             .arg("-q");
+        if self.location.starts_with("http") {
+            // A node reading through hubs: its own chunk cache, no bucket credentials, the
+            // node token when the test wrote one.
+            c.env("MODELCAS_CACHE_DIR", self.tmp.path().join("chunk-cache"))
+                .env_remove("AWS_ACCESS_KEY_ID")
+                .env_remove("AWS_SECRET_ACCESS_KEY")
+                .env_remove("AWS_PROFILE")
+                .env_remove("AWS_SESSION_TOKEN")
+                .env("AWS_CONFIG_FILE", "/dev/null")
+                .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+            let token = self.tmp.path().join("hub-token");
+            if token.exists() {
+                c.env("MODELCAS_HUB_TOKEN_FILE", token);
+            }
+        }
         if let Some(s) = &self.s3 {
             let (id, secret) = if self.read_only {
                 (&s.ro_key_id, &s.ro_secret)
@@ -434,6 +450,12 @@ impl Env {
 pub fn local_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+}
+
+pub fn sha256_bytes(b: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(b);
+    hex::encode(h.finalize())
 }
 
 pub fn sha256_file(p: &Path) -> String {

@@ -103,7 +103,34 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     code
 }
 
+/// The name of a command that writes to the store (refused on hubs before any work).
+fn writer(command: &Command) -> Option<&'static str> {
+    Some(match command {
+        Command::Init { .. } => "init",
+        Command::Ingest { .. } => "ingest",
+        Command::Gc(_) => "gc",
+        Command::Rm { .. } => "rm",
+        Command::Pull(_) => "pull",
+        Command::Sync(_) => "sync",
+        Command::Import { .. } => "import",
+        Command::Pin { .. } => "pin",
+        Command::Unpin { .. } => "unpin",
+        Command::Ref { .. } => "ref",
+        Command::Fsck { .. } => "fsck",
+        Command::Serve(a) if a.upstream.upstream.is_some() => "serve --upstream",
+        _ => return None,
+    })
+}
+
 fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) -> Result<ExitCode> {
+    if let (Some(name), true) = (writer(&command), ctx.store_is_hub()) {
+        let loc = ctx.store_arg.as_deref().unwrap_or_default();
+        anyhow::bail!(
+            "--store {loc} is a modelcas hub, which only reads: `modelcas {name}` writes to the \
+             store; run it against the bucket itself (--store s3://BUCKET/PREFIX or the store's \
+             directory)"
+        );
+    }
     match command {
         Command::Config {
             action: crate::args::ConfigAction::Show,

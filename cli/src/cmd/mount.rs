@@ -109,7 +109,7 @@ fn mount_options(
     if o.fetch_threads == Some(0) || threads == 0 {
         bail!("--threads and --fetch-threads must be at least 1");
     }
-    let remote = store.backend().location().starts_with("s3://");
+    let remote = crate::ctx::is_remote(&store.backend().location());
     Ok(MountOptions {
         single,
         allow_other: o.allow_other,

@@ -22,9 +22,9 @@ type Tokens = (HashSet<String>, HashMap<String, String>);
 /// Tokens from a file: one per line, `TOKEN [NAME...]` (the first whitespace-separated
 /// field is the token, the rest its name, shown by `whoami`); blank lines and `#`
 /// comments ignored.
-fn tokens(path: &Path) -> Result<Tokens> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--token-file {}", path.display()))?;
+fn tokens(path: &Path, flag: &str) -> Result<Tokens> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("{flag} {}", path.display()))?;
     let (mut set, mut names) = (HashSet::new(), HashMap::new());
     for line in text.lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') {
@@ -37,7 +37,7 @@ fn tokens(path: &Path) -> Result<Tokens> {
         set.insert(token.to_string());
     }
     if set.is_empty() {
-        bail!("--token-file {}: no token in it", path.display());
+        bail!("{flag} {}: no token in it", path.display());
     }
     Ok((set, names))
 }
@@ -135,6 +135,8 @@ pub fn xet(c: &ServeConfig, a: &XetArgs) -> Result<Option<hubserve::xet::XetOpti
 pub struct Options {
     pub listen: String,
     pub token_file: Option<PathBuf>,
+    pub node_token_file: Option<PathBuf>,
+    pub node_api_open: bool,
     pub threads: usize,
     pub cache_mib: usize,
     pub fetch_threads: Option<usize>,
@@ -234,6 +236,8 @@ impl Options {
                 .or(c.listen.clone())
                 .unwrap_or_else(|| "127.0.0.1:8080".into()),
             token_file: a.token_file.or(c.token_file.clone()),
+            node_token_file: a.node_token_file.or(c.node_token_file.clone()),
+            node_api_open: a.node_api_open || c.node_api_open == Some(true),
             threads: a.threads.or(c.threads).unwrap_or(16),
             cache_mib: a.cache_mib.or(c.cache_mib).unwrap_or(256),
             fetch_threads: a.fetch_threads.or(c.fetch_threads),
@@ -254,6 +258,23 @@ impl Options {
     }
 }
 
+/// Who may read the store API (`--node-token-file`, `--node-api-open`).
+fn node_access(o: &Options) -> Result<hubserve::nodes::NodeAccess> {
+    let tokens = match &o.node_token_file {
+        Some(p) => Some(tokens(p, "--node-token-file")?.0),
+        None => None,
+    };
+    if o.node_api_open {
+        tracing::warn!(
+            "--node-api-open: the store API (every byte of the store) answers without a token"
+        );
+    }
+    Ok(hubserve::nodes::NodeAccess {
+        tokens,
+        open: o.node_api_open,
+    })
+}
+
 pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     if o.threads == 0 || o.fetch_threads == Some(0) {
         bail!("--threads and --fetch-threads must be at least 1");
@@ -261,7 +282,8 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     if o.cache_mib < 16 {
         bail!("--cache-mib {}: at least 16 MiB is needed", o.cache_mib);
     }
-    let (tokens, token_names) = match o.token_file.as_deref().map(tokens).transpose()? {
+    let read = |p: &Path| tokens(p, "--token-file");
+    let (tokens, token_names) = match o.token_file.as_deref().map(read).transpose()? {
         Some((set, names)) => (Some(set), names),
         None => (None, HashMap::new()),
     };
@@ -270,6 +292,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         // `ingest` and `pull` do (a plain serve of an empty store still says to ingest).
         Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
     }
+    let nodes = node_access(&o)?;
     let store = ctx.open()?;
     let upstream = match &o.upstream {
         None => None,
@@ -289,7 +312,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
             })
         }
     };
-    let remote = store.backend().location().starts_with("s3://");
+    let remote = crate::ctx::is_remote(&store.backend().location());
     let opts = hubserve::ServeOptions {
         listen: o.listen,
         tokens,
@@ -313,6 +336,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
             hubserve::ui::Pages(Arc::new(inventory))
         }),
         xet: o.xet,
+        nodes,
     };
     let server = hubserve::Server::bind(store, &opts)?;
     crate::resident::keep_code_resident();

@@ -22,11 +22,13 @@ impl Store {
                 continue;
             };
             let bytes = self.backend.get(&obj.key)?;
-            let r: RefObject =
-                codec::decode(Kind::Ref, &bytes).map_err(|e| StoreError::CorruptObject {
+            let decode = |b: &[u8]| {
+                codec::decode::<RefObject>(Kind::Ref, b).map_err(|e| StoreError::CorruptObject {
                     key: obj.key.clone(),
                     reason: e.to_string(),
-                })?;
+                })
+            };
+            let r = crate::again::decoded(self.backend.as_ref(), &obj.key, &bytes, decode)?;
             out.insert(name, r.commit);
         }
         Ok(out)

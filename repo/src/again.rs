@@ -1,0 +1,67 @@
+//! Asking the store again: an object whose bytes fail their check (an envelope's BLAKE3
+//! trailer, a frame's chunk id) is asked of the store's other sources
+//! ([`ObjectStore::get_again`]: a hub's other addresses, past every cache) before a read
+//! fails. A directory or the bucket itself has no other source: the first error stands.
+
+use objects::ObjectStore;
+
+use crate::error::{Result, StoreError};
+
+/// The most times bytes that failed their check are asked for again.
+pub const MAX_AGAIN: u32 = 8;
+
+/// `decode(bytes)`, the bytes of `key` as first read; when they fail their check
+/// ([`StoreError::CorruptObject`]), the object is asked of the store's other sources until
+/// one decodes.
+pub fn decoded<T>(
+    store: &dyn ObjectStore,
+    key: &str,
+    bytes: &[u8],
+    decode: impl Fn(&[u8]) -> Result<T>,
+) -> Result<T> {
+    let first = match decode(bytes) {
+        Err(e @ StoreError::CorruptObject { .. }) => e,
+        other => return other,
+    };
+    for attempt in 1..=MAX_AGAIN {
+        let Ok(Some(again)) = store.get_again(key, attempt) else {
+            break;
+        };
+        if let Ok(v) = decode(&again) {
+            tracing::warn!("{key}: wrong bytes were read right from another source");
+            return Ok(v);
+        }
+    }
+    Err(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use objects::MemoryStore;
+
+    fn check(b: &[u8]) -> Result<u8> {
+        match b {
+            [x] if *x < 10 => Ok(*x),
+            _ => Err(StoreError::CorruptObject {
+                key: "k".into(),
+                reason: "bad".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn bad_bytes_are_asked_of_another_source() {
+        let store = MemoryStore::new();
+        assert!(
+            decoded(&store, "k", &[20], check).is_err(),
+            "no other source"
+        );
+        store.elsewhere("k", vec![3]);
+        assert_eq!(decoded(&store, "k", &[20], check).unwrap(), 3);
+        assert_eq!(decoded(&store, "k", &[4], check).unwrap(), 4);
+        store.elsewhere("k", vec![30]);
+        let e = decoded(&store, "k", &[20], check).unwrap_err();
+        assert!(matches!(e, StoreError::CorruptObject { .. }), "{e}");
+    }
+}

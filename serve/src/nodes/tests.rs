@@ -1,0 +1,431 @@
+//! The store API through [`crate::Hub::route`] and [`Blocks`] over a store in memory: every
+//! block is the pack's bytes, single-flight, checks on fetch and from disk, tokens, cache
+//! headers, tags, the allow list.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Barrier};
+
+use format::layout;
+use format::pack::PackBuilder;
+use format::{frame, ChunkId};
+use http::{HeaderMap, Method, StatusCode};
+use objects::hub_wire::{self, BLOCK_LEN};
+use objects::{CountingStore, MemoryStore, ObjectStore};
+use read::cache::ChunkCache;
+use repo::{CreateOptions, Store};
+
+use super::blocks::{BlockError, Blocks};
+use super::NodeAccess;
+use crate::reply::Head;
+use crate::{Hub, Policy};
+
+/// Deterministic, poorly compressible bytes.
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A store in memory with one pack of `n` chunks of about 150 KB (frames cross block
+/// edges), its key and bytes.
+fn pack_store(n: usize) -> (Arc<MemoryStore>, Store, String, Vec<u8>) {
+    let backend = Arc::new(MemoryStore::new());
+    let store = Store::open_or_create(backend.clone(), CreateOptions::default()).unwrap();
+    let mut b = PackBuilder::new();
+    for i in 0..n {
+        let c = noise(150_000 + i * 977, i as u64 + 1);
+        let mut f = Vec::new();
+        frame::encode(&c, &mut f);
+        b.add_frame(ChunkId::of(&c), &f, c.len());
+    }
+    let (id, bytes, _) = b.finish();
+    let key = layout::pack_key(&id);
+    backend.put(&key, &bytes).unwrap();
+    (backend, store, key, bytes)
+}
+
+fn counted(store: &Store) -> (Store, Arc<CountingStore>) {
+    let c = Arc::new(CountingStore::new(store.backend().clone()));
+    (store.with_backend(c.clone()), c)
+}
+
+fn all_blocks(blocks: &Blocks, key: &str) -> Vec<u8> {
+    let id = layout::parse_pack_key(key).unwrap();
+    let mut out = Vec::new();
+    for n in 0.. {
+        match blocks.block(&id, n, false) {
+            Ok(b) => {
+                assert!(b.len() as u64 <= BLOCK_LEN);
+                out.extend_from_slice(&b);
+            }
+            Err(BlockError::PastEnd(size)) => {
+                assert_eq!(size, out.len() as u64);
+                break;
+            }
+            Err(e) => panic!("block {n}: {e:?}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn every_block_is_the_packs_bytes_with_or_without_a_disk_cache() {
+    let (_, store, key, bytes) = pack_store(20);
+    assert!(
+        bytes.len() as u64 > 2 * BLOCK_LEN,
+        "frames must cross blocks"
+    );
+    assert_eq!(all_blocks(&Blocks::new(store.clone()), &key), bytes);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = repo::disk_cache::DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let cached = store.clone().with_disk_cache(disk);
+    assert_eq!(all_blocks(&Blocks::new(cached.clone()), &key), bytes);
+    // A restart on the same directory serves from disk, checking each entry once: the
+    // bucket is asked only for the footer.
+    let (counted, c) = counted(&cached);
+    let again = Blocks::new(counted);
+    assert_eq!(all_blocks(&again, &key), bytes);
+    assert_eq!(
+        c.requests().get_range,
+        3,
+        "header, trailer, footer; no frame"
+    );
+    let checks = again
+        .counts
+        .frame_checks
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(all_blocks(&again, &key), bytes);
+    let after = again
+        .counts
+        .frame_checks
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(checks, after, "verdicts kept under the entries' stamps");
+}
+
+#[test]
+fn many_asking_one_cold_block_fetch_each_frame_once() {
+    let (_, store, key, bytes) = pack_store(20);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = repo::disk_cache::DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let (counted, c) = counted(&store.with_disk_cache(disk));
+    let blocks = Arc::new(Blocks::new(counted));
+    let id = layout::parse_pack_key(&key).unwrap();
+    let barrier = Arc::new(Barrier::new(16));
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let (blocks, barrier) = (blocks.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                blocks.block(&id, 1, false).unwrap()
+            })
+        })
+        .collect();
+    let want = &bytes[BLOCK_LEN as usize..2 * BLOCK_LEN as usize];
+    for t in threads {
+        assert_eq!(&t.join().unwrap()[..], want);
+    }
+    let r = c.requests();
+    let fetched = blocks
+        .counts
+        .frames_fetched
+        .load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "16 requests of one block: {} ranged GETs, {fetched} frames fetched",
+        r.get_range
+    );
+    // Block 1 overlaps 8 frames of ~150 KB; each fetched once, whoever claimed it.
+    assert!(fetched <= 8, "{fetched} frames fetched");
+    // The footer's three reads, and at most one read per claimant's run (16 at most, in
+    // practice a few), never one per request and frame.
+    assert!(r.get_range <= 3 + 16, "{r:?}");
+    assert!(r.bytes_read < 2 * BLOCK_LEN + (1 << 20), "{r:?}");
+}
+
+#[test]
+fn a_frame_damaged_in_the_bucket_is_refused_and_one_damaged_on_disk_fetched_again() {
+    let (backend, store, key, mut bytes) = pack_store(12);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = repo::disk_cache::DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let cached = store.clone().with_disk_cache(disk);
+    let good = bytes.clone();
+    assert_eq!(all_blocks(&Blocks::new(cached.clone()), &key), good);
+    // Damage every entry on disk: a new process checks each, removes it, fetches again.
+    for entry in walk(dir.path()) {
+        let mut b = std::fs::read(&entry).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 1;
+        std::fs::write(&entry, b).unwrap();
+    }
+    assert_eq!(all_blocks(&Blocks::new(cached.clone()), &key), good);
+    // The bucket's own bytes damaged: a 502-kind error naming the pack, never the bytes.
+    bytes[200_000] ^= 1;
+    backend.put(&key, &bytes).unwrap();
+    let fresh = Blocks::new(store.clone());
+    let id = layout::parse_pack_key(&key).unwrap();
+    match fresh.block(&id, 0, false) {
+        Err(BlockError::Bad(why)) => assert!(why.contains(&key), "{why}"),
+        other => panic!("{:?}", other.map(|b| b.len())),
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_pack_that_does_not_tile_is_refused() {
+    let (backend, store, key, bytes) = pack_store(3);
+    // The same footer, one byte more between the header and the first frame.
+    let mut odd = bytes[..16].to_vec();
+    odd.push(0);
+    odd.extend_from_slice(&bytes[16..]);
+    backend.put(&key, &odd).unwrap();
+    let id = layout::parse_pack_key(&key).unwrap();
+    assert!(matches!(
+        Blocks::new(store).block(&id, 0, false),
+        Err(BlockError::Bad(_))
+    ));
+}
+
+/// A hub over `store` with Hub-API tokens `hub` and node tokens `node`.
+fn hub(store: Store, access: NodeAccess, policy: Policy) -> Hub {
+    let cache = Arc::new(ChunkCache::new(store.clone(), 16 << 20, 2).unwrap());
+    let tokens: HashSet<String> = ["hub-token".to_string()].into();
+    Hub::new(store, cache, Some(tokens))
+        .with_policy(policy, None)
+        .with_nodes(access)
+}
+
+fn nodes_only() -> NodeAccess {
+    NodeAccess {
+        tokens: Some(["node-token".to_string()].into()),
+        open: false,
+    }
+}
+
+fn get(hub: &Hub, path_query: &str, token: Option<&str>) -> (StatusCode, HeaderMap, Vec<u8>) {
+    let (path, query) = path_query.split_once('?').unwrap_or((path_query, ""));
+    let mut headers = HeaderMap::new();
+    if let Some(t) = token {
+        headers.insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    let head = Head {
+        method: &Method::GET,
+        path,
+        query,
+        headers: &headers,
+        client: "test",
+    };
+    let r = hub.route(&head);
+    let (status, headers) = (r.status, r.headers.clone());
+    (status, headers, whole_body(r))
+}
+
+fn whole_body(r: crate::reply::Reply) -> Vec<u8> {
+    match &r.body {
+        crate::body::Body::Full(Some(b)) => b.to_vec(),
+        crate::body::Body::Full(None) => Vec::new(),
+        _ => panic!("the store API answers whole bodies"),
+    }
+}
+
+fn api(p: &str) -> String {
+    format!("{}/{p}", hub_wire::API)
+}
+
+#[test]
+fn only_node_tokens_read_the_store_api_and_node_tokens_read_the_hub_api() {
+    let (_, store, key, _) = pack_store(2);
+    let block = api(&format!("{key}/0"));
+    let off = hub(store.clone(), NodeAccess::default(), Policy::default());
+    let (s, h, _) = get(&off, &block, Some("hub-token"));
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(h["x-error-code"], "StoreApiOff");
+    let on = hub(store, nodes_only(), Policy::default());
+    assert_eq!(get(&on, &block, None).0, StatusCode::UNAUTHORIZED);
+    assert_eq!(get(&on, &block, Some("hub-token")).0, StatusCode::FORBIDDEN);
+    assert_eq!(get(&on, &block, Some("other")).0, StatusCode::FORBIDDEN);
+    let (s, h, _) = get(&on, &block, Some("node-token"));
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h["cache-control"], "public, max-age=31536000, immutable");
+    assert!(h.contains_key(hub_wire::HEADER_STORE));
+    // A node token reads the Hub API too; the Hub API's token is unchanged.
+    assert_ne!(
+        get(&on, "/api/models", Some("node-token")).0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_ne!(
+        get(&on, "/api/models", Some("hub-token")).0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get(&on, "/api/models", Some("x")).0,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[test]
+fn blocks_have_one_spelling_and_objects_one_tag() {
+    let (backend, store, key, bytes) = pack_store(2);
+    let on = hub(store, nodes_only(), Policy::default());
+    let t = Some("node-token");
+    let (s, _, body) = get(&on, &api(&format!("{key}/0")), t);
+    assert_eq!(
+        (s, &body[..]),
+        (
+            StatusCode::OK,
+            &bytes[..BLOCK_LEN.min(bytes.len() as u64) as usize]
+        )
+    );
+    for bad in [
+        format!("{key}/00"),
+        format!("{key}/x"),
+        key.to_uppercase() + "/0",
+    ] {
+        let (s, _, _) = get(&on, &api(&bad), t);
+        assert!(
+            s == StatusCode::BAD_REQUEST || s == StatusCode::NOT_FOUND,
+            "{bad}: {s}"
+        );
+    }
+    let (s, h, _) = get(&on, &api(&format!("{key}/9")), t);
+    assert_eq!(s, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(
+        h[hub_wire::HEADER_PACK_SIZE],
+        bytes.len().to_string().as_str()
+    );
+    // A pack is read by block, never as an object.
+    let stat = get(&on, &api(&format!("stat/{key}")), t);
+    assert_eq!(stat.0, StatusCode::OK);
+    let tag = serde_json::from_slice::<hub_wire::WireMeta>(&stat.2)
+        .unwrap()
+        .tag;
+    let (s, _, _) = get(&on, &api(&format!("objects/{key}?tag={tag}")), t);
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // An object by (key, tag): the tag of now, else 412; without a tag 400.
+    backend.put("repos/a/b/refs/main", b"one").unwrap();
+    let meta = |on: &Hub| {
+        let (_, _, b) = get(on, &api("stat/repos/a/b/refs/main"), t);
+        serde_json::from_slice::<hub_wire::WireMeta>(&b).unwrap()
+    };
+    let m = meta(&on);
+    let (s, h, body) = get(
+        &on,
+        &api(&format!("objects/repos/a/b/refs/main?tag={}", m.tag)),
+        t,
+    );
+    assert_eq!((s, &body[..]), (StatusCode::OK, &b"one"[..]));
+    assert_eq!(h["cache-control"], "public, max-age=31536000, immutable");
+    assert_eq!(
+        get(&on, &api("objects/repos/a/b/refs/main"), t).0,
+        StatusCode::BAD_REQUEST
+    );
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    backend.put("repos/a/b/refs/main", b"two!").unwrap();
+    std::thread::sleep(super::FRESH_FOR);
+    let (s, h, _) = get(
+        &on,
+        &api(&format!("objects/repos/a/b/refs/main?tag={}", m.tag)),
+        t,
+    );
+    assert_eq!(s, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(h["cache-control"], "no-store");
+    let m2 = meta(&on);
+    assert_ne!(m2.tag, m.tag);
+    let (_, _, body) = get(
+        &on,
+        &api(&format!("objects/repos/a/b/refs/main?tag={}", m2.tag)),
+        t,
+    );
+    assert_eq!(body, b"two!");
+    // Only what readers read: no locks, no gc records.
+    backend.put("locks/gc-0000000000000001", b"x").unwrap();
+    assert_eq!(
+        get(&on, &api("stat/locks/gc-0000000000000001"), t).0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        get(&on, &api("stat/repos/a/b/..%2Fx"), t).0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        get(&on, &api("stat/repos%2Fa/b/refs/main"), t).0,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[test]
+fn the_allow_list_hides_names_not_bytes() {
+    let (backend, store, key, _) = pack_store(2);
+    backend.put("repos/a/b/refs/main", b"one").unwrap();
+    backend.put("repos/other/m/refs/main", b"two").unwrap();
+    let policy = Policy {
+        allow: vec!["other/*".into()],
+        ..Default::default()
+    };
+    let on = hub(store, nodes_only(), policy);
+    let t = Some("node-token");
+    let (s, _, body) = get(&on, &api("list?prefix=repos/"), t);
+    assert_eq!(s, StatusCode::OK);
+    let page: hub_wire::ListPage = serde_json::from_slice(&body).unwrap();
+    let keys: Vec<&str> = page.objects.iter().map(|m| m.key.as_str()).collect();
+    assert_eq!(keys, ["repos/other/m/refs/main"]);
+    let (s, h, _) = get(&on, &api("stat/repos/a/b/refs/main"), t);
+    assert_eq!(
+        (s, &h["x-error-code"]),
+        (
+            StatusCode::FORBIDDEN,
+            &"RepoNotAllowed".parse::<http::HeaderValue>().unwrap()
+        )
+    );
+    assert_eq!(
+        get(&on, &api("list?prefix=repos/a/b/refs/"), t).0,
+        StatusCode::FORBIDDEN
+    );
+    // Packs belong to no repository: their blocks are served to every node token.
+    assert_eq!(get(&on, &api(&format!("{key}/0")), t).0, StatusCode::OK);
+}
+
+#[test]
+fn listings_come_in_pages_that_check() {
+    let backend = Arc::new(MemoryStore::new());
+    let store = Store::open_or_create(backend.clone(), CreateOptions::default()).unwrap();
+    for i in 0..(hub_wire::LIST_PAGE + 5) {
+        backend.put(&format!("repos/a/b/used/{i:08}"), b"").unwrap();
+    }
+    let on = hub(store, nodes_only(), Policy::default());
+    let prefix = "repos/a/b/used/";
+    let mut after: Option<String> = None;
+    let mut seen = 0;
+    loop {
+        let q = match &after {
+            Some(a) => format!("list?prefix={prefix}&after={a}"),
+            None => format!("list?prefix={prefix}"),
+        };
+        let (s, _, body) = get(&on, &api(&q), Some("node-token"));
+        assert_eq!(s, StatusCode::OK);
+        let page: hub_wire::ListPage = serde_json::from_slice(&body).unwrap();
+        page.check(prefix, after.as_deref()).unwrap();
+        seen += page.objects.len();
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, hub_wire::LIST_PAGE + 5);
+}
