@@ -3,7 +3,8 @@
 # and fails loudly (naming the step) when anything cannot be installed:
 #   1. Debian packages: libclang-dev (the rocksdb crate's bindgen), g++ (RocksDB is C++),
 #      fuse3 (the mount), python3 and python3-venv, chromium (the headless browser that
-#      tests/ui.rs renders serve's pages with).
+#      tests/ui.rs renders serve's pages with), nginx (the cache in front of a hub that
+#      tests/fleet.rs starts; Debian's package starts no service here).
 #   2. The Rust toolchain named in rust-toolchain.toml: checked, never guessed.
 #   3. A Python virtual environment, $MODELCAS_VENV (default ~/.cache/modelcas/venv), with
 #      the exact packages of scripts/requirements.txt (the demo generator, the tests with the
@@ -39,6 +40,8 @@ command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
 dpkg -s python3-venv >/dev/null 2>&1 || python3 -c 'import ensurepip, venv' >/dev/null 2>&1 \
   || need_apt+=(python3-venv)
 $main_only || command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# nginx: the HTTP cache between nodes and hubs that tests/fleet.rs puts in front of a hub.
+$main_only || command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
 if [ ${#need_apt[@]} -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 \
     || fail apt "missing ${need_apt[*]} and no apt-get here: install them with your package manager"

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Barrier};
 
-use crate::common::hub::{node, start_hub, url, NODE_TOKEN};
+use crate::common::hub::{node, start_hub, start_hub_at, url, NODE_TOKEN};
 use crate::common::mount::{metric, scrape, Mount};
 use crate::common::{ingest_series, local_addr, series, tree_hashes, Env};
 
@@ -68,6 +68,7 @@ fn every_reading_command_works_through_a_hub() {
         vec!["rm", &r2],
         vec!["import", bundle.to_str().unwrap()],
         vec!["init"],
+        vec!["index", "rebuild"],
     ];
     for args in writers {
         let err = n.fails(&args);
@@ -94,13 +95,46 @@ fn a_node_needs_a_node_token() {
         "{err}"
     );
     std::fs::remove_file(n.path("hub-token")).unwrap();
-    let err = n
+    let out = n
         .cmd()
         .env_remove("HF_TOKEN")
         .args(["ls"])
         .output()
         .unwrap();
-    assert!(!err.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--hub-token-file or HF_TOKEN"),
+        "{err}"
+    );
+    // A token file naming nothing, and one with characters no header can carry: named.
+    let bad = n.path("bad-token");
+    for text in ["# only a comment\n", "tok\u{e9}n\n"] {
+        std::fs::write(&bad, text).unwrap();
+        let out = n
+            .cmd()
+            .env("MODELCAS_HUB_TOKEN_FILE", &bad)
+            .args(["ls"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("--hub-token-file"),
+            "{err}"
+        );
+    }
+    // A byte-order mark before the token is not part of it.
+    std::fs::write(&bad, format!("\u{feff}{NODE_TOKEN}\n")).unwrap();
+    let out = n
+        .cmd()
+        .env("MODELCAS_HUB_TOKEN_FILE", &bad)
+        .args(["ls"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The token file is read again after a 401: a rotated secret is picked up.
     std::fs::write(n.path("hub-token"), format!("{NODE_TOKEN}\n")).unwrap();
     assert!(n.ok(&["ls"]).contains(REPO));
@@ -283,4 +317,261 @@ fn a_dead_first_address_is_passed_over() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains(&dead), "{err}");
+}
+
+/// nginx (Debian's) started by the test with deploy/nginx/modelcas-hub-cache.conf.
+struct Nginx {
+    child: std::process::Child,
+    addr: String,
+    cache: std::path::PathBuf,
+}
+
+impl Nginx {
+    fn start(env: &Env, hubs: &[&crate::common::Served]) -> Nginx {
+        let prefix = env.path(&format!("nginx-{}", rand::random::<u32>()));
+        let cache = prefix.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let addr = local_addr();
+        let conf = include_str!("../deploy/nginx/modelcas-hub-cache.conf");
+        let servers: Vec<String> = hubs
+            .iter()
+            .map(|h| format!("server {} max_fails=1 fail_timeout=5s;", h.addr))
+            .collect();
+        let root = nix_is_root();
+        let conf = conf
+            .replace("@USER@", if root { "user root;" } else { "" })
+            .replace("@PREFIX@", prefix.to_str().unwrap())
+            .replace("@CACHE@", cache.to_str().unwrap())
+            .replace("@LISTEN@", &addr)
+            .replace("@HUBS@", &servers.join("\n    "));
+        let path = prefix.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let nginx = ["/usr/sbin/nginx", "nginx"]
+            .into_iter()
+            .find(|p| std::process::Command::new(p).arg("-v").output().is_ok())
+            .expect("nginx is not installed (scripts/install-deps.sh installs it)");
+        let v = std::process::Command::new(nginx)
+            .arg("-V")
+            .output()
+            .unwrap();
+        let built = String::from_utf8_lossy(&v.stderr).to_string();
+        assert!(
+            built.contains("http_auth_request_module"),
+            "this nginx lacks the auth_request module: {built}"
+        );
+        let child = std::process::Command::new(nginx)
+            .args(["-p", prefix.to_str().unwrap(), "-c", path.to_str().unwrap()])
+            .args(["-g", "daemon off;"])
+            .spawn()
+            .unwrap();
+        crate::common::wait_until(
+            "nginx to listen",
+            std::time::Duration::from_secs(20),
+            || std::net::TcpStream::connect(&addr).ok(),
+        );
+        Nginx { child, addr, cache }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its workers and cache processes too (a SIGKILL would
+        // leave them behind).
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+}
+
+/// Requests of one endpoint a hub answered (its `/metrics`).
+fn served(h: &crate::common::Served, endpoint: &str) -> f64 {
+    let page = scrape(&h.addr);
+    page.lines()
+        .filter(|l| {
+            l.starts_with("modelcas_serve_requests_total{")
+                && l.contains(&format!("endpoint=\"{endpoint}\""))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn nginx_in_front_of_a_hub_serves_the_second_wave_and_repairs_a_bad_entry() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let hub = start_hub(&env, &[], &[]);
+    let nginx = Nginx::start(&env, &[&hub]);
+    let r2 = format!("{REPO}@r2");
+    let through = format!("http://{}", nginx.addr);
+    // A first wave fills the cache.
+    let first = node(&through);
+    let dir = first.path("checkout");
+    first.ok(&["checkout", &r2, dir.to_str().unwrap()]);
+    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    let blocks = served(&hub, "store-block");
+    assert!(blocks > 0.0);
+    // A second wave is served by the cache: the hub sends no block again.
+    let second = node(&through);
+    let dir = second.path("checkout");
+    second.ok(&["checkout", &r2, dir.to_str().unwrap()]);
+    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(
+        served(&hub, "store-block"),
+        blocks,
+        "the second wave came from nginx"
+    );
+    // Without a token nginx refuses, cached or not.
+    let tokenless = node(&through);
+    std::fs::remove_file(tokenless.path("hub-token")).unwrap();
+    let out = tokenless
+        .cmd()
+        .env_remove("HF_TOKEN")
+        .args(["ls"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // A byte flipped in every cached block: caught on the node, fetched fresh past the
+    // cache, and the entries are good afterwards (a later wave reads from the cache again).
+    let mut flipped = 0;
+    for f in walk_files(&nginx.cache.join("blocks")) {
+        let mut b = std::fs::read(&f).unwrap();
+        if b.len() > 4096 {
+            let at = b.len() - 100;
+            b[at] ^= 0x10;
+            std::fs::write(&f, b).unwrap();
+            flipped += 1;
+        }
+    }
+    assert!(flipped > 0);
+    let third = node(&through);
+    let dir = third.path("checkout");
+    third.ok(&["checkout", &r2, dir.to_str().unwrap()]);
+    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    let repaired = served(&hub, "store-block");
+    assert!(
+        repaired > blocks,
+        "the bad entries were fetched fresh from the hub"
+    );
+    let fourth = node(&through);
+    let dir = fourth.path("checkout");
+    fourth.ok(&["checkout", &r2, dir.to_str().unwrap()]);
+    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(
+        served(&hub, "store-block"),
+        repaired,
+        "repaired entries served by nginx"
+    );
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_running_mount_reads_a_rotated_token_again() {
+    // Hostile review of issue 43: the node read its token file again only after a 401,
+    // and the hub answers a token it does not know with 403; reads failed until restart.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let addr = local_addr();
+    let hub = start_hub_at(&env, &addr, "old-node-token", &[], &[]);
+    let n = node(&format!("http://{addr}"));
+    std::fs::write(n.path("hub-token"), "old-node-token\n").unwrap();
+    let m = Mount::start(
+        &n,
+        &["--repo", &format!("{REPO}@r3"), "--file-cache-size", "0"],
+    );
+    let want = s.files("r3");
+    assert_eq!(&crate::common::sha256_file(&m.p(&want[0].0)), &want[0].1);
+    // The secret is rotated: the hub restarts with the new token, the node's file changes.
+    drop(hub);
+    let _hub = start_hub_at(&env, &addr, "new-node-token", &[], &[]);
+    std::fs::write(n.path("hub-token"), "new-node-token\n").unwrap();
+    assert_eq!(read_all(&m), want);
+}
+
+#[test]
+fn addresses_of_two_stores_are_refused() {
+    let a = Env::new();
+    ingest_series(&a);
+    let b = Env::new();
+    ingest_series(&b);
+    let (ha, hb) = (start_hub(&a, &[], &[]), start_hub(&b, &[], &[]));
+    let n = node(&format!("{},{}", url(&ha), url(&hb)));
+    let err = n.fails(&["ls"]);
+    assert!(
+        err.contains("serves store") && err.contains(&url(&hb)),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_hub_that_takes_connections_and_never_answers_holds_a_reader_only_its_share() {
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let frozen = start_hub(&env, &[], &[]);
+    let good = start_hub(&env, &[], &[]);
+    let n = node(&format!("{},{}", url(&frozen), url(&good)));
+    let pid = frozen.child.id().to_string();
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status();
+    assert!(stop.unwrap().success());
+    let started = std::time::Instant::now();
+    let r1 = format!("{REPO}@r1");
+    let out = n
+        .cmd()
+        .args(["--hub-retry-for", "6s", "ls", &r1, "--json"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&s.files("r1")[0].1));
+    // A bound, not a speed: the frozen hub got at most half of the 6 s, then the good one
+    // answered (before, it held the request 30 s).
+    assert!(took < std::time::Duration::from_secs(15), "{took:?}");
+}
+
+#[test]
+fn a_hub_reading_through_hubs_asks_again_for_wrong_bytes() {
+    // Hostile review of issue 43: a hub whose store is hubs answered 502 for a frame one
+    // upstream flipped, instead of asking the next upstream.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let bad = start_hub(&env, &[], &[("MODELCAS_TEST_HUB_FLIP_BLOCKS", "1")]);
+    let good = start_hub(&env, &[], &[]);
+    let upstream = node(&format!("{},{}", url(&bad), url(&good)));
+    let chained = start_hub(&upstream, &[], &[]);
+    let n = node(&url(&chained));
+    let dir = n.path("checkout");
+    n.ok(&["checkout", &format!("{REPO}@r2"), dir.to_str().unwrap()]);
+    assert_eq!(tree_hashes(&dir), s.files("r2"));
 }

@@ -5,9 +5,11 @@
 //! for last-use records, which the hub writes for the node.
 //!
 //! Addresses are tried in the order given; one that fails (connection, timeout, 5xx, 429,
-//! a body cut short, another store) is marked down for [`DOWN_FOR`] and the same request
-//! goes to the next at once; when all are down the request waits and goes round again for
-//! at most `retry_for`. Packs are read in the hub's immutable 1 MiB blocks (the last few
+//! a body cut short, another store) is marked down for [`DOWN_FOR`] (doubled for each
+//! failure in a row, up to [`DOWN_MAX`]) and the same request goes to the next at once,
+//! each address holding it at most its share of the time left (a hub that accepts and never
+//! answers); when all are down the request waits and goes round again until `retry_for`.
+//! A token the hub refuses makes the node read its token file again (a rotated secret). Packs are read in the hub's immutable 1 MiB blocks (the last few
 //! kept in memory, so that neighbouring ranges share their edge block); other objects by
 //! (key, tag). Bytes are never trusted here: the read path checks every chunk and object
 //! and asks again ([`ObjectStore::get_range_again`]) past every cache, at the next address.
@@ -34,6 +36,8 @@ use crate::store::{check_key, ObjectMeta, ObjectStore};
 
 /// How long an address that failed is passed over.
 pub const DOWN_FOR: Duration = Duration::from_secs(10);
+/// The longest an address is passed over after failures in a row.
+pub const DOWN_MAX: Duration = Duration::from_secs(300);
 /// Memory for the blocks read last (a 1 MiB block fits one of its 4 parts).
 const RECENT_BLOCKS: u64 = 32 << 20;
 /// The most bytes of a whole object (the envelope's cap).
@@ -78,14 +82,29 @@ impl Default for HubOptions {
     }
 }
 
-/// Reads a token file: its first line that is neither empty nor a comment.
+/// Reads a token file (`--hub-token-file`): its first line that is neither empty nor a
+/// comment (a byte-order mark before it is dropped).
 pub fn read_token_file(path: &std::path::Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).map_err(|e| ObjectError::io(path, e))?;
-    text.lines()
+    let bad =
+        |why: String| ObjectError::Invalid(format!("--hub-token-file {}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let token = text
+        .trim_start_matches('\u{feff}')
+        .lines()
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| l.split_whitespace().next().unwrap_or(l).to_string())
-        .ok_or_else(|| ObjectError::Invalid(format!("{}: no token in the file", path.display())))
+        .ok_or_else(|| bad("no token in the file".into()))?;
+    check_token(&token).map_err(bad)?;
+    Ok(token)
+}
+
+/// A token must fit an `Authorization` header: printable ASCII without spaces.
+pub fn check_token(token: &str) -> std::result::Result<(), String> {
+    if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Ok(());
+    }
+    Err("the token holds characters other than printable ASCII".into())
 }
 
 /// One hub address and what is known of it.
@@ -96,6 +115,19 @@ struct Address {
     down_until: Mutex<Option<Instant>>,
     /// It answers for another store, or has the store API off: never used again.
     unusable: AtomicBool,
+    /// Failures in a row: each doubles how long it is passed over.
+    failures: std::sync::atomic::AtomicU32,
+}
+
+impl Address {
+    /// How long to pass over the address after one more failure: [`DOWN_FOR`], doubled
+    /// for each failure in a row, at most [`DOWN_MAX`] (a hub that stays broken, or takes
+    /// connections and never answers, costs a reader one wait per period, not one every
+    /// [`DOWN_FOR`]).
+    fn down_for(&self) -> Duration {
+        let n = self.failures.fetch_add(1, Ordering::Relaxed).min(5);
+        (DOWN_FOR * (1u32 << n)).min(DOWN_MAX)
+    }
 }
 
 /// A request: the path under [`API`] (already encoded), and how it is read.
@@ -160,7 +192,10 @@ impl HubStore {
         let addresses = parse_addresses(location)?;
         let agent = agent(&opts)?;
         let token = match (&opts.token, &opts.token_file) {
-            (Some(t), _) => Some(t.clone()),
+            (Some(t), _) => {
+                check_token(t).map_err(|e| ObjectError::Invalid(format!("HF_TOKEN: {e}")))?;
+                Some(t.clone())
+            }
             (None, Some(f)) => Some(read_token_file(f)?),
             (None, None) => None,
         };
@@ -179,7 +214,36 @@ impl HubStore {
         info.check()
             .map_err(|e| ObjectError::Invalid(format!("{location}: {e}")))?;
         hub.store_id = info.store_id;
+        hub.same_store_everywhere()?;
         Ok(hub)
+    }
+
+    /// Asks every other address that answers now which store it serves: addresses of two
+    /// stores are a mistake that would read one or the other by which is up. (One that is
+    /// down now is checked at its first answer, by `judge`.)
+    fn same_store_everywhere(&self) -> Result<()> {
+        let req = Req::get("store".into(), PAGE_CAP, "open", "");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (i, a) in self.addresses.iter().enumerate() {
+            let Ok(answer) = self.try_once(i, &req, deadline) else {
+                continue;
+            };
+            let theirs = answer
+                .headers
+                .get(HEADER_STORE)
+                .and_then(|v| v.to_str().ok());
+            if answer.status == 200 && theirs != Some(self.store_id.as_str()) {
+                return Err(ObjectError::Invalid(format!(
+                    "--store {}: {} serves store {}, another address store {}: give the \
+                     addresses of one store's hubs",
+                    self.location,
+                    a.base,
+                    theirs.unwrap_or("(none)"),
+                    self.store_id
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The store id the hubs answer for (32 hex digits).
@@ -219,22 +283,35 @@ impl HubStore {
                 })
                 .collect();
             let round = if up.is_empty() { usable } else { up };
-            for i in round {
+            let tries = round.len();
+            for (k, i) in round.into_iter().enumerate() {
                 if !first {
                     count(&HUB_REQUESTS.failovers);
                 }
                 first = false;
-                match self.try_address(i, req) {
-                    Ok(a) => return Ok(a),
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                // An address that takes no answer (a frozen hub) holds the request at most
+                // its share of the time left, so the next ones still get theirs.
+                let share = deadline.saturating_duration_since(now) / (tries - k) as u32;
+                let a = &self.addresses[i];
+                match self.try_address(i, req, now + share) {
+                    Ok(answer) => {
+                        a.failures.store(0, Ordering::Relaxed);
+                        return Ok(answer);
+                    }
                     Err(Failure::Stop(e)) => return Err(e),
                     Err(Failure::Next(why)) => {
-                        tracing::warn!("hub {}: {why}", self.addresses[i].base);
-                        *self.addresses[i].down_until.lock() = Some(Instant::now() + DOWN_FOR);
-                        reasons.push(format!("{}: {why}", self.addresses[i].base));
+                        tracing::warn!("hub {}: {why}", a.base);
+                        *a.down_until.lock() = Some(Instant::now() + a.down_for());
+                        reasons.push(format!("{}: {why}", a.base));
                     }
                 }
             }
-            if Instant::now() + delay > deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 reasons.dedup();
                 let last: Vec<String> = reasons.iter().rev().take(n.max(1)).cloned().collect();
                 return Err(ObjectError::Backend {
@@ -247,28 +324,42 @@ impl HubStore {
                     ),
                 });
             }
-            std::thread::sleep(jitter(delay));
+            std::thread::sleep(jitter(delay).min(left));
             delay = (delay * 2).min(Duration::from_secs(2));
         }
     }
 
-    /// One request to address `i` (once more after a `401`, with the token file read again).
-    fn try_address(&self, i: usize, req: &Req<'_>) -> std::result::Result<Answer, Failure> {
-        let a = self.try_once(i, req)?;
-        if a.status != 401 || self.opts.token_file.is_none() {
+    /// One request to address `i`; once more when the hub refused the token, with the
+    /// token file read again (a rotated secret).
+    fn try_address(
+        &self,
+        i: usize,
+        req: &Req<'_>,
+        deadline: Instant,
+    ) -> std::result::Result<Answer, Failure> {
+        let a = self.try_once(i, req, deadline)?;
+        let (Some(f), true) = (&self.opts.token_file, token_refused(&a)) else {
             return self.judge(i, a, req);
+        };
+        match read_token_file(f) {
+            Ok(t) => *self.token.write() = Some(t),
+            Err(e) => return Err(Failure::Stop(e)),
         }
-        if let Some(f) = &self.opts.token_file {
-            match read_token_file(f) {
-                Ok(t) => *self.token.write() = Some(t),
-                Err(e) => return Err(Failure::Stop(e)),
-            }
-        }
-        let a = self.try_once(i, req)?;
+        let a = self.try_once(i, req, deadline)?;
         self.judge(i, a, req)
     }
 
-    fn try_once(&self, i: usize, req: &Req<'_>) -> std::result::Result<Answer, Failure> {
+    /// One request to address `i`, ending by `deadline` whatever the hub does (one that
+    /// accepts connections and never answers holds a reader no longer than that).
+    fn try_once(
+        &self,
+        i: usize,
+        req: &Req<'_>,
+        deadline: Instant,
+    ) -> std::result::Result<Answer, Failure> {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(500));
         count(&HUB_REQUESTS.requests);
         let url = format!("{}{API}/{}", self.addresses[i].base, req.path);
         let mut query = req.query.clone();
@@ -284,7 +375,7 @@ impl HubStore {
             if let Some(t) = &token {
                 r = r.header("Authorization", format!("Bearer {t}"));
             }
-            r.send_empty()
+            r.config().timeout_global(Some(left)).build().send_empty()
         } else {
             let mut r = self.agent.get(&url);
             for (k, v) in &query {
@@ -296,7 +387,7 @@ impl HubStore {
             if req.fresh {
                 r = r.header(HEADER_FRESH, "1");
             }
-            r.call()
+            r.config().timeout_global(Some(left)).build().call()
         };
         let mut response = response.map_err(|e| Failure::Next(e.to_string()))?;
         let status = response.status().as_u16();
@@ -338,15 +429,22 @@ impl HubStore {
             )));
         }
         if a.status == 401 || a.status == 403 {
-            let what = if a.status == 401 {
-                "refused the token"
+            let base = &self.addresses[i].base;
+            let reason = if self.token.read().is_none() {
+                format!("hub {base} asks for a node token: set --hub-token-file or HF_TOKEN")
+            } else if token_refused(&a) {
+                format!(
+                    "hub {base} refused the token (--hub-token-file or HF_TOKEN): it is not \
+                     one of the hub's node tokens (--node-token-file): {}",
+                    message()
+                )
             } else {
-                "refused"
+                format!("hub {base} refused: {}", message())
             };
             return Err(Failure::Stop(ObjectError::Backend {
                 op: req.op,
                 key: req.key.to_string(),
-                reason: format!("hub {} {what}: {}", self.addresses[i].base, message()),
+                reason,
             }));
         }
         match store {
@@ -614,6 +712,12 @@ impl ObjectStore for HubStore {
     }
 }
 
+/// Whether the hub refused the token sent (none, or not a node token).
+fn token_refused(a: &Answer) -> bool {
+    let code = a.headers.get("x-error-code").and_then(|c| c.to_str().ok());
+    a.status == 401 || (a.status == 403 && code == Some("NotANodeToken"))
+}
+
 fn meta(m: WireMeta) -> ObjectMeta {
     ObjectMeta {
         key: m.key,
@@ -701,6 +805,7 @@ fn parse_addresses(location: &str) -> Result<Vec<Address>> {
             base: base.to_string(),
             down_until: Mutex::new(None),
             unusable: AtomicBool::new(false),
+            failures: std::sync::atomic::AtomicU32::new(0),
         });
     }
     Ok(out)
@@ -730,8 +835,8 @@ fn agent(opts: &HubOptions) -> Result<ureq::Agent> {
         .accept_encoding("identity")
         .user_agent(concat!("modelcas/", env!("CARGO_PKG_VERSION")))
         .timeout_connect(Some(Duration::from_secs(3)))
-        .timeout_recv_response(Some(Duration::from_secs(60)))
-        .timeout_per_read(Some(Duration::from_secs(30)))
+        .timeout_recv_response(Some(Duration::from_secs(15)))
+        .timeout_per_read(Some(Duration::from_secs(20)))
         .tls_config(tls.build())
         .build();
     Ok(ureq::Agent::new_with_config(config))

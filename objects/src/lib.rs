@@ -46,4 +46,4 @@ pub use s3::S3Options;
 
 #[cfg(feature = "s3")]
 pub use s3::S3Store;
-pub use store::{check_key, ObjectMeta, ObjectStore, Temporary};
+pub use store::{check_key, check_prefix, ObjectMeta, ObjectStore, Temporary};

@@ -412,6 +412,7 @@ impl ObjectStore for LocalStore {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        crate::store::check_prefix(prefix)?;
         let mut out = Vec::new();
         // Walk from the deepest directory that the prefix fully names.
         let dir_part = match prefix.rfind('/') {

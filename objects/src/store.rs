@@ -155,3 +155,48 @@ pub fn check_key(key: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Checks a listing prefix: empty, or a key (as [`check_key`]) that may end with `/`. A
+/// prefix that names `.` or `..` would list outside the store on a directory.
+pub fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    let body = prefix.strip_suffix('/').unwrap_or(prefix);
+    let last = body.rsplit('/').next().unwrap_or(body);
+    // A partial last segment ("repos/or") is a prefix, not a path: only `.`/`..` matter.
+    check_key(body)
+        .map_err(|_| ObjectError::Invalid(format!("invalid listing prefix {prefix:?}")))?;
+    if last == "." || last == ".." {
+        return Err(ObjectError::Invalid(format!(
+            "invalid listing prefix {prefix:?}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod prefix_tests {
+    use super::check_prefix;
+
+    #[test]
+    fn prefixes_stay_inside_the_store() {
+        for ok in ["", "packs/", "repos/or", "repos/org/name/refs/", "config"] {
+            assert!(check_prefix(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "packs/../../",
+            "..",
+            "../",
+            "repos/a/../b/",
+            "/etc/",
+            "repos//",
+            "a/./b",
+            ".",
+            "a\\b",
+            "//",
+        ] {
+            assert!(check_prefix(bad).is_err(), "{bad}");
+        }
+    }
+}

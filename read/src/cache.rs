@@ -83,6 +83,9 @@ fn span(group: &[(ChunkSource, Arc<Slot>)]) -> std::ops::Range<u64> {
 struct Failure {
     reason: String,
     missing: bool,
+    /// The bytes were read and failed their check (else the read itself failed: the
+    /// network, a hub, a refused token), so that the reader's error says which.
+    corrupt: bool,
 }
 
 type Outcome = std::result::Result<Arc<Vec<u8>>, Failure>;
@@ -271,13 +274,19 @@ impl ChunkCache {
     fn error(src: &ChunkSource, f: Failure) -> StoreError {
         if f.missing {
             StoreError::not_found(src.key.to_string())
-        } else {
+        } else if f.corrupt {
             StoreError::CorruptChunk {
                 chunk: src.id.to_hex(),
                 pack: src.key.to_string(),
                 offset: src.offset,
                 reason: f.reason,
             }
+        } else {
+            StoreError::Object(objects::ObjectError::Backend {
+                op: "read chunk",
+                key: format!("{} at {} (chunk {})", src.key, src.offset, src.id.to_hex()),
+                reason: f.reason,
+            })
         }
     }
 
@@ -485,12 +494,17 @@ impl ChunkCache {
                     // Forget the failure so that a later read tries again.
                     inner.map.remove(&src.id);
                     let missing = e.is_not_found();
+                    let corrupt = matches!(
+                        e,
+                        StoreError::CorruptChunk { .. } | StoreError::CorruptObject { .. }
+                    );
                     Err(Failure {
                         reason: match e {
                             StoreError::CorruptChunk { reason, .. } => reason,
                             other => other.to_string(),
                         },
                         missing,
+                        corrupt,
                     })
                 }
             }

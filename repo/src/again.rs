@@ -35,6 +35,32 @@ pub fn decoded<T>(
     Err(first)
 }
 
+/// `decode` of `len` bytes of `key` from `offset`; when they fail their check, the range
+/// is asked of the store's other sources until one decodes (as [`decoded`]).
+pub fn range_decoded<T>(
+    store: &dyn ObjectStore,
+    key: &str,
+    offset: u64,
+    len: u64,
+    decode: impl Fn(&[u8]) -> Result<T>,
+) -> Result<T> {
+    let bytes = store.get_range(key, offset, len)?;
+    let first = match decode(&bytes) {
+        Err(e @ StoreError::CorruptObject { .. }) => e,
+        other => return other,
+    };
+    for attempt in 1..=MAX_AGAIN {
+        let Ok(Some(again)) = store.get_range_again(key, offset, len, attempt) else {
+            break;
+        };
+        if let Ok(v) = decode(&again) {
+            tracing::warn!("{key} at {offset}: wrong bytes were read right from another source");
+            return Ok(v);
+        }
+    }
+    Err(first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +89,17 @@ mod tests {
         store.elsewhere("k", vec![30]);
         let e = decoded(&store, "k", &[20], check).unwrap_err();
         assert!(matches!(e, StoreError::CorruptObject { .. }), "{e}");
+    }
+
+    #[test]
+    fn bad_ranges_are_asked_of_another_source() {
+        let store = MemoryStore::new();
+        store.put("k", &[1, 20, 3]).unwrap();
+        assert!(
+            range_decoded(&store, "k", 1, 1, check).is_err(),
+            "no other source"
+        );
+        store.elsewhere("k", vec![1, 2, 3]);
+        assert_eq!(range_decoded(&store, "k", 1, 1, check).unwrap(), 2);
     }
 }

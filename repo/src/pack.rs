@@ -15,16 +15,17 @@ use objects::ObjectStore;
 pub fn read_footer(store: &dyn ObjectStore, key: &str) -> Result<PackFooter> {
     let size = store.size(key)?.ok_or_else(|| StoreError::not_found(key))?;
     // A pack too short to have a trailer is refused by decode_trailer before it is read.
-    let trailer = match size.checked_sub(PACK_TRAILER_LEN as u64) {
-        Some(at) if size >= (PACK_HEADER_LEN + PACK_TRAILER_LEN) as u64 => {
-            store.get_range(key, at, PACK_TRAILER_LEN as u64)?
+    let t = PACK_TRAILER_LEN as u64;
+    let footer_len = match size.checked_sub(t) {
+        Some(at) if size >= PACK_HEADER_LEN as u64 + t => {
+            let trailer = |b: &[u8]| Ok(decode_trailer(key, size, b)?);
+            crate::again::range_decoded(store, key, at, t, trailer)?
         }
-        _ => Vec::new(),
+        _ => decode_trailer(key, size, &[])?,
     };
-    let footer_len = decode_trailer(key, size, &trailer)?;
-    let footer_at = size - PACK_TRAILER_LEN as u64 - footer_len;
-    let bytes = store.get_range(key, footer_at, footer_len)?;
-    Ok(decode_footer(key, footer_at, &bytes)?)
+    let footer_at = size - t - footer_len;
+    let footer = |b: &[u8]| Ok(decode_footer(key, footer_at, b)?);
+    crate::again::range_decoded(store, key, footer_at, footer_len, footer)
 }
 
 /// Reads one frame and decodes it, checking the chunk's BLAKE3 against `id`.

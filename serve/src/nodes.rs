@@ -36,8 +36,8 @@ pub use blocks::Blocks;
 const FRESH_FOR: Duration = Duration::from_secs(1);
 /// Stats kept at most.
 const STAT_CACHE: usize = 65_536;
-/// Listings kept at most (each a prefix: a repository's refs, manifests, ...).
-const LIST_CACHE: usize = 1024;
+/// Bytes of listings kept (each a prefix: a repository's refs, manifests, ...).
+const LIST_BUDGET: u64 = 128 << 20;
 /// Bytes of small objects (manifests, refs, records) kept.
 const OBJECT_BUDGET: u64 = 64 << 20;
 
@@ -60,9 +60,19 @@ pub struct Nodes {
     policy: Policy,
     store_id: String,
     stats: Cache<String, (Instant, ObjectMeta)>,
-    lists: Cache<String, (Instant, Arc<Vec<ObjectMeta>>)>,
+    lists: Cache<String, (Instant, Arc<Vec<ObjectMeta>>), ListWeight>,
     objects: Cache<String, (String, Arc<Vec<u8>>), ObjectWeight>,
     blocks: Blocks,
+}
+
+#[derive(Clone)]
+struct ListWeight;
+
+impl quick_cache::Weighter<String, (Instant, Arc<Vec<ObjectMeta>>)> for ListWeight {
+    fn weight(&self, k: &String, v: &(Instant, Arc<Vec<ObjectMeta>>)) -> u64 {
+        let each: usize = v.1.iter().map(|m| m.key.len() + m.tag.len() + 64).sum();
+        (k.len() + each + 64) as u64
+    }
 }
 
 #[derive(Clone)]
@@ -85,7 +95,7 @@ impl Nodes {
             policy,
             store_id,
             stats: Cache::new(STAT_CACHE),
-            lists: Cache::new(LIST_CACHE),
+            lists: Cache::with_weighter(1024, LIST_BUDGET, ListWeight),
             objects: Cache::with_weighter(4096, OBJECT_BUDGET, ObjectWeight),
         }
     }
@@ -321,6 +331,15 @@ impl Nodes {
     fn list(&self, query: &str) -> Reply {
         let prefix = query_value(query, "prefix").unwrap_or_default();
         let after = query_value(query, "after");
+        // One spelling per prefix, inside the store: no `.`, `..` or empty segment (a
+        // directory store would list outside itself, and each spelling be kept apart).
+        let bad_after = after
+            .as_deref()
+            .is_some_and(|a| objects::check_key(a).is_err());
+        if objects::check_prefix(&prefix).is_err() || bad_after {
+            let msg = format!("invalid listing prefix {prefix:?} or after {after:?}");
+            return error(StatusCode::BAD_REQUEST, "BadKey", &msg);
+        }
         if !prefix.is_empty() && !hub_wire::served_key(&prefix) && !served_prefix(&prefix) {
             let msg = format!("{prefix}: not listed to nodes");
             return error(StatusCode::FORBIDDEN, "NotServed", &msg);
@@ -428,6 +447,12 @@ impl Nodes {
         };
         if let Some(r) = self.hidden(&key) {
             return r;
+        }
+        // Only a stored revision is recorded: nodes cannot make records of their own.
+        match self.meta(&layout::manifest_key(&repo, &commit)) {
+            Ok(Some(_)) => {}
+            Ok(None) => return not_found(&layout::manifest_key(&repo, &commit)),
+            Err(e) => return backend_error(&key, &e),
         }
         repo::usage::record_in_background(&self.store, &repo, &commit, "node", Duration::ZERO);
         Reply::no_content()

@@ -10,8 +10,19 @@ pub const NODE_TOKEN: &str = "node-secret-0123456789";
 /// A hub on `env`'s store: node tokens from a file, a fresh chunk cache of its own (so a
 /// local store's hub keeps frames too), `extra` flags and `vars`.
 pub fn start_hub(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Served {
-    let tokens = env.path("node-tokens");
-    std::fs::write(&tokens, format!("# nodes\n{NODE_TOKEN}  # the fleet\n")).unwrap();
+    start_hub_at(env, &super::local_addr(), NODE_TOKEN, extra, vars)
+}
+
+/// A hub on `addr` accepting the node token `token` only.
+pub fn start_hub_at(
+    env: &Env,
+    addr: &str,
+    token: &str,
+    extra: &[&str],
+    vars: &[(&str, &str)],
+) -> Served {
+    let tokens = env.path(&format!("node-tokens-{}", rand::random::<u32>()));
+    std::fs::write(&tokens, format!("# nodes\n{token}  # the fleet\n")).unwrap();
     let cache = env.path(&format!("hub-cache-{}", rand::random::<u32>()));
     let mut args = vec![
         "--node-token-file",
@@ -20,7 +31,7 @@ pub fn start_hub(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Served {
         cache.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    Served::start_with(env, &args, vars)
+    Served::start_at(env, addr, &args, vars)
 }
 
 /// A node reading through `hubs` (`http://A,http://B`), with the node token.

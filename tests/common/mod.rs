@@ -581,7 +581,12 @@ impl Served {
     /// With environment variables set (settings today's code ignores, so a test of them
     /// fails on its assertions rather than on an unknown flag).
     pub fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Served {
-        let addr = local_addr();
+        Served::start_at(env, &local_addr(), extra, vars)
+    }
+
+    /// On `addr` (a server started again where its clients know it).
+    pub fn start_at(env: &Env, addr: &str, extra: &[&str], vars: &[(&str, &str)]) -> Served {
+        let addr = addr.to_string();
         let port = addr.rsplit(':').next().unwrap().to_string();
         let log = env.path(&format!("serve-{port}.log"));
         let child = env

@@ -117,6 +117,9 @@ fn writer(command: &Command) -> Option<&'static str> {
         Command::Unpin { .. } => "unpin",
         Command::Ref { .. } => "ref",
         Command::Fsck { .. } => "fsck",
+        // The index is the node's own, but rebuilding it reads gc's records, which hubs
+        // do not serve.
+        Command::Index { .. } => "index rebuild",
         Command::Serve(a) if a.upstream.upstream.is_some() => "serve --upstream",
         _ => return None,
     })

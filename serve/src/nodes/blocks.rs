@@ -31,7 +31,7 @@ use objects::hub_wire::block_range;
 use parking_lot::{Condvar, Mutex};
 use quick_cache::sync::Cache;
 use repo::disk_cache::EntryStamp;
-use repo::{Store, StoreError};
+use repo::{again, Store, StoreError};
 
 /// Memory for footers kept (48 bytes an entry plus the raw footer).
 const FOOTER_BUDGET: u64 = 64 << 20;
@@ -335,7 +335,19 @@ impl Blocks {
                 .get(at..at + f.frame_len as usize)
                 .ok_or_else(|| BlockError::Bad(format!("{key}: the read ended before a frame")))?;
             counted(&self.counts.frame_checks, "checked", 1);
-            repo::pack::decode_checked(frame, &f.id, key, f.offset as u64)?;
+            let again;
+            let frame = match repo::pack::decode_checked(frame, &f.id, key, f.offset as u64) {
+                Ok(_) => frame,
+                // Wrong bytes from the store: asked of its other sources (a hub of a hub:
+                // the upstream hub's other addresses) before the block fails.
+                Err(first) => {
+                    let (backend, at) = (self.store.backend().as_ref(), f.offset as u64);
+                    again = repo::pack::read_frame_checked(backend, key, &f.id, at, f.frame_len)
+                        .map_err(|_| first)?
+                        .0;
+                    &again[..]
+                }
+            };
             if let Some(stamp) = disk.and_then(|d| d.put_stamped(&f.id, frame)) {
                 self.verdicts.insert(f.id, stamp);
             }
@@ -368,15 +380,23 @@ fn read_footer(store: &Store, key: &str) -> Result<Footer, BlockError> {
             "{key}: {size} bytes is too short for a pack"
         )));
     }
-    let header = backend.get_range(key, 0, h)?;
-    if !header.starts_with(PACK_MAGIC) {
-        return Err(BlockError::Bad(format!("{key}: not a pack (magic)")));
-    }
-    let trailer = backend.get_range(key, size - t, t)?;
-    let footer_len = decode_trailer(key, size, &trailer).map_err(StoreError::from)?;
+    // Each piece checked, and asked again of the store's other sources when it fails (a
+    // hub of a hub: the next upstream address).
+    let magic = |b: &[u8]| match b.starts_with(PACK_MAGIC) {
+        true => Ok(b.to_vec()),
+        false => Err(StoreError::CorruptObject {
+            key: key.to_string(),
+            reason: "not a pack (magic)".into(),
+        }),
+    };
+    let header = again::range_decoded(backend.as_ref(), key, 0, h, magic)?;
+    let trailer_of = |b: &[u8]| Ok((decode_trailer(key, size, b)?, b.to_vec()));
+    let (footer_len, trailer) =
+        again::range_decoded(backend.as_ref(), key, size - t, t, trailer_of)?;
     let tail_at = size - t - footer_len;
-    let mut tail = backend.get_range(key, tail_at, footer_len)?;
-    let footer = decode_footer(key, tail_at, &tail).map_err(StoreError::from)?;
+    let footer_of = |b: &[u8]| Ok((decode_footer(key, tail_at, b)?, b.to_vec()));
+    let (footer, mut tail) =
+        again::range_decoded(backend.as_ref(), key, tail_at, footer_len, footer_of)?;
     tail.extend_from_slice(&trailer);
     let mut entries = footer.entries;
     entries.sort_by_key(|e| e.offset);

@@ -429,3 +429,51 @@ fn listings_come_in_pages_that_check() {
     }
     assert_eq!(seen, hub_wire::LIST_PAGE + 5);
 }
+
+#[test]
+fn listings_stay_inside_the_store_and_used_needs_a_stored_revision() {
+    // Hostile review of issue 43: `list?prefix=packs/../../` listed the hub's disk, and
+    // `POST /used` wrote records of revisions that do not exist.
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(objects::LocalStore::new(dir.path().join("store")));
+    std::fs::write(dir.path().join("secret"), b"x").unwrap();
+    let store = Store::open_or_create(backend.clone(), CreateOptions::default()).unwrap();
+    let on = hub(store, nodes_only(), Policy::default());
+    let t = Some("node-token");
+    for q in [
+        "packs/../../",
+        "repos/a/b/../../x/",
+        "..",
+        "repos//",
+        "repos/a/./",
+    ] {
+        let (s, _, body) = get(&on, &api(&format!("list?prefix={q}")), t);
+        assert_eq!(
+            s,
+            StatusCode::BAD_REQUEST,
+            "{q}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    let (s, _, _) = get(&on, &api("list?prefix=repos/&after=../x"), t);
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let mut headers = HeaderMap::new();
+    headers.insert("authorization", "Bearer node-token".parse().unwrap());
+    let commit = "ab".repeat(20);
+    let path = api(&format!("used/org/model/{commit}"));
+    let head = Head {
+        method: &Method::POST,
+        path: &path,
+        query: "",
+        headers: &headers,
+        client: "test",
+    };
+    assert_eq!(on.route(&head).status, StatusCode::NOT_FOUND);
+    let keys: Vec<String> = backend
+        .list("repos/")
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key)
+        .collect();
+    assert!(keys.is_empty(), "{keys:?}");
+}
