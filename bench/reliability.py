@@ -55,6 +55,15 @@ it verifies and holds the upstream's bytes); the file cache held open (a large f
 open through the mount, its entry damaged in place, another process reads it: its bytes or
 EIO). `--only issue36` runs just those and the pull-partial kills on the local store.
 
+Hub (--hub N, each kind; issue 43): nodes read the series through hubs (`serve
+--node-token-file`), each node with its own empty caches and no bucket access; a reader
+(checkout, cat of every file, verify) must give the right bytes or an error, never wrong
+bytes. Kinds: a hub that flips a byte of every block ahead of a good one (the read must
+succeed), that hub alone (the read must fail), a dead address first, a hub killed while a
+node reads through it and a second, an entry of the hub's chunk cache flipped, truncated or
+replaced by another chunk's frame, and a hub started again on that damaged cache. `--only
+hub` runs just these.
+
 Prints one JSON object with the counts; exits 1 if any check failed.
 """
 import argparse, fcntl, hashlib, json, os, random, shutil, signal, socket, struct, subprocess
@@ -71,7 +80,9 @@ ap.add_argument("--corruptions", type=int, default=1000)
 ap.add_argument("--s3-env", help="the env file tests/garage.sh wrote")
 ap.add_argument("--issue36", type=int, default=24,
                 help="rounds of each of issue 36's three (Xet URLs, pull, file cache held)")
-ap.add_argument("--only", choices=["issue36"],
+ap.add_argument("--hub", type=int, default=0,
+                help="rounds of each kind of the hub matrix (issue 43)")
+ap.add_argument("--only", choices=["issue36", "hub"],
                 help="issue36: only the pull-partial kills (local) and issue 36's rounds")
 ap.add_argument("--seed", type=int, default=1)
 A = ap.parse_args()
@@ -1491,6 +1502,143 @@ def issue36(up, n):
     return out
 
 
+HUB_TOKEN = "reliability-node-token"
+
+
+def hub_start(s, extra=None):
+    """A hub on store `s` with the node token and a chunk cache of its own."""
+    d = f"{s.dir}/hub-{free_port()}"
+    os.makedirs(d, exist_ok=True)
+    open(f"{d}/tokens", "w").write(HUB_TOKEN + "\n")
+    h = Serve(s, "--node-token-file", f"{d}/tokens", "--cache-dir", f"{d}/chunks", extra=extra)
+    h.cache = f"{d}/chunks"
+    return h
+
+
+def hub_node(addrs):
+    """A node reading through `addrs`: its own caches and index, no bucket settings."""
+    d = f"{A.work}/node-{free_port()}-{random.randrange(1 << 30)}"
+    os.makedirs(d)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MODELCAS_"))}
+    env.update(MODELCAS_STORE=addrs, MODELCAS_INDEX=f"{d}/index", MODELCAS_CACHE_DIR=f"{d}/cache",
+               MODELCAS_FILE_CACHE=f"{d}/files", HF_TOKEN=HUB_TOKEN, MODELCAS_HUB_RETRY_FOR="20s")
+    return d, env
+
+
+def hub_read(addrs, rev, reader):
+    """Reads `rev` through `addrs` with `reader`: "ok", "error" (no byte given), or
+    "wrong" (a byte that is not the revision's)."""
+    d, env = hub_node(addrs)
+    want = dict(files_of(rev))
+    run = lambda *a: subprocess.run([A.bin, "-q", *a], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, timeout=300)
+    name = f"{REPO}@{rev['commit']}"
+    try:
+        if reader == "checkout":
+            r = run("checkout", name, f"{d}/co")
+            if r.returncode != 0:
+                return "error"
+            for path, sha in want.items():
+                if hashlib.sha256(open(f"{d}/co/{path}", "rb").read()).hexdigest() != sha:
+                    return "wrong"
+            return "ok"
+        if reader == "cat":
+            outcome = "ok"
+            for path, sha in want.items():
+                r = run("cat", name, path)
+                if r.returncode != 0:
+                    outcome = "error"
+                elif hashlib.sha256(r.stdout).hexdigest() != sha:
+                    return "wrong"
+            return outcome
+        r = run("verify", name, "--json")
+        return "ok" if r.returncode == 0 else "error"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def hub_damage_cache(h, rng):
+    """Damages one entry of hub `h`'s chunk cache: a flip, a truncation, or another entry's
+    frame under its name."""
+    entries = [os.path.join(h.cache, e) for e in cache_entries(h.cache)]
+    if len(entries) < 2:
+        return None
+    path, other = rng.sample(entries, 2)
+    how = rng.choice(["flip", "truncate", "swap"])
+    data = open(path, "rb").read()
+    if how == "flip":
+        i = rng.randrange(len(data))
+        data = data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1:]
+    elif how == "truncate":
+        data = data[:rng.randrange(len(data))]
+    else:
+        data = open(other, "rb").read()
+    open(path, "wb").write(data)
+    return how
+
+
+def hub_matrix(up, n):
+    """The hub matrix (issue 43), n rounds of each kind; its counts."""
+    rng = random.Random(A.seed)
+    st = {"by_kind": {}}
+    s = up.store
+    good = hub_start(s)
+    bad = hub_start(s, extra={"MODELCAS_TEST_HUB_FLIP_BLOCKS": "1"})
+    readers = ["checkout", "cat", "verify"]
+
+    def count(kind, outcome, want):
+        k = st["by_kind"].setdefault(kind, {"rounds": 0, "ok": 0, "error": 0, "wrong": 0})
+        k["rounds"] += 1
+        k[outcome] += 1
+        if outcome == "wrong":
+            fail(f"hub {kind}: a wrong byte reached a reader")
+        elif outcome != want and want is not None:
+            fail(f"hub {kind}: {outcome}, want {want}")
+
+    try:
+        for i in range(n):
+            rev, reader = rng.choice(REVS), readers[i % len(readers)]
+            count("wrong bytes, good hub second", hub_read(f"{bad.url},{good.url}", rev, reader), "ok")
+            count("wrong bytes, alone", hub_read(bad.url, rev, reader), "error")
+            dead = f"http://127.0.0.1:{free_port()}"
+            count("dead address first", hub_read(f"{dead},{good.url}", rev, reader), "ok")
+            # A hub killed while a node reads through it and a second one.
+            h1 = hub_start(s)
+            d, env = hub_node(f"{h1.url},{good.url}")
+            p = subprocess.Popen([A.bin, "-q", "checkout", f"{REPO}@{rev['commit']}", f"{d}/co"],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(rng.uniform(0.0, 0.5))
+            h1.p.kill()
+            h1.p.wait()
+            ok = p.wait(300) == 0 and all(
+                hashlib.sha256(open(f"{d}/co/{f}", "rb").read()).hexdigest() == sha
+                for f, sha in files_of(rev))
+            count("hub killed mid-read", "ok" if ok else "error", "ok")
+            shutil.rmtree(d, ignore_errors=True)
+            # The hub's own cache damaged (after a read filled it), used live and after a
+            # restart on it.
+            h = hub_start(s)
+            hub_read(h.url, rev, "verify")
+            how = hub_damage_cache(h, rng)
+            count(f"cache entry {how}, live", hub_read(h.url, rev, reader), "ok")
+            hub_damage_cache(h, rng)
+            h.p.kill()
+            h.p.wait()
+            h2 = Serve(s, "--node-token-file", f"{os.path.dirname(h.cache)}/tokens",
+                       "--cache-dir", h.cache)
+            count(f"cache entry damaged, restarted", hub_read(h2.url, rev, reader), "ok")
+            h2.p.kill()
+            h2.p.wait()
+    finally:
+        for h in (good, bad):
+            h.p.kill()
+            h.p.wait()
+    for k in st["by_kind"].values():
+        for name, v in k.items():
+            st[name] = st.get(name, 0) + v
+    return st
+
+
 def main():
     # A run stopped with SIGTERM unwinds, so that each loop device's file system is unmounted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -1498,7 +1646,9 @@ def main():
     t = time.time()
     up = Upstream()
     try:
-        if A.only == "issue36":
+        if A.only == "hub":
+            report = {"hub": hub_matrix(up, A.hub or 4)}
+        elif A.only == "issue36":
             report = {"kills": {"local": kills("local", "local", up, [PullPartial])}}
         else:
             report = {"kills": {"local": kills("local", "local", up)}}
@@ -1509,8 +1659,10 @@ def main():
             report["power_loss"] = power_losses(up)
         if not A.only:
             report["corruptions"] = corruptions(A.corruptions, up)
-        if A.issue36:
+        if A.issue36 and A.only != "hub":
             report["issue36"] = issue36(up, A.issue36)
+        if A.hub and A.only != "hub":
+            report["hub"] = hub_matrix(up, A.hub)
     finally:
         up.serve.stop()
     report["failures"] = len(failures)

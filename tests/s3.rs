@@ -249,3 +249,61 @@ fn a_batch_of_puts_lands_every_object() {
         assert_eq!(backend.get(k).unwrap(), k.as_bytes());
     }
 }
+
+/// Reads every file of the mount of `m` on `threads` threads per mount, all mounts at once;
+/// each (path, sha256) list sorted.
+fn read_mounts_at_once(mounts: &[common::mount::Mount]) -> Vec<Vec<(String, String)>> {
+    let barrier = std::sync::Barrier::new(mounts.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = mounts
+            .iter()
+            .map(|m| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    tree_hashes(&m.path)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+#[ignore = "needs an S3 server: MODELCAS_TEST_BACKEND=s3 (tests/garage.sh, .ci/run)"]
+fn a_fleet_start_through_a_cold_hub_sends_one_copy() {
+    // Issue 43: 8 nodes start one revision at once through a cold hub; the bucket's egress
+    // is counted by a relay in front of Garage, outside every modelcas process.
+    let _serial = serial();
+    let env = s3_env();
+    let s = series();
+    ingest_series(&env);
+    let s3 = env.s3.clone().unwrap();
+    let relay = common::relay::Relay::start(s3.endpoint.trim_start_matches("http://"));
+    let via_relay = format!("http://{}", relay.addr);
+    let rev = format!("{REPO}@r2");
+    // One node straight from the bucket (read-only key): one copy.
+    let one = env.read_only();
+    let vars = [("MODELCAS_ENDPOINT_URL", via_relay.as_str())];
+    let m = common::mount::Mount::start_with(&one, &["--repo", &rev, "--file-cache-size", "0"], &vars);
+    assert_eq!(read_mounts_at_once(std::slice::from_ref(&m))[0], s.files("r2"));
+    drop(m);
+    let one_copy = relay.egress();
+    // Eight nodes through one cold hub, which alone reaches the bucket through the relay.
+    relay.reset();
+    let hub = common::hub::start_hub(&env, &[], &vars);
+    let nodes: Vec<Env> = (0..8).map(|_| common::hub::node(&common::hub::url(&hub))).collect();
+    let mounts: Vec<_> = nodes
+        .iter()
+        .map(|n| common::mount::Mount::start(n, &["--repo", &rev, "--file-cache-size", "0"]))
+        .collect();
+    for got in read_mounts_at_once(&mounts) {
+        assert_eq!(got, s.files("r2"));
+    }
+    let fleet = relay.egress();
+    println!("bucket egress: one node {one_copy} bytes, 8 nodes through a hub {fleet} bytes");
+    assert!(
+        (fleet as f64) <= 1.1 * one_copy as f64,
+        "8 nodes through a cold hub took {fleet} bytes from the bucket, one copy is {one_copy}"
+    );
+}

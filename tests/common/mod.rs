@@ -7,6 +7,7 @@ pub mod gc;
 pub mod hub;
 pub mod loopfs;
 pub mod mount;
+pub mod relay;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
