@@ -1654,7 +1654,7 @@ def main():
             report = {"kills": {"local": kills("local", "local", up)}}
             if A.s3_env:
                 report["kills"]["s3"] = kills(s3_settings(A.s3_env), "s3", up)
-        report["kills_total"] = sum(sum(v.values()) for v in report["kills"].values())
+        report["kills_total"] = sum(sum(v.values()) for v in report.get("kills", {}).values())
         if A.power_loss and not A.only:
             report["power_loss"] = power_losses(up)
         if not A.only:

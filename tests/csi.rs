@@ -895,3 +895,23 @@ fn a_live_volume_published_again_under_another_spelling_stays_mounted() {
     assert_eq!(tree_hashes(&a), s.files("r1"));
     node.unpublish("csi-a", &a).unwrap();
 }
+
+#[test]
+fn a_volume_reads_through_a_hub_and_a_publish_without_one_is_unavailable() {
+    // Issue 43: the node plugin and mountd's server read the store through a hub, with a
+    // node token and no bucket credentials.
+    let s = series();
+    let env = Env::new();
+    ingest_series(&env);
+    let hub = common::hub::start_hub(&env, &[], &[]);
+    let node = Node::start(common::hub::node(&common::hub::url(&hub)));
+    let t = node.target("pod-a", "model");
+    node.publish(inline("csi-a", &t, REPO, "r2")).unwrap();
+    assert_eq!(tree_hashes(&t), s.files("r2"));
+    node.unpublish("csi-a", &t).unwrap();
+    drop(hub);
+    let t2 = node.target("pod-b", "model");
+    let err = node.publish(inline("csi-b", &t2, REPO, "r3")).unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(!t2.exists() && !is_mounted(&t2));
+}
