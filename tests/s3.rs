@@ -285,14 +285,20 @@ fn a_fleet_start_through_a_cold_hub_sends_one_copy() {
     // One node straight from the bucket (read-only key): one copy.
     let one = env.read_only();
     let vars = [("MODELCAS_ENDPOINT_URL", via_relay.as_str())];
-    let m = common::mount::Mount::start_with(&one, &["--repo", &rev, "--file-cache-size", "0"], &vars);
-    assert_eq!(read_mounts_at_once(std::slice::from_ref(&m))[0], s.files("r2"));
+    let m =
+        common::mount::Mount::start_with(&one, &["--repo", &rev, "--file-cache-size", "0"], &vars);
+    assert_eq!(
+        read_mounts_at_once(std::slice::from_ref(&m))[0],
+        s.files("r2")
+    );
     drop(m);
     let one_copy = relay.egress();
     // Eight nodes through one cold hub, which alone reaches the bucket through the relay.
     relay.reset();
     let hub = common::hub::start_hub(&env, &[], &vars);
-    let nodes: Vec<Env> = (0..8).map(|_| common::hub::node(&common::hub::url(&hub))).collect();
+    let nodes: Vec<Env> = (0..8)
+        .map(|_| common::hub::node(&common::hub::url(&hub)))
+        .collect();
     let mounts: Vec<_> = nodes
         .iter()
         .map(|n| common::mount::Mount::start(n, &["--repo", &rev, "--file-cache-size", "0"]))

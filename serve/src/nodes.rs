@@ -250,8 +250,11 @@ impl Nodes {
             Ok(None) => return not_found(key),
             Err(e) => return backend_error(key, &e),
         };
+        let Some(shown) = self.shown(&m) else {
+            return not_found(key);
+        };
         let pack = layout::parse_pack_key(key).is_some();
-        let r = Reply::json(StatusCode::OK, &json!(wire(&m)));
+        let r = Reply::json(StatusCode::OK, &json!(shown));
         if pack {
             // A pack's size never changes while it exists.
             return r.header(header::CACHE_CONTROL, HeaderValue::from_static(IMMUTABLE));
@@ -277,15 +280,33 @@ impl Nodes {
             self.objects.remove(key);
             self.stats.remove(key);
         }
-        let bytes = match self.objects.get(key) {
-            Some((t, b)) if t == tag && self.tag_now(key).as_deref() == Some(&tag) => b,
-            _ => match self.read_object(key, &tag) {
-                Ok(Some(b)) => b,
-                Ok(None) => return tag_changed(key),
-                Err(e) if e.is_not_found() => return not_found(key),
-                Err(e) => return backend_error(key, &e),
+        let bytes = match locked_view(&self.policy, key) {
+            Locked::Hidden => return not_found(key),
+            Locked::Ref(b) if lock_tag(&b) == tag => Arc::new(b),
+            Locked::Ref(_) => return tag_changed(key),
+            Locked::Shown => match self.stored_object(key, &tag) {
+                Ok(b) => b,
+                Err(r) => return *r,
             },
         };
+        self.object_reply(&tag, bytes)
+    }
+
+    /// The bytes of `key` while its tag is `tag`: kept, or read from the bucket.
+    fn stored_object(&self, key: &str, tag: &str) -> Result<Arc<Vec<u8>>, Box<Reply>> {
+        Ok(match self.objects.get(key) {
+            Some((t, b)) if t == tag && self.tag_now(key).as_deref() == Some(tag) => b,
+            _ => match self.read_object(key, tag) {
+                Ok(Some(b)) => b,
+                Ok(None) => return Err(Box::new(tag_changed(key))),
+                Err(e) if e.is_not_found() => return Err(Box::new(not_found(key))),
+                Err(e) => return Err(Box::new(backend_error(key, &e))),
+            },
+        })
+    }
+
+    /// An object's bytes as the store API sends them: immutable under (key, tag).
+    fn object_reply(&self, tag: &str, bytes: Arc<Vec<u8>>) -> Reply {
         let etag = format!("\"{tag}\"");
         crate::metrics::METRICS.store_sent(bytes.len() as u64);
         let mut r = Reply::json(StatusCode::OK, &serde_json::Value::Null);
@@ -362,12 +383,24 @@ impl Nodes {
             if objects.len() == LIST_PAGE {
                 break;
             }
-            objects.push(wire(m));
+            objects.extend(self.shown(m));
         }
         let next = (objects.len() == LIST_PAGE)
             .then(|| objects.last().map(|m| m.key.clone()))
             .flatten();
         Reply::json(StatusCode::OK, &json!(ListPage { objects, next }))
+    }
+
+    /// How an object is shown to nodes: as stored, as a locked repository's refs and
+    /// manifests look (`[serve.locks]`), or not at all.
+    fn shown(&self, m: &ObjectMeta) -> Option<WireMeta> {
+        let mut w = wire(m);
+        match locked_view(&self.policy, &m.key) {
+            Locked::Shown => {}
+            Locked::Hidden => return None,
+            Locked::Ref(b) => (w.size, w.tag) = (b.len() as u64, lock_tag(&b)),
+        }
+        Some(w)
     }
 
     /// Whether a listed key is shown to nodes.
@@ -457,6 +490,43 @@ impl Nodes {
         repo::usage::record_in_background(&self.store, &repo, &commit, "node", Duration::ZERO);
         Reply::no_content()
     }
+}
+
+/// What a key of a repository `[serve.locks]` holds at one commit is to nodes.
+enum Locked {
+    /// As stored (not a ref or manifest of a locked repository, or its locked manifest).
+    Shown,
+    /// Another commit's manifest: absent.
+    Hidden,
+    /// A ref: every one names the locked commit (these bytes, a ref object).
+    Ref(Vec<u8>),
+}
+
+/// A locked repository shows nodes what the Hub API shows clients: every ref resolves to
+/// the locked commit, and no other commit is there.
+fn locked_view(policy: &Policy, key: &str) -> Locked {
+    let Some(repo) = layout::repo_of_key(key) else {
+        return Locked::Shown;
+    };
+    let Some(commit) = policy.lock_of(&repo) else {
+        return Locked::Shown;
+    };
+    if key.starts_with(&layout::refs_prefix(&repo)) {
+        let r = format::manifest::RefObject {
+            commit,
+            updated_at: 0,
+        };
+        return Locked::Ref(format::codec::encode(format::codec::Kind::Ref, &r, false));
+    }
+    match key.strip_prefix(&layout::manifests_prefix(&repo)) {
+        Some(c) if c != commit.to_hex() => Locked::Hidden,
+        _ => Locked::Shown,
+    }
+}
+
+/// The tag of a locked repository's ref: of its bytes, the same on every replica.
+fn lock_tag(bytes: &[u8]) -> String {
+    hub_wire::hub_tag(&format!("lock:{}", blake3::hash(bytes).to_hex()))
 }
 
 /// A hub that answers wrong bytes, for the tests (`MODELCAS_TEST_HUB_FLIP_BLOCKS=1`: one

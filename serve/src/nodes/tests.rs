@@ -477,3 +477,56 @@ fn listings_stay_inside_the_store_and_used_needs_a_stored_revision() {
         .collect();
     assert!(keys.is_empty(), "{keys:?}");
 }
+
+#[test]
+fn a_locked_repository_shows_nodes_its_locked_commit_only() {
+    // `[serve.locks]` holds through the store API as through the Hub API: every ref names
+    // the locked commit, and no other commit's manifest is there.
+    use format::codec::{self, Kind};
+    use format::manifest::RefObject;
+    use format::{CommitId, RepoId};
+    let (backend, store, _, _) = pack_store(1);
+    let repo = RepoId::parse("org/model").unwrap();
+    let (locked, other) = (CommitId([0xaa; 20]), CommitId([0xbb; 20]));
+    for c in [locked, other] {
+        backend
+            .put(&layout::manifest_key(&repo, &c), b"manifest")
+            .unwrap();
+    }
+    let main = RefObject {
+        commit: other,
+        updated_at: 7,
+    };
+    let ref_key = layout::ref_key(&repo, "main");
+    backend
+        .put(&ref_key, &codec::encode(Kind::Ref, &main, false))
+        .unwrap();
+    let policy = Policy {
+        locks: [(repo.clone(), locked)].into(),
+        ..Default::default()
+    };
+    let on = hub(store, nodes_only(), policy);
+    let t = Some("node-token");
+    let (s, _, body) = get(&on, &api("list?prefix=repos/org/model/"), t);
+    assert_eq!(s, StatusCode::OK);
+    let page: hub_wire::ListPage = serde_json::from_slice(&body).unwrap();
+    let keys: Vec<&str> = page.objects.iter().map(|m| m.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            layout::manifest_key(&repo, &locked).as_str(),
+            ref_key.as_str()
+        ]
+    );
+    let r = &page.objects[1];
+    let (s, _, body) = get(&on, &api(&format!("objects/{}?tag={}", r.key, r.tag)), t);
+    assert_eq!(s, StatusCode::OK);
+    let got: RefObject = codec::decode(Kind::Ref, &body).unwrap();
+    assert_eq!(got.commit, locked);
+    assert_eq!(body.len() as u64, r.size);
+    let hidden = layout::manifest_key(&repo, &other);
+    assert_eq!(
+        get(&on, &api(&format!("stat/{hidden}")), t).0,
+        StatusCode::NOT_FOUND
+    );
+}
