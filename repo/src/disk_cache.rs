@@ -67,13 +67,31 @@ impl DiskCache {
     /// a verdict kept under its stamp stays valid (the hub's frames, `hubserve::nodes`).
     pub fn get_stamped(&self, id: &ChunkId) -> Option<(Vec<u8>, EntryStamp)> {
         let p = self.dir.path(&id.to_hex());
-        let mut f = fs::File::open(&p).ok()?;
-        let before = EntryStamp::of(&f.metadata().ok()?);
-        let mut data = Vec::with_capacity(before.len as usize);
-        f.read_to_end(&mut data).ok()?;
-        let after = EntryStamp::of(&f.metadata().ok()?);
-        self.dir.note_use(&p);
-        (before == after && after.len == data.len() as u64).then_some((data, after))
+        let read = || -> std::io::Result<(Vec<u8>, EntryStamp, EntryStamp)> {
+            let mut f = fs::File::open(&p)?;
+            let before = EntryStamp::of(&f.metadata()?);
+            let mut data = Vec::with_capacity(before.len.min(1 << 30) as usize);
+            f.read_to_end(&mut data)?;
+            Ok((data, before, EntryStamp::of(&f.metadata()?)))
+        };
+        match read() {
+            Ok((data, before, after)) => {
+                self.dir.note_use(&p);
+                (before == after && after.len == data.len() as u64).then_some((data, after))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                // Something that is not a readable entry (a directory, a file the process
+                // may not read) would stand in the entry's place for ever: removed, so the
+                // next fetch can keep the frame.
+                tracing::warn!("chunk cache entry {}: {e}; removed", p.display());
+                self.remove(id);
+                if p.is_dir() {
+                    let _ = fs::remove_dir_all(&p);
+                }
+                None
+            }
+        }
     }
 
     /// Stores the frame of `id` as [`DiskCache::put`] does; the stamp of the entry when
@@ -157,5 +175,12 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         fs::write(&path, b"frame bytez").unwrap();
         assert_ne!(cache.get_stamped(&id).unwrap().1, linked);
+        // A directory in the entry's place (hostile review of issue 43, helper-26, 03):
+        // removed at the first read, so that the next fetch keeps its frame there.
+        fs::remove_file(&path).unwrap();
+        fs::create_dir_all(path.join("x")).unwrap();
+        assert!(cache.get_stamped(&id).is_none());
+        assert!(cache.put_stamped(&id, b"frame bytes").is_some());
+        assert_eq!(cache.get_stamped(&id).unwrap().0, b"frame bytes");
     }
 }

@@ -121,6 +121,9 @@ impl Nodes {
         }
         let get = *req.method == Method::GET;
         let post = *req.method == Method::POST;
+        if let Some(r) = odd_query(rest, req.query) {
+            return ("store-other", self.stamped(r));
+        }
         let (endpoint, r) = match rest {
             ["store"] if get => ("store-info", self.info()),
             ["auth"] if get => ("store-auth", Reply::no_content()),
@@ -268,7 +271,12 @@ impl Nodes {
             let msg = "read packs by block: /packs/<2 hex>/<64 hex>/<n>";
             return error(StatusCode::BAD_REQUEST, "ReadPacksByBlock", msg);
         }
-        let Some(tag) = query_value(query, "tag").filter(|t| hub_wire::is_hub_tag(t)) else {
+        // The tag as sent, not decoded: a cache keys by the raw value (`$arg_tag`).
+        let raw_tag = query.split('&').find_map(|kv| kv.strip_prefix("tag="));
+        let Some(tag) = raw_tag
+            .filter(|t| hub_wire::is_hub_tag(t))
+            .map(str::to_string)
+        else {
             return error(
                 StatusCode::BAD_REQUEST,
                 "NoTag",
@@ -481,8 +489,13 @@ impl Nodes {
         if let Some(r) = self.hidden(&key) {
             return r;
         }
-        // Only a stored revision is recorded: nodes cannot make records of their own.
-        match self.meta(&layout::manifest_key(&repo, &commit)) {
+        // Only a stored revision is recorded (one a lock hides is not there for nodes):
+        // nodes cannot make records of their own.
+        let manifest = layout::manifest_key(&repo, &commit);
+        if let Locked::Hidden = locked_view(&self.policy, &manifest) {
+            return not_found(&manifest);
+        }
+        match self.meta(&manifest) {
             Ok(Some(_)) => {}
             Ok(None) => return not_found(&layout::manifest_key(&repo, &commit)),
             Err(e) => return backend_error(&key, &e),
@@ -490,6 +503,29 @@ impl Nodes {
         repo::usage::record_in_background(&self.store, &repo, &commit, "node", Duration::ZERO);
         Reply::no_content()
     }
+}
+
+/// The refusal of a query a route does not take: a parameter it does not know (in any
+/// case: a cache may match `Tag` as `tag`), or one given twice. So a cache in front, which
+/// keys an object by its path and `tag`, can never store one answer under another tag's
+/// key (docs/format/hub-protocol.md, "Design rule").
+fn odd_query(route: &[&str], query: &str) -> Option<Reply> {
+    let allowed: &[&str] = match route.first().copied() {
+        Some("stat") | Some("packs") => &["fresh"],
+        Some("objects") => &["tag", "fresh"],
+        Some("list") => &["prefix", "after"],
+        _ => &[],
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        let name = kv.split_once('=').map_or(kv, |(k, _)| k);
+        if !allowed.contains(&name) || seen.contains(&name) {
+            let msg = format!("query parameter {name:?} unknown or repeated on this route");
+            return Some(error(StatusCode::BAD_REQUEST, "BadQuery", &msg));
+        }
+        seen.push(name);
+    }
+    None
 }
 
 /// What a key of a repository `[serve.locks]` holds at one commit is to nodes.

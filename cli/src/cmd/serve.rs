@@ -26,7 +26,8 @@ fn tokens(path: &Path, flag: &str) -> Result<Tokens> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("{flag} {}", path.display()))?;
     let (mut set, mut names) = (HashSet::new(), HashMap::new());
-    for line in text.lines().map(str::trim) {
+    // A byte-order mark (an editor's) is not part of the first token.
+    for line in text.trim_start_matches('\u{feff}').lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
@@ -362,6 +363,19 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::token_and_name;
+
+    #[test]
+    fn a_token_file_with_a_byte_order_mark_and_crlf_keeps_every_token() {
+        // Hostile review of issue 43 (helper-26, 01): the first token kept the BOM.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        std::fs::write(&f, "\u{feff}first-token\r\nsecond  # b\r\n").unwrap();
+        let (set, names) = super::tokens(&f, "--node-token-file").unwrap();
+        let mut got: Vec<&str> = set.iter().map(String::as_str).collect();
+        got.sort();
+        assert_eq!(got, ["first-token", "second"]);
+        assert_eq!(names["second"], "b");
+    }
 
     #[test]
     fn a_token_line_names_its_token_only_after_a_hash() {

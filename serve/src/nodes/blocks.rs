@@ -300,6 +300,9 @@ impl Blocks {
         let disk = self.store.disk_cache()?;
         let (bytes, stamp) = disk.get_stamped(&f.id)?;
         if bytes.len() != f.frame_len as usize {
+            // Damaged (cut short), or another encoding of the chunk: removed, so that the
+            // frame fetched now is kept in its place and the bucket sends it once.
+            disk.remove(&f.id);
             return None;
         }
         if self.verdicts.get(&f.id) != Some(stamp) {

@@ -529,4 +529,74 @@ fn a_locked_repository_shows_nodes_its_locked_commit_only() {
         get(&on, &api(&format!("stat/{hidden}")), t).0,
         StatusCode::NOT_FOUND
     );
+    // Nor can a node record a use of it (helper-26, 04).
+    let mut headers = HeaderMap::new();
+    headers.insert("authorization", "Bearer node-token".parse().unwrap());
+    let path = api(&format!("used/org/model/{}", other.to_hex()));
+    let head = Head {
+        method: &Method::POST,
+        path: &path,
+        query: "",
+        headers: &headers,
+        client: "test",
+    };
+    assert_eq!(on.route(&head).status, StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn a_query_a_cache_could_key_another_way_is_refused() {
+    // Hostile review of issue 43 (helper-26, 02): nginx keys objects by `$arg_tag`, which
+    // matches `Tag` too; the hub answered `?Tag=X&tag=<now>` with the bytes of now, which
+    // nginx kept under X for a year.
+    let (backend, store, key, _) = pack_store(1);
+    backend.put("repos/a/b/refs/main", b"one").unwrap();
+    let on = hub(store, nodes_only(), Policy::default());
+    let t = Some("node-token");
+    let (_, _, b) = get(&on, &api("stat/repos/a/b/refs/main"), t);
+    let tag = serde_json::from_slice::<hub_wire::WireMeta>(&b)
+        .unwrap()
+        .tag;
+    let other = "t-0123456789abcdef0123456789abcdef";
+    let obj = "objects/repos/a/b/refs/main";
+    for q in [
+        format!("{obj}?Tag={other}&tag={tag}"),
+        format!("{obj}?tag={other}&tag={tag}"),
+        format!("{obj}?tag={tag}&x=1"),
+        format!("{obj}?tag={}", tag.replace('-', "%2D")),
+        format!("{key}/0?tag={tag}"),
+        "list?prefix=repos/&prefix=packs/".to_string(),
+        "store?x".to_string(),
+    ] {
+        let (s, h, _) = get(&on, &api(&q), t);
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{q}");
+        assert_eq!(h["cache-control"], "no-store", "{q}");
+    }
+    let (s, _, body) = get(&on, &api(&format!("{obj}?tag={tag}&fresh=1")), t);
+    assert_eq!((s, &body[..]), (StatusCode::OK, &b"one"[..]));
+}
+
+#[test]
+fn a_damaged_or_foreign_cache_entry_is_replaced_so_the_bucket_sends_it_once() {
+    // Hostile review of issue 43 (helper-26, 03): a wrong-length entry was passed over and
+    // never replaced, so every request fetched its frame from the bucket again.
+    let (_, store, key, bytes) = pack_store(6);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = || repo::disk_cache::DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let cached = store.clone().with_disk_cache(disk());
+    assert_eq!(all_blocks(&Blocks::new(cached), &key), bytes);
+    let entries = walk(dir.path());
+    std::fs::write(&entries[0], b"short").unwrap();
+    std::fs::remove_file(&entries[1]).unwrap();
+    std::fs::create_dir_all(entries[1].join("d")).unwrap();
+    let restarted = Blocks::new(store.clone().with_disk_cache(disk()));
+    let fetched = || {
+        restarted
+            .counts
+            .frames_fetched
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(all_blocks(&restarted, &key), bytes);
+    assert_eq!(fetched(), 2, "the two damaged entries, once");
+    assert_eq!(all_blocks(&restarted, &key), bytes);
+    assert_eq!(fetched(), 2, "kept in their place: not fetched again");
 }
