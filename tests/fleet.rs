@@ -35,9 +35,7 @@ fn every_reading_command_works_through_a_hub() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(&crate::common::sha256_bytes(&out.stdout), sha);
-    let dir = n.path("checkout");
-    n.ok(&["checkout", &r2, dir.to_str().unwrap()]);
-    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(checked_out(&n, &r2), s.files("r2"));
     n.verifies(&r2);
     // export through the hub; the bundle imports into another store, which verifies.
     let bundle = n.path("r2.bundle");
@@ -138,6 +136,13 @@ fn a_node_needs_a_node_token() {
     // The token file is read again after a 401: a rotated secret is picked up.
     std::fs::write(n.path("hub-token"), format!("{NODE_TOKEN}\n")).unwrap();
     assert!(n.ok(&["ls"]).contains(REPO));
+}
+
+/// Checks out `rev` on node `n` and returns (path, sha256) of every file, sorted.
+fn checked_out(n: &Env, rev: &str) -> Vec<(String, String)> {
+    let dir = n.path(&format!("checkout-{}", rand::random::<u32>()));
+    n.ok(&["checkout", rev, dir.to_str().unwrap()]);
+    tree_hashes(&dir)
 }
 
 /// Reads every file of the mount of `rev` and returns (path, sha256), sorted.
@@ -248,9 +253,7 @@ fn wrong_bytes_from_a_hub_are_fetched_again_elsewhere_and_never_reach_a_reader()
     let r2 = format!("{REPO}@r2");
     // The bad hub first: every chunk is caught and read from the good one.
     let n = node(&format!("{},{}", url(&bad), url(&good)));
-    let dir = n.path("checkout");
-    n.ok(&["checkout", &r2, dir.to_str().unwrap()]);
-    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(checked_out(&n, &r2), s.files("r2"));
     let m = Mount::start(&n, &["--repo", &format!("{REPO}@r3")]);
     assert_eq!(read_all(&m), s.files("r3"));
     drop(m);
@@ -414,16 +417,12 @@ fn nginx_in_front_of_a_hub_serves_the_second_wave_and_repairs_a_bad_entry() {
     let through = format!("http://{}", nginx.addr);
     // A first wave fills the cache.
     let first = node(&through);
-    let dir = first.path("checkout");
-    first.ok(&["checkout", &r2, dir.to_str().unwrap()]);
-    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(checked_out(&first, &r2), s.files("r2"));
     let blocks = served(&hub, "store-block");
     assert!(blocks > 0.0);
     // A second wave is served by the cache: the hub sends no block again.
     let second = node(&through);
-    let dir = second.path("checkout");
-    second.ok(&["checkout", &r2, dir.to_str().unwrap()]);
-    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(checked_out(&second, &r2), s.files("r2"));
     assert_eq!(
         served(&hub, "store-block"),
         blocks,
@@ -453,18 +452,14 @@ fn nginx_in_front_of_a_hub_serves_the_second_wave_and_repairs_a_bad_entry() {
     }
     assert!(flipped > 0);
     let third = node(&through);
-    let dir = third.path("checkout");
-    third.ok(&["checkout", &r2, dir.to_str().unwrap()]);
-    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(checked_out(&third, &r2), s.files("r2"));
     let repaired = served(&hub, "store-block");
     assert!(
         repaired > blocks,
         "the bad entries were fetched fresh from the hub"
     );
     let fourth = node(&through);
-    let dir = fourth.path("checkout");
-    fourth.ok(&["checkout", &r2, dir.to_str().unwrap()]);
-    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(checked_out(&fourth, &r2), s.files("r2"));
     assert_eq!(
         served(&hub, "store-block"),
         repaired,
@@ -571,7 +566,5 @@ fn a_hub_reading_through_hubs_asks_again_for_wrong_bytes() {
     let upstream = node(&format!("{},{}", url(&bad), url(&good)));
     let chained = start_hub(&upstream, &[], &[]);
     let n = node(&url(&chained));
-    let dir = n.path("checkout");
-    n.ok(&["checkout", &format!("{REPO}@r2"), dir.to_str().unwrap()]);
-    assert_eq!(tree_hashes(&dir), s.files("r2"));
+    assert_eq!(checked_out(&n, &format!("{REPO}@r2")), s.files("r2"));
 }

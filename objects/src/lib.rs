@@ -25,6 +25,8 @@ mod counting;
 mod error;
 #[cfg(feature = "hub")]
 mod hub;
+#[cfg(feature = "hub")]
+mod hub_client;
 pub mod hub_wire;
 mod local;
 mod memory;
@@ -37,7 +39,9 @@ mod store;
 pub use counting::{CountingStore, Requests};
 pub use error::{ObjectError, Result};
 #[cfg(feature = "hub")]
-pub use hub::{read_token_file, HubOptions, HubStore};
+pub use hub::HubStore;
+#[cfg(feature = "hub")]
+pub use hub_client::{read_token_file, HubOptions};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use requests::{HubRequests, S3Requests, HUB_REQUESTS, S3_REQUESTS};

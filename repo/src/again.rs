@@ -10,55 +10,73 @@ use crate::error::{Result, StoreError};
 /// The most times bytes that failed their check are asked for again.
 pub const MAX_AGAIN: u32 = 8;
 
-/// `decode(bytes)`, the bytes of `key` as first read; when they fail their check
-/// ([`StoreError::CorruptObject`]), the object is asked of the store's other sources until
-/// one decodes.
-pub fn decoded<T>(
-    store: &dyn ObjectStore,
-    key: &str,
-    bytes: &[u8],
-    decode: impl Fn(&[u8]) -> Result<T>,
+/// Whether `e` says the bytes read were wrong (a failed check, or a read cut short), so
+/// that another source may have them right.
+fn wrong_bytes(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::CorruptObject { .. }
+            | StoreError::CorruptChunk { .. }
+            | StoreError::Object(objects::ObjectError::CorruptObject { .. })
+    )
+}
+
+/// `first`, the outcome of decoding the bytes first read, or else the first of `fetch(1)`,
+/// `fetch(2)`, ... that decodes, until a source has nothing (`None`) or [`MAX_AGAIN`].
+fn or_again<T>(
+    first: Result<T>,
+    what: std::fmt::Arguments<'_>,
+    fetch: impl Fn(u32) -> objects::Result<Option<Vec<u8>>>,
+    decode: impl Fn(Vec<u8>) -> Result<T>,
 ) -> Result<T> {
-    let first = match decode(bytes) {
-        Err(e @ StoreError::CorruptObject { .. }) => e,
+    let first = match first {
+        Err(e) if wrong_bytes(&e) => e,
         other => return other,
     };
     for attempt in 1..=MAX_AGAIN {
-        let Ok(Some(again)) = store.get_again(key, attempt) else {
+        let Ok(Some(again)) = fetch(attempt) else {
             break;
         };
-        if let Ok(v) = decode(&again) {
-            tracing::warn!("{key}: wrong bytes were read right from another source");
+        if let Ok(v) = decode(again) {
+            tracing::warn!("{what}: wrong bytes were read right from another source");
             return Ok(v);
         }
     }
     Err(first)
 }
 
-/// `decode` of `len` bytes of `key` from `offset`; when they fail their check, the range
-/// is asked of the store's other sources until one decodes (as [`decoded`]).
+/// `decode(bytes)`, the bytes of `key` as first read; when they fail their check, the
+/// object is asked of the store's other sources until one decodes.
+pub fn decoded<T>(
+    store: &dyn ObjectStore,
+    key: &str,
+    bytes: Vec<u8>,
+    decode: impl Fn(Vec<u8>) -> Result<T>,
+) -> Result<T> {
+    let first = decode(bytes);
+    or_again(
+        first,
+        format_args!("{key}"),
+        |a| store.get_again(key, a),
+        decode,
+    )
+}
+
+/// `decode` of `len` bytes of `key` from `offset`; when they fail their check (or the
+/// read was cut short), the range is asked of the store's other sources until one decodes.
 pub fn range_decoded<T>(
     store: &dyn ObjectStore,
     key: &str,
     offset: u64,
     len: u64,
-    decode: impl Fn(&[u8]) -> Result<T>,
+    decode: impl Fn(Vec<u8>) -> Result<T>,
 ) -> Result<T> {
-    let bytes = store.get_range(key, offset, len)?;
-    let first = match decode(&bytes) {
-        Err(e @ StoreError::CorruptObject { .. }) => e,
-        other => return other,
+    let first = match store.get_range(key, offset, len) {
+        Ok(bytes) => decode(bytes),
+        Err(e) => Err(e.into()),
     };
-    for attempt in 1..=MAX_AGAIN {
-        let Ok(Some(again)) = store.get_range_again(key, offset, len, attempt) else {
-            break;
-        };
-        if let Ok(v) = decode(&again) {
-            tracing::warn!("{key} at {offset}: wrong bytes were read right from another source");
-            return Ok(v);
-        }
-    }
-    Err(first)
+    let fetch = |a| store.get_range_again(key, offset, len, a);
+    or_again(first, format_args!("{key} at {offset}"), fetch, decode)
 }
 
 #[cfg(test)]
@@ -66,9 +84,9 @@ mod tests {
     use super::*;
     use objects::MemoryStore;
 
-    fn check(b: &[u8]) -> Result<u8> {
-        match b {
-            [x] if *x < 10 => Ok(*x),
+    fn check(b: Vec<u8>) -> Result<u8> {
+        match b[..] {
+            [x] if x < 10 => Ok(x),
             _ => Err(StoreError::CorruptObject {
                 key: "k".into(),
                 reason: "bad".into(),
@@ -80,14 +98,14 @@ mod tests {
     fn bad_bytes_are_asked_of_another_source() {
         let store = MemoryStore::new();
         assert!(
-            decoded(&store, "k", &[20], check).is_err(),
+            decoded(&store, "k", vec![20], check).is_err(),
             "no other source"
         );
         store.elsewhere("k", vec![3]);
-        assert_eq!(decoded(&store, "k", &[20], check).unwrap(), 3);
-        assert_eq!(decoded(&store, "k", &[4], check).unwrap(), 4);
+        assert_eq!(decoded(&store, "k", vec![20], check).unwrap(), 3);
+        assert_eq!(decoded(&store, "k", vec![4], check).unwrap(), 4);
         store.elsewhere("k", vec![30]);
-        let e = decoded(&store, "k", &[20], check).unwrap_err();
+        let e = decoded(&store, "k", vec![20], check).unwrap_err();
         assert!(matches!(e, StoreError::CorruptObject { .. }), "{e}");
     }
 

@@ -15,8 +15,8 @@ use objects::ObjectStore;
 pub fn read(store: &dyn ObjectStore, pack: &PackId) -> Result<Option<MovedRecord>> {
     let key = layout::moved_key(pack);
     match store.get(&key) {
-        Ok(b) => Ok(Some(crate::again::decoded(store, &key, &b, |b| {
-            Ok(decode(&key, b)?)
+        Ok(b) => Ok(Some(crate::again::decoded(store, &key, b, |b| {
+            Ok(decode(&key, &b)?)
         })?)),
         Err(objects::ObjectError::NotFound(_)) => Ok(None),
         Err(e) => Err(e.into()),

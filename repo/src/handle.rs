@@ -360,8 +360,8 @@ impl Store {
             }
             other => other?,
         };
-        let decode = |b: &[u8]| decode_manifest(&key, b);
-        crate::again::decoded(self.backend.as_ref(), &key, &bytes, decode)
+        let decode = |b: Vec<u8>| decode_manifest(&key, &b);
+        crate::again::decoded(self.backend.as_ref(), &key, bytes, decode)
     }
 
     /// Reads a manifest with its chunk locations resolved through gc's forwarding records

@@ -18,13 +18,13 @@ pub fn read_footer(store: &dyn ObjectStore, key: &str) -> Result<PackFooter> {
     let t = PACK_TRAILER_LEN as u64;
     let footer_len = match size.checked_sub(t) {
         Some(at) if size >= PACK_HEADER_LEN as u64 + t => {
-            let trailer = |b: &[u8]| Ok(decode_trailer(key, size, b)?);
+            let trailer = |b: Vec<u8>| Ok(decode_trailer(key, size, &b)?);
             crate::again::range_decoded(store, key, at, t, trailer)?
         }
         _ => decode_trailer(key, size, &[])?,
     };
     let footer_at = size - t - footer_len;
-    let footer = |b: &[u8]| Ok(decode_footer(key, footer_at, b)?);
+    let footer = |b: Vec<u8>| Ok(decode_footer(key, footer_at, &b)?);
     crate::again::range_decoded(store, key, footer_at, footer_len, footer)
 }
 
@@ -39,12 +39,11 @@ pub fn read_chunk(
     read_frame_checked(store, key, id, offset, frame_len).map(|(_, data)| data)
 }
 
-use crate::again::MAX_AGAIN;
-
-/// The frame and its decoded chunk, checked against `id`. A frame that fails its check is
-/// asked for again from the store's other sources ([`ObjectStore::get_range_again`]: a
-/// hub's other addresses, past every cache) until one passes; when none does (or the store
-/// has none, as a directory or the bucket itself), the first error stands.
+/// The frame and its decoded chunk, checked against `id`. A frame that fails its check (or
+/// is cut short) is asked for again from the store's other sources
+/// ([`crate::again::range_decoded`]: a hub's other addresses, past every cache) until one
+/// passes; when none does (or the store has none, as a directory or the bucket itself),
+/// the first error stands.
 pub fn read_frame_checked(
     store: &dyn ObjectStore,
     key: &str,
@@ -52,24 +51,16 @@ pub fn read_frame_checked(
     offset: u64,
     frame_len: u32,
 ) -> Result<(Vec<u8>, Vec<u8>)> {
-    let first = match read_frame(store, key, id, offset, frame_len) {
-        Ok(frame) => match decode_checked(&frame, id, key, offset) {
-            Ok(data) => return Ok((frame, data)),
-            Err(e) => e,
-        },
-        Err(e @ StoreError::CorruptChunk { .. }) => e,
-        Err(e) => return Err(e),
+    let check = |frame: Vec<u8>| {
+        let data = decode_checked(&frame, id, key, offset)?;
+        Ok((frame, data))
     };
-    for attempt in 1..=MAX_AGAIN {
-        let Ok(Some(frame)) = store.get_range_again(key, offset, frame_len as u64, attempt) else {
-            break;
-        };
-        if let Ok(data) = decode_checked(&frame, id, key, offset) {
-            tracing::warn!("{key} at {offset}: a wrong frame was read right from another source");
-            return Ok((frame, data));
+    crate::again::range_decoded(store, key, offset, frame_len as u64, check).map_err(|e| match e {
+        StoreError::Object(objects::ObjectError::CorruptObject { reason, .. }) => {
+            corrupt_chunk(id, key, offset, reason)
         }
-    }
-    Err(first)
+        other => other,
+    })
 }
 
 /// Reads and decodes one frame without checking the chunk's hash: for callers that check

@@ -15,6 +15,8 @@ mod blocks;
 
 use std::collections::HashSet;
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use format::layout;
@@ -61,7 +63,7 @@ pub struct Nodes {
     store_id: String,
     stats: Cache<String, (Instant, ObjectMeta)>,
     lists: Cache<String, (Instant, Arc<Vec<ObjectMeta>>), ListWeight>,
-    objects: Cache<String, (String, Arc<Vec<u8>>), ObjectWeight>,
+    objects: Cache<String, (String, Bytes), ObjectWeight>,
     blocks: Blocks,
 }
 
@@ -78,8 +80,8 @@ impl quick_cache::Weighter<String, (Instant, Arc<Vec<ObjectMeta>>)> for ListWeig
 #[derive(Clone)]
 struct ObjectWeight;
 
-impl quick_cache::Weighter<String, (String, Arc<Vec<u8>>)> for ObjectWeight {
-    fn weight(&self, k: &String, v: &(String, Arc<Vec<u8>>)) -> u64 {
+impl quick_cache::Weighter<String, (String, Bytes)> for ObjectWeight {
+    fn weight(&self, k: &String, v: &(String, Bytes)) -> u64 {
         (k.len() + v.0.len() + v.1.len() + 64) as u64
     }
 }
@@ -290,7 +292,7 @@ impl Nodes {
         }
         let bytes = match locked_view(&self.policy, key) {
             Locked::Hidden => return not_found(key),
-            Locked::Ref(b) if lock_tag(&b) == tag => Arc::new(b),
+            Locked::Ref(b) if lock_tag(&b) == tag => Bytes::from(b),
             Locked::Ref(_) => return tag_changed(key),
             Locked::Shown => match self.stored_object(key, &tag) {
                 Ok(b) => b,
@@ -301,7 +303,7 @@ impl Nodes {
     }
 
     /// The bytes of `key` while its tag is `tag`: kept, or read from the bucket.
-    fn stored_object(&self, key: &str, tag: &str) -> Result<Arc<Vec<u8>>, Box<Reply>> {
+    fn stored_object(&self, key: &str, tag: &str) -> Result<Bytes, Box<Reply>> {
         Ok(match self.objects.get(key) {
             Some((t, b)) if t == tag && self.tag_now(key).as_deref() == Some(tag) => b,
             _ => match self.read_object(key, tag) {
@@ -314,11 +316,11 @@ impl Nodes {
     }
 
     /// An object's bytes as the store API sends them: immutable under (key, tag).
-    fn object_reply(&self, tag: &str, bytes: Arc<Vec<u8>>) -> Reply {
+    fn object_reply(&self, tag: &str, bytes: Bytes) -> Reply {
         let etag = format!("\"{tag}\"");
         crate::metrics::METRICS.store_sent(bytes.len() as u64);
         let mut r = Reply::json(StatusCode::OK, &serde_json::Value::Null);
-        r.body = Body::full(bytes::Bytes::from(bytes.as_ref().clone()));
+        r.body = Body::full(bytes);
         r.header(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),
@@ -337,12 +339,8 @@ impl Nodes {
 
     /// Reads `key` from the bucket; kept and answered when a stat after the read still
     /// shows `tag` (`None`: the object has another tag now).
-    fn read_object(
-        &self,
-        key: &str,
-        tag: &str,
-    ) -> Result<Option<Arc<Vec<u8>>>, objects::ObjectError> {
-        let bytes = Arc::new(self.store.backend().get(key)?);
+    fn read_object(&self, key: &str, tag: &str) -> Result<Option<Bytes>, objects::ObjectError> {
+        let bytes = Bytes::from(self.store.backend().get(key)?);
         self.stats.remove(key);
         let now = self.store.backend().stat(key)?;
         let Some(now) = now.filter(|m| hub_wire::hub_tag(&m.tag) == tag) else {
@@ -516,10 +514,13 @@ fn odd_query(route: &[&str], query: &str) -> Option<Reply> {
         Some("list") => &["prefix", "after"],
         _ => &[],
     };
+    let pairs = match crate::decode::form_pairs(query.as_bytes()) {
+        Ok(p) => p,
+        Err(e) => return Some(error(StatusCode::BAD_REQUEST, "BadQuery", &e.to_string())),
+    };
     let mut seen: Vec<&str> = Vec::new();
-    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
-        let name = kv.split_once('=').map_or(kv, |(k, _)| k);
-        if !allowed.contains(&name) || seen.contains(&name) {
+    for (name, _) in &pairs {
+        if !allowed.contains(&name.as_str()) || seen.contains(&name.as_str()) {
             let msg = format!("query parameter {name:?} unknown or repeated on this route");
             return Some(error(StatusCode::BAD_REQUEST, "BadQuery", &msg));
         }
@@ -567,14 +568,14 @@ fn lock_tag(bytes: &[u8]) -> String {
 
 /// A hub that answers wrong bytes, for the tests (`MODELCAS_TEST_HUB_FLIP_BLOCKS=1`: one
 /// byte of every block flipped; never in a release build).
-fn flipped_for_a_test(bytes: bytes::Bytes) -> bytes::Bytes {
+fn flipped_for_a_test(bytes: Bytes) -> Bytes {
     if repo::failpoint::test_var("MODELCAS_TEST_HUB_FLIP_BLOCKS").is_none() || bytes.is_empty() {
         return bytes;
     }
     let mut b = bytes.to_vec();
     let mid = b.len() / 2;
     b[mid] ^= 0x20;
-    bytes::Bytes::from(b)
+    Bytes::from(b)
 }
 
 /// Prefixes above served keys that a node may list (`repos/` as a whole, `packs/`).
@@ -597,17 +598,11 @@ fn wire(m: &ObjectMeta) -> WireMeta {
     }
 }
 
-/// The percent-decoded value of `name` in a query string.
+/// The decoded value of `name` in a query string ([`crate::decode::form_pairs`]; a query
+/// that does not decode has none: `odd_query` refuses it first).
 fn query_value(query: &str, name: &str) -> Option<String> {
-    query.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        let v = v.replace('+', " ");
-        (k == name).then(|| {
-            percent_encoding::percent_decode_str(&v)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-    })
+    let pairs = crate::decode::form_pairs(query.as_bytes()).ok()?;
+    pairs.into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
 fn error(status: StatusCode, code: &'static str, msg: &str) -> Reply {

@@ -22,13 +22,13 @@ impl Store {
                 continue;
             };
             let bytes = self.backend.get(&obj.key)?;
-            let decode = |b: &[u8]| {
-                codec::decode::<RefObject>(Kind::Ref, b).map_err(|e| StoreError::CorruptObject {
+            let decode = |b: Vec<u8>| {
+                codec::decode::<RefObject>(Kind::Ref, &b).map_err(|e| StoreError::CorruptObject {
                     key: obj.key.clone(),
                     reason: e.to_string(),
                 })
             };
-            let r = crate::again::decoded(self.backend.as_ref(), &obj.key, &bytes, decode)?;
+            let r = crate::again::decoded(self.backend.as_ref(), &obj.key, bytes, decode)?;
             out.insert(name, r.commit);
         }
         Ok(out)

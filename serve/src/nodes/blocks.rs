@@ -94,12 +94,12 @@ impl quick_cache::Weighter<PackId, Arc<Footer>> for FooterWeight {
 /// A frame being fetched: its outcome, once there.
 #[derive(Default)]
 struct Slot {
-    outcome: Mutex<Option<Result<Arc<Vec<u8>>, BlockError>>>,
+    outcome: Mutex<Option<Result<Bytes, BlockError>>>,
     ready: Condvar,
 }
 
 impl Slot {
-    fn wait(&self) -> Result<Arc<Vec<u8>>, BlockError> {
+    fn wait(&self) -> Result<Bytes, BlockError> {
         let mut o = self.outcome.lock();
         loop {
             if let Some(r) = o.as_ref() {
@@ -125,7 +125,7 @@ impl Claim<'_> {
     /// Gives the frame its outcome (the first given stands), takes it out of the flights
     /// (only this claim's entry: a later fetch of the same frame has its own) and wakes its
     /// waiters.
-    fn finish(&self, r: Result<Arc<Vec<u8>>, BlockError>) {
+    fn finish(&self, r: Result<Bytes, BlockError>) {
         {
             let mut o = self.slot.outcome.lock();
             if o.is_some() {
@@ -234,8 +234,8 @@ impl Blocks {
         key: &str,
         frames: &[&FooterEntry],
         fresh: bool,
-    ) -> Result<Vec<Arc<Vec<u8>>>, BlockError> {
-        let mut out: Vec<Option<Arc<Vec<u8>>>> = vec![None; frames.len()];
+    ) -> Result<Vec<Bytes>, BlockError> {
+        let mut out: Vec<Option<Bytes>> = vec![None; frames.len()];
         let mut mine: Vec<(usize, Claim<'_>)> = Vec::new();
         let mut waits: Vec<(usize, Arc<Slot>)> = Vec::new();
         for (i, f) in frames.iter().enumerate() {
@@ -296,7 +296,7 @@ impl Blocks {
 
     /// The cached frame of `f` when the disk cache holds one of its length that passes its
     /// check (once per process and file stamp); a damaged entry is removed.
-    fn cached_frame(&self, f: &FooterEntry, key: &str) -> Option<Arc<Vec<u8>>> {
+    fn cached_frame(&self, f: &FooterEntry, key: &str) -> Option<Bytes> {
         let disk = self.store.disk_cache()?;
         let (bytes, stamp) = disk.get_stamped(&f.id)?;
         if bytes.len() != f.frame_len as usize {
@@ -318,43 +318,43 @@ impl Blocks {
             self.verdicts.insert(f.id, stamp);
         }
         counted(&self.counts.frame_cache_hits, "cache_hit", 1);
-        Some(Arc::new(bytes))
+        Some(Bytes::from(bytes))
     }
 
     /// Fetches adjacent frames with one ranged GET, checks each and keeps it on disk.
-    fn fetch_run(&self, key: &str, run: &[&FooterEntry]) -> Result<Vec<Arc<Vec<u8>>>, BlockError> {
+    fn fetch_run(&self, key: &str, run: &[&FooterEntry]) -> Result<Vec<Bytes>, BlockError> {
         let (Some(first), Some(last)) = (run.first(), run.last()) else {
             return Ok(Vec::new());
         };
         let start = first.offset as u64;
         let len = last.offset as u64 + last.frame_len as u64 - start;
-        let bytes = self.store.backend().get_range(key, start, len)?;
+        let bytes = Bytes::from(self.store.backend().get_range(key, start, len)?);
         counted(&self.counts.frames_fetched, "fetched", run.len() as u64);
         let disk = self.store.disk_cache();
         let mut out = Vec::with_capacity(run.len());
         for f in run {
             let at = (f.offset as u64 - start) as usize;
-            let frame = bytes
-                .get(at..at + f.frame_len as usize)
-                .ok_or_else(|| BlockError::Bad(format!("{key}: the read ended before a frame")))?;
+            let Some(frame) = bytes.get(at..at + f.frame_len as usize) else {
+                return Err(BlockError::Bad(format!(
+                    "{key}: the read ended before a frame"
+                )));
+            };
             counted(&self.counts.frame_checks, "checked", 1);
-            let again;
-            let frame = match repo::pack::decode_checked(frame, &f.id, key, f.offset as u64) {
-                Ok(_) => frame,
+            let (offset, len) = (f.offset as u64, f.frame_len);
+            let frame = match repo::pack::decode_checked(frame, &f.id, key, offset) {
+                Ok(_) => bytes.slice(at..at + len as usize),
                 // Wrong bytes from the store: asked of its other sources (a hub of a hub:
                 // the upstream hub's other addresses) before the block fails.
                 Err(first) => {
-                    let (backend, at) = (self.store.backend().as_ref(), f.offset as u64);
-                    again = repo::pack::read_frame_checked(backend, key, &f.id, at, f.frame_len)
-                        .map_err(|_| first)?
-                        .0;
-                    &again[..]
+                    let backend = self.store.backend().as_ref();
+                    let again = repo::pack::read_frame_checked(backend, key, &f.id, offset, len);
+                    Bytes::from(again.map_err(|_| first)?.0)
                 }
             };
-            if let Some(stamp) = disk.and_then(|d| d.put_stamped(&f.id, frame)) {
+            if let Some(stamp) = disk.and_then(|d| d.put_stamped(&f.id, &frame)) {
                 self.verdicts.insert(f.id, stamp);
             }
-            out.push(Arc::new(frame.to_vec()));
+            out.push(frame);
         }
         Ok(out)
     }
@@ -385,19 +385,19 @@ fn read_footer(store: &Store, key: &str) -> Result<Footer, BlockError> {
     }
     // Each piece checked, and asked again of the store's other sources when it fails (a
     // hub of a hub: the next upstream address).
-    let magic = |b: &[u8]| match b.starts_with(PACK_MAGIC) {
-        true => Ok(b.to_vec()),
+    let magic = |b: Vec<u8>| match b.starts_with(PACK_MAGIC) {
+        true => Ok(b),
         false => Err(StoreError::CorruptObject {
             key: key.to_string(),
             reason: "not a pack (magic)".into(),
         }),
     };
     let header = again::range_decoded(backend.as_ref(), key, 0, h, magic)?;
-    let trailer_of = |b: &[u8]| Ok((decode_trailer(key, size, b)?, b.to_vec()));
+    let trailer_of = |b: Vec<u8>| Ok((decode_trailer(key, size, &b)?, b));
     let (footer_len, trailer) =
         again::range_decoded(backend.as_ref(), key, size - t, t, trailer_of)?;
     let tail_at = size - t - footer_len;
-    let footer_of = |b: &[u8]| Ok((decode_footer(key, tail_at, b)?, b.to_vec()));
+    let footer_of = |b: Vec<u8>| Ok((decode_footer(key, tail_at, &b)?, b));
     let (footer, mut tail) =
         again::range_decoded(backend.as_ref(), key, tail_at, footer_len, footer_of)?;
     tail.extend_from_slice(&trailer);

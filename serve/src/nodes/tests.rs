@@ -18,19 +18,7 @@ use super::blocks::{BlockError, Blocks};
 use super::NodeAccess;
 use crate::reply::Head;
 use crate::{Hub, Policy};
-
-/// Deterministic, poorly compressible bytes.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use read::test_pack::noise;
 
 /// A store in memory with one pack of `n` chunks of about 150 KB (frames cross block
 /// edges), its key and bytes.
@@ -234,6 +222,20 @@ fn get(hub: &Hub, path_query: &str, token: Option<&str>) -> (StatusCode, HeaderM
     let r = hub.route(&head);
     let (status, headers) = (r.status, r.headers.clone());
     (status, headers, whole_body(r))
+}
+
+/// The status of a `POST` of `path` with the node token.
+fn post(hub: &Hub, path: &str) -> StatusCode {
+    let mut headers = HeaderMap::new();
+    headers.insert("authorization", "Bearer node-token".parse().unwrap());
+    let head = Head {
+        method: &Method::POST,
+        path,
+        query: "",
+        headers: &headers,
+        client: "test",
+    };
+    hub.route(&head).status
 }
 
 fn whole_body(r: crate::reply::Reply) -> Vec<u8> {
@@ -457,18 +459,11 @@ fn listings_stay_inside_the_store_and_used_needs_a_stored_revision() {
     }
     let (s, _, _) = get(&on, &api("list?prefix=repos/&after=../x"), t);
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    let mut headers = HeaderMap::new();
-    headers.insert("authorization", "Bearer node-token".parse().unwrap());
     let commit = "ab".repeat(20);
-    let path = api(&format!("used/org/model/{commit}"));
-    let head = Head {
-        method: &Method::POST,
-        path: &path,
-        query: "",
-        headers: &headers,
-        client: "test",
-    };
-    assert_eq!(on.route(&head).status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        post(&on, &api(&format!("used/org/model/{commit}"))),
+        StatusCode::NOT_FOUND
+    );
     let keys: Vec<String> = backend
         .list("repos/")
         .unwrap()
@@ -530,17 +525,10 @@ fn a_locked_repository_shows_nodes_its_locked_commit_only() {
         StatusCode::NOT_FOUND
     );
     // Nor can a node record a use of it (helper-26, 04).
-    let mut headers = HeaderMap::new();
-    headers.insert("authorization", "Bearer node-token".parse().unwrap());
-    let path = api(&format!("used/org/model/{}", other.to_hex()));
-    let head = Head {
-        method: &Method::POST,
-        path: &path,
-        query: "",
-        headers: &headers,
-        client: "test",
-    };
-    assert_eq!(on.route(&head).status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        post(&on, &api(&format!("used/org/model/{}", other.to_hex()))),
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[test]
