@@ -71,6 +71,12 @@ pub enum Kind {
     /// `repos/<org>/<name>/partial/<commit>`: the commit is stored with only some of the
     /// upstream's files (`pull --include/--exclude`).
     Partial,
+    /// `repos/<org>/<name>/checks/<commit>`: the last release check of a commit.
+    Check,
+    /// `repos/<org>/<name>/labels/<commit>/<key>`: one release label of a commit.
+    Label,
+    /// Bundle record kind 4: the labels of one revision in a transfer bundle.
+    BundleLabels,
 }
 
 impl Kind {
@@ -92,6 +98,9 @@ impl Kind {
             Kind::MirrorRepo => b"MCASMREP",
             Kind::MirrorRef => b"MCASMREF",
             Kind::Partial => b"MCASPART",
+            Kind::Check => b"MCASCHCK",
+            Kind::Label => b"MCASLABL",
+            Kind::BundleLabels => b"MCASBLAB",
         }
     }
 

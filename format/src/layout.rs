@@ -145,6 +145,49 @@ pub fn partial_key(repo: &RepoId, commit: &CommitId) -> String {
     format!("{}partial/{}", repo_prefix(repo), commit.to_hex())
 }
 
+/// Prefix of a repository's release check records.
+pub fn checks_prefix(repo: &RepoId) -> String {
+    format!("{}checks/", repo_prefix(repo))
+}
+
+/// Key of the release check record of a commit.
+pub fn check_key(repo: &RepoId, commit: &CommitId) -> String {
+    format!("{}{}", checks_prefix(repo), commit.to_hex())
+}
+
+/// Prefix of a repository's release labels.
+pub fn labels_prefix(repo: &RepoId) -> String {
+    format!("{}labels/", repo_prefix(repo))
+}
+
+/// Prefix of the release labels of a commit.
+pub fn commit_labels_prefix(repo: &RepoId, commit: &CommitId) -> String {
+    format!("{}{}/", labels_prefix(repo), commit.to_hex())
+}
+
+/// Key of one release label (the key must pass [`crate::release::check_label_key`], so it
+/// needs no escaping).
+pub fn label_key(repo: &RepoId, commit: &CommitId, key: &str) -> String {
+    format!("{}{key}", commit_labels_prefix(repo, commit))
+}
+
+/// The commit and label key of a key under [`labels_prefix`]; `None` for any other key or
+/// one spelled another way.
+pub fn parse_label_key(repo: &RepoId, key: &str) -> Option<(CommitId, String)> {
+    let rest = key.strip_prefix(&labels_prefix(repo))?;
+    let (hex, name) = rest.split_once('/')?;
+    let commit = CommitId::parse(hex).ok()?;
+    (commit.to_hex() == hex && crate::release::check_label_key(name).is_ok())
+        .then(|| (commit, name.to_string()))
+}
+
+/// The commit of a key under [`checks_prefix`]; `None` for any other key.
+pub fn parse_check_key(repo: &RepoId, key: &str) -> Option<CommitId> {
+    let hex = key.strip_prefix(&checks_prefix(repo))?;
+    let commit = CommitId::parse(hex).ok()?;
+    (commit.to_hex() == hex).then_some(commit)
+}
+
 /// Key of a lock or lease.
 pub fn lock_key(kind: &str, id: u64) -> String {
     format!("{LOCKS_PREFIX}{kind}-{id:016x}")
@@ -180,6 +223,16 @@ mod tests {
             assert_eq!(repo_of_key(&key), Some(r.clone()), "{key}");
         }
         assert_eq!(parse_used_key(&used_key(&r, &c)), Some((r.clone(), c)));
+        assert_eq!(parse_check_key(&r, &check_key(&r, &c)), Some(c));
+        assert_eq!(
+            parse_label_key(&r, &label_key(&r, &c, "vllm")),
+            Some((c, "vllm".to_string()))
+        );
+        assert_eq!(parse_label_key(&r, &label_key(&r, &c, "a/b")), None);
+        assert_eq!(
+            parse_check_key(&r, &format!("{}x", check_key(&r, &c))),
+            None
+        );
         for bad in [
             "repos/org/m",
             "repos/org/m/",

@@ -40,6 +40,7 @@ pub mod manifest;
 pub mod names;
 pub mod node;
 pub mod pack;
+pub mod release;
 pub mod runs;
 
 pub use chunk::{ChunkId, ParseChunkIdError, MAX_CHUNK_LEN};

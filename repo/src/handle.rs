@@ -25,6 +25,9 @@ use objects::ObjectStore;
 
 mod mirror;
 mod refs;
+mod release;
+
+pub use release::Labels;
 
 /// Shortest commit prefix accepted as a revision.
 pub const MIN_PREFIX: usize = 7;
@@ -345,6 +348,8 @@ impl Store {
         self.backend.delete(&layout::used_key(repo, commit))?;
         // So does a partial record (the commit may come back whole).
         self.backend.delete(&layout::partial_key(repo, commit))?;
+        // And its release records (a record written after this is an orphan, ignored).
+        self.delete_release_records(repo, commit)?;
         Ok(refs)
     }
 

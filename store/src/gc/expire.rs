@@ -83,6 +83,11 @@ pub(super) fn restore_wanted(
             if !wanted.contains(&h.manifest.commit) {
                 // Its last-use record goes with it.
                 backend.delete(&format::layout::used_key(&repo, &h.manifest.commit))?;
+                // So do its release records, unless an ingest stored the commit again
+                // meanwhile (its records are then the new ones).
+                if backend.size(&h.key)?.is_none() {
+                    store.delete_release_records(&repo, &h.manifest.commit)?;
+                }
                 report.expired.push(rev);
                 continue;
             }
