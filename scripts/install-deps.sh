@@ -78,7 +78,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   python3 -m venv "$venv" || fail venv "python3 -m venv $venv failed (is python3-venv installed?)"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" \
     || fail pip "pip install -r $req into $venv failed"
-  "$venv/bin/python" -c 'import numpy, safetensors, ml_dtypes, huggingface_hub, zstandard, kubernetes_validate' \
+  "$venv/bin/python" -c 'import numpy, safetensors, ml_dtypes, huggingface_hub, zstandard, kubernetes_validate, tokenizers, sentencepiece' \
     || fail pip "the venv at $venv cannot import the packages of $req"
   echo "$want" > "$stamp"
 fi
