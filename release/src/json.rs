@@ -1,0 +1,228 @@
+//! JSON files, streamed: read through [`Files::reader`] under a counting cap into small
+//! serde visitors (what a rule needs is kept, the rest skipped with `IgnoredAny`), then
+//! `end()` (trailing characters are an error, as `json.loads` says). No file is buffered
+//! whole: a 40 MB `tokenizer.json` costs a read buffer.
+
+use std::io::{self, BufReader, Read};
+
+use serde::de::{self, DeserializeOwned, IgnoredAny, Visitor};
+use serde::Deserializer;
+
+use crate::problems::Sink;
+use crate::{CheckError, FileInfo, Files};
+
+/// Visitor methods that take scalars (null, booleans, numbers) as `$value`.
+macro_rules! skip_scalars {
+    ($value:expr) => {
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
+/// A visitor method that skips a string as `$value`.
+macro_rules! skip_str {
+    ($value:expr) => {
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
+/// A visitor method that skips an object as `$value`.
+macro_rules! skip_map {
+    ($value:expr) => {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok($value)
+        }
+    };
+}
+
+/// A visitor method that skips an array as `$value`.
+macro_rules! skip_seq {
+    ($value:expr) => {
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok($value)
+        }
+    };
+}
+
+pub(crate) use {skip_map, skip_scalars, skip_seq, skip_str};
+
+/// What reading one JSON file gave.
+pub(crate) enum Json<T> {
+    Read(T),
+    /// Over its cap: the warning is already in the sink.
+    TooLarge,
+    /// Not JSON, or not of the shape the visitor wants.
+    Invalid(serde_json::Error),
+}
+
+/// Reads `info` as a `T`, at most `cap` bytes.
+pub(crate) fn read<T: DeserializeOwned>(
+    files: &dyn Files,
+    sink: &mut Sink,
+    info: &FileInfo,
+    cap: u64,
+) -> Result<Json<T>, CheckError> {
+    if info.size > cap {
+        sink.too_large(&info.path, info.size, cap);
+        return Ok(Json::TooLarge);
+    }
+    let reader = files
+        .reader(&info.path)
+        .map_err(CheckError::read(&info.path))?;
+    let mut counted = Counted {
+        inner: reader.take(cap + 1),
+        n: 0,
+    };
+    let result = parse::<T, _>(BufReader::new(&mut counted));
+    if counted.n > cap {
+        sink.too_large(&info.path, counted.n, cap);
+        return Ok(Json::TooLarge);
+    }
+    match result {
+        Ok(v) => Ok(Json::Read(v)),
+        Err(e) if e.is_io() => Err(CheckError::Read {
+            path: info.path.clone(),
+            source: io::Error::from(e),
+        }),
+        Err(e) => Ok(Json::Invalid(e)),
+    }
+}
+
+/// One JSON value of type `T` and nothing after it but whitespace.
+pub(crate) fn parse<T: DeserializeOwned, R: Read>(reader: R) -> Result<T, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let value = T::deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Counts the bytes read through it.
+struct Counted<R> {
+    inner: R,
+    n: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let got = self.inner.read(buf)?;
+        self.n += got as u64;
+        Ok(got)
+    }
+}
+
+/// The type of a JSON value, the value itself skipped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Kind {
+    #[default]
+    Absent,
+    Null,
+    Object,
+    Array,
+    String,
+    Other,
+}
+
+impl<'de> de::Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Kind, D::Error> {
+        d.deserialize_any(KindVisitor)
+    }
+}
+
+struct KindVisitor;
+
+impl<'de> Visitor<'de> for KindVisitor {
+    type Value = Kind;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    skip_map!(Kind::Object);
+    skip_seq!(Kind::Array);
+    skip_str!(Kind::String);
+
+    fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
+        Ok(Kind::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+}
+
+/// A string if the value is one, else `None` (the value skipped).
+pub(crate) struct MaybeStr(pub(crate) Option<String>);
+
+impl<'de> de::Deserialize<'de> for MaybeStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MaybeStr, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MaybeStr;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<MaybeStr, E> {
+                Ok(MaybeStr(Some(s.to_string())))
+            }
+            skip_map!(MaybeStr(None));
+            skip_seq!(MaybeStr(None));
+            skip_scalars!(MaybeStr(None));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Any JSON value, skipped: the well-formedness of a file nobody reads further.
+pub(crate) type Any = IgnoredAny;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds() {
+        let k: Kind = parse(&b"{\"a\": [1, {\"b\": null}]}"[..]).unwrap();
+        assert_eq!(k, Kind::Object);
+        let k: Kind = parse(&b" [ ] "[..]).unwrap();
+        assert_eq!(k, Kind::Array);
+        assert!(parse::<Kind, _>(&b"{} x"[..]).is_err());
+    }
+}

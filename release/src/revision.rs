@@ -1,0 +1,224 @@
+//! What a revision is (§3.1: model, adapter, other) and the JSON loaders read first:
+//! `config.json` (named model, its `auto_map`) and the other loader files, which must
+//! at least be JSON.
+
+use std::fmt;
+
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use crate::automap::{AutoMap, Ref};
+use crate::json::{self, Json};
+use crate::problems::{json_error, Sink};
+use crate::{CheckError, FileInfo, Files, MAX_LOADER_JSON, MAX_TOKENIZER_CONFIG};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Model,
+    Adapter,
+    Other,
+}
+
+impl Class {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Class::Model => "model",
+            Class::Adapter => "adapter",
+            Class::Other => "other",
+        }
+    }
+}
+
+/// Extensions of weights files at the top level.
+pub(crate) const WEIGHT_EXTS: &[&str] = &[".safetensors", ".bin", ".pt", ".pth", ".gguf"];
+
+/// A top-level weights file (not `training_args.bin`, which the Trainer writes beside
+/// adapters and models and which holds no weights).
+pub(crate) fn is_weights(path: &str) -> bool {
+    !path.contains('/')
+        && path != "training_args.bin"
+        && WEIGHT_EXTS.iter().any(|e| path.ends_with(e))
+}
+
+pub(crate) fn find<'a>(files: &'a dyn Files, path: &str) -> Option<&'a FileInfo> {
+    let list = files.list();
+    list.binary_search_by(|f| f.path.as_str().cmp(path))
+        .ok()
+        .map(|i| &list[i])
+}
+
+pub(crate) fn classify(list: &[FileInfo]) -> Class {
+    let has = |p: &str| list.iter().any(|f| f.path == p);
+    if has("config.json") {
+        Class::Model
+    } else if has("adapter_config.json") {
+        Class::Adapter
+    } else if list.iter().any(|f| is_weights(&f.path)) {
+        Class::Model
+    } else {
+        Class::Other
+    }
+}
+
+/// What `config.json` gave the other rules.
+#[derive(Default)]
+pub(crate) struct ConfigFacts {
+    pub(crate) auto_map: Vec<Ref>,
+}
+
+/// `config.json` of a model: present, an object, naming its model.
+pub(crate) fn check_config(files: &dyn Files, sink: &mut Sink) -> Result<ConfigFacts, CheckError> {
+    let Some(info) = find(files, "config.json") else {
+        if find(files, "params.json").is_some() {
+            let message = "missing; params.json is there (a Mistral-format config): vLLM needs --config-format mistral";
+            sink.warning("config.missing", "config.json", message.into());
+        } else {
+            sink.missing(
+                "config.missing",
+                "config.json",
+                "missing (vLLM and transformers read it first)".into(),
+            );
+        }
+        return Ok(ConfigFacts::default());
+    };
+    let config: Config = match json::read(files, sink, info, MAX_LOADER_JSON)? {
+        Json::Read(c) => c,
+        Json::TooLarge => return Ok(ConfigFacts::default()),
+        Json::Invalid(e) => {
+            sink.error("config.invalid", &info.path, invalid_text(&e));
+            return Ok(ConfigFacts::default());
+        }
+    };
+    if !config.named {
+        let message =
+            "neither \"model_type\" nor \"architectures\": loaders cannot tell which model this is";
+        sink.warning("config.unnamed", &info.path, message.into());
+    }
+    Ok(ConfigFacts {
+        auto_map: config.auto_map.refs("config.json"),
+    })
+}
+
+/// "not valid JSON: …" for syntax, "not a JSON object: …" for a value of another shape.
+pub(crate) fn invalid_text(e: &serde_json::Error) -> String {
+    if e.is_data() {
+        format!("not a JSON object of the expected shape: {}", json_error(e))
+    } else {
+        format!("not valid JSON: {}", json_error(e))
+    }
+}
+
+/// `config.json` as the rules need it.
+struct Config {
+    named: bool,
+    auto_map: AutoMap,
+}
+
+impl<'de> Deserialize<'de> for Config {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Config, D::Error> {
+        d.deserialize_map(ConfigVisitor)
+    }
+}
+
+struct ConfigVisitor;
+
+impl<'de> Visitor<'de> for ConfigVisitor {
+    type Value = Config;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Config, A::Error> {
+        let mut out = Config {
+            named: false,
+            auto_map: AutoMap::default(),
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "model_type" | "architectures" => {
+                    let kind: json::Kind = map.next_value()?;
+                    out.named |= kind != json::Kind::Null;
+                }
+                "auto_map" => out.auto_map = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Loader JSON files that must be JSON when present (§3.2 `json.invalid`).
+const LOADER_JSON: &[&str] = &[
+    "generation_config.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "chat_template.json",
+    "modules.json",
+    "hf_quant_config.json",
+    "adapter_config.json",
+];
+
+/// Whether `path` is a JSON file this class checks for well-formedness here. A model's
+/// `tokenizer_config.json` and `chat_template.json` are read by the tokenizer rules; a
+/// revision of class other has its configs checked at any depth (diffusers keep one per
+/// component).
+fn loader_json(path: &str, class: Class) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match class {
+        Class::Model => {
+            !path.contains('/')
+                && LOADER_JSON.contains(&name)
+                && name != "tokenizer_config.json"
+                && name != "chat_template.json"
+        }
+        Class::Adapter => !path.contains('/') && LOADER_JSON.contains(&name),
+        Class::Other => {
+            LOADER_JSON.contains(&name)
+                || name == "config.json"
+                || name == "model_index.json"
+                || name.ends_with("_config.json")
+        }
+    }
+}
+
+pub(crate) fn check_loader_json(
+    files: &dyn Files,
+    sink: &mut Sink,
+    class: Class,
+) -> Result<(), CheckError> {
+    for info in files.list().iter().filter(|f| loader_json(&f.path, class)) {
+        let cap = if info.path.ends_with("tokenizer_config.json") {
+            MAX_TOKENIZER_CONFIG
+        } else {
+            MAX_LOADER_JSON
+        };
+        if let Json::Invalid(e) = json::read::<json::Any>(files, sink, info, cap)? {
+            sink.error(
+                "json.invalid",
+                &info.path,
+                format!("not valid JSON: {}", json_error(&e)),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The one warning of class other.
+pub(crate) fn not_a_model(files: &dyn Files, sink: &mut Sink) {
+    let tail = "only .safetensors headers and JSON were checked";
+    if find(files, "model_index.json").is_some() {
+        let message = format!("not a model vLLM loads (a diffusers pipeline): {tail}");
+        sink.warning("release.not-a-model", "model_index.json", message);
+    } else {
+        let path = files.list().first().map(|f| f.path.as_str()).unwrap_or(".");
+        let message =
+            format!("not a model vLLM loads (no config.json and no top-level weights): {tail}");
+        sink.warning("release.not-a-model", path, message);
+    }
+}
