@@ -199,7 +199,8 @@ mod tests {
     #[test]
     fn clipping_keeps_char_boundaries() {
         assert_eq!(clip("héllo", 3, "…"), "…");
-        assert_eq!(clip("héllo", 6, "…"), "hé…");
+        assert_eq!(clip("héllo", 5, "…"), "h…", "not inside the é");
+        assert_eq!(clip("héllo!", 6, "…"), "hé…");
         assert_eq!(clip("abc", 3, "…"), "abc");
         let long = "é".repeat(300);
         let q = quote(&long);
