@@ -131,7 +131,38 @@ pub enum Command {
         /// recorded for the same content.
         #[arg(long)]
         reread: bool,
+        /// Set a release label on every ingested revision: KEY=VALUE (e.g. vllm=0.11.0,
+        /// validated-by=ci); repeatable.
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
         /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that a revision would load in vLLM and transformers (config.json, every
+    /// .safetensors header, the shard index, a tokenizer, custom code, a chat template) and
+    /// record the result with it. Exit 0 passed (or warnings only), 1 failed, 2 not checked.
+    Check {
+        /// ORG/NAME@REV, or a snapshot directory (checked before ingest; nothing recorded).
+        target: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Do not record the result in the store.
+        #[arg(long)]
+        no_record: bool,
+    },
+    /// Set, remove or list the release labels of a revision (KEY=VALUE, e.g. vllm=0.11.0).
+    Label {
+        /// ORG/NAME@REV.
+        revision: String,
+        /// Labels to set (replacing a key's value): KEY=VALUE.
+        #[arg(value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+        /// Remove this label; repeatable.
+        #[arg(long = "remove", value_name = "KEY")]
+        remove: Vec<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -597,4 +628,9 @@ pub struct SyncArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Move the entries' refs even to a revision whose release check failed (or could not
+    /// be made); without it such an entry is stored, its refs left where they were, and
+    /// reported `held back` (exit 1).
+    #[arg(long)]
+    pub force: bool,
 }

@@ -30,6 +30,7 @@ use read::file_reader::FileReader;
 use read::progress::Progress;
 use repo::{Store, StoreError};
 use store::ingest::{ingest_from, IngestOptions, Opened, Opener};
+use store::listing::RowCheck;
 use store::source::{Snapshot, SourceFile};
 
 use crate::select::Selection;
@@ -49,6 +50,9 @@ pub struct PullOptions {
     pub jobs: usize,
     /// Download slots shared with other pulls of the process (serve --upstream), if any.
     pub slots: Option<Arc<Slots>>,
+    /// Leave the refs where they are when the revision's release check does not pass
+    /// (`sync` without `--force`); the revision is stored all the same.
+    pub hold_failing_refs: bool,
 }
 
 /// What a pull did (`--json`).
@@ -90,6 +94,10 @@ pub struct PullReport {
     /// `--exclude`; recorded in the store, and completed by a later pull of the rest or by
     /// the mirror when a client asks for it).
     pub partial: bool,
+    /// The revision's release check.
+    pub check: RowCheck,
+    /// Refs not moved because the check did not pass ([`PullOptions::hold_failing_refs`]).
+    pub refs_held: Vec<String>,
 }
 
 /// Why a pull failed; nothing was made visible.
@@ -140,11 +148,15 @@ pub fn pull(
         partial: !whole,
         ..Default::default()
     };
-    if stored
-        .as_ref()
-        .is_some_and(|m| m.files.len() == files.len())
-    {
-        for r in &refs {
+    if let Some(m) = stored.as_ref().filter(|m| m.files.len() == files.len()) {
+        let warn = |w: String| progress.warn(&w);
+        let check = store::release::ensure_checked(store, m, "pull", &warn)?;
+        report.check = RowCheck::of(check.as_ref());
+        let passes = check.is_some_and(|c| c.verdict().allows_protected_refs());
+        if opts.hold_failing_refs && !passes {
+            report.refs_held = std::mem::take(&mut report.refs);
+        }
+        for r in &report.refs {
             store.set_ref(repo, r, &commit)?;
         }
         if whole {
@@ -196,6 +208,11 @@ pub fn pull(
     report.retries = after.retries - before.retries;
     report.bytes_stored_new = ingested.new_chunk_bytes;
     report.pack_bytes_written = ingested.pack_bytes_written;
+    if let Some(s) = ingested.snapshots.first() {
+        report.check = RowCheck::of(s.check.as_ref());
+        report.refs.clone_from(&s.refs);
+        report.refs_held.clone_from(&s.refs_held);
+    }
     if whole {
         store.clear_partial(repo, &commit)?;
     }
@@ -231,6 +248,7 @@ fn ingest_files(
         files: opener.source_files(target.files),
         origin: "hub",
         dir: PathBuf::from(target.endpoint),
+        labels: Vec::new(),
     };
     // One reader per download at once (`--jobs`), as many workers.
     let iopts = IngestOptions {
@@ -238,6 +256,8 @@ fn ingest_files(
         readers: opts.jobs.max(1),
         keep_partial: true,
         complete: target.complete,
+        hold_failing_refs: opts.hold_failing_refs,
+        checked_by: "pull",
         ..Default::default()
     };
     ingest_from(store, index, &[snapshot], iopts, opener, progress)

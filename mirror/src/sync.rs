@@ -211,6 +211,9 @@ pub enum Status {
     Unchanged,
     /// The pull failed; nothing of it became visible.
     Failed,
+    /// Stored, but its release check did not pass: the entry's refs were left where they
+    /// were (`sync --force` moves them).
+    HeldBack,
 }
 
 impl Status {
@@ -221,6 +224,7 @@ impl Status {
             Status::RefsMoved => "refs moved",
             Status::Unchanged => "unchanged",
             Status::Failed => "failed",
+            Status::HeldBack => "held back",
         }
     }
 }
@@ -242,8 +246,12 @@ pub struct EntryReport {
     pub bytes_downloaded: u64,
     /// Uncompressed bytes of chunks the store did not have.
     pub bytes_stored_new: u64,
-    /// Why the entry failed.
+    /// Why the entry failed, or was held back (the release check's errors).
     pub error: Option<String>,
+    /// The revision's release check.
+    pub check: Option<store::listing::RowCheck>,
+    /// Refs the release check held back.
+    pub refs_held: Vec<String>,
 }
 
 /// What a sync did (`--json`).
@@ -255,6 +263,8 @@ pub struct SyncReport {
     pub refs_moved: usize,
     pub unchanged: usize,
     pub failed: usize,
+    /// Entries stored whose refs were held back by a failing release check.
+    pub held_back: usize,
     pub bytes_downloaded: u64,
     /// Nothing was downloaded or changed (`--dry-run`): statuses say what would be done.
     pub dry_run: bool,
@@ -267,6 +277,7 @@ pub fn sync(
     client: &HubClient,
     list: &SyncList,
     jobs: usize,
+    force: bool,
     progress: &dyn Progress,
 ) -> SyncReport {
     let mut report = SyncReport {
@@ -275,7 +286,7 @@ pub fn sync(
     };
     for (i, e) in list.entries.iter().enumerate() {
         let _span = tracing::info_span!("sync", entry = i + 1, repo = %e.repo).entered();
-        let r = sync_entry(store, index, client, e, jobs, progress);
+        let r = sync_entry(store, index, client, e, (jobs, force), progress);
         if let Some(err) = &r.error {
             tracing::error!("{}@{}: {err}", r.repo, r.revision);
         }
@@ -292,6 +303,7 @@ impl SyncReport {
             Status::RefsMoved => self.refs_moved += 1,
             Status::Unchanged => self.unchanged += 1,
             Status::Failed => self.failed += 1,
+            Status::HeldBack => self.held_back += 1,
         }
         self.bytes_downloaded += r.bytes_downloaded;
         self.entries.push(r);
@@ -312,6 +324,8 @@ impl EntryReport {
             bytes_downloaded: 0,
             bytes_stored_new: 0,
             error: None,
+            check: None,
+            refs_held: Vec::new(),
         }
     }
 }
@@ -321,7 +335,7 @@ fn sync_entry(
     index: &Index,
     client: &HubClient,
     e: &SyncEntry,
-    jobs: usize,
+    (jobs, force): (usize, bool),
     progress: &dyn Progress,
 ) -> EntryReport {
     let mut out = EntryReport::new(e);
@@ -333,6 +347,7 @@ fn sync_entry(
         refs: e.refs.clone(),
         jobs,
         slots: None,
+        hold_failing_refs: !force,
     };
     let pulled = stored_refs(store, &e.repo)
         .map_err(|err| error_chain(&err))
@@ -362,6 +377,24 @@ fn fill(out: &mut EntryReport, before: &BTreeMap<String, CommitId>, r: PullRepor
     } else {
         Status::Unchanged
     };
+    if !r.refs_held.is_empty() {
+        out.status = Status::HeldBack;
+        out.error = Some(format!(
+            "release check {}: refs {} not moved (sync --force moves them): {}",
+            r.check.verdict,
+            r.refs_held.join(", "),
+            r.check.problems.join("; ")
+        ));
+    } else if r.check.verdict == "failed" {
+        tracing::warn!(
+            "{}@{} fails its release check (refs moved by --force): {}",
+            r.repo,
+            r.commit,
+            r.check.problems.join("; ")
+        );
+    }
+    out.check = Some(r.check);
+    out.refs_held = r.refs_held;
     out.commit = Some(r.commit);
     out.files = r.files;
     out.bytes = r.bytes;

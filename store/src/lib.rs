@@ -34,6 +34,7 @@ pub mod gc;
 pub mod ingest;
 pub mod listing;
 pub mod metrics;
+pub mod release;
 pub mod runs;
 pub mod source;
 pub mod stats;

@@ -15,10 +15,17 @@ pub fn rows(store: &Store, repo: &RepoId) -> Result<Option<(Refs, Vec<Row>)>> {
         return Ok(None);
     }
     let used = repo::usage::last_used(store, repo)?;
+    let checks = store.repo_checks(repo)?;
+    let mut labels = store.repo_labels(repo)?;
     let mut rows = Vec::new();
     for c in &commits {
         let m = store.manifest(repo, c)?;
+        let check = checks
+            .get(c)
+            .filter(|k| k.files == format::release::files_digest(&m));
         rows.push(Row {
+            check: RowCheck::of(check),
+            labels: labels.remove(c).unwrap_or_default(),
             ingested_at: m.ingested_at,
             commit: c.to_hex(),
             files: m.files.len(),
@@ -53,4 +60,50 @@ pub struct Row {
     /// When a mount, serve, checkout, cat or pull last read it (the store's clock; `None`:
     /// never since last-use records exist).
     pub last_used: Option<u64>,
+    /// Its release check.
+    pub check: RowCheck,
+    /// Its release labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+/// What a revision's release check record says, for listings.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RowCheck {
+    /// `passed`, `warnings`, `failed` or `not checked`.
+    pub verdict: &'static str,
+    pub errors: usize,
+    pub warnings: usize,
+    /// The rule set it was checked under (0: not checked).
+    pub rules: u32,
+    /// The problems' messages, errors first.
+    pub problems: Vec<String>,
+}
+
+impl Default for RowCheck {
+    /// Not checked.
+    fn default() -> Self {
+        RowCheck::of(None)
+    }
+}
+
+impl RowCheck {
+    /// The facts of `check` (the current record of the revision, if any).
+    pub fn of(check: Option<&format::release::CheckObject>) -> RowCheck {
+        match check {
+            None => RowCheck {
+                verdict: format::release::Verdict::NotChecked.as_str(),
+                errors: 0,
+                warnings: 0,
+                rules: 0,
+                problems: Vec::new(),
+            },
+            Some(c) => RowCheck {
+                verdict: c.verdict().as_str(),
+                errors: c.errors(),
+                warnings: c.warnings(),
+                rules: c.rules,
+                problems: c.problems.iter().map(|p| p.message.clone()).collect(),
+            },
+        }
+    }
 }

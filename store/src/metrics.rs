@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -34,6 +35,12 @@ struct Metrics {
     gc_expired_revisions: Counter,
     /// Duration of the last gc.
     gc_duration: SecondsGauge,
+    /// Release checks made, by verdict.
+    release_checks: Family<Vec<(String, String)>, Counter>,
+    /// Seconds spent in release checks.
+    release_seconds: Counter<f64, AtomicU64>,
+    /// Bytes release checks read through the store.
+    release_bytes: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -45,7 +52,20 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     gc_stored_bytes: Gauge::default(),
     gc_expired_revisions: Counter::default(),
     gc_duration: SecondsGauge::default(),
+    release_checks: Family::default(),
+    release_seconds: Counter::default(),
+    release_bytes: Counter::default(),
 });
+
+/// Records a release check that gave `verdict` after `took`, reading `bytes`.
+pub(crate) fn release_checked(verdict: &str, took: Duration, bytes: u64) {
+    let m = &*METRICS;
+    m.release_checks
+        .get_or_create(&vec![("verdict".to_string(), verdict.to_string())])
+        .inc();
+    m.release_seconds.inc_by(took.as_secs_f64());
+    m.release_bytes.inc_by(bytes);
+}
 
 /// Records an ingest that ended well after `took`.
 pub(crate) fn ingest_finished(report: &IngestReport, took: Duration) {
@@ -110,6 +130,23 @@ pub fn register(r: &mut Registry) {
         "Duration of the last gc.",
         Unit::Seconds,
         m.gc_duration.clone(),
+    );
+    let c = r.sub_registry_with_prefix("release_check");
+    c.register(
+        "runs",
+        "Release checks made, by verdict (passed, warnings, failed).",
+        m.release_checks.clone(),
+    );
+    c.register_with_unit(
+        "time",
+        "Time spent in release checks.",
+        Unit::Seconds,
+        m.release_seconds.clone(),
+    );
+    c.register(
+        "read_bytes",
+        "Bytes release checks read through the store (headers and small files).",
+        m.release_bytes.clone(),
     );
 }
 

@@ -50,6 +50,8 @@ pub struct Snapshot {
     pub origin: &'static str,
     /// The directory it came from (for messages).
     pub dir: PathBuf,
+    /// Release labels to set on the commit once stored (`ingest --label`).
+    pub labels: Vec<(String, String)>,
 }
 
 /// Options from the command line that shape discovery.
@@ -273,6 +275,7 @@ fn cache_repo(dir: &Path, repo: Option<RepoId>, out: &mut Discovered) -> Result<
             files,
             origin: "hf-cache",
             dir: snap,
+            labels: Vec::new(),
         });
     }
     Ok(())
@@ -315,6 +318,7 @@ fn plain(dir: &Path, opts: &DiscoverOptions, out: &mut Discovered) -> Result<()>
         files,
         origin: "plain",
         dir: dir.to_path_buf(),
+        labels: Vec::new(),
     });
     Ok(())
 }

@@ -19,6 +19,8 @@ use crate::progress::Bar;
 pub struct Flags {
     pub threads: Option<usize>,
     pub reread: bool,
+    /// `--label KEY=VALUE`.
+    pub labels: Vec<String>,
     pub json: bool,
 }
 
@@ -31,9 +33,11 @@ pub fn run(
     Flags {
         threads,
         reread,
+        labels,
         json,
     }: Flags,
 ) -> Result<ExitCode> {
+    let labels = super::release::parse_labels(&labels)?;
     let opts = DiscoverOptions {
         repo: repo.as_deref().map(RepoId::parse).transpose()?,
         revision: revision.as_deref().map(CommitId::parse).transpose()?,
@@ -42,7 +46,10 @@ pub fn run(
     if let Some(0) = threads {
         anyhow::bail!("--threads must be at least 1");
     }
-    let found = discover(path, &opts)?;
+    let mut found = discover(path, &opts)?;
+    for s in &mut found.snapshots {
+        s.labels = labels.clone();
+    }
     let bar = Bar::new(ctx.quiet || json);
     for w in &found.warnings {
         bar.warn(w);
@@ -96,7 +103,9 @@ fn report_json(report: &IngestReport) -> serde_json::Value {
         .iter()
         .map(|s| {
             json!({"repo": s.repo.to_string(), "commit": s.commit.to_hex(), "files": s.files,
-                   "bytes": s.bytes, "new": s.new_manifest, "refs": s.refs})
+                   "bytes": s.bytes, "new": s.new_manifest, "refs": s.refs,
+                   "refs_held": s.refs_held,
+                   "check": super::release::check_json(s.check.as_ref())})
         })
         .collect();
     json!({
@@ -130,6 +139,7 @@ fn print_report(report: &IngestReport) {
             s.files,
             bytes(s.bytes)
         );
+        super::release::print_outcome(&s.repo, &s.commit, s.check.as_ref(), &s.refs_held);
     }
     let files = if report.files_unchanged == 0 {
         format!("{} files", report.files_read)

@@ -80,6 +80,8 @@ fn repos(store: &Store, json: bool) -> Result<()> {
 fn files(store: &Store, t: &str, json: bool) -> Result<()> {
     let (repo, commit) = crate::ctx::resolve(store, t)?;
     let m = store.manifest(&repo, &commit)?;
+    let check = super::release::current(store, &m);
+    let labels = store.labels(&repo, &commit)?;
     if json {
         let files: Vec<_> = m
             .files
@@ -87,7 +89,8 @@ fn files(store: &Store, t: &str, json: bool) -> Result<()> {
             .map(|f| json!({"path": f.path, "size": f.size, "sha256": f.sha256_hex(), "executable": f.executable}))
             .collect();
         let v = json!({"repo": repo.to_string(), "commit": commit.to_hex(), "ingested_at": m.ingested_at,
-                       "bytes": m.total_size(), "files": files});
+                       "bytes": m.total_size(), "files": files,
+                       "check": super::release::check_json(check.as_ref()), "labels": labels});
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for f in &m.files {
@@ -103,6 +106,10 @@ fn files(store: &Store, t: &str, json: bool) -> Result<()> {
             m.files.len(),
             bytes(m.total_size())
         );
+        super::release::print_record(&repo, &commit, check.as_ref());
+        if !labels.is_empty() {
+            println!("labels: {}", super::release::labels_line(&labels));
+        }
     }
     Ok(())
 }
@@ -128,16 +135,36 @@ fn commits(store: &Store, t: &str, json: bool) -> Result<()> {
                 format!("  [{}]", r.refs.join(", "))
             };
             let used = r.last_used.map_or("never".to_string(), utc);
+            let labels = if r.labels.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", super::release::labels_line(&r.labels))
+            };
             println!(
-                "{}  {}  {:>4} files  {:>10}  last used {used}{names}",
+                "{}  {}  {:>4} files  {:>10}  last used {used}  {}{names}{labels}",
                 r.commit,
                 utc(r.ingested_at),
                 r.files,
-                bytes(r.bytes)
+                bytes(r.bytes),
+                row_word(&r.check),
             );
         }
     }
     Ok(())
+}
+
+/// A listing's word for a row's check: `ok`, `ok, 1 warning`, `FAILED (2)`, `not checked`.
+fn row_word(c: &store::listing::RowCheck) -> String {
+    match c.verdict {
+        "passed" => "ok".into(),
+        "warnings" => format!(
+            "ok, {} warning{}",
+            c.warnings,
+            if c.warnings == 1 { "" } else { "s" }
+        ),
+        "failed" => format!("FAILED ({})", c.errors),
+        _ => "not checked".into(),
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ mod mount;
 mod mountd;
 mod pull;
 mod read;
+mod release;
 mod serve;
 mod stats;
 mod sync;
@@ -116,6 +117,9 @@ fn writer(command: &Command) -> Option<&'static str> {
         Command::Pin { .. } => "pin",
         Command::Unpin { .. } => "unpin",
         Command::Ref { .. } => "ref",
+        Command::Label { labels, remove, .. } if !labels.is_empty() || !remove.is_empty() => {
+            "label"
+        }
         Command::Fsck { .. } => "fsck",
         // The index is the node's own, but rebuilding it reads gc's records, which hubs
         // do not serve.
@@ -152,11 +156,13 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             refs,
             threads,
             reread,
+            labels,
             json,
         } => {
             let flags = ingest::Flags {
                 threads,
                 reread,
+                labels,
                 json,
             };
             ingest::run(ctx, &path, repo, revision, refs, flags)
@@ -169,6 +175,17 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
         Command::Checkout { revision, dir } => read::checkout(ctx, &revision, &dir),
         Command::Cat { revision, path } => read::cat(ctx, &revision, &path),
         Command::Verify { revision, json } => read::verify(ctx, &revision, json),
+        Command::Check {
+            target,
+            json,
+            no_record,
+        } => release::check(ctx, &target, json, no_record),
+        Command::Label {
+            revision,
+            labels,
+            remove,
+            json,
+        } => release::label(ctx, &revision, &labels, &remove, json),
         Command::Stats { json } => stats::run(ctx, json),
         Command::Index { action } => index::run(ctx, action),
         Command::Mount(a) => mount::mount(

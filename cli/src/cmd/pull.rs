@@ -31,6 +31,7 @@ pub fn run(ctx: &Ctx, a: &PullArgs) -> Result<ExitCode> {
         refs: a.refs.clone(),
         jobs,
         slots: None,
+        hold_failing_refs: false,
     };
     let client = HubClient::new(HubOptions::from_env(
         a.endpoint.as_deref(),
@@ -73,6 +74,15 @@ fn print_report(r: &PullReport) {
         r.files,
         bytes(r.bytes)
     );
+    if r.check.verdict != "passed" {
+        println!(
+            "  release check: {} ({} errors, {} warnings): modelcas check {}@{}",
+            r.check.verdict, r.check.errors, r.check.warnings, r.repo, r.commit
+        );
+        for p in r.check.problems.iter().take(5) {
+            println!("    {p}");
+        }
+    }
     println!(
         "downloaded {} in {} files ({} read from the store, {} retries); {} of new chunks, wrote {}",
         bytes(r.bytes_downloaded),

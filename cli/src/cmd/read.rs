@@ -63,6 +63,8 @@ pub fn verify(ctx: &Ctx, spec: &str, json: bool) -> Result<ExitCode> {
     let (repo, commit) = resolve(&store, spec)?;
     let m = store.manifest(&repo, &commit)?;
     let r = file_reader::verify(&store, &m, &Bar::new(ctx.quiet || json));
+    // The release check as recorded (the exit status stays about the bytes).
+    let check = super::release::current(&store, &m);
     if json {
         let problems: Vec<_> = r
             .problems
@@ -70,7 +72,8 @@ pub fn verify(ctx: &Ctx, spec: &str, json: bool) -> Result<ExitCode> {
             .map(|p| json!({"path": p.path, "error": p.error}))
             .collect();
         let v = json!({"repo": repo.to_string(), "commit": commit.to_hex(), "files": r.files, "bytes": r.bytes,
-                       "chunks": r.chunks, "ok": r.problems.is_empty(), "problems": problems});
+                       "chunks": r.chunks, "ok": r.problems.is_empty(), "problems": problems,
+                       "release": super::release::check_json(check.as_ref())});
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for p in &r.problems {
@@ -87,6 +90,7 @@ pub fn verify(ctx: &Ctx, spec: &str, json: bool) -> Result<ExitCode> {
             r.chunks,
             bytes(r.bytes)
         );
+        super::release::print_record(&repo, &commit, check.as_ref());
     }
     Ok(if r.problems.is_empty() {
         ExitCode::SUCCESS

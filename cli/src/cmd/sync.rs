@@ -36,8 +36,8 @@ pub fn run(ctx: &Ctx, a: &SyncArgs) -> Result<ExitCode> {
         let index = ctx.index(&store)?;
         let bar = Bar::new(ctx.quiet || a.json);
         let started = repo::clock::now_secs();
-        let report = mirror::sync(&store, &index, &client, &list, jobs, &bar);
-        let ok = report.failed == 0;
+        let report = mirror::sync(&store, &index, &client, &list, jobs, a.force, &bar);
+        let ok = report.failed == 0 && report.held_back == 0;
         crate::ctx::record_run(&store, "sync", started, ok, &summary(&report));
         report
     };
@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, a: &SyncArgs) -> Result<ExitCode> {
     } else {
         print_report(&report);
     }
-    Ok(if report.failed > 0 {
+    Ok(if report.failed > 0 || report.held_back > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -62,7 +62,7 @@ fn print_report(r: &SyncReport) {
             format!(" [{}]", e.refs_moved.join(", "))
         };
         match &e.error {
-            Some(err) => println!("failed     {}@{}: {err}", e.repo, e.revision),
+            Some(err) => println!("{:<10} {}@{}: {err}", e.status.as_str(), e.repo, e.revision),
             None => println!(
                 "{:<10} {}@{} {commit}{refs}: {} files, {}, downloaded {}",
                 e.status.as_str(),
@@ -81,12 +81,13 @@ fn print_report(r: &SyncReport) {
 fn summary(r: &SyncReport) -> String {
     let would = if r.dry_run { " (dry run)" } else { "" };
     format!(
-        "{} entries from {}{would}: {} pulled, {} refs moved, {} unchanged, {} failed; downloaded {}",
+        "{} entries from {}{would}: {} pulled, {} refs moved, {} unchanged, {} held back, {} failed; downloaded {}",
         r.entries.len(),
         r.endpoint,
         r.pulled,
         r.refs_moved,
         r.unchanged,
+        r.held_back,
         r.failed,
         bytes(r.bytes_downloaded)
     )

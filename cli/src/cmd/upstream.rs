@@ -150,6 +150,7 @@ impl Upstream for HubUpstream {
             refs: Vec::new(),
             jobs: self.jobs,
             slots: Some(self.slots.clone()),
+            hold_failing_refs: false,
         };
         let pulled = mirror::pull(&self.store, &index, &self.pulls, &opts, &NoProgress);
         self.release(index);

@@ -32,6 +32,7 @@ use format::index::ChunkLoc;
 use format::layout;
 use format::manifest::{derive_commit_id, ChunkRef, FileEntry, Manifest, Published};
 use format::names::{CommitId, RepoId};
+use format::release::CheckObject;
 use format::{ChunkId, XetHash};
 use index::{Index, SyncReport};
 use repo::failpoint;
@@ -112,8 +113,10 @@ pub fn ingest_from(
         let new = is_new(store, s, &mut manifest, opts.complete)?;
         manifests.push((s, manifest, new));
     }
-    // Every pack must be durable before a manifest can name it.
+    // Every pack must be durable before a manifest can name it (and before the release
+    // check reads the revision back through them).
     store.backend().sync_deferred()?;
+    let (checks, fresh) = release_checks(store, &manifests, opts, progress);
     failpoint::pause("ingest-before-manifests");
     // Confirmed against the store, not just the refresher: a gc that judged the lease
     // stale may have deleted packs these manifests name.
@@ -131,23 +134,109 @@ pub fn ingest_from(
         })
         .collect();
     store.backend().put_many(&new_manifests)?;
+    // Release records after their manifests, before any ref names the commit.
+    write_release_records(store, &manifests, &checks, &fresh)?;
     failpoint::pause("ingest-before-refs");
     lease.check()?;
-    let with_refs: Vec<(&Snapshot, &Manifest)> =
-        manifests.iter().map(|(s, m, _)| (*s, m)).collect();
+    let held: Vec<Vec<String>> = manifests
+        .iter()
+        .zip(&checks)
+        .map(|((s, _, _), c)| held_refs(s, c.as_ref(), opts))
+        .collect();
+    let with_refs: Vec<(Vec<String>, &Manifest)> = manifests
+        .iter()
+        .zip(&held)
+        .map(|((s, m, _), held)| {
+            let refs = s
+                .refs
+                .iter()
+                .filter(|r| !held.contains(r))
+                .cloned()
+                .collect();
+            (refs, m)
+        })
+        .collect();
     set_refs(store, &lease, &with_refs)?;
-    for (s, m, new) in manifests {
+    for (((s, m, new), check), held) in manifests.into_iter().zip(checks).zip(held) {
         report.snapshots.push(SnapshotOutcome {
             repo: m.repo.clone(),
             commit: m.commit,
             files: m.files.len(),
             bytes: m.total_size(),
             new_manifest: new,
-            refs: s.refs.clone(),
+            refs: s
+                .refs
+                .iter()
+                .filter(|r| !held.contains(r))
+                .cloned()
+                .collect(),
+            refs_held: held,
+            check,
         });
     }
     crate::metrics::ingest_finished(&report, started.elapsed());
     Ok(report)
+}
+
+/// The release check of each snapshot's revision, read from its current record when there
+/// is one (same files, current rules), else made: `None` when it is off or could not be
+/// made (warned; the bytes are stored all the same, and the revision shows *not checked*).
+/// Beside each, whether it is new (to be written).
+fn release_checks(
+    store: &Store,
+    manifests: &[(&Snapshot, Manifest, bool)],
+    opts: IngestOptions,
+    progress: &dyn Progress,
+) -> (Vec<Option<CheckObject>>, Vec<bool>) {
+    manifests
+        .iter()
+        .map(|(_, m, _)| {
+            if !opts.release_check {
+                return (None, false);
+            }
+            match store.current_check(m) {
+                Ok(Some(c)) if c.rules >= crate::release::RULES => return (Some(c), false),
+                Ok(_) => {}
+                Err(e) => progress.warn(&format!("reading the release check of {}: {e}", m.repo)),
+            }
+            match crate::release::check_revision(store, m, opts.checked_by) {
+                Ok(c) => (Some(c), true),
+                Err(e) => {
+                    progress.warn(&crate::release::not_made(m, &e));
+                    (None, false)
+                }
+            }
+        })
+        .unzip()
+}
+
+/// Writes the new check records and the snapshots' labels (after their manifests).
+fn write_release_records(
+    store: &Store,
+    manifests: &[(&Snapshot, Manifest, bool)],
+    checks: &[Option<CheckObject>],
+    fresh: &[bool],
+) -> Result<()> {
+    for (((s, m, _), check), fresh) in manifests.iter().zip(checks).zip(fresh) {
+        if let (Some(c), true) = (check, fresh) {
+            store.put_check(&m.repo, c)?;
+        }
+        if !s.labels.is_empty() {
+            store.set_labels(&m.repo, &m.commit, &s.labels, "ingest")?;
+        }
+    }
+    Ok(())
+}
+
+/// The refs of `s` held back: all of them when failing revisions' refs are held and the
+/// check did not pass (or was not made).
+fn held_refs(s: &Snapshot, check: Option<&CheckObject>, opts: IngestOptions) -> Vec<String> {
+    let passes = check.is_some_and(|c| c.verdict().allows_protected_refs());
+    if opts.hold_failing_refs && !passes {
+        s.refs.clone()
+    } else {
+        Vec::new()
+    }
 }
 
 /// Sets when the new manifests are published: the store's clock read now (one request),
@@ -312,7 +401,7 @@ fn any_missing(store: &Store, pending: &[(&Manifest, &str)]) -> Result<bool> {
 
 /// Sets the refs of every snapshot to its manifest, all under one write lease
 /// ([`Store::set_refs`]), putting a manifest back if a gc expired it meanwhile.
-fn set_refs(store: &Store, lease: &Held, snapshots: &[(&Snapshot, &Manifest)]) -> Result<()> {
+fn set_refs(store: &Store, lease: &Held, snapshots: &[(Vec<String>, &Manifest)]) -> Result<()> {
     // Until its ref exists the commit is detached, and a gc may expire it meanwhile: put
     // the manifest back if so (its packs are protected by our lease until the manifest is
     // seen), before setting the refs and after.
@@ -329,7 +418,7 @@ fn set_refs(store: &Store, lease: &Held, snapshots: &[(&Snapshot, &Manifest)]) -
     };
     let mut pending: Vec<(&Manifest, &str)> = snapshots
         .iter()
-        .flat_map(|(s, m)| s.refs.iter().map(move |r| (*m, r.as_str())))
+        .flat_map(|(refs, m)| refs.iter().map(move |r| (*m, r.as_str())))
         .collect();
     // A gc that expired a commit between our restore and its ref makes set_refs take that
     // ref back: restore and try those again.
@@ -364,8 +453,8 @@ fn set_refs(store: &Store, lease: &Held, snapshots: &[(&Snapshot, &Manifest)]) -
         pending = again;
         tries += 1;
     }
-    for (s, m) in snapshots {
-        if !s.refs.is_empty() {
+    for (refs, m) in snapshots {
+        if !refs.is_empty() {
             restore(m)?;
         }
     }
@@ -406,6 +495,7 @@ mod tests {
             files: vec![file("z.bin", "/blobs/1"), file("a.bin", "/blobs/1")],
             origin: "hf-cache",
             dir: "/snap".into(),
+            labels: Vec::new(),
         };
         let (sources, source_ix) = distinct_sources(std::slice::from_ref(&snapshot));
         let want = Source {

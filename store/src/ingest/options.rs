@@ -28,6 +28,14 @@ pub struct IngestOptions {
     /// manifest's chunks are all in the new one, so a reader holding it stays right).
     /// Any other difference is still refused.
     pub complete: bool,
+    /// Check each revision's release (`release` crate) and record the result; a revision
+    /// whose check fails is stored all the same.
+    pub release_check: bool,
+    /// Leave a snapshot's refs where they are when its revision's check does not pass
+    /// (failed, or could not be made): `sync` protects its entries' refs so.
+    pub hold_failing_refs: bool,
+    /// What the check record says made it (`ingest`, `pull`).
+    pub checked_by: &'static str,
 }
 
 /// How long a file must have gone unwritten before ingest records its stamp: longer than
@@ -57,6 +65,9 @@ impl Default for IngestOptions {
             reread: false,
             settle: SETTLE,
             complete: false,
+            release_check: true,
+            hold_failing_refs: false,
+            checked_by: "ingest",
         }
     }
 }

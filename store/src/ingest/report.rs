@@ -18,6 +18,11 @@ pub struct SnapshotOutcome {
     pub new_manifest: bool,
     /// Refs set.
     pub refs: Vec<String>,
+    /// Refs not moved because the revision's release check did not pass
+    /// ([`IngestOptions::hold_failing_refs`](super::options::IngestOptions::hold_failing_refs)).
+    pub refs_held: Vec<String>,
+    /// The revision's release check (`None`: off, or it could not be made).
+    pub check: Option<format::release::CheckObject>,
 }
 
 /// What an ingest did.
