@@ -19,9 +19,10 @@
 
 use std::fmt;
 
-/// Largest header accepted: 100 MiB, the limit of the `safetensors` library itself (real
-/// headers are kilobytes to a few MiB).
-pub const MAX_HEADER: u64 = 100 * 1024 * 1024;
+/// Largest header accepted: 100,000,000 bytes, the `safetensors` library's own limit
+/// (`MAX_HEADER_SIZE`: `safe_open` refuses a longer header), as the release check's
+/// `release::MAX_HEADER` (real headers are kilobytes to a few MiB).
+pub const MAX_HEADER: u64 = 100_000_000;
 
 /// Bytes before the JSON: its length as a little-endian u64.
 pub const PREFIX: u64 = 8;
