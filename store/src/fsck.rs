@@ -8,6 +8,9 @@
 //! * every forwarding record decodes and names its pack; entries pointing at deleted packs
 //!   are noted (a revision that follows one is reported as reading from a missing pack);
 //! * every ref and pin points at an existing commit;
+//! * every release record (`checks/<commit>`, `labels/<commit>/<key>`) decodes, is within
+//!   its cap and names the commit (and key) of its key; a record of a commit with no
+//!   manifest (a `check` that raced an `rm`) is noted: ignored by readers, harmless;
 //! * no leftover temporary (local `tmp/` file, incomplete multipart upload) is older than
 //!   the grace period (and [`crate::gc::TEMPORARY_MIN_AGE`]);
 //! * the condemned list and every lock object decode;
@@ -26,9 +29,11 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::gc::{self, state};
+use format::codec::{self, Kind};
 use format::layout;
 use format::manifest::Manifest;
 use format::names::{CommitId, RepoId};
+use format::release::{CheckObject, LabelObject, MAX_CHECK_OBJECT, MAX_LABEL_OBJECT};
 use repo::forward::{self, Forwards, MovedRecord};
 use repo::handle::{decode_manifest, Store};
 use repo::lock;
@@ -74,6 +79,10 @@ pub struct FsckReport {
     pub condemned_packs: usize,
     /// Forwarding records (`moved/`).
     pub forwards: usize,
+    /// Release check records (`checks/`) checked.
+    pub checks: usize,
+    /// Release labels (`labels/`) checked.
+    pub labels: usize,
     /// Number of problems.
     pub problem_count: usize,
     /// The problems (the first [`MAX_LISTED`]).
@@ -120,6 +129,7 @@ pub fn run(store: &Store, opts: &FsckOptions) -> Result<FsckReport> {
     for repo in &repos {
         let commits = check_revisions(store, repo, &forwards, &mut refs, &mut report)?;
         check_refs_and_pins(store, repo, &commits, &mut report)?;
+        check_release_records(store, repo, &commits, &mut report)?;
     }
     check_chunks(store, &packs, &refs.wanted, &mut report)?;
     note_broken_forwards(&records, &packs, &refs.followed, &mut report);
@@ -256,6 +266,86 @@ fn check_refs_and_pins(
         if !commits.contains(&c) && !store.has_commit(repo, &c)? {
             report.problem(format!("{repo}: pin of {c}, which has no manifest"));
         }
+    }
+    Ok(())
+}
+
+/// Every release record of `repo` must decode, be within its cap and name the commit (and
+/// label key) of its key; a record of a commit with no manifest is noted.
+fn check_release_records(
+    store: &Store,
+    repo: &RepoId,
+    commits: &HashSet<CommitId>,
+    report: &mut FsckReport,
+) -> Result<()> {
+    for obj in store.backend().list(&layout::checks_prefix(repo))? {
+        let Some(c) = layout::parse_check_key(repo, &obj.key) else {
+            report.problem(format!("{}: not a release check record name", obj.key));
+            continue;
+        };
+        report.checks += 1;
+        let found = read_record(store, &obj, MAX_CHECK_OBJECT, |b| {
+            codec::decode::<CheckObject>(Kind::Check, b)
+                .map_err(|e| e.to_string())?
+                .check(&c)
+        });
+        note_record(store, repo, commits, &c, &obj.key, found, report)?;
+    }
+    for obj in store.backend().list(&layout::labels_prefix(repo))? {
+        let Some((c, key)) = layout::parse_label_key(repo, &obj.key) else {
+            report.problem(format!("{}: not a release label name", obj.key));
+            continue;
+        };
+        report.labels += 1;
+        let found = read_record(store, &obj, MAX_LABEL_OBJECT, |b| {
+            codec::decode::<LabelObject>(Kind::Label, b)
+                .map_err(|e| e.to_string())?
+                .check(&c, &key)
+        });
+        note_record(store, repo, commits, &c, &obj.key, found, report)?;
+    }
+    Ok(())
+}
+
+/// Reads the release record `obj` (refused over `cap`) and judges its bytes with `judge`:
+/// `Ok(false)` when it went meanwhile, `Err` saying why it is damaged.
+fn read_record(
+    store: &Store,
+    obj: &objects::ObjectMeta,
+    cap: u64,
+    judge: impl FnOnce(&[u8]) -> std::result::Result<(), String>,
+) -> std::result::Result<bool, String> {
+    if obj.size > cap {
+        return Err(format!("{} bytes, more than {cap}", obj.size));
+    }
+    match store.backend().get(&obj.key) {
+        Ok(b) if b.len() as u64 > cap => Err(format!("{} bytes, more than {cap}", b.len())),
+        Ok(b) => judge(&b).map(|()| true),
+        Err(objects::ObjectError::NotFound(_)) => Ok(false),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reports a damaged release record at `key` (a problem) or one of a commit with no
+/// manifest (a note: readers ignore it).
+fn note_record(
+    store: &Store,
+    repo: &RepoId,
+    commits: &HashSet<CommitId>,
+    commit: &CommitId,
+    key: &str,
+    found: std::result::Result<bool, String>,
+    report: &mut FsckReport,
+) -> Result<()> {
+    match found {
+        Err(why) => report.problem(format!("{key}: {why}")),
+        Ok(false) => return Ok(()), // removed meanwhile
+        Ok(true) => {}
+    }
+    if !commits.contains(commit) && !store.has_commit(repo, commit)? {
+        report.notes.push(format!(
+            "{key}: a release record of {repo}@{commit}, which has no manifest (ignored)"
+        ));
     }
     Ok(())
 }
@@ -583,5 +673,98 @@ mod tests {
         assert_eq!(report.problem_count, 2, "{:?}", report.problems);
         assert!(report.problems[0].contains("b.bin: chunk 1 points past the pack table"));
         assert!(report.problems[1].contains("b.bin: chunks add up to 200 bytes, the file has 999"));
+    }
+
+    fn label(c: CommitId, key: &str) -> Vec<u8> {
+        let l = LabelObject {
+            commit: c,
+            key: key.into(),
+            value: "ok".into(),
+            set_at: 1,
+            by: "test".into(),
+        };
+        codec::encode(Kind::Label, &l, false)
+    }
+
+    #[test]
+    fn damaged_release_records_are_problems_naming_their_key_and_orphans_notes() {
+        use objects::{MemoryStore, ObjectStore};
+        let backend = std::sync::Arc::new(MemoryStore::new());
+        let store = Store::open_or_create(backend.clone(), Default::default()).unwrap();
+        let repo = RepoId::parse("org/m").unwrap();
+        let (c, other, gone) = (CommitId([1; 20]), CommitId([2; 20]), CommitId([3; 20]));
+        backend.put(&layout::manifest_key(&repo, &c), b"m").unwrap();
+        backend
+            .put(&layout::manifest_key(&repo, &other), b"m")
+            .unwrap();
+        let check = CheckObject {
+            commit: c,
+            files: [0; 32],
+            rules: 1,
+            checked_at: 1,
+            by: "test".into(),
+            problems: Vec::new(),
+            omitted: 0,
+        };
+        let put = |key: String, bytes: &[u8]| backend.put(&key, bytes).unwrap();
+        put(
+            layout::check_key(&repo, &c),
+            &codec::encode(Kind::Check, &check, true),
+        );
+        // Another commit's record under `other`'s key; one of a commit with no manifest.
+        put(
+            layout::check_key(&repo, &other),
+            &codec::encode(Kind::Check, &check, true),
+        );
+        let orphan = CheckObject {
+            commit: gone,
+            ..check
+        };
+        put(
+            layout::check_key(&repo, &gone),
+            &codec::encode(Kind::Check, &orphan, true),
+        );
+        put(layout::label_key(&repo, &c, "vllm"), &label(c, "vllm"));
+        put(layout::label_key(&repo, &c, "bad"), b"not a label");
+        put(layout::label_key(&repo, &c, "moved"), &label(c, "other"));
+        put(
+            layout::label_key(&repo, &other, "big"),
+            &vec![0; MAX_LABEL_OBJECT as usize + 1],
+        );
+        put(
+            layout::label_key(&repo, &gone, "stage"),
+            &label(gone, "stage"),
+        );
+        put(format!("{}zz", layout::checks_prefix(&repo)), b"x");
+
+        let commits = HashSet::from([c, other]);
+        let mut report = FsckReport::default();
+        check_release_records(&store, &repo, &commits, &mut report).unwrap();
+        assert_eq!((report.checks, report.labels), (3, 5));
+        let problem = |key: String, why: &str| {
+            assert!(
+                report
+                    .problems
+                    .iter()
+                    .any(|p| p.starts_with(&format!("{key}: ")) && p.contains(why)),
+                "{key} ({why}) in {:#?}",
+                report.problems
+            )
+        };
+        problem(layout::check_key(&repo, &other), "record of commit");
+        problem(layout::label_key(&repo, &c, "bad"), "");
+        problem(layout::label_key(&repo, &c, "moved"), "another key");
+        problem(layout::label_key(&repo, &other, "big"), "more than 8192");
+        problem(format!("{}zz", layout::checks_prefix(&repo)), "not a");
+        assert_eq!(report.problem_count, 5, "{:#?}", report.problems);
+        let mut notes = report.notes.clone();
+        notes.sort();
+        assert_eq!(notes.len(), 2, "{notes:#?}");
+        assert!(
+            notes[0].starts_with(&layout::check_key(&repo, &gone)),
+            "{notes:#?}"
+        );
+        assert!(notes[1].starts_with(&layout::label_key(&repo, &gone, "stage")));
+        assert!(notes.iter().all(|n| n.contains("no manifest")));
     }
 }
