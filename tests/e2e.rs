@@ -31,6 +31,7 @@ mod mount;
 mod mount_counts;
 mod ops;
 mod pull;
+mod release;
 mod roundtrip;
 mod serve;
 mod sync;

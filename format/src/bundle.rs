@@ -32,6 +32,12 @@ pub const KIND_MANIFEST: u8 = 1;
 pub const KIND_REF: u8 = 2;
 /// Record kind: a chunk.
 pub const KIND_CHUNK: u8 = 3;
+/// Record kind: the release labels of one revision ([`crate::release::BundleLabels`]),
+/// after the refs, before the first chunk. Importers before it refuse the bundle ("unknown
+/// record kind 4"); `export --no-labels` leaves them out.
+pub const KIND_LABELS: u8 = 4;
+/// Largest labels record: 64 labels of a 64-byte key and a 1 KiB value, with room.
+pub const MAX_LABELS_RECORD: u64 = 128 << 10;
 /// Record kind: the end record.
 pub const KIND_END: u8 = 0xFF;
 /// Payload length of the end record: record count, BLAKE3.
@@ -104,6 +110,7 @@ pub fn record_cap(kind: u8) -> Option<u64> {
         KIND_MANIFEST => Some(MAX_MANIFEST_RECORD),
         KIND_REF => Some(MAX_REF_RECORD),
         KIND_CHUNK => Some(MAX_CHUNK_RECORD),
+        KIND_LABELS => Some(MAX_LABELS_RECORD),
         KIND_END => Some(END_LEN as u64),
         _ => None,
     }
@@ -120,6 +127,19 @@ pub fn decode_ref(payload: &[u8]) -> Result<BundleRef> {
         codec::decode(Kind::BundleRef, payload).map_err(|e| FormatError::Invalid(e.to_string()))?;
     names::check_ref_name(&r.name)?;
     Ok(r)
+}
+
+/// The payload of a labels record.
+pub fn encode_labels(l: &crate::release::BundleLabels) -> Vec<u8> {
+    codec::encode(Kind::BundleLabels, l, false)
+}
+
+/// Decodes the payload of a labels record: its envelope, and labels that follow the rules.
+pub fn decode_labels(payload: &[u8]) -> Result<crate::release::BundleLabels> {
+    let l: crate::release::BundleLabels = codec::decode(Kind::BundleLabels, payload)
+        .map_err(|e| FormatError::Invalid(e.to_string()))?;
+    l.check().map_err(FormatError::Invalid)?;
+    Ok(l)
 }
 
 /// The bytes of a chunk record before its frame.
@@ -239,7 +259,8 @@ mod tests {
         rec.extend_from_slice(b"frame");
         assert_eq!(parse_chunk(&rec), Some((id, 7, &b"frame"[..])));
         assert_eq!(parse_chunk(&rec[..35]), None);
-        assert_eq!(record_cap(4), None);
+        assert_eq!(record_cap(4), Some(MAX_LABELS_RECORD));
+        assert_eq!(record_cap(5), None);
         assert_eq!(MAX_CHUNK_RECORD, 36 + 16 + (16 << 20));
     }
 }

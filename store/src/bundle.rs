@@ -21,11 +21,14 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
-use format::bundle::{self as wire, BundleRef, KIND_CHUNK, KIND_END, KIND_MANIFEST, KIND_REF};
+use format::bundle::{
+    self as wire, BundleRef, KIND_CHUNK, KIND_END, KIND_LABELS, KIND_MANIFEST, KIND_REF,
+};
 use format::codec::{self, Kind};
 use format::layout;
 use format::manifest::{ChunkRef, FileEntry, Manifest, Published};
 use format::names::{CommitId, RepoId};
+use format::release::BundleLabels;
 use format::{ChunkId, MAX_CHUNK_LEN};
 use index::Index;
 use read::file_reader;
@@ -42,6 +45,8 @@ pub struct ExportSpec {
     pub revisions: Vec<(RepoId, CommitId, Vec<String>)>,
     /// Revisions the other side holds: their chunks are left out.
     pub have: Vec<(RepoId, CommitId)>,
+    /// Leave the revisions' release labels out (for importers older than labels).
+    pub no_labels: bool,
 }
 
 /// What an export wrote.
@@ -51,6 +56,8 @@ pub struct ExportReport {
     pub revisions: usize,
     /// Refs.
     pub refs: usize,
+    /// Release labels.
+    pub labels: usize,
     /// Chunks written.
     pub chunks: u64,
     /// Their uncompressed bytes.
@@ -137,6 +144,23 @@ pub fn export(
                 .map_err(out_err)?;
             records += 1;
             report.refs += 1;
+        }
+    }
+    if !spec.no_labels {
+        for (repo, commit, _) in &spec.revisions {
+            let labels = store.labels(repo, commit)?;
+            if labels.is_empty() {
+                continue;
+            }
+            let rec = BundleLabels {
+                repo: repo.clone(),
+                commit: *commit,
+                labels: labels.into_iter().collect(),
+            };
+            w.record(KIND_LABELS, &[&wire::encode_labels(&rec)])
+                .map_err(out_err)?;
+            records += 1;
+            report.labels += rec.labels.len();
         }
     }
     report.revisions = manifests.len();
@@ -268,6 +292,10 @@ pub struct ImportReport {
     pub revisions: Vec<String>,
     /// Refs set (`repo@name -> commit`).
     pub refs: Vec<String>,
+    /// Release labels set.
+    pub labels: usize,
+    /// Revisions whose release check failed here (`repo@commit: errors`).
+    pub failing: Vec<String>,
     /// Chunks in the bundle.
     pub chunks: u64,
     /// Of those, chunks this store did not have.
@@ -370,6 +398,15 @@ pub fn import(
             )));
         }
         rx.report.bytes_verified += v.bytes;
+        // This store's own release check (a bundle's verdict would be another host's word).
+        let check = match crate::release::check_revision(store, &relocated, "import") {
+            Ok(c) => Some(c),
+            Err(e) => {
+                progress.warn(&crate::release::not_made(&relocated, &e));
+                None
+            }
+        };
+        rx.checks.push(check);
     }
     publish(store, index, &lease, rx)
 }
@@ -379,6 +416,9 @@ pub fn import(
 struct Received {
     manifests: Vec<Manifest>,
     refs: Vec<BundleRef>,
+    labels: Vec<BundleLabels>,
+    /// The release check of each manifest, in order (`None`: it could not be made).
+    checks: Vec<Option<format::release::CheckObject>>,
     /// Estimated memory of `manifests` and `refs`.
     metadata_memory: u64,
     /// Whether the conflicts were checked (once, before the first pack is written).
@@ -459,6 +499,13 @@ fn read_bundle(
                     .map_err(|e| bad(e.to_string()))?;
                 rx.hold(footprint(&m), at)?;
                 rx.manifests.push(m);
+            }
+            KIND_LABELS => {
+                let l = wire::decode_labels(&payload)
+                    .map_err(|e| bad(format!("labels at byte {at}: {e}")))?;
+                let size: usize = l.labels.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+                rx.hold((size_of::<BundleLabels>() + size) as u64, at)?;
+                rx.labels.push(l);
             }
             KIND_REF => {
                 let r = wire::decode_ref(&payload)
@@ -579,6 +626,18 @@ fn check_conflicts(store: &Store, rx: &Received) -> Result<()> {
             }
         }
     }
+    for l in &rx.labels {
+        if !rx
+            .manifests
+            .iter()
+            .any(|m| m.repo == l.repo && m.commit == l.commit)
+        {
+            return Err(bad(format!(
+                "labels for {}@{}, which is not among the bundle's revisions",
+                l.repo, l.commit
+            )));
+        }
+    }
     for r in &rx.refs {
         if !rx
             .manifests
@@ -611,6 +670,24 @@ fn publish(store: &Store, index: &Index, lease: &Held, mut rx: Received) -> Resu
                 .put(&key, &codec::encode(Kind::Manifest, &relocated, true))?;
         }
         rx.report.revisions.push(format!("{}@{}", m.repo, m.commit));
+    }
+    // Release records after the manifests, before the refs.
+    for (m, check) in rx.manifests.iter().zip(&rx.checks) {
+        if let Some(c) = check {
+            store.put_check(&m.repo, c)?;
+            if !c.verdict().allows_protected_refs() {
+                rx.report.failing.push(format!(
+                    "{}@{}: {}",
+                    m.repo,
+                    m.commit,
+                    crate::release::errors_line(c, 3)
+                ));
+            }
+        }
+    }
+    for l in &rx.labels {
+        store.set_labels(&l.repo, &l.commit, &l.labels, "import")?;
+        rx.report.labels += l.labels.len();
     }
     for r in &rx.refs {
         store.set_ref(&r.repo, &r.name, &r.commit)?;

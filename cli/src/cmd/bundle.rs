@@ -61,12 +61,14 @@ pub fn export(
     ctx: &Ctx,
     revisions: &[String],
     output: &Path,
-    have: &[String],
-    have_file: Option<&Path>,
+    (have, have_file, no_labels): (&[String], Option<&Path>, bool),
     json: bool,
 ) -> Result<ExitCode> {
     let store = ctx.open_plain()?;
-    let mut spec = ExportSpec::default();
+    let mut spec = ExportSpec {
+        no_labels,
+        ..ExportSpec::default()
+    };
     for r in revisions {
         let (repo, rev) = format::names::parse_repo_rev(r)?;
         let commit = store.resolve(&repo, &rev)?;
@@ -164,6 +166,12 @@ pub fn import(ctx: &Ctx, file: &Path, json: bool) -> Result<ExitCode> {
         }
         for r in &report.refs {
             println!("ref {r}");
+        }
+        for f in &report.failing {
+            println!("release check FAILED: {f}");
+        }
+        if report.labels > 0 {
+            println!("{} release labels set", report.labels);
         }
         println!(
             "{} chunks in the bundle, {} new; wrote {} in {} packs; re-read and checked {}",

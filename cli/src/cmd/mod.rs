@@ -203,8 +203,18 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
             output,
             have,
             have_from,
+            no_labels,
             json,
-        } => bundle::export(ctx, &revisions, &output, &have, have_from.as_deref(), json),
+        } => {
+            let have_file = have_from.as_deref();
+            bundle::export(
+                ctx,
+                &revisions,
+                &output,
+                (&have, have_file, no_labels),
+                json,
+            )
+        }
         Command::Pull(a) => pull::run(ctx, &a),
         Command::Sync(a) => sync::run(ctx, &a),
         Command::Import { file, json } => bundle::import(ctx, &file, json),
