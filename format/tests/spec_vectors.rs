@@ -30,6 +30,7 @@ use format::forward::{self, MovedFrame, MovedRecord};
 use format::manifest::{self, ChunkRef, FileEntry, Manifest, Published, RefObject, StoreConfig};
 use format::manifest::{PinObject, UsedObject};
 use format::pack::{self, FooterEntry, PackBuilder, PackId};
+use format::release::LabelObject;
 use format::{frame, layout, ChunkId, CommitId, RepoId, Sha256};
 
 /// The inputs of the vectors (the table at the top of "Test vectors"), in the pack's order.
@@ -541,6 +542,34 @@ fn check_used(items: &mut VecDeque<Item>) -> usize {
     1
 }
 
+fn check_label(items: &mut VecDeque<Item>) -> usize {
+    let (label, raw, dump) = take_vector(items);
+    let k = key(&label);
+    let (prefix, name) = k.rsplit_once('/').unwrap();
+    let (repo, commit) = commit_key(&format!("`{prefix}`"), "labels");
+    assert_eq!(layout::label_key(&repo, &commit, name), k);
+    let mut c = Cursor::new(&dump);
+    let (version, flags) = c.header("magic", Kind::Label.magic());
+    let l = LabelObject {
+        commit: CommitId(c.arr("commit")),
+        key: c.string("key"),
+        value: c.string("value"),
+        set_at: c.uint("set_at"),
+        by: c.string("by"),
+    };
+    c.checksum(0, &raw);
+    c.done();
+    assert_eq!(
+        (l.commit, l.key.as_str()),
+        (commit, name),
+        "the payload repeats the key"
+    );
+    assert!(l.check(&commit, name).is_ok());
+    assert_eq!(version, Kind::Label.version());
+    both_ways(Kind::Label, &l, flags, &raw);
+    1
+}
+
 /// The frames of the pack dump: (offset, frame bytes), each header's fields checked.
 fn pack_frames(c: &mut Cursor<'_>, raw: &[u8]) -> Vec<(u32, Vec<u8>)> {
     let mut frames = Vec::new();
@@ -779,7 +808,7 @@ fn check_moved(items: &mut VecDeque<Item>) -> usize {
 /// How many vectors the sections held when this test was written (config, ref, pack,
 /// manifest, version 2's `published`, forwarding record, pin, last-use record): fewer
 /// means one was lost.
-const VECTORS: usize = 8;
+const VECTORS: usize = 9;
 
 /// How many vectors the sections hold, counted without the parser above: an object's
 /// label line (`` `KEY`, N bytes ``) each, and each dump that starts past offset 0 (a
@@ -844,6 +873,7 @@ fn every_vector_of_the_format_document_matches_the_code() {
                 "Forwarding" => check_moved(&mut items),
                 "Pin" => check_pin(&mut items),
                 "Last-use" => check_used(&mut items),
+                "Release" => check_label(&mut items),
                 other => panic!("{section}: no check for the vectors of {other:?}: add one"),
             };
             assert!(
