@@ -87,6 +87,11 @@ impl Node {
         self.dir.join("mountd.sock")
     }
 
+    /// What the plugin has logged (every start of it).
+    fn plugin_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("plugin.log")).unwrap_or_default()
+    }
+
     /// The target path kubelet gives for `volume` of pod `uid` (its parent made).
     fn target(&self, uid: &str, volume: &str) -> PathBuf {
         let parent = self.dir.join(format!(
@@ -154,10 +159,19 @@ fn start_plugin(env: &Env, dir: &Path) -> Proc {
         .arg(format!("unix://{}", dir.join("csi.sock").display()))
         .args(["--node-id", "gpu-node-1", "--mountd-socket"])
         .arg(dir.join("mountd.sock"))
-        .stderr(Stdio::null())
+        .stderr(plugin_log_file(dir))
         .spawn()
         .unwrap();
     Proc(Some(child))
+}
+
+/// The plugin's log (`plugin.log` in the node's directory), appended to by each start.
+fn plugin_log_file(dir: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("plugin.log"))
+        .unwrap()
 }
 
 async fn connect(socket: &Path) -> Channel {
@@ -914,4 +928,35 @@ fn a_volume_reads_through_a_hub_and_a_publish_without_one_is_unavailable() {
     let err = node.publish(inline("csi-b", &t2, REPO, "r3")).unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err}");
     assert!(!t2.exists() && !is_mounted(&t2));
+}
+
+#[test]
+fn a_revision_that_failed_its_release_check_is_published_with_a_warning() {
+    use crate::mount::{ingest_failing, FAILING, FAILING_CONFIG};
+    let env = Env::new();
+    ingest_failing(&env, "o/failing");
+    let node = Node::start(env);
+    let t = node.target("pod-a", "model");
+    node.publish(inline("csi-f", &t, "o/failing", FAILING))
+        .unwrap();
+    assert_eq!(
+        std::fs::read(t.join("config.json")).unwrap(),
+        FAILING_CONFIG
+    );
+    assert_eq!(
+        std::fs::metadata(t.join("model.safetensors"))
+            .unwrap()
+            .len(),
+        28
+    );
+    let want = format!(
+        "volume csi-f: o/failing@{FAILING} failed its release check: model.safetensors: \
+         header of 64 bytes in a 28-byte file"
+    );
+    wait_until(
+        "the warning in the plugin's log",
+        Duration::from_secs(20),
+        || node.plugin_log().contains(&want).then_some(()),
+    );
+    node.unpublish("csi-f", &t).unwrap();
 }

@@ -646,3 +646,78 @@ fn a_replaced_commit_shows_its_new_files() {
         Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}"),
     }
 }
+
+/// The commit [`ingest_failing`] stores.
+pub(crate) const FAILING: &str = "0123456789abcdef0123456789abcdef01234567";
+pub(crate) const FAILING_CONFIG: &[u8] = br#"{"model_type":"llama","architectures":["X"]}"#;
+
+/// Ingests, as `repo@`[`FAILING`], a revision that fails its release check: its
+/// `model.safetensors` says its header is 64 bytes and ends 20 bytes later.
+pub(crate) fn ingest_failing(env: &Env, repo: &str) {
+    let dir = env.path("failing");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), FAILING_CONFIG).unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        br#"{"model":{"type":"BPE","vocab":{},"merges":[]}}"#,
+    )
+    .unwrap();
+    let mut weights = 64u64.to_le_bytes().to_vec();
+    weights.extend([7u8; 20]);
+    std::fs::write(dir.join("model.safetensors"), weights).unwrap();
+    let out = env.ingest(&dir, &["--repo", repo, "--revision", FAILING]);
+    assert!(out.contains("release check: FAILED"), "{out}");
+}
+
+/// What `m` writes to stderr, gathered as it comes by a thread of its own.
+fn stderr_of(m: &mut Mount) -> std::sync::Arc<parking_lot::Mutex<String>> {
+    let mut pipe = m.child.as_mut().unwrap().stderr.take().unwrap();
+    let log = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
+    let to = log.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = std::io::Read::read(&mut pipe, &mut buf) {
+            to.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    log
+}
+
+#[test]
+fn a_revision_that_failed_its_release_check_mounts_with_a_warning() {
+    let env = Env::new();
+    ingest_failing(&env, "o/failing");
+    let want = format!(
+        "o/failing@{FAILING} failed its release check: model.safetensors: header of 64 bytes \
+         in a 28-byte file"
+    );
+    // One revision: logged when it is resolved.
+    let mut m = Mount::start(&env, &["--repo", &format!("o/failing@{FAILING}")]);
+    let log = stderr_of(&mut m);
+    assert_eq!(std::fs::read(m.p("config.json")).unwrap(), FAILING_CONFIG);
+    assert_eq!(
+        std::fs::metadata(m.p("model.safetensors")).unwrap().len(),
+        28
+    );
+    wait_until("the warning", Duration::from_secs(20), || {
+        log.lock().contains(&want).then_some(())
+    });
+    m.stop();
+    // Every repository: logged when the revision is first entered, once.
+    let mut m = Mount::start(&env, &[]);
+    let log = stderr_of(&mut m);
+    let rev = m.p(&format!("o/failing/{FAILING}"));
+    assert_eq!(
+        std::fs::read(rev.join("config.json")).unwrap(),
+        FAILING_CONFIG
+    );
+    assert_eq!(
+        names(&rev),
+        ["config.json", "model.safetensors", "tokenizer.json"]
+    );
+    wait_until("the warning", Duration::from_secs(20), || {
+        log.lock().contains(&want).then_some(())
+    });
+    m.stop();
+    assert_eq!(log.lock().matches(&want).count(), 1, "{}", log.lock());
+}

@@ -79,6 +79,22 @@ pub struct MountOptions {
     pub file_cache: Option<Arc<FileCache>>,
     /// Hand whole files to the kernel (FUSE passthrough) where it allows.
     pub passthrough: bool,
+    /// Also called with a revision's manifest the first time it is entered (after its
+    /// small files are warmed), on the FUSE thread that entered it: it must not block.
+    pub on_first_entry: Option<FirstEntry>,
+}
+
+/// A hook of [`MountOptions::on_first_entry`].
+#[derive(Clone)]
+pub struct FirstEntry(pub Arc<FirstEntryFn>);
+
+/// What a [`FirstEntry`] calls: with the manifest of the revision entered.
+pub type FirstEntryFn = dyn Fn(&Arc<repo::manifest::Manifest>) + Send + Sync;
+
+impl std::fmt::Debug for FirstEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FirstEntry(..)")
+    }
 }
 
 impl Default for MountOptions {
@@ -93,6 +109,7 @@ impl Default for MountOptions {
             readahead: ReadaheadConfig::default(),
             file_cache: None,
             passthrough: true,
+            on_first_entry: None,
         }
     }
 }
@@ -202,8 +219,12 @@ fn namespace(
         None => Namespace::full(store),
     };
     let warm = cache.clone();
+    let also = opts.on_first_entry.clone();
     Ok(ns.on_first_entry(Box::new(move |tree| {
         read::warm::warm_small_files(&warm, &tree.manifest);
+        if let Some(FirstEntry(hook)) = &also {
+            hook(&tree.manifest);
+        }
     })))
 }
 

@@ -88,7 +88,9 @@ impl StoreSlot {
         Ok(self.store.lock().get_or_insert(s).clone())
     }
 
-    /// The commit `v` asks for, now, within the deadline.
+    /// The commit `v` asks for, now, within the deadline. Its release check is logged
+    /// after (`mount::release_notice`), by the thread that resolved it: the publish does
+    /// not wait for it.
     fn resolve(
         self: &Arc<Self>,
         v: &Volume,
@@ -98,14 +100,10 @@ impl StoreSlot {
         })?;
         let (tx, rx) = std::sync::mpsc::channel();
         let (this, r, revision) = (self.clone(), repo.clone(), v.revision.clone());
+        let volume = v.volume_id.clone();
         std::thread::Builder::new()
             .name("csi-resolve".into())
-            .spawn(move || {
-                let _ = tx.send(
-                    this.store()
-                        .and_then(|s| this.resolve_in(&s, &r, &revision)),
-                );
-            })
+            .spawn(move || this.resolve_then_notice(&r, &revision, &volume, tx))
             .map_err(|e| VolumeError::Internal(format!("a thread to resolve with: {e}")))?;
         match rx.recv_timeout(self.deadline) {
             Ok(outcome) => outcome.map(|c| (repo, c)),
@@ -115,6 +113,30 @@ impl StoreSlot {
                     "no answer within {:?} resolving {repo}@{} (--resolve-timeout)",
                     self.deadline, v.revision
                 )))
+            }
+        }
+    }
+
+    /// Answers `tx` with the commit, then (when the publish still waits for it) logs the
+    /// revision's release check: the publish goes on meanwhile.
+    fn resolve_then_notice(
+        &self,
+        repo: &format::RepoId,
+        revision: &str,
+        volume: &str,
+        tx: std::sync::mpsc::Sender<Result<format::CommitId, VolumeError>>,
+    ) {
+        let resolved = self
+            .store()
+            .and_then(|s| Ok((self.resolve_in(&s, repo, revision)?, s)));
+        match resolved {
+            Ok((c, s)) => {
+                if tx.send(Ok(c)).is_ok() {
+                    mount::release_notice(&s, repo, &c, Some(volume));
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
             }
         }
     }

@@ -124,7 +124,83 @@ fn mount_options(
         readahead: Default::default(),
         file_cache: file_cache(o)?,
         passthrough: o.passthrough,
+        on_first_entry: None,
     })
+}
+
+/// Revisions of a full mount waiting for [`release_notices`]'s thread; more are dropped.
+const NOTICE_QUEUE: usize = 64;
+
+/// Logs the release check of `repo@commit` where it is worth a word to whoever uses the
+/// revision (design/release-check.md §6; a warning, never a refusal): failed (warn), not
+/// made (info). `volume` prefixes the lines. Reads the manifest and the record; an error
+/// reading them is logged and ignored.
+pub fn release_notice(
+    store: &repo::Store,
+    repo: &format::RepoId,
+    commit: &format::CommitId,
+    volume: Option<&str>,
+) {
+    let check = store
+        .manifest(repo, commit)
+        .and_then(|m| store.current_check(&m));
+    log_release_check(repo, commit, volume, check);
+}
+
+/// [`release_notice`] on a thread of its own: the caller does not wait for the store.
+pub fn release_notice_in_background(
+    store: &repo::Store,
+    repo: &format::RepoId,
+    commit: &format::CommitId,
+    volume: Option<String>,
+) {
+    let (s, r, c) = (store.clone(), repo.clone(), *commit);
+    let spawned = std::thread::Builder::new()
+        .name("release-notice".into())
+        .spawn(move || release_notice(&s, &r, &c, volume.as_deref()));
+    if let Err(e) = spawned {
+        tracing::warn!("{repo}@{commit}: release check not read (no thread: {e})");
+    }
+}
+
+fn log_release_check(
+    repo: &format::RepoId,
+    commit: &format::CommitId,
+    volume: Option<&str>,
+    check: repo::Result<Option<format::release::CheckObject>>,
+) {
+    let at = volume.map(|v| format!("volume {v}: ")).unwrap_or_default();
+    match check {
+        Ok(Some(c)) if c.verdict() == format::release::Verdict::Failed => tracing::warn!(
+            "{at}{repo}@{commit} failed its release check: {}",
+            store::release::errors_line(&c, 5)
+        ),
+        Ok(Some(_)) => {}
+        Ok(None) => tracing::info!(
+            "{at}{repo}@{commit}: release check not made (run modelcas check {repo}@{commit})"
+        ),
+        Err(e) => tracing::warn!("{at}{repo}@{commit}: its release check not read: {e}"),
+    }
+}
+
+/// The release notices of a full mount ([`release_notice`] of each revision entered): the
+/// FUSE thread entering a revision hands its manifest to one thread, which reads the
+/// record, so that no FUSE thread waits on the store; at most [`NOTICE_QUEUE`] wait, and
+/// more are dropped.
+fn release_notices(store: &repo::Store) -> Result<modelfs::FirstEntry> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<repo::manifest::Manifest>>(NOTICE_QUEUE);
+    let store = store.clone();
+    std::thread::Builder::new()
+        .name("release-notices".into())
+        .spawn(move || {
+            for m in rx {
+                log_release_check(&m.repo, &m.commit, None, store.current_check(&m));
+            }
+        })
+        .context("a thread for release notices")?;
+    Ok(modelfs::FirstEntry(Arc::new(move |m| {
+        let _ = tx.try_send(m.clone());
+    })))
 }
 
 /// Whether this process is a FUSE server started by a holder (`modelcas mount` or
@@ -172,6 +248,8 @@ fn serve_volume(
         repo::usage::record_in_background(store, &repo, &commit, "volume", Duration::ZERO);
         hold = Some(repo::usage::hold(store, &repo, &commit, "volume"));
         opts.single = Some((repo, commit));
+    } else {
+        opts.on_first_entry = Some(release_notices(store)?);
     }
     let state = modelfs::takeover::State::open(std::fs::File::from(state))?;
     let taken_over = state.header().initialized();
@@ -214,6 +292,9 @@ pub fn mount(ctx: &Ctx, mountpoint: &Path, o: &Options) -> Result<ExitCode> {
         Some(spec) => Some(resolve(&store, spec)?),
         None => None,
     };
+    if let Some((r, c)) = &single {
+        release_notice_in_background(&store, r, c, None);
+    }
     let opts = mount_options(&store, o, single.clone())?;
     let fuse = modelfs::mount_connection(mountpoint, &opts)?;
     let holder = mountd::holder::Holder::start(server_argv()?)?;
