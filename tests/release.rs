@@ -351,3 +351,62 @@ fn the_generated_series_passes_with_its_tokenizer_warning() {
     );
     assert_eq!(r["commit"], series().commit("r1").as_str());
 }
+
+#[test]
+fn check_all_records_revisions_stored_without_a_current_record() {
+    let env = Env::new();
+    let dir = env.path("fixtures");
+    fixtures(&dir);
+    env.ingest(&dir.join("good"), &["--repo", "o/good", "--ref", "main"]);
+    env.ingest(
+        &dir.join("no-config"),
+        &["--repo", "o/bad", "--ref", "main"],
+    );
+    // As if stored before the check existed: no records at all.
+    let backend = env.backend();
+    for o in backend.list("repos/").unwrap() {
+        if o.key.contains("/checks/") {
+            backend.delete(&o.key).unwrap();
+        }
+    }
+    let verdict =
+        |repo: &str| env.json(&["ls", repo, "--json"])["commits"][0]["check"]["verdict"].clone();
+    assert_eq!(verdict("o/good"), "not checked");
+    // A damaged record reads as not checked too, and is replaced.
+    env.ok(&["check", "o/good@main"]);
+    let key = backend
+        .list("repos/o/good/checks/")
+        .unwrap()
+        .pop()
+        .unwrap()
+        .key;
+    env.rewrite(&key, |b| {
+        let n = b.len();
+        b[n / 2] ^= 1;
+    });
+    assert_eq!(verdict("o/good"), "not checked");
+    let out = env.run(&["check", "--all", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (r["failed"].clone(), r["not_checked"].clone()),
+        (1.into(), 0.into()),
+        "{r}"
+    );
+    assert_eq!(verdict("o/good"), "passed");
+    assert_eq!(verdict("o/bad"), "failed");
+    // One repository, and --recheck writes again even a current record.
+    let out = env.run(&["check", "--all", "o/good", "--recheck"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("o/good@"),
+        "{out:?}"
+    );
+    // Neither a target nor --all: a usage error.
+    assert!(env.fails(&["check"]).contains("required"));
+}

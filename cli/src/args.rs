@@ -143,8 +143,18 @@ pub enum Command {
     /// .safetensors header, the shard index, a tokenizer, custom code, a chat template) and
     /// record the result with it. Exit 0 passed (or warnings only), 1 failed, 2 not checked.
     Check {
-        /// ORG/NAME@REV, or a snapshot directory (checked before ingest; nothing recorded).
-        target: String,
+        /// ORG/NAME@REV, or a snapshot directory (checked before ingest; nothing recorded);
+        /// with --all, ORG/NAME (default: every repository).
+        #[arg(required_unless_present = "all")]
+        target: Option<String>,
+        /// Check every stored revision (of ORG/NAME, or of every repository) that has no
+        /// current record (none, another files' or older rules'), and record the results:
+        /// the way to check revisions stored before the check existed.
+        #[arg(long)]
+        all: bool,
+        /// With --all: check every revision again, even one with a current record.
+        #[arg(long, requires = "all")]
+        recheck: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -279,6 +289,10 @@ pub enum Command {
         /// What the other side has, as `modelcas ls --json` (or `ls ORG/NAME --json`) prints it there.
         #[arg(long, value_name = "FILE")]
         have_from: Option<PathBuf>,
+        /// Leave the revisions' release labels out (importers before labels refuse a bundle
+        /// that carries them).
+        #[arg(long)]
+        no_labels: bool,
         /// Print the report as JSON (on standard error when the bundle goes to standard output).
         #[arg(long)]
         json: bool,
@@ -508,6 +522,11 @@ pub struct ServeArgs {
     /// `ui = false` does the same).
     #[arg(long)]
     pub no_ui: bool,
+    /// Serve `[serve.locks]` commits that failed their release check (a warning per lock
+    /// at start); without it serve refuses to start on one, and answers 403 for one the
+    /// mirror fetches later.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub xet: XetArgs,
 }

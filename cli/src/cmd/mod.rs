@@ -117,6 +117,7 @@ fn writer(command: &Command) -> Option<&'static str> {
         Command::Pin { .. } => "pin",
         Command::Unpin { .. } => "unpin",
         Command::Ref { .. } => "ref",
+        Command::Check { all: true, .. } => "check --all",
         Command::Label { labels, remove, .. } if !labels.is_empty() || !remove.is_empty() => {
             "label"
         }
@@ -177,9 +178,17 @@ fn dispatch(ctx: &Ctx, command: Command, file_path: Option<&std::path::Path>) ->
         Command::Verify { revision, json } => read::verify(ctx, &revision, json),
         Command::Check {
             target,
+            all: true,
+            recheck,
+            json,
+            ..
+        } => release::check_all(ctx, target.as_deref(), recheck, json),
+        Command::Check {
+            target,
             json,
             no_record,
-        } => release::check(ctx, &target, json, no_record),
+            ..
+        } => release::check(ctx, target.as_deref().unwrap_or_default(), json, no_record),
         Command::Label {
             revision,
             labels,

@@ -28,6 +28,63 @@ pub fn check(ctx: &Ctx, target: &str, json: bool, no_record: bool) -> Result<Exi
     }
 }
 
+/// `modelcas check --all [ORG/NAME] [--recheck]`: records what is missing or stale; exit 1
+/// when a revision fails, 2 when one could not be checked.
+pub fn check_all(ctx: &Ctx, repo: Option<&str>, recheck: bool, json: bool) -> Result<ExitCode> {
+    let store = ctx.open()?;
+    let repos = match repo {
+        Some(r) => vec![format::RepoId::parse(r)?],
+        None => store.repos()?,
+    };
+    let (mut failed, mut not_made, mut rows) = (0usize, 0usize, Vec::new());
+    for repo in repos {
+        for commit in store.commits(&repo)? {
+            let m = store.manifest(&repo, &commit)?;
+            let warn = |w: String| eprintln!("warning: {w}");
+            let check = if recheck {
+                match store::release::check_revision(&store, &m, "check") {
+                    Ok(c) => store.put_check(&repo, &c).map(|()| Some(c))?,
+                    Err(e) => {
+                        warn(store::release::not_made(&m, &e));
+                        None
+                    }
+                }
+            } else {
+                store::release::ensure_checked(&store, &m, "check", &warn)?
+            };
+            match check.as_ref().map(CheckObject::verdict) {
+                None => not_made += 1,
+                Some(Verdict::Failed) => failed += 1,
+                Some(_) => {}
+            }
+            if json {
+                let mut v = check_json(check.as_ref());
+                v["repo"] = json!(repo.to_string());
+                v["commit"] = json!(commit.to_hex());
+                rows.push(v);
+            } else {
+                let word = check
+                    .as_ref()
+                    .map_or("not checked".to_string(), store::release::summary_line);
+                println!("{repo}@{commit}  {word}");
+            }
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"revisions": rows, "failed": failed, "not_checked": not_made})
+            )?
+        );
+    }
+    Ok(match (failed, not_made) {
+        (_, n) if n > 0 => ExitCode::from(2),
+        (f, _) if f > 0 => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
 fn check_dir(dir: &Path, json: bool) -> Result<ExitCode> {
     let files =
         release::DirFiles::open(dir).with_context(|| format!("reading {}", dir.display()))?;
