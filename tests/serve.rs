@@ -761,3 +761,202 @@ fn an_unauthorized_body_is_never_read() {
     s.read_exact(&mut got).expect("a reply before the body");
     assert_eq!(&got, b"HTTP/1.1 401");
 }
+
+/// A repository whose one revision fails its release check.
+pub(crate) const BROKEN: &str = "demo-org/broken";
+pub(crate) const BROKEN_COMMIT: &str = "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0";
+
+/// A Llama config, a BPE tokenizer and a truncated shard (its header claims 64 bytes; 10
+/// follow): a revision no loader takes (issue 39).
+pub(crate) fn broken_dir(env: &Env) -> std::path::PathBuf {
+    let d = env.path("broken");
+    std::fs::create_dir_all(&d).unwrap();
+    let config = r#"{"model_type":"llama","architectures":["X"]}"#;
+    std::fs::write(d.join("config.json"), config).unwrap();
+    let tokenizer = r#"{"model":{"type":"BPE","vocab":{},"merges":[]}}"#;
+    std::fs::write(d.join("tokenizer.json"), tokenizer).unwrap();
+    let mut shard = 64u64.to_le_bytes().to_vec();
+    shard.extend_from_slice(b"{\"w\":{\"dt");
+    std::fs::write(d.join("model.safetensors"), shard).unwrap();
+    d
+}
+
+/// The JSON body of a GET that must answer 200.
+fn get_json(addr: &str, path: &str) -> serde_json::Value {
+    let (status, out) = get(addr, path, &[]);
+    assert_eq!(status, 200, "{path}: {out}");
+    let body = out.split_once("\r\n\r\n").unwrap().1;
+    serde_json::from_str(body).unwrap()
+}
+
+/// Issue 39 (docs/design/release-check.md §6): a `[serve.locks]` entry naming a stored
+/// revision that fails its release check stops serve at start with a message naming the
+/// lock and the file; `--force` starts it (a warning in the log) and `model_info` carries
+/// the failed verdict.
+#[test]
+fn a_lock_on_a_failing_revision_stops_serve_unless_forced() {
+    let env = Env::new();
+    env.ingest(
+        &broken_dir(&env),
+        &[
+            "--repo",
+            BROKEN,
+            "--revision",
+            BROKEN_COMMIT,
+            "--ref",
+            "main",
+        ],
+    );
+    let cfg = env.path("config.toml");
+    let lock = format!("[serve.locks]\n\"{BROKEN}\" = \"{BROKEN_COMMIT}\"\n");
+    std::fs::write(&cfg, lock).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let err = env.fails(&["--config", cfg, "serve", "--listen", "127.0.0.1:0"]);
+    let entry = format!("[serve.locks] \"{BROKEN}\" = \"{BROKEN_COMMIT}\"");
+    assert!(
+        err.contains(&format!(
+            "{entry}: this revision failed its release check (model.safetensors: "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("fix the lock or start serve with --force"),
+        "{err}"
+    );
+
+    let s = Served::start(&env, &["--config", cfg, "--force"]);
+    let log = s.log();
+    assert!(
+        log.contains(&entry) && log.contains("served (--force)"),
+        "{log}"
+    );
+    for path in [
+        format!("/api/models/{BROKEN}/revision/main"),
+        format!("/api/models/{BROKEN}"),
+    ] {
+        let info = get_json(&s.addr, &path);
+        assert_eq!(info["sha"], BROKEN_COMMIT, "{info}");
+        let check = &info["modelcas"]["check"];
+        assert_eq!(check["verdict"], "failed", "{info}");
+        assert!(check["errors"].as_u64().unwrap() >= 1, "{info}");
+        let problems = check["problems"].as_array().unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p["path"] == "model.safetensors" && p["severity"] == "error"),
+            "{info}"
+        );
+    }
+    // The file still downloads: --force serves the lock.
+    let (status, _) = get(&s.addr, &format!("/{BROKEN}/resolve/main/config.json"), &[]);
+    assert_eq!(status, 200);
+}
+
+/// Issue 39: `model_info` of a revision carries its release check and labels, by ref and
+/// by sha; the repository page shows a "Release check" cell and a labels cell per revision,
+/// and the repositories page counts the refs naming failing revisions.
+#[test]
+fn model_info_and_the_pages_show_release_checks_and_labels() {
+    let env = Env::new();
+    let s = series();
+    let c1 = s.commit("r1");
+    env.ingest(
+        &s.plain("r1"),
+        &[
+            "--repo",
+            REPO,
+            "--revision",
+            &c1,
+            "--ref",
+            "main",
+            "--label",
+            "vllm=0.11.0",
+            "--label",
+            "validated-by=ci",
+        ],
+    );
+    env.ingest(
+        &broken_dir(&env),
+        &[
+            "--repo",
+            BROKEN,
+            "--revision",
+            BROKEN_COMMIT,
+            "--ref",
+            "main",
+            "--ref",
+            "v1",
+        ],
+    );
+    let served = Served::start(&env, &[]);
+    let info = get_json(&served.addr, &format!("/api/models/{REPO}/revision/{c1}"));
+    let m = &info["modelcas"];
+    // The generated series passes, with warnings only (tokenizer.structure, today).
+    let verdict = m["check"]["verdict"].as_str().unwrap();
+    assert!(["passed", "warnings"].contains(&verdict), "{info}");
+    assert_eq!(m["check"]["errors"], 0, "{info}");
+    let warnings = m["check"]["warnings"].as_u64().unwrap();
+    assert!(m["check"]["rules"].as_u64().unwrap() >= 1, "{info}");
+    assert_eq!(
+        m["labels"],
+        serde_json::json!({"validated-by": "ci", "vllm": "0.11.0"}),
+        "{info}"
+    );
+    assert_eq!(
+        get_json(&served.addr, &format!("/api/models/{REPO}"))["modelcas"],
+        *m
+    );
+    // Not locked: a failing revision is served, its verdict said.
+    let broken = get_json(&served.addr, &format!("/api/models/{BROKEN}/revision/v1"));
+    assert_eq!(broken["modelcas"]["check"]["verdict"], "failed", "{broken}");
+    assert_eq!(
+        broken["modelcas"]["labels"],
+        serde_json::json!({}),
+        "{broken}"
+    );
+
+    let (status, page) = get(&served.addr, &format!("/ui/repos/{REPO}"), &[]);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("<th>Release check</th><th>Labels</th>"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("data-check=\"{verdict}\"")),
+        "{page}"
+    );
+    match warnings {
+        0 => assert!(
+            page.contains(&format!("data-check=\"{verdict}\">ok</td>")),
+            "{page}"
+        ),
+        1 => assert!(page.contains("<summary>ok, 1 warning</summary>"), "{page}"),
+        n => assert!(
+            page.contains(&format!("<summary>ok, {n} warnings</summary>")),
+            "{page}"
+        ),
+    }
+    for p in m["check"]["problems"].as_array().unwrap() {
+        let message = p["message"].as_str().unwrap();
+        assert!(
+            page.contains(&format!("<li>{message}</li>"))
+                || message.contains(['<', '&', '"', '\'']),
+            "{page}"
+        );
+    }
+    assert!(
+        page.contains("validated-by=ci") && page.contains("vllm=0.11.0"),
+        "{page}"
+    );
+    let (_, page) = get(&served.addr, &format!("/ui/repos/{BROKEN}"), &[]);
+    assert!(page.contains("data-check=\"failed\""), "{page}");
+    assert!(page.contains("<summary>FAILED ("), "{page}");
+    assert!(page.contains("<li>model.safetensors: "), "{page}");
+    let (_, page) = get(&served.addr, "/", &[]);
+    let row = |repo: &str| {
+        let at = page.find(&format!("<tr data-repo=\"{repo}\"")).unwrap();
+        page[at..at + page[at..].find("</tr>").unwrap()].to_string()
+    };
+    assert!(row(BROKEN).contains("data-failing-refs=\"2\""), "{page}");
+    assert!(row(REPO).contains("data-failing-refs=\"0\""), "{page}");
+}

@@ -310,6 +310,66 @@ fn a_lock_pins_main_whatever_the_upstream_says() {
     assert!(err.contains("no-slash"), "{err}");
 }
 
+/// Issue 39 (docs/design/release-check.md §6): a locked commit the mirror fetches later
+/// and that fails its release check answers 403 `ReleaseCheckFailed`, naming the lock and
+/// the problems (the bytes stay stored); with `--force` it is served, its verdict in
+/// `model_info`.
+#[test]
+fn a_locked_commit_the_mirror_fetches_that_fails_its_check_is_refused_unless_forced() {
+    use crate::serve::{broken_dir, BROKEN, BROKEN_COMMIT};
+    let a_env = Env::new();
+    a_env.ingest(
+        &broken_dir(&a_env),
+        &[
+            "--repo",
+            BROKEN,
+            "--revision",
+            BROKEN_COMMIT,
+            "--ref",
+            "main",
+        ],
+    );
+    let a = Served::start(&a_env, &[]);
+    for force in [false, true] {
+        let m_env = Env::new();
+        let config = m_env.path("config.toml");
+        let lock = format!("[serve.locks]\n\"{BROKEN}\" = \"{BROKEN_COMMIT}\"\n");
+        std::fs::write(&config, lock).unwrap();
+        let mut extra = vec!["--config", config.to_str().unwrap()];
+        if force {
+            extra.push("--force");
+        }
+        // Not stored at start: serve starts either way.
+        let m = mirror(&m_env, &a, &extra);
+        let info = format!("/api/models/{BROKEN}/revision/main");
+        let (status, head, body) = get(&m.addr, &info, &[]);
+        let body = String::from_utf8_lossy(&body);
+        if force {
+            assert_eq!(status, 200, "{head}\n{body}\n{}", m.log());
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["sha"], BROKEN_COMMIT);
+            assert_eq!(v["modelcas"]["check"]["verdict"], "failed", "{v}");
+            continue;
+        }
+        assert_eq!(status, 403, "{head}\n{body}\n{}", m.log());
+        let lower = head.to_ascii_lowercase();
+        assert!(lower.contains("x-error-code: releasecheckfailed"), "{head}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let msg = v["error"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("{BROKEN} is locked to {BROKEN_COMMIT}"))
+                && msg.contains("model.safetensors: ")
+                && msg.contains("--force"),
+            "{msg}"
+        );
+        assert_eq!(v["check"]["verdict"], "failed", "{v}");
+        // Files too, and the bytes were stored (a later --force serves them).
+        let file = format!("/{BROKEN}/resolve/main/config.json");
+        assert_eq!(get(&m.addr, &file, &[]).0, 403);
+        m_env.ok(&["ls", &format!("{BROKEN}@{BROKEN_COMMIT}")]);
+    }
+}
+
 #[test]
 fn with_the_upstream_down_what_is_stored_is_still_served() {
     let (a_env, a) = upstream(&[]);

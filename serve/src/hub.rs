@@ -83,6 +83,31 @@ fn order_cache() -> OrderCache {
     Cache::new(ORDER_CACHE)
 }
 
+/// Most revisions whose release facts are kept (`hub/release.rs`; each a check record, at
+/// most 1,000 problems of a few hundred bytes, usually none, and a few labels): a miss is a
+/// GET of the record and a LIST of the labels.
+const RELEASE_CACHE: usize = 4096;
+
+/// How long release facts are kept: a record or label written meanwhile by another
+/// process (`modelcas check`, `modelcas label`) shows within this time; a revision this
+/// process pulls is read again at once.
+const RELEASE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the store records of one revision's release.
+#[derive(Clone, Debug, Default)]
+struct ReleaseFacts {
+    /// The current check record (`None`: not checked, or a record for other files).
+    check: Option<format::release::CheckObject>,
+    labels: repo::handle::Labels,
+}
+
+/// (repository, commit) → (when read, facts): at most [`RELEASE_CACHE`] entries.
+type ReleaseCache = Cache<(RepoId, CommitId), (Instant, Arc<ReleaseFacts>)>;
+
+fn release_cache() -> ReleaseCache {
+    Cache::new(RELEASE_CACHE)
+}
+
 impl Names {
     fn new() -> Names {
         Names {
@@ -126,6 +151,9 @@ pub struct Hub {
     orders: OrderCache,
     /// The store API for nodes (`/api/modelcas/v1/...`, [`crate::nodes`]).
     nodes: crate::nodes::Nodes,
+    /// Release facts of revisions (`hub/release.rs`): at most [`RELEASE_CACHE`], each
+    /// kept [`RELEASE_TTL`].
+    releases: ReleaseCache,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -209,6 +237,7 @@ impl Hub {
             xet_seen: seen_cache(),
             orders: order_cache(),
             nodes: crate::nodes::Nodes::new(store, Default::default(), Policy::default()),
+            releases: release_cache(),
         }
     }
 
@@ -455,12 +484,14 @@ impl Hub {
                 m
             }
         };
-        Ok(Located {
+        let at = Located {
             repo,
             commit,
             manifest,
             pulled,
-        })
+        };
+        self.lock_guard(&at)?;
+        Ok(at)
     }
 
     /// The stored commit `rev` names (a lock wins over ref names and refuses other
@@ -696,16 +727,18 @@ impl Hub {
             siblings.push(s);
         }
         let (commit, repo) = (at.commit.to_hex(), at.repo.to_string());
-        Reply::json(
-            StatusCode::OK,
-            &json!({
-                "_id": repo_object_id(&at.repo), "id": repo, "modelId": repo,
-                "sha": commit, "lastModified": iso(m.ingested_at),
-                "createdAt": iso(m.ingested_at), "private": false, "disabled": false,
-                "gated": false, "downloads": 0, "likes": 0, "tags": [],
-                "siblings": siblings,
-            }),
-        )
+        let mut info = json!({
+            "_id": repo_object_id(&at.repo), "id": repo, "modelId": repo,
+            "sha": commit, "lastModified": iso(m.ingested_at),
+            "createdAt": iso(m.ingested_at), "private": false, "disabled": false,
+            "gated": false, "downloads": 0, "likes": 0, "tags": [],
+            "siblings": siblings,
+        });
+        // The release check and labels (huggingface_hub keeps unknown fields).
+        if let Some(r) = self.release_json(at) {
+            info["modelcas"] = r;
+        }
+        Reply::json(StatusCode::OK, &info)
     }
 
     /// The git blob id of a small file (read once, then remembered by sha256).
@@ -939,6 +972,7 @@ pub fn reads_body(method: &Method, path: &str) -> bool {
 mod browse;
 mod paths;
 mod policy;
+mod release;
 mod resolve;
 mod xet;
 
@@ -1048,6 +1082,14 @@ mod tests {
             COMPLETE_CACHE,
             COMPLETE_CACHE * 10,
             |i| ((repo(i % 100), commit(i), "tag".into()), ()),
+        );
+        let facts = Arc::new(ReleaseFacts::default());
+        fill(
+            "releases",
+            &release_cache(),
+            RELEASE_CACHE,
+            RELEASE_CACHE * 10,
+            |i| ((repo(i % 100), commit(i)), (Instant::now(), facts.clone())),
         );
     }
 

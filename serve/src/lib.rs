@@ -6,7 +6,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /api/models/{repo}/revision/{rev}` | `{id, sha, siblings: [{rfilename}], ...}` |
+//! | `GET /api/models/{repo}/revision/{rev}` | `{id, sha, siblings: [{rfilename}], modelcas: {check, labels}, ...}` |
 //! | `GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=` | tree entries with `oid`, `size`, `lfs` |
 //! | `GET /api/models/{repo}/refs` | `{branches, tags, converts, pullRequests}` |
 //! | `GET /api/models/{repo}` | the same info at the default revision (`main`, else the newest) |
@@ -37,7 +37,9 @@
 //! what is stored still answers (502 for what is not). **Policy** ([`Policy`]): with an
 //! allow list (`--allow 'org/*'`) other repositories get 403 (`X-Error-Code:
 //! RepoNotAllowed`) and are never fetched; a lock (`[serve.locks]`) makes every ref name
-//! of a repository resolve to one commit. Access lines carry `cache=hit|miss`.
+//! of a repository resolve to one commit, and a locked commit that failed its release
+//! check answers 403 (`X-Error-Code: ReleaseCheckFailed`) unless `serve --force`
+//! ([`Policy::force_locks`]). Access lines carry `cache=hit|miss`.
 //!
 //! The crate is a thin adapter: [`hub`] routes and maps store answers to HTTP, [`body`]
 //! streams file bytes from the store's read path, [`decode`] turns client bytes into values

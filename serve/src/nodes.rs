@@ -533,7 +533,7 @@ fn odd_query(route: &[&str], query: &str) -> Option<Reply> {
 enum Locked {
     /// As stored (not a ref or manifest of a locked repository, or its locked manifest).
     Shown,
-    /// Another commit's manifest: absent.
+    /// Another commit's manifest, check record or label: absent.
     Hidden,
     /// A ref: every one names the locked commit (these bytes, a ref object).
     Ref(Vec<u8>),
@@ -555,10 +555,21 @@ fn locked_view(policy: &Policy, key: &str) -> Locked {
         };
         return Locked::Ref(format::codec::encode(format::codec::Kind::Ref, &r, false));
     }
-    match key.strip_prefix(&layout::manifests_prefix(&repo)) {
-        Some(c) if c != commit.to_hex() => Locked::Hidden,
-        _ => Locked::Shown,
+    let hex = commit.to_hex();
+    // Another commit's manifest, release check record (`checks/<c>`) or labels
+    // (`labels/<c>/<key>`): not there.
+    let other = |prefix: String, rest: fn(&str, &str) -> bool| {
+        key.strip_prefix(&prefix).is_some_and(|r| !rest(r, &hex))
+    };
+    if other(layout::manifests_prefix(&repo), |r, hex| r == hex)
+        || other(layout::checks_prefix(&repo), |r, hex| r == hex)
+        || other(layout::labels_prefix(&repo), |r, hex| {
+            r.strip_prefix(hex).is_some_and(|k| k.starts_with('/'))
+        })
+    {
+        return Locked::Hidden;
     }
+    Locked::Shown
 }
 
 /// The tag of a locked repository's ref: of its bytes, the same on every replica.

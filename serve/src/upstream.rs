@@ -130,6 +130,10 @@ pub struct Policy {
     /// `upstream_repos` patterns: repositories the mirror looks up upstream even though
     /// they exist only inside the store (ingested, pulled, bundled). Empty: none.
     pub upstream_repos: Vec<String>,
+    /// `serve --force`: a locked commit that failed its release check is served anyway
+    /// (with a warning at start); without it such a commit answers 403
+    /// `ReleaseCheckFailed` (docs/design/release-check.md §6).
+    pub force_locks: bool,
 }
 
 impl Policy {

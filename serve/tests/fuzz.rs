@@ -219,6 +219,8 @@ impl Inventory for StoreInventory {
                     _ => facts::Verdict::Expire,
                 },
                 unused_for: facts::Verdict::Unknown("not asked".into()),
+                check: facts::CheckFacts::default(),
+                labels: Default::default(),
             })
             .collect();
         Ok(Some(facts::RepoDetail {
@@ -440,6 +442,7 @@ fn policy_fixture() -> &'static PolicyFixture {
             allow: ALLOW.iter().map(|p| p.to_string()).collect(),
             locks: [(RepoId::parse(org).unwrap(), commit(LOCKED))].into(),
             upstream_repos: Vec::new(),
+            force_locks: false,
         };
         let opts = UpstreamOptions {
             upstream: upstream.clone(),

@@ -251,6 +251,7 @@ impl Options {
                 },
                 locks: crate::config::locks(&c.locks)?,
                 upstream_repos: c.upstream_repos.clone(),
+                force_locks: a.force,
             },
             upstream: mirror(c, &a.upstream)?,
             no_ui: a.no_ui || c.ui == Some(false),
@@ -276,6 +277,71 @@ fn node_access(o: &Options) -> Result<hubserve::nodes::NodeAccess> {
     })
 }
 
+/// The release check of each `[serve.locks]` commit the store holds (docs/design/
+/// release-check.md §6): its record, computed and recorded first when absent or stale. A
+/// failing one (or one whose check cannot be made) stops serve from starting, unless
+/// `--force` (then one warning per lock). A commit not stored is judged when the mirror
+/// fetches it (`serve/src/hub/release.rs`).
+fn guard_locks(store: &Store, policy: &Policy) -> Result<()> {
+    let mut locks: Vec<_> = policy.locks.iter().collect();
+    locks.sort();
+    for (repo, commit) in locks {
+        let stored = store.find_repo(repo)?.unwrap_or_else(|| repo.clone());
+        if !store.has_commit(&stored, commit)? {
+            continue;
+        }
+        let manifest = store.manifest(&stored, commit)?;
+        let why = match lock_check(store, &manifest)? {
+            Some(c) if c.verdict().allows_protected_refs() => continue,
+            Some(c) => store::release::errors_line(&c, 5),
+            None => "the check could not be made: see the warning above".to_string(),
+        };
+        let entry = format!("[serve.locks] \"{repo}\" = \"{}\"", commit.to_hex());
+        if policy.force_locks {
+            tracing::warn!(
+                "{entry}: this revision failed its release check ({why}); served (--force)"
+            );
+        } else {
+            bail!(
+                "{entry}: this revision failed its release check ({why}); fix the lock or \
+                 start serve with --force"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The current release check record of a locked revision, as
+/// [`store::release::ensure_checked`] gives it, except that a record that cannot be
+/// written (a read-only store) is only warned about: the check made here still judges the
+/// lock. `None` (warned): the check could not be made.
+fn lock_check(
+    store: &Store,
+    manifest: &repo::manifest::Manifest,
+) -> Result<Option<format::release::CheckObject>> {
+    if let Some(c) = store.current_check(manifest)? {
+        if c.rules >= store::release::RULES {
+            return Ok(Some(c));
+        }
+    }
+    match store::release::check_revision(store, manifest, "serve") {
+        Ok(c) => {
+            if let Err(e) = store.put_check(&manifest.repo, &c) {
+                tracing::warn!(
+                    "cannot record the release check of {}@{}: {e}",
+                    manifest.repo,
+                    manifest.commit.to_hex()
+                );
+            }
+            Ok(Some(c))
+        }
+        Err(e) => {
+            tracing::warn!("{}", store::release::not_made(manifest, &e));
+            Ok(None)
+        }
+    }
+}
+
 pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     if o.threads == 0 || o.fetch_threads == Some(0) {
         bail!("--threads and --fetch-threads must be at least 1");
@@ -295,6 +361,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     }
     let nodes = node_access(&o)?;
     let store = ctx.open()?;
+    guard_locks(&store, &o.policy)?;
     let upstream = match &o.upstream {
         None => None,
         Some(m) => {

@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use format::{CommitId, RepoId};
-use hubserve::ui::facts::{self, Figures, RepoDetail, RepoSummary, Revision, StoreFacts, Verdict};
+use hubserve::ui::facts::{
+    self, CheckFacts, Figures, ReleaseVerdict, RepoDetail, RepoSummary, Revision, StoreFacts,
+    Verdict,
+};
 use hubserve::ui::Inventory;
 use repo::Store;
 use store::gc::retention::Policy;
@@ -80,6 +83,47 @@ fn unknown_all(store: &Store, repo: &RepoId, why: &str) -> BTreeMap<CommitId, Ve
         .collect()
 }
 
+/// The page's view of a listing row's release check.
+fn check_facts(c: &store::listing::RowCheck) -> CheckFacts {
+    let verdict = match c.verdict {
+        v if v == ReleaseVerdict::Passed.as_str() => ReleaseVerdict::Passed,
+        v if v == ReleaseVerdict::Warnings.as_str() => ReleaseVerdict::Warnings,
+        v if v == ReleaseVerdict::Failed.as_str() => ReleaseVerdict::Failed,
+        _ => ReleaseVerdict::NotChecked,
+    };
+    CheckFacts {
+        verdict,
+        errors: c.errors,
+        warnings: c.warnings,
+        problems: c.problems.clone(),
+    }
+}
+
+/// How many of `refs` name a revision whose current release check record failed: a GET
+/// of the manifest (through the pages' manifest cache) and of the record per commit named.
+fn failing_refs(
+    store: &Store,
+    repo: &RepoId,
+    refs: &BTreeMap<String, CommitId>,
+) -> repo::Result<usize> {
+    let mut failing = BTreeMap::new();
+    for c in refs.values() {
+        if failing.contains_key(c) {
+            continue;
+        }
+        let fails = match store.manifest(repo, c) {
+            Ok(m) => store
+                .current_check(&m)?
+                .is_some_and(|k| k.verdict() == ReleaseVerdict::Failed),
+            // A ref to a commit removed meanwhile (or never stored) names no failing one.
+            Err(repo::StoreError::UnknownRevision { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        failing.insert(*c, fails);
+    }
+    Ok(refs.values().filter(|c| failing[*c]).count())
+}
+
 fn figures(s: &store::stats::Stats) -> Figures {
     Figures {
         files: s.files,
@@ -121,6 +165,7 @@ impl Inventory for StoreInventory {
         for repo in self.store.repos().map_err(text)? {
             let s = store::stats::repo_stats(&self.store, &repo).map_err(text)?;
             let refs = self.store.refs(&repo).map_err(text)?;
+            let failing_refs = failing_refs(&self.store, &repo, &refs).map_err(text)?;
             let used = repo::usage::last_used(&self.store, &repo).map_err(text)?;
             let last_used = used
                 .values()
@@ -133,6 +178,7 @@ impl Inventory for StoreInventory {
                 refs: refs.into_keys().collect(),
                 figures: figures(&s),
                 last_used,
+                failing_refs,
             });
         }
         Ok(out)
@@ -162,6 +208,8 @@ impl Inventory for StoreInventory {
                 last_used: r.last_used,
                 policy: policy.remove(&commit).unwrap_or_else(gone),
                 unused_for: unused.remove(&commit).unwrap_or_else(gone),
+                check: check_facts(&r.check),
+                labels: r.labels,
             });
         }
         Ok(Some(RepoDetail {

@@ -532,6 +532,75 @@ fn a_locked_repository_shows_nodes_its_locked_commit_only() {
 }
 
 #[test]
+fn a_locked_repository_hides_other_commits_release_records() {
+    // docs/design/release-check.md §12: the check record and labels of a commit the lock
+    // hides are hidden alike (listings, stats, objects); the locked commit's are shown.
+    use format::{CommitId, RepoId};
+    let (backend, store, _, _) = pack_store(1);
+    let repo = RepoId::parse("org/model").unwrap();
+    let (locked, other) = (CommitId([0xaa; 20]), CommitId([0xbb; 20]));
+    for c in [locked, other] {
+        backend
+            .put(&layout::check_key(&repo, &c), b"check")
+            .unwrap();
+        backend
+            .put(&layout::label_key(&repo, &c, "vllm"), b"label")
+            .unwrap();
+    }
+    // A label prefix that merely starts with the locked commit's hex is another's.
+    let near = format!("{}{}0/vllm", layout::labels_prefix(&repo), locked.to_hex());
+    backend.put(&near, b"label").unwrap();
+    let policy = Policy {
+        locks: [(RepoId::parse("Org/Model").unwrap(), locked)].into(),
+        ..Default::default()
+    };
+    let on = hub(store, nodes_only(), policy);
+    let t = Some("node-token");
+    for prefix in [
+        "repos/org/model/",
+        "repos/org/model/checks/",
+        "repos/org/model/labels/",
+    ] {
+        let (s, _, body) = get(&on, &api(&format!("list?prefix={prefix}")), t);
+        assert_eq!(s, StatusCode::OK);
+        let page: hub_wire::ListPage = serde_json::from_slice(&body).unwrap();
+        for m in &page.objects {
+            assert!(!m.key.contains(&other.to_hex()), "{prefix}: {}", m.key);
+            assert_ne!(m.key, near, "{prefix}");
+        }
+    }
+    let (_, _, body) = get(&on, &api("list?prefix=repos/org/model/"), t);
+    let page: hub_wire::ListPage = serde_json::from_slice(&body).unwrap();
+    let keys: Vec<&str> = page.objects.iter().map(|m| m.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            layout::check_key(&repo, &locked).as_str(),
+            layout::label_key(&repo, &locked, "vllm").as_str()
+        ]
+    );
+    for hidden in [
+        layout::check_key(&repo, &other),
+        layout::label_key(&repo, &other, "vllm"),
+        near,
+    ] {
+        assert_eq!(
+            get(&on, &api(&format!("stat/{hidden}")), t).0,
+            StatusCode::NOT_FOUND,
+            "{hidden}"
+        );
+        let tag = "t-0123456789abcdef0123456789abcdef";
+        let (s, _, _) = get(&on, &api(&format!("objects/{hidden}?tag={tag}")), t);
+        assert_eq!(s, StatusCode::NOT_FOUND, "{hidden}");
+    }
+    let shown = layout::check_key(&repo, &locked);
+    assert_eq!(
+        get(&on, &api(&format!("stat/{shown}")), t).0,
+        StatusCode::OK
+    );
+}
+
+#[test]
 fn a_query_a_cache_could_key_another_way_is_refused() {
     // Hostile review of issue 43 (helper-26, 02): nginx keys objects by `$arg_tag`, which
     // matches `Tag` too; the hub answered `?Tag=X&tag=<now>` with the bytes of now, which

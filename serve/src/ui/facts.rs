@@ -6,8 +6,10 @@
 //! `modelcas ls`, `stats` and `gc --dry-run` call, so that a page and those commands show
 //! the same figures for the same store.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use format::release::Verdict as ReleaseVerdict;
 use format::{CommitId, RepoId};
 
 /// An error of the inventory, shown on the page (never a panic, never a 500 for the
@@ -27,6 +29,8 @@ pub struct RepoSummary {
     pub figures: Figures,
     /// The latest last use of any of its revisions (seconds since the epoch).
     pub last_used: Option<u64>,
+    /// Refs naming a revision that failed its release check.
+    pub failing_refs: usize,
 }
 
 /// Sizes of a set of revisions, as `modelcas stats` counts them.
@@ -77,6 +81,33 @@ pub struct Revision {
     pub policy: Verdict,
     /// What `modelcas gc --unused-for D` would do (D as asked on the page).
     pub unused_for: Verdict,
+    /// Its release check, as its current record says.
+    pub check: CheckFacts,
+    /// Its release labels, by key.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What a revision's release check record says (docs/design/release-check.md §7.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckFacts {
+    /// [`ReleaseVerdict::NotChecked`] when there is no record for the revision's files.
+    pub verdict: ReleaseVerdict,
+    pub errors: usize,
+    pub warnings: usize,
+    /// The problems' messages (each starts with the file it is about), errors first.
+    pub problems: Vec<String>,
+}
+
+impl Default for CheckFacts {
+    /// Not checked.
+    fn default() -> Self {
+        CheckFacts {
+            verdict: ReleaseVerdict::NotChecked,
+            errors: 0,
+            warnings: 0,
+            problems: Vec::new(),
+        }
+    }
 }
 
 /// One repository's page.

@@ -181,7 +181,7 @@ pub fn relative(at: u64, now: u64) -> String {
 pub const PAGE_TAGS: &[&str] = &[
     "!doctype", "html", "head", "meta", "title", "style", "body", "header", "b", "a", "main", "h1",
     "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "span", "time", "code", "pre", "form",
-    "label", "input", "button", "footer",
+    "label", "input", "button", "footer", "details", "summary", "ul", "li",
 ];
 
 /// The check the tests (unit, fuzz, browser) make of a rendered page: what on it is not

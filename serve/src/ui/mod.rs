@@ -448,6 +448,7 @@ mod tests {
                 repo: format!("org/{EVIL}"),
                 revisions: 1,
                 refs: vec![EVIL.into()],
+                failing_refs: 1,
                 ..Default::default()
             }])
         }
@@ -462,6 +463,15 @@ mod tests {
                 last_used: None,
                 policy: facts::Verdict::Keep(EVIL.into()),
                 unused_for: facts::Verdict::Unknown(EVIL.into()),
+                // Markup in a problem message and in a label (the store's rules refuse
+                // most of it; the pages must not rely on that).
+                check: facts::CheckFacts {
+                    verdict: facts::ReleaseVerdict::Failed,
+                    errors: 1,
+                    warnings: 1,
+                    problems: vec![format!("config.json: {EVIL}"), EVIL.into()],
+                },
+                labels: [(EVIL.to_string(), EVIL.to_string())].into(),
             };
             Ok(Some(facts::RepoDetail {
                 repo: format!("org/{EVIL}"),
@@ -531,6 +541,17 @@ mod tests {
                 // deprecated `huggingface-cli`.
                 assert!(page.contains("hf download org/"), "{page}");
                 assert!(!page.contains("huggingface-cli"), "{page}");
+                // The release check cell and the labels cell hold the data as text.
+                assert!(page.contains("data-check=\"failed\""), "{page}");
+                assert!(page.contains("<summary>FAILED (1)</summary>"), "{page}");
+                assert!(
+                    page.contains("<li>config.json: x&quot;&#39;&gt;&lt;script&gt;"),
+                    "{page}"
+                );
+                assert!(
+                    page.contains("x&quot;&#39;&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=y&gt;=x&quot;"),
+                    "{page}"
+                );
             }
             if path == "/" {
                 // The link's path has the name percent-encoded, the attribute escaped.
@@ -542,6 +563,7 @@ mod tests {
                     page.contains("data-repo=\"org/x&quot;&#39;&gt;&lt;script&gt;"),
                     "{page}"
                 );
+                assert!(page.contains("data-failing-refs=\"1\""), "{page}");
             }
         }
     }

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use super::ctx::Ctx;
-use super::facts::{Figures, LastRun, RepoDetail, RepoSummary, Result, StoreFacts, Verdict};
+use super::facts::{
+    CheckFacts, Figures, LastRun, ReleaseVerdict, RepoDetail, RepoSummary, Result, StoreFacts,
+    Verdict,
+};
 use super::html::{repo_href, Html};
 use crate::upstream::recent::{self, Recent};
 use crate::upstream::Policy;
@@ -17,6 +20,7 @@ th,td{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top
 .num{font-variant-numeric:tabular-nums;white-space:nowrap}time{white-space:nowrap}td.r{text-align:right}code,pre{font:13px ui-monospace,monospace}
 pre{background:#fff;border:1px solid #ddd;padding:.6em;overflow:auto}.keep{color:#1a7f37}.expire{color:#b3261e;font-weight:600}
 .muted,.never{color:#777}.tag{display:inline-block;background:#e7eefc;border-radius:3px;padding:0 .35em;margin:0 .2em .1em 0}
+details ul{margin:.3em 0;padding-left:1.2em;max-width:48em}summary{cursor:pointer}
 footer{color:#777;padding:1em 1.2em;font-size:13px}</style>";
 
 /// The document around `body`.
@@ -94,7 +98,8 @@ pub fn repos(list: Result<Vec<RepoSummary>>, policy: &Policy, now: u64) -> Strin
             b.raw("<table id=\"repos\"><thead><tr><th>Repository</th><th>Revisions</th><th>Refs</th>")
                 .raw("<th title=\"every file of every revision\">Logical</th><th title=\"distinct chunks, uncompressed\">After dedup</th>")
                 .raw("<th title=\"distinct chunks, compressed: what this repository alone costs in the bucket\">Stored</th>")
-                .raw("<th>Dedup</th><th>Last used</th><th>Served</th></tr></thead><tbody>");
+                .raw("<th>Dedup</th><th>Last used</th><th>Served</th>")
+                .raw("<th title=\"refs naming a revision that failed its release check\">Failing refs</th></tr></thead><tbody>");
             for r in &list {
                 b.raw("<tr data-repo=\"").text(&r.repo).raw("\"><td>");
                 b.link(&repo_href(&r.repo), &r.repo);
@@ -112,12 +117,66 @@ pub fn repos(list: Result<Vec<RepoSummary>>, policy: &Policy, now: u64) -> Strin
                 } else {
                     "no (not in the allow list)"
                 });
-                b.raw("</td></tr>");
+                b.raw("</td>");
+                failing_refs(&mut b, r.failing_refs);
+                b.raw("</tr>");
             }
             b.raw("</tbody></table>");
         }
     }
     document("Repositories", b, now)
+}
+
+fn failing_refs(b: &mut Html, n: usize) {
+    if n == 0 {
+        b.raw("<td class=\"r muted\" data-failing-refs=\"0\">0</td>");
+    } else {
+        b.raw("<td class=\"r expire\" data-failing-refs=\"")
+            .text(&n.to_string())
+            .raw("\">");
+        b.num(n as u64);
+        b.raw("</td>");
+    }
+}
+
+/// The release check cell: `ok`, `ok, N warnings`, `FAILED (N)` or `not checked`, the
+/// problems in a `<details>` (no script).
+fn release_check(b: &mut Html, c: &CheckFacts) {
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let (class, summary) = match c.verdict {
+        ReleaseVerdict::Passed => ("keep", "ok".to_string()),
+        ReleaseVerdict::Warnings => (
+            "keep",
+            format!("ok, {} warning{}", c.warnings, plural(c.warnings)),
+        ),
+        ReleaseVerdict::Failed => ("expire", format!("FAILED ({})", c.errors)),
+        ReleaseVerdict::NotChecked => ("muted", "not checked".to_string()),
+    };
+    b.raw("<td class=\"")
+        .raw(class)
+        .raw("\" data-check=\"")
+        .text(c.verdict.as_str())
+        .raw("\">");
+    if c.problems.is_empty() {
+        b.text(&summary);
+    } else {
+        b.raw("<details><summary>")
+            .text(&summary)
+            .raw("</summary><ul>");
+        for p in &c.problems {
+            b.elem("li", &[], p);
+        }
+        b.raw("</ul></details>");
+    }
+    b.raw("</td>");
+}
+
+/// The labels cell: `key=value` tags.
+fn labels(b: &mut Html, labels: &std::collections::BTreeMap<String, String>) {
+    let shown: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    b.raw("<td class=\"labels\">");
+    tags(b, &shown);
+    b.raw("</td>");
 }
 
 fn verdict(b: &mut Html, v: &Verdict) {
@@ -167,7 +226,7 @@ pub fn repo(d: &RepoDetail, ctx: &Ctx<'_>, unused_for: Duration, host: &str, now
     b.raw("<table id=\"revisions\"><thead><tr><th>Commit</th><th>Refs</th><th>Pinned</th><th>Locked</th>")
         .raw("<th>Ingested</th><th>Last used</th><th>Files</th><th>Size</th><th>gc (configured policy)</th><th>gc --unused-for ");
     b.text(&shown);
-    b.raw("</th></tr></thead><tbody>");
+    b.raw("</th><th>Release check</th><th>Labels</th></tr></thead><tbody>");
     for r in &d.revisions {
         let hex = r.commit.to_hex();
         b.raw("<tr data-commit=\"").text(&hex).raw("\"><td>");
@@ -188,6 +247,8 @@ pub fn repo(d: &RepoDetail, ctx: &Ctx<'_>, unused_for: Duration, host: &str, now
         cell_bytes(&mut b, r.bytes);
         verdict(&mut b, &r.policy);
         verdict(&mut b, &r.unused_for);
+        release_check(&mut b, &r.check);
+        labels(&mut b, &r.labels);
         b.raw("</tr>");
     }
     b.raw("</tbody></table>");
