@@ -80,14 +80,18 @@ fn print_report(r: &SyncReport) {
 /// The report's last line (also the store's run record, `runs/sync`).
 fn summary(r: &SyncReport) -> String {
     let would = if r.dry_run { " (dry run)" } else { "" };
+    let held = if r.held_back > 0 {
+        format!(", {} held back", r.held_back)
+    } else {
+        String::new()
+    };
     format!(
-        "{} entries from {}{would}: {} pulled, {} refs moved, {} unchanged, {} held back, {} failed; downloaded {}",
+        "{} entries from {}{would}: {} pulled, {} refs moved, {} unchanged, {} failed{held}; downloaded {}",
         r.entries.len(),
         r.endpoint,
         r.pulled,
         r.refs_moved,
         r.unchanged,
-        r.held_back,
         r.failed,
         bytes(r.bytes_downloaded)
     )
