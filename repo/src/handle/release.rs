@@ -197,8 +197,11 @@ impl Store {
         key: &str,
     ) -> Result<Option<LabelObject>> {
         let k = layout::label_key(repo, commit, key);
-        let Some(bytes) = self.small_object(&k, MAX_LABEL_OBJECT)? else {
-            return Ok(None);
+        let bytes = match self.small_object(&k, MAX_LABEL_OBJECT) {
+            Ok(Some(bytes)) => bytes,
+            // Over its cap: damaged, left out like one that does not decode.
+            Ok(None) | Err(StoreError::CorruptObject { .. }) => return Ok(None),
+            Err(e) => return Err(e),
         };
         match codec::decode::<LabelObject>(Kind::Label, &bytes) {
             Ok(l) if l.check(commit, key).is_ok() => Ok(Some(l)),
