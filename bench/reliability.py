@@ -2,8 +2,8 @@
 """Reliability figures of docs/RELIABILITY.md: kills, power losses and corruptions.
 
 usage: reliability.py MODELCAS_BIN SERIES_DIR WORK_DIR [--kills N] [--power-loss N]
-                      [--corruptions N] [--issue36 N] [--only issue36] [--s3-env FILE]
-                      [--seed S]
+                      [--corruptions N] [--issue36 N] [--hub N] [--release N]
+                      [--only issue36|hub|release] [--s3-env FILE] [--seed S]
 
 Kills (per backend: the local directory, and S3 when --s3-env names the settings that
 tests/garage.sh wrote): N SIGKILLs for each command of the kill matrix (ingest, import, gc,
@@ -64,6 +64,25 @@ node reads through it and a second, an entry of the hub's chunk cache flipped, t
 replaced by another chunk's frame, and a hub started again on that damaged cache. `--only
 hub` runs just these.
 
+Release (--release N rounds of each kind, default: as many as --issue36, so that
+reliability.sh's short CI run makes 4 of each and its long run 24; issue 39): the check
+record (checks/<commit>) is a shortcut, a cached verdict trusted only while its commit and
+files digest are the manifest's, and the sync guard must never take a forged or damaged one
+for a pass. Kinds, each on a store holding the series with its records: a record bit-flipped
+or truncated, another commit's record copied under the key, another commit's record
+re-sealed with this commit (a valid envelope of other files), this record re-sealed with
+another files digest: `ls --json` must show that commit `not checked` and every other
+commit as before, `verify` must pass on bytes, `fsck` must fail naming the key when the
+record does not decode, and `modelcas check` must record the verdict again (fsck clean);
+`sync` of a list whose entry moves `stable` to a revision failing its check, SIGKILLed at a
+crash step or at a random time: the ref must be unmoved (and the series entry's ref unset
+or on a revision with a passing record), the rerun held back (exit 1, ref unmoved), again
+after the failing revision's record is replaced by a forged passing one (copied or
+re-sealed), and every fourth round `sync --force` must move it; two `label` commands at
+once on one revision (distinct keys: both kept; one key: one of the two values), and a
+`label` SIGKILLed at a random time (its label absent or whole, fsck clean). `--only release`
+runs just these.
+
 Prints one JSON object with the counts; exits 1 if any check failed.
 """
 import argparse, fcntl, hashlib, json, os, random, shutil, signal, socket, struct, subprocess
@@ -82,7 +101,9 @@ ap.add_argument("--issue36", type=int, default=24,
                 help="rounds of each of issue 36's three (Xet URLs, pull, file cache held)")
 ap.add_argument("--hub", type=int, default=0,
                 help="rounds of each kind of the hub matrix (issue 43)")
-ap.add_argument("--only", choices=["issue36", "hub"],
+ap.add_argument("--release", type=int,
+                help="rounds of each kind of the release matrix (issue 39); default: --issue36's")
+ap.add_argument("--only", choices=["issue36", "hub", "release"],
                 help="issue36: only the pull-partial kills (local) and issue 36's rounds")
 ap.add_argument("--seed", type=int, default=1)
 A = ap.parse_args()
@@ -1639,6 +1660,349 @@ def hub_matrix(up, n):
     return st
 
 
+# ---- the release matrix (issue 39) ----
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import format_reader as FR  # noqa: E402  (the envelope's BLAKE3, pure Python)
+import zstandard  # noqa: E402
+
+RELEASE_ROUNDS = A.release if A.release is not None else A.issue36
+REL_REPO = "demo-org/rel-guard"  # the sync guard's repository: a good and a failing revision
+REL_GOOD, REL_BAD = "a1" * 20, "b2" * 20
+PASSING = ("passed", "warnings")
+rel_notes = {}  # how the kills landed
+
+
+def note(what):
+    rel_notes[what] = rel_notes.get(what, 0) + 1
+
+
+def check_record(s, repo, commit):
+    return f"{s.dir}/store/repos/{repo}/checks/{commit}"
+
+
+def reseal(data, edit):
+    """The check record `data` (envelope MCASCHCK, docs/format/bytes.md) with its payload
+    edited by `edit` and sealed again: a valid envelope of other contents."""
+    flags = struct.unpack_from("<HH", data, 8)[1]
+    payload = data[12:-32]
+    if flags & 1:
+        payload = FR.zstd_bounded(payload, 1 << 26, "check record")
+    payload = edit(bytearray(payload))
+    if flags & 1:
+        payload = zstandard.ZstdCompressor().compress(bytes(payload))
+    body = data[:12] + bytes(payload)
+    return body + FR.blake3(body)
+
+
+def with_commit(commit_hex):
+    """A payload edit: CheckObject.commit (its first 20 bytes) set to another commit."""
+    def edit(p):
+        p[0:20] = bytes.fromhex(commit_hex)
+        return p
+    return edit
+
+
+def with_files(digest):
+    """A payload edit: CheckObject.files (the 32 bytes after the commit) replaced."""
+    def edit(p):
+        p[20:52] = digest
+        return p
+    return edit
+
+
+def release_state(s, repo):
+    """{commit: (verdict, labels, refs)} from `ls REPO --json`."""
+    out = s.run("ls", repo, "--json")
+    if out.returncode != 0:
+        fail(f"release: ls {repo}: {out.stderr.decode()[:300]}")
+        return {}
+    return {c["commit"]: ((c.get("check") or {}).get("verdict"), c.get("labels") or {},
+                          c.get("refs") or [])
+            for c in json.loads(out.stdout)["commits"]}
+
+
+def ref_target(state, ref):
+    return next((c for c, (_, _, refs) in state.items() if ref in refs), None)
+
+
+def release_dirs():
+    """A tiny model that passes its check (the series' config and tokenizer, one small
+    shard) and the same with a config.json that is no JSON, which fails it."""
+    good, bad = f"{A.work}/rel-good", f"{A.work}/rel-bad"
+    for d in (good, bad):
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(f"{A.series}/plain/r1/{f}", f"{d}/{f}")
+        h = json.dumps({"model.embed_tokens.weight": {
+            "dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}).encode()
+        h += b" " * (-len(h) % 8)
+        open(f"{d}/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + bytes(64))
+    open(f"{bad}/config.json", "w").write("{not json\n")
+    return good, bad
+
+
+def release_record_round(s, kind, rng, count):
+    """One damaged or forged check record of a random commit of the series."""
+    commits = [r["commit"] for r in REVS]
+    c = rng.choice(commits)
+    other = rng.choice([x for x in commits if x != c])
+    path = check_record(s, REPO, c)
+    pristine = open(path, "rb").read()
+    theirs = open(check_record(s, REPO, other), "rb").read()
+    before = release_state(s, REPO)
+    if kind == "flip":
+        i = rng.randrange(len(pristine))
+        data = pristine[:i] + bytes([pristine[i] ^ (1 << rng.randrange(8))]) + pristine[i + 1:]
+    elif kind == "truncate":
+        data = pristine[:rng.randrange(len(pristine))]
+    elif kind == "another commit's record":
+        data = theirs
+    elif kind == "other files (re-sealed)":
+        data = reseal(theirs, with_commit(c))
+    else:  # "another files digest (re-sealed)"
+        data = reseal(pristine, with_files(bytes(rng.randrange(256) for _ in range(32))))
+    open(path, "wb").write(data)
+    what = f"release {kind} of {c[:12]}"
+    ok = True
+    after = release_state(s, REPO)
+    if after.get(c, (None,))[0] != "not checked":
+        ok = False
+        fail(f"{what}: ls shows {after.get(c, (None,))[0]!r}, want 'not checked'")
+    for x in commits:
+        if x != c and after.get(x) != before.get(x):
+            ok = False
+            fail(f"{what}: {x[:12]} changed: {before.get(x)} -> {after.get(x)}")
+    v = s.run("verify", f"{REPO}@{c}")
+    if v.returncode != 0 or b"not checked" not in v.stdout:
+        ok = False
+        fail(f"{what}: verify exit {v.returncode}, {v.stdout.decode()[-200:]!r}")
+    if kind in ("flip", "truncate", "another commit's record"):
+        f = s.run("fsck")
+        if f.returncode == 0 or f"checks/{c}".encode() not in f.stdout + f.stderr:
+            ok = False
+            fail(f"{what}: fsck exit {f.returncode} without naming the record")
+    r = s.run("check", f"{REPO}@{c}")
+    again = release_state(s, REPO)
+    if r.returncode != 0 or again.get(c) != before.get(c):
+        ok = False
+        fail(f"{what}: check exit {r.returncode} did not repair it: {again.get(c)}")
+    f = s.run("fsck")
+    if f.returncode != 0:
+        ok = False
+        fail(f"{what}: fsck after the repair: {f.stdout.decode()[-300:]}")
+    open(path, "wb").write(pristine)
+    count(kind, ok)
+
+
+class RelSync:
+    """`sync` of a list that moves `stable` of REL_REPO to a failing revision and `stable`
+    of the series to its main, into a store whose REL_REPO `stable` is the good one."""
+
+    def __init__(self, up_store, good):
+        self.good = good
+        self.list = f"{A.work}/rel-sync.toml"
+        self.srv = Serve(up_store)
+        with open(self.list, "w") as f:
+            f.write(f'endpoint = "{self.srv.url}"\n\n'
+                    f'[[model]]\nrepo = "{REL_REPO}"\nrevision = "{REL_BAD}"\nrefs = ["stable"]\n\n'
+                    f'[[model]]\nrepo = "{REPO}"\nrevision = "main"\nrefs = ["stable"]\n')
+
+    def prepare(self, up):
+        s = Store("local")
+        s.run("ingest", self.good, "--repo", REL_REPO, "--revision", REL_GOOD, "--ref", "stable",
+              check=True)
+        s.run("import", up.bundle_r1, check=True)
+        return s
+
+    def held(self, s, what):
+        """The invariant: REL_REPO's stable unmoved; the series' stable unset or on a
+        revision with a passing record."""
+        ok = True
+        rel = release_state(s, REL_REPO)
+        if ref_target(rel, "stable") != REL_GOOD:
+            ok = False
+            fail(f"{what}: {REL_REPO} stable is {ref_target(rel, 'stable')}, want {REL_GOOD[:12]}")
+        ser = release_state(s, REPO)
+        t = ref_target(ser, "stable")
+        if t is not None and ser[t][0] not in PASSING:
+            ok = False
+            fail(f"{what}: {REPO} stable on {t[:12]}, whose check is {ser[t][0]!r}")
+        return ok
+
+    def stop(self):
+        self.srv.stop()
+
+
+def release_sync_round(rs, up, i, rng, probe, count):
+    s = rs.prepare(up)
+    steps, secs = probe
+    if i % 2 == 0:
+        k = rng.randint(1, steps)
+        how = f"killed at step {k}"
+        st = s.run("sync", rs.list, extra={"MODELCAS_CRASH_AT_STEP": str(k)}).returncode
+    else:
+        t = rng.uniform(0, secs)
+        how = f"killed after {t:.2f} s"
+        p = subprocess.Popen([A.bin, "-q", "sync", rs.list], env=s.env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(t)
+        p.kill()
+        st = p.wait()
+    what = f"release sync {how} (exit {st})"
+    note(f"sync {'killed' if st == -signal.SIGKILL else 'finished before the kill'}")
+    if ref_target(release_state(s, REPO), "stable") is not None:
+        note("sync killed after the series' stable moved")
+    ok = rs.held(s, what)
+    s.consistent(what)
+    r = s.run("sync", rs.list)
+    if r.returncode != 1:
+        ok = False
+        fail(f"{what}, rerun: exit {r.returncode}, want 1 (held back)")
+    ok &= rs.held(s, f"{what}, rerun")
+    rel = release_state(s, REL_REPO)
+    if rel.get(REL_BAD, (None,))[0] != "failed":
+        ok = False
+        fail(f"{what}, rerun: {REL_REPO}@{REL_BAD[:12]} is {rel.get(REL_BAD, (None,))[0]!r}, want 'failed'")
+    if ref_target(release_state(s, REPO), "stable") != REVS[-1]["commit"]:
+        ok = False
+        fail(f"{what}, rerun: {REPO} stable is not main's revision")
+    # A forged passing record on the failing revision must not let the ref move.
+    path = check_record(s, REL_REPO, REL_BAD)
+    good_rec = open(check_record(s, REL_REPO, REL_GOOD), "rb").read()
+    forged = good_rec if i % 2 else reseal(good_rec, with_commit(REL_BAD))
+    open(path, "wb").write(forged)
+    r = s.run("sync", rs.list)
+    if r.returncode != 1:
+        ok = False
+        fail(f"{what}, forged record: exit {r.returncode}, want 1 (held back)")
+    ok &= rs.held(s, f"{what}, forged record")
+    if i % 4 == 0:
+        r = s.run("sync", "--force", rs.list)
+        if r.returncode != 0 or ref_target(release_state(s, REL_REPO), "stable") != REL_BAD:
+            ok = False
+            fail(f"{what}: sync --force exit {r.returncode} did not move stable")
+    count("sync to a failing revision, killed", ok)
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+def labels_of(s, commit):
+    return release_state(s, REPO).get(commit, (None, {}))[1]
+
+
+def release_label_round(s, i, rng, count):
+    c = rng.choice(REVS)["commit"]
+    rev = f"{REPO}@{c}"
+    start = lambda *a: subprocess.Popen([A.bin, "-q", "label", rev, *a], env=s.env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Two writers, distinct keys: both kept.
+    ka, kb = f"round{i}-a", f"round{i}-b"
+    t = time.time()
+    pa, pb = start(f"{ka}=va{i}"), start(f"{kb}=vb{i}")
+    ea, eb = pa.wait(60), pb.wait(60)
+    took = time.time() - t
+    got = labels_of(s, c)
+    ok = ea == 0 and eb == 0 and got.get(ka) == f"va{i}" and got.get(kb) == f"vb{i}"
+    if not ok:
+        fail(f"release labels {ka} and {kb} at once on {c[:12]}: exit {ea} {eb}, labels {got}")
+    count("two label writers, distinct keys", ok)
+    # Two writers, one key: one of the two values, whole.
+    kx = f"round{i}-x"
+    pa, pb = start(f"{kx}=one-{i}"), start(f"{kx}=two-{i}")
+    ea, eb = pa.wait(60), pb.wait(60)
+    got = labels_of(s, c)
+    ok = ea == 0 and eb == 0 and got.get(kx) in (f"one-{i}", f"two-{i}")
+    if not ok:
+        fail(f"release label {kx} by two writers on {c[:12]}: exit {ea} {eb}, value {got.get(kx)!r}")
+    count("two label writers, one key", ok)
+    # A writer killed at a random time: its label absent or whole; the store consistent.
+    kk = f"round{i}-k"
+    p = start(f"{kk}=killed-{i}")
+    time.sleep(rng.uniform(0, took))  # within what a label command takes
+    p.kill()
+    killed = p.wait() == -signal.SIGKILL
+    got = labels_of(s, c)
+    ok = got.get(kk) in (None, f"killed-{i}")
+    note(f"label {'killed' if killed else 'finished before the kill'}: "
+         f"{'absent' if got.get(kk) is None else 'kept'}")
+    if not ok:
+        fail(f"release label {kk} killed: value {got.get(kk)!r}")
+    f = s.run("fsck")
+    if f.returncode != 0:
+        ok = False
+        fail(f"release label {kk} killed: fsck: {f.stdout.decode()[-300:]}")
+    count("label writer killed", ok)
+    # At most 64 labels a revision: this round's go.
+    r = s.run("label", rev, *[a for k in (ka, kb, kx, kk) if k in labels_of(s, c)
+                               for a in ("--remove", k)])
+    if r.returncode != 0:
+        fail(f"release label --remove on {c[:12]}: {r.stderr.decode()[:300]}")
+
+
+def release_matrix(up, n):
+    """The release matrix (issue 39), n rounds of each kind; its counts."""
+    rng = random.Random(A.seed + 39)
+    st = {"by_kind": {}}
+
+    def count(kind, ok):
+        k = st["by_kind"].setdefault(kind, {"rounds": 0, "ok": 0, "failed": 0})
+        k["rounds"] += 1
+        k["ok" if ok else "failed"] += 1
+
+    s = Store("local")
+    s.run("import", up.bundle, check=True)
+    for r in REVS:  # every revision has its record (import makes them; `check` if not)
+        if release_state(s, REPO).get(r["commit"], (None,))[0] not in PASSING:
+            s.run("check", f"{REPO}@{r['commit']}", check=True)
+    kinds = ["flip", "truncate", "another commit's record", "other files (re-sealed)",
+             "another files digest (re-sealed)"]
+    # The control: a record re-sealed unchanged still counts, so the forged ones below are
+    # envelopes the store decodes, refused only for what they say.
+    before = release_state(s, REPO)
+    for r in REVS:
+        path = check_record(s, REPO, r["commit"])
+        pristine = open(path, "rb").read()
+        open(path, "wb").write(reseal(pristine, lambda p: p))
+        after = release_state(s, REPO)
+        ok = after.get(r["commit"]) == before.get(r["commit"]) and s.run("fsck").returncode == 0
+        if not ok:
+            fail(f"release: {r['commit'][:12]}'s record re-sealed unchanged is {after.get(r['commit'])}")
+        count("re-sealed unchanged (control)", ok)
+        open(path, "wb").write(pristine)
+    for i in range(n):
+        for kind in kinds:
+            release_record_round(s, kind, rng, count)
+        release_label_round(s, i, rng, count)
+    # The sync guard: an upstream with the good and the failing revision beside the series.
+    good, bad = release_dirs()
+    ups = Store("local")
+    ups.run("ingest", CACHE_REPO, check=True)
+    ups.run("ingest", good, "--repo", REL_REPO, "--revision", REL_GOOD, "--ref", "main", check=True)
+    ups.run("ingest", bad, "--repo", REL_REPO, "--revision", REL_BAD, check=True)
+    rs = RelSync(ups, good)
+    try:
+        probe = rs.prepare(up)
+        t = time.time()
+        e = probe.run("sync", rs.list, extra={"MODELCAS_STEP_COUNT": f"{probe.dir}/steps"}).returncode
+        secs = time.time() - t
+        if e != 1:
+            fail(f"release sync probe: exit {e}, want 1 (held back)")
+        steps = int(open(f"{probe.dir}/steps").read())
+        rs.held(probe, "release sync probe")
+        shutil.rmtree(probe.dir, ignore_errors=True)
+        st["sync_steps"], st["sync_seconds"] = steps, round(secs, 2)
+        for i in range(n):
+            release_sync_round(rs, up, i, rng, (steps, secs), count)
+    finally:
+        rs.stop()
+    for k in st["by_kind"].values():
+        for name, v in k.items():
+            st[name] = st.get(name, 0) + v
+    st["kills"] = dict(rel_notes)
+    return st
+
+
 def main():
     # A run stopped with SIGTERM unwinds, so that each loop device's file system is unmounted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -1648,6 +2012,8 @@ def main():
     try:
         if A.only == "hub":
             report = {"hub": hub_matrix(up, A.hub or 4)}
+        elif A.only == "release":
+            report = {"release": release_matrix(up, RELEASE_ROUNDS or 4)}
         elif A.only == "issue36":
             report = {"kills": {"local": kills("local", "local", up, [PullPartial])}}
         else:
@@ -1659,10 +2025,12 @@ def main():
             report["power_loss"] = power_losses(up)
         if not A.only:
             report["corruptions"] = corruptions(A.corruptions, up)
-        if A.issue36 and A.only != "hub":
+        if A.issue36 and A.only not in ("hub", "release"):
             report["issue36"] = issue36(up, A.issue36)
-        if A.hub and A.only != "hub":
+        if A.hub and A.only not in ("hub", "release"):
             report["hub"] = hub_matrix(up, A.hub)
+        if RELEASE_ROUNDS and not A.only:
+            report["release"] = release_matrix(up, RELEASE_ROUNDS)
     finally:
         up.serve.stop()
     report["failures"] = len(failures)
