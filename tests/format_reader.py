@@ -20,12 +20,22 @@ store"), and follows the specification's sections by name.
                                                            TTL_MS MTIME_MS STATE HOST" a line
     format_reader.py STORE_DIR condemned                 "written_ms MS", then
                                                            "PACK MARKED_MS SIZE CHUNKS LIVE_CHUNKS" a line
+    format_reader.py STORE_DIR labels ORG/NAME           "COMMIT KEY VALUE" a line
+    format_reader.py STORE_DIR checks ORG/NAME           "COMMIT VERDICT RULES ERRORS WARNINGS" a line
 
 `packs` checks every pack's header, trailer and footer (bytes.md "Packs"); `footer` also
 decodes every frame the footer lists and checks its length (and its chunk id, as `cat`
 does). MTIME_MS is the object's modification time (the file's mtime, ms since the epoch):
 what counts for last-use records and lock ages (protocols.md). STATE is `held` or `stale`
 (protocols.md "Locks and leases"); HOST, last, may hold spaces.
+
+`labels` and `checks` read the release records (bytes.md "Release records"): VALUE, last,
+may hold spaces. VERDICT (passed, warnings, failed or not-checked) is derived as bytes.md
+"Verdict" says: from the record and the files digest of the stored manifest, which this
+reader computes; a record of a commit with no manifest is not-checked. ERRORS and WARNINGS
+count the problems the record keeps, RULES is its rule set's version. A record or label
+that breaks a rule of "Checked at decode" is refused (an error naming its key), where
+modelcas leaves it out (a label) or reads it as not checked (a check record).
 
 REV is a ref name or a full commit (40 hex digits). Everything is checked as FORMAT.md
 says a reader must: envelope magic, version, flags and BLAKE3 checksum, exact decoding,
@@ -48,6 +58,7 @@ import re
 import struct
 import sys
 import time
+import unicodedata
 
 import zstandard
 
@@ -471,6 +482,94 @@ def decode_condemned(data, key):
     return entries, written_ms
 
 
+# --- Release records (bytes.md "Release records") -------------------------------------
+
+MAX_CHECK_OBJECT = 4 * 1024 * 1024   # a check object, by its stored size
+MAX_LABEL_OBJECT = 8 * 1024          # a label object, by its stored size
+MAX_PROBLEMS = 1000
+MAX_LABELS = 64                      # labels of one commit
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+FILES_DIGEST_CONTEXT = b"modelcas-release-files-v1\0"
+assert len(FILES_DIGEST_CONTEXT) == 26
+
+
+def valid_label_key(k):
+    return _LABEL_KEY.fullmatch(k) is not None
+
+
+def capped_string(p, cap, field):
+    """A String of at most `cap` bytes of UTF-8."""
+    s = p.string()
+    if len(s.encode()) > cap:
+        p.fail(f"{field} of {len(s.encode())} bytes, more than {cap}")
+    return s
+
+
+def decode_check(data, key, commit_hex):
+    """A check object (CheckObject) at `key`, whose commit must be `commit_hex`."""
+    if len(data) > MAX_CHECK_OBJECT:
+        raise FormatError(f"{key}: {len(data)} bytes, over the {MAX_CHECK_OBJECT}-byte cap")
+    p = open_envelope(data, b"MCASCHCK", key)  # written compressed; the flag says
+
+    def problem():
+        return {"severity": p.u8(), "code": capped_string(p, 64, "code"),
+                "path": capped_string(p, 1024, "path"),
+                "message": capped_string(p, 500, "message")}
+
+    r = {"commit": p.array(20), "files": p.array(32), "rules": p.u32(),
+         "checked_at": p.u64(), "by": capped_string(p, 64, "by")}
+    n = p.length(4)  # a problem takes at least 4 bytes (severity and three lengths)
+    if n > MAX_PROBLEMS:
+        p.fail(f"{n} problems, more than {MAX_PROBLEMS}")
+    r["problems"] = [problem() for _ in range(n)]
+    r["omitted"] = p.u32()
+    p.end()
+    if r["commit"].hex() != commit_hex:
+        raise FormatError(f"{key}: record of commit {r['commit'].hex()}")
+    return r
+
+
+def decode_label(data, key, commit_hex, label_key):
+    """A label object (LabelObject) at `key` = .../labels/`commit_hex`/`label_key`."""
+    if len(data) > MAX_LABEL_OBJECT:
+        raise FormatError(f"{key}: {len(data)} bytes, over the {MAX_LABEL_OBJECT}-byte cap")
+    p = open_envelope(data, b"MCASLABL", key)
+    r = {"commit": p.array(20), "key": p.string(), "value": capped_string(p, 1024, "value"),
+         "set_at": p.u64(), "by": p.string()}
+    p.end()
+    if r["commit"].hex() != commit_hex:
+        raise FormatError(f"{key}: label of commit {r['commit'].hex()}")
+    if r["key"] != label_key:
+        raise FormatError(f"{key}: label {r['key']!r} stored under another key")
+    if not valid_label_key(r["key"]):
+        raise FormatError(f"{key}: {r['key']!r} is not a label key")
+    if any(unicodedata.category(c) == "Cc" for c in r["value"]):
+        raise FormatError(f"{key}: value holds a control character")
+    return r
+
+
+def files_digest(manifest):
+    """BLAKE3-256 of the context and, per file in manifest order, path || 0 || size (u64
+    LE) || sha256 || executable (bytes.md "Files digest")."""
+    parts = [FILES_DIGEST_CONTEXT]
+    for f in manifest["files"]:
+        parts += [f["path"].encode(), b"\0", struct.pack("<Q", f["size"]), f["sha256"],
+                  b"\1" if f["executable"] else b"\0"]
+    return blake3(b"".join(parts))
+
+
+def verdict(check, digest):
+    """bytes.md "Verdict": of a decoded record, against the stored manifest's files
+    digest (None: no manifest)."""
+    if digest is None or check["files"] != digest:
+        return "not-checked"
+    if any(pr["severity"] != 1 for pr in check["problems"]):
+        return "failed"  # an unknown severity counts as an error
+    if check["problems"]:
+        return "warnings"
+    return "failed" if check["omitted"] else "passed"
+
+
 PACK_HEADER = 16
 PACK_TRAILER = 12
 
@@ -774,6 +873,57 @@ class Store:
             out.append((commit, rec, self.mtime_ms(key)))
         return out
 
+    def labels(self, org, name):
+        """(commit, key, value) of every label, sorted: keys
+        `repos/<org>/<name>/labels/<40 hex>/<key>` (other names under labels/ are not
+        release records and are ignored, except a last segment that is no label key)."""
+        prefix = f"repos/{org}/{name}/labels/"
+        out = []
+        per_commit = {}
+        for key in self.list(prefix):
+            parts = key[len(prefix):].split("/")
+            if len(parts) != 2 or not _HEX40.fullmatch(parts[0]):
+                continue
+            commit, label_key = parts
+            if not valid_label_key(label_key):
+                raise FormatError(f"{key}: {label_key!r} is not a label key")
+            data = self.get(key)
+            if data is None:
+                continue  # removed meanwhile
+            rec = decode_label(data, key, commit, label_key)
+            per_commit[commit] = per_commit.get(commit, 0) + 1
+            if per_commit[commit] > MAX_LABELS:
+                raise FormatError(f"{prefix}{commit}/: more than {MAX_LABELS} labels")
+            out.append((commit, rec["key"], rec["value"]))
+        return sorted(out)
+
+    def checks(self, org, name):
+        """(commit, record, verdict) of every check record `repos/<org>/<name>/checks/<40
+        hex>`, sorted by commit; the verdict against the stored manifest."""
+        prefix = f"repos/{org}/{name}/checks/"
+        out = []
+        for key in self.list(prefix):
+            commit = key[len(prefix):]
+            if not _HEX40.fullmatch(commit):
+                continue
+            try:  # the cap is checked by the size, before the object is read
+                size = os.path.getsize(self.path(key))
+            except FileNotFoundError:
+                continue
+            if size > MAX_CHECK_OBJECT:
+                raise FormatError(f"{key}: {size} bytes, over the {MAX_CHECK_OBJECT}-byte cap")
+            data = self.get(key)
+            if data is None:
+                continue
+            rec = decode_check(data, key, commit)
+            mkey = f"repos/{org}/{name}/manifests/{commit}"
+            mdata = self.get(mkey)
+            digest = None
+            if mdata is not None:
+                digest = files_digest(decode_manifest(mdata, mkey, org, name, commit))
+            out.append((commit, rec, verdict(rec, digest)))
+        return out
+
     def locks(self):
         """(key, lock, mtime_ms, stale) of every lock and lease, by the rules of
         protocols.md "Locks and leases": the store's clock (here the kernel's) is read
@@ -827,7 +977,9 @@ USAGE = """usage: format_reader.py [--blake3-chunks] STORE_DIR repos
        format_reader.py [--blake3-chunks] STORE_DIR pins ORG/NAME
        format_reader.py [--blake3-chunks] STORE_DIR used ORG/NAME
        format_reader.py [--blake3-chunks] STORE_DIR locks
-       format_reader.py [--blake3-chunks] STORE_DIR condemned"""
+       format_reader.py [--blake3-chunks] STORE_DIR condemned
+       format_reader.py [--blake3-chunks] STORE_DIR labels ORG/NAME
+       format_reader.py [--blake3-chunks] STORE_DIR checks ORG/NAME"""
 
 
 def store_lines(store, cmd, rest):
@@ -852,7 +1004,8 @@ def main(argv):
     force_chunks = "--blake3-chunks" in args
     args = [a for a in args if a != "--blake3-chunks"]
     arity = {"repos": 0, "commits": 1, "refs": 1, "files": 2, "cat": 3, "packs": 0,
-             "footer": 1, "pins": 1, "used": 1, "locks": 0, "condemned": 0}
+             "footer": 1, "pins": 1, "used": 1, "locks": 0, "condemned": 0,
+             "labels": 1, "checks": 1}
     if len(args) < 2 or args[1] not in arity or len(args) != 2 + arity[args[1]]:
         print(USAGE, file=sys.stderr)
         return 2
@@ -882,6 +1035,14 @@ def main(argv):
         elif cmd == "used":
             for c, u, mtime in store.commit_records(org, name, "used", decode_used):
                 out.write(f"{c} {u['used_at']} {mtime} {u['by']}\n".encode())
+        elif cmd == "labels":
+            for c, k, v in store.labels(org, name):
+                out.write(f"{c} {k} {v}\n".encode())
+        elif cmd == "checks":
+            for c, rec, v in store.checks(org, name):
+                errors = sum(1 for pr in rec["problems"] if pr["severity"] != 1)
+                warnings = len(rec["problems"]) - errors
+                out.write(f"{c} {v} {rec['rules']} {errors} {warnings}\n".encode())
         elif cmd == "files":
             m = store.manifest(org, name, store.resolve(org, name, rest[1]))
             for f in m["files"]:

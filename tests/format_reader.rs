@@ -4,8 +4,10 @@
 //! commits and refs and reads every file of every revision byte for byte as `modelcas`
 //! does: on the generated series, on a store whose frames use all three codecs, and after
 //! gc rewrote packs and deleted the old ones (so it must follow the forwarding records).
-//! It also decodes pack footers, pins, last-use records, locks and leases, and the
-//! condemned list, and every decoded field is compared with what `modelcas` reports.
+//! It also decodes pack footers, pins, last-use records, locks and leases, the condemned
+//! list, and release records (check records, with the verdict it derives itself from the
+//! files digest of the stored manifest, and labels), and every decoded field is compared
+//! with what `modelcas` reports.
 //!
 //! The reader reads the local directory store only, so every test here builds its own
 //! store in a local directory, whatever `MODELCAS_TEST_BACKEND` says: in `.ci/run`'s S3
@@ -1002,7 +1004,7 @@ fn reads_the_objects_of_the_test_vectors() {
     let tmp = tempfile::tempdir().unwrap();
     let objects = vector_objects();
     let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys.len(), 7, "{keys:?}");
+    assert_eq!(keys.len(), 8, "{keys:?}");
     for (key, bytes) in &objects {
         let path = tmp.path().join(key);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1079,4 +1081,545 @@ fn reads_the_objects_of_the_test_vectors() {
         .collect();
     assert_eq!(offsets, ["16", "62", "127"]);
     assert!(reader_lines(&env, &["condemned"]).is_empty());
+    // The release label, as the reader and modelcas see it (no check record: not checked).
+    assert_eq!(
+        reader_lines(&env, &["labels", "org/name"]),
+        vec![format!("{commit} vllm 0.11.0")]
+    );
+    assert!(reader_lines(&env, &["checks", "org/name"]).is_empty());
+    let label = env.json(&["label", "org/name@main", "--json"]);
+    assert_eq!(label["labels"], serde_json::json!({"vllm": "0.11.0"}));
+    release_records_agree(&env, "org/name");
+}
+
+// --- Release records (bytes.md "Release records") ---------------------------------------
+
+const RELEASE_REPO: &str = "o/m";
+
+/// A model directory for the release check: a llama `config.json`, a BPE `tokenizer.json`
+/// and `model.safetensors` as given.
+fn release_dir(env: &Env, name: &str, safetensors: &[u8]) -> PathBuf {
+    let dir = env.path(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type":"llama","architectures":["X"]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        r#"{"model":{"type":"BPE","vocab":{},"merges":[]}}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("model.safetensors"), safetensors).unwrap();
+    dir
+}
+
+/// A valid safetensors file: one F32 tensor of 2 values.
+fn safetensors_valid() -> Vec<u8> {
+    let mut header = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#.to_vec();
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header);
+    out.extend([0u8; 8]);
+    out
+}
+
+/// A safetensors file cut inside its header: it claims 64 header bytes, 20 follow.
+fn safetensors_truncated() -> Vec<u8> {
+    let mut out = 64u64.to_le_bytes().to_vec();
+    out.extend([b'{'; 20]);
+    out
+}
+
+/// Ingests DIR into o/m with the ref main and two labels; returns the commit.
+fn ingest_release(env: &Env, dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "--repo",
+        RELEASE_REPO,
+        "--ref",
+        "main",
+        "--label",
+        "vllm=0.11.0",
+        "--label",
+        "validated-by=ci",
+    ];
+    args.extend(extra);
+    let v = env.ingest_json(dir, &args);
+    v["snapshots"][0]["commit"].as_str().unwrap().to_string()
+}
+
+/// The reader's `checks`: commit → (verdict, rules, errors, warnings).
+fn reader_checks(env: &Env, repo: &str) -> BTreeMap<String, (String, u64, u64, u64)> {
+    reader_lines(env, &["checks", repo])
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f.len(), 5, "{l}");
+            let n = |i: usize| f[i].parse::<u64>().unwrap();
+            (f[0].to_string(), (f[1].to_string(), n(2), n(3), n(4)))
+        })
+        .collect()
+}
+
+/// The reader's `labels`: commit → key → value.
+fn reader_labels(env: &Env, repo: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let lines = reader_lines(env, &["labels", repo]);
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted, "labels are listed sorted");
+    for l in lines {
+        let f: Vec<&str> = l.splitn(3, ' ').collect();
+        assert_eq!(f.len(), 3, "{l}");
+        out.entry(f[0].to_string())
+            .or_default()
+            .insert(f[1].to_string(), f[2].to_string());
+    }
+    out
+}
+
+fn json_labels(v: &serde_json::Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// What `modelcas ls REPO --json` says of each commit: commit → (verdict in the reader's
+/// spelling, rules, errors, warnings, labels).
+type LsRelease = BTreeMap<String, (String, u64, u64, u64, BTreeMap<String, String>)>;
+
+fn ls_release(env: &Env, repo: &str) -> LsRelease {
+    let ls = env.json(&["ls", repo, "--json"]);
+    ls["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let c = &row["check"];
+            let n = |k: &str| c[k].as_u64().unwrap();
+            (
+                row["commit"].as_str().unwrap().to_string(),
+                (
+                    c["verdict"].as_str().unwrap().replace(' ', "-"),
+                    n("rules"),
+                    n("errors"),
+                    n("warnings"),
+                    json_labels(&row["labels"]),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The reader's `checks` and `labels` of REPO agree with `modelcas ls REPO --json` and
+/// `modelcas label REPO@COMMIT --json`: a commit without a record is "not checked" there;
+/// a not-checked record's counts are not compared (ls shows none). Returns the reader's
+/// checks.
+fn release_records_agree(env: &Env, repo: &str) -> BTreeMap<String, (String, u64, u64, u64)> {
+    let checks = reader_checks(env, repo);
+    let labels = reader_labels(env, repo);
+    let ls = ls_release(env, repo);
+    for c in checks.keys().chain(labels.keys()) {
+        assert!(
+            ls.contains_key(c),
+            "{c}: a record of a commit ls does not show"
+        );
+    }
+    for (commit, (verdict, rules, errors, warnings, ls_labels)) in &ls {
+        match checks.get(commit) {
+            Some((v, _, _, _)) if v == "not-checked" => {
+                assert_eq!(verdict, "not-checked", "{commit}")
+            }
+            Some(got) => assert_eq!(
+                got,
+                &(verdict.clone(), *rules, *errors, *warnings),
+                "{commit}: reader vs ls"
+            ),
+            None => assert_eq!(verdict, "not-checked", "{commit}: no record"),
+        }
+        let ours = labels.get(commit).cloned().unwrap_or_default();
+        assert_eq!(&ours, ls_labels, "{commit}: labels, reader vs ls");
+        let label = env.json(&["label", &format!("{repo}@{commit}"), "--json"]);
+        assert_eq!(label["commit"], commit.as_str());
+        assert_eq!(
+            json_labels(&label["labels"]),
+            ours,
+            "{commit}: labels, reader vs label --json"
+        );
+    }
+    checks
+}
+
+/// A bincode 2 `standard()` varint (bytes.md "Payload encoding").
+fn varint(out: &mut Vec<u8>, n: u64) {
+    if n <= 250 {
+        out.push(n as u8);
+    } else if n <= 0xffff {
+        out.push(0xfb);
+        out.extend((n as u16).to_le_bytes());
+    } else if n <= 0xffff_ffff {
+        out.push(0xfc);
+        out.extend((n as u32).to_le_bytes());
+    } else {
+        out.push(0xfd);
+        out.extend(n.to_le_bytes());
+    }
+}
+
+fn bincode_string(out: &mut Vec<u8>, s: &str) {
+    varint(out, s.len() as u64);
+    out.extend(s.as_bytes());
+}
+
+/// An object envelope, version 1 (bytes.md "Object envelope").
+fn envelope(magic: &[u8; 8], flags: u16, payload: &[u8]) -> Vec<u8> {
+    let mut out = magic.to_vec();
+    out.extend(1u16.to_le_bytes());
+    out.extend(flags.to_le_bytes());
+    out.extend(payload);
+    let sum = blake3::hash(&out);
+    out.extend(sum.as_bytes());
+    out
+}
+
+/// `data` as one zstd frame of raw blocks (RFC 8878: no compression library needed).
+fn zstd_raw(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd];
+    out.push(0xe0); // single segment, an 8-byte content size, no checksum
+    out.extend((data.len() as u64).to_le_bytes());
+    let blocks: Vec<&[u8]> = if data.is_empty() {
+        vec![&[][..]]
+    } else {
+        data.chunks(128 * 1024).collect()
+    };
+    for (i, b) in blocks.iter().enumerate() {
+        let last = u32::from(i + 1 == blocks.len());
+        let header = last | (b.len() as u32) << 3; // block type 0: raw
+        out.extend(&header.to_le_bytes()[..3]);
+        out.extend(*b);
+    }
+    out
+}
+
+/// A label object (MCASLABL).
+fn label_object(commit: &str, key: &str, value: &str, by: &str) -> Vec<u8> {
+    let mut p = hex::decode(commit).unwrap();
+    bincode_string(&mut p, key);
+    bincode_string(&mut p, value);
+    varint(&mut p, 1_796_264_278);
+    bincode_string(&mut p, by);
+    envelope(b"MCASLABL", 0, &p)
+}
+
+/// A check object (MCASCHCK, compressed): problems as (severity, code, path, message).
+fn check_object(
+    commit: &str,
+    files: &[u8; 32],
+    problems: &[(u8, &str, &str, &str)],
+    omitted: u32,
+) -> Vec<u8> {
+    let mut p = hex::decode(commit).unwrap();
+    p.extend(files);
+    varint(&mut p, 1); // rules
+    varint(&mut p, 1_796_264_278); // checked_at
+    bincode_string(&mut p, "check");
+    varint(&mut p, problems.len() as u64);
+    for (severity, code, path, message) in problems {
+        p.push(*severity);
+        bincode_string(&mut p, code);
+        bincode_string(&mut p, path);
+        bincode_string(&mut p, message);
+    }
+    varint(&mut p, u64::from(omitted));
+    envelope(b"MCASCHCK", 1, &zstd_raw(&p))
+}
+
+/// The files digest of REPO@COMMIT (bytes.md "Files digest"), from `ls --json`'s files.
+fn files_digest(env: &Env, repo: &str, commit: &str) -> [u8; 32] {
+    let v = env.json(&["ls", &format!("{repo}@{commit}"), "--json"]);
+    let mut files: Vec<(String, u64, String, bool)> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["size"].as_u64().unwrap(),
+                f["sha256"].as_str().unwrap().to_string(),
+                f["executable"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    let mut h = blake3::Hasher::new();
+    h.update(b"modelcas-release-files-v1\0");
+    for (path, size, sha, exec) in files {
+        h.update(path.as_bytes());
+        h.update(&[0]);
+        h.update(&size.to_le_bytes());
+        h.update(&hex::decode(sha).unwrap());
+        h.update(&[u8::from(exec)]);
+    }
+    *h.finalize().as_bytes()
+}
+
+#[test]
+fn decodes_release_checks_and_labels_as_modelcas_reports_them() {
+    let env = local_env();
+    let bad_dir = release_dir(&env, "bad", &safetensors_truncated());
+    let good_dir = release_dir(&env, "good", &safetensors_valid());
+    let bad = ingest_release(&env, &bad_dir, &[]);
+    let good = ingest_release(&env, &good_dir, &[]);
+    assert_ne!(bad, good);
+
+    // One record each: the failing revision failed with one error, the other passed; both
+    // carry the two labels.
+    let checks = release_records_agree(&env, RELEASE_REPO);
+    let want: BTreeMap<String, (String, u64, u64, u64)> = [
+        (bad.clone(), ("failed".to_string(), 1, 1, 0)),
+        (good.clone(), ("passed".to_string(), 1, 0, 0)),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(checks, want);
+    let two: BTreeMap<String, String> = [("validated-by", "ci"), ("vllm", "0.11.0")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let labels = reader_labels(&env, RELEASE_REPO);
+    assert_eq!(labels.len(), 2);
+    assert_eq!(labels[&bad], two);
+    assert_eq!(labels[&good], two);
+    assert_eq!(
+        json_labels(&env.json(&["label", "o/m@main", "--json"])["labels"]),
+        two
+    );
+
+    // Labels set, replaced and removed by `modelcas label`: the reader follows.
+    env.ok(&[
+        "label",
+        &format!("{RELEASE_REPO}@{bad}"),
+        "vllm=0.12.0",
+        "note=see_the_ticket",
+    ]);
+    env.ok(&["label", "o/m@main", "--remove", "validated-by"]);
+    let labels = reader_labels(&env, RELEASE_REPO);
+    assert_eq!(labels[&bad]["vllm"], "0.12.0");
+    assert_eq!(labels[&bad].len(), 3);
+    assert_eq!(labels[&good].keys().collect::<Vec<_>>(), ["vllm"]);
+    release_records_agree(&env, RELEASE_REPO);
+
+    // A stale record: commit C stored with the passing files and checked, removed, stored
+    // again with the failing files; the first record put back under its key (its commit
+    // is C's) no longer matches C's files digest: not checked, for both.
+    let c = "c000000000000000000000000000000000000003";
+    ingest_release(&env, &good_dir, &["--revision", c]);
+    let root = Path::new(&env.location);
+    let c_key = root.join(format!("repos/{RELEASE_REPO}/checks/{c}"));
+    let passed_record = std::fs::read(&c_key).unwrap();
+    assert_eq!(reader_checks(&env, RELEASE_REPO)[c].0, "passed");
+    env.ok(&["rm", &format!("{RELEASE_REPO}@{c}"), "--force"]);
+    assert!(!c_key.exists(), "rm deletes the check record");
+    ingest_release(&env, &bad_dir, &["--revision", c]);
+    assert_eq!(reader_checks(&env, RELEASE_REPO)[c].0, "failed");
+    std::fs::write(&c_key, &passed_record).unwrap();
+    let checks = release_records_agree(&env, RELEASE_REPO);
+    assert_eq!(checks[c], ("not-checked".to_string(), 1, 0, 0));
+
+    // Records written here from the spec, on the passing commit: every verdict rule, as
+    // the reader and modelcas derive it.
+    let g_key = root.join(format!("repos/{RELEASE_REPO}/checks/{good}"));
+    let digest = files_digest(&env, RELEASE_REPO, &good);
+    let warn = (1u8, "config.unknown", "config.json", "a warning");
+    let err = (
+        0u8,
+        "safetensors.truncated",
+        "model.safetensors",
+        "an error",
+    );
+    let odd = (
+        7u8,
+        "future.rule",
+        "tokenizer.json",
+        "a severity of a later version",
+    );
+    let cases: Vec<(Vec<(u8, &str, &str, &str)>, u32, (&str, u64, u64))> = vec![
+        (vec![], 0, ("passed", 0, 0)),
+        (vec![warn], 0, ("warnings", 0, 1)),
+        (vec![warn], 5, ("warnings", 0, 1)),
+        (vec![err, warn], 0, ("failed", 1, 1)),
+        (vec![odd], 0, ("failed", 1, 0)),
+        (vec![], 3, ("failed", 0, 0)),
+    ];
+    for (problems, omitted, (verdict, errors, warnings)) in cases {
+        std::fs::write(&g_key, check_object(&good, &digest, &problems, omitted)).unwrap();
+        let checks = release_records_agree(&env, RELEASE_REPO);
+        assert_eq!(
+            checks[&good],
+            (verdict.to_string(), 1, errors, warnings),
+            "{problems:?} omitted {omitted}"
+        );
+    }
+    // The failing commit's files digest under the passing commit's key: not checked.
+    let bad_digest = files_digest(&env, RELEASE_REPO, &bad);
+    std::fs::write(&g_key, check_object(&good, &bad_digest, &[], 0)).unwrap();
+    assert_eq!(
+        release_records_agree(&env, RELEASE_REPO)[&good].0,
+        "not-checked"
+    );
+    // A label written from the spec, its value with spaces: VALUE is the rest of the line.
+    let l_key = root.join(format!("repos/{RELEASE_REPO}/labels/{good}/notes"));
+    std::fs::write(&l_key, label_object(&good, "notes", "two words", "label")).unwrap();
+    assert_eq!(
+        reader_labels(&env, RELEASE_REPO)[&good]["notes"],
+        "two words"
+    );
+    release_records_agree(&env, RELEASE_REPO);
+}
+
+#[test]
+fn refuses_damaged_release_records() {
+    let env = local_env();
+    let bad = ingest_release(
+        &env,
+        &release_dir(&env, "bad", &safetensors_truncated()),
+        &[],
+    );
+    let good = ingest_release(&env, &release_dir(&env, "good", &safetensors_valid()), &[]);
+    release_records_agree(&env, RELEASE_REPO);
+    let root = Path::new(&env.location);
+    let checks = |c: &str| format!("repos/{RELEASE_REPO}/checks/{c}");
+    let label = |c: &str, k: &str| format!("repos/{RELEASE_REPO}/labels/{c}/{k}");
+    let put = |key: &str, bytes: &[u8]| std::fs::write(root.join(key), bytes).unwrap();
+    let get = |key: &str| std::fs::read(root.join(key)).unwrap();
+    let args = ["checks", RELEASE_REPO];
+    let largs = ["labels", RELEASE_REPO];
+
+    // A check record copied under another commit's key: it names another commit. The
+    // reader refuses it, naming the key; modelcas reads that commit as not checked.
+    let (good_check, bad_check) = (get(&checks(&good)), get(&checks(&bad)));
+    put(&checks(&bad), &good_check);
+    let err = reader_refuses(&env, &args, &checks(&bad));
+    assert!(err.contains(&format!("record of commit {good}")), "{err}");
+    let ls = ls_release(&env, RELEASE_REPO);
+    assert_eq!(ls[&bad].0, "not-checked");
+    assert_eq!(ls[&good].0, "passed");
+
+    // One flipped byte (the checksum); an object over 4 MiB (by its size, whatever it
+    // holds); more than 1000 problems; a problem's code over 64 bytes.
+    let mut flipped = bad_check.clone();
+    flipped[14] ^= 1;
+    let digest = files_digest(&env, RELEASE_REPO, &bad);
+    let many: Vec<(u8, &str, &str, &str)> = vec![(0, "c", "p", "m"); 1001];
+    let long_code = "x".repeat(65);
+    let long: Vec<(u8, &str, &str, &str)> = vec![(0, &long_code, "p", "m")];
+    for (bytes, why) in [
+        (flipped, "checksum mismatch"),
+        (vec![0u8; 4 * 1024 * 1024 + 1], "over the 4194304-byte cap"),
+        (check_object(&bad, &digest, &many, 0), "more than 1000"),
+        (check_object(&bad, &digest, &long, 0), "more than 64"),
+    ] {
+        put(&checks(&bad), &bytes);
+        let err = reader_refuses(&env, &args, &checks(&bad));
+        assert!(err.contains(why), "{err} does not say {why}");
+        assert_eq!(
+            ls_release(&env, RELEASE_REPO)[&bad].0,
+            "not-checked",
+            "{why}"
+        );
+    }
+    // Within the caps (1000 problems, a 64-byte code) it decodes.
+    let most: Vec<(u8, &str, &str, &str)> = vec![(0, &long_code[..64], "p", "m"); 1000];
+    put(&checks(&bad), &check_object(&bad, &digest, &most, 0));
+    assert_eq!(
+        release_records_agree(&env, RELEASE_REPO)[&bad],
+        ("failed".to_string(), 1, 1000, 0)
+    );
+    put(&checks(&bad), &bad_check);
+    release_records_agree(&env, RELEASE_REPO);
+
+    // Labels: copied under another commit, under another key; a value over 1024 bytes,
+    // with a control character; a key that breaks the rules. Each is refused by the
+    // reader, naming its key, and left out by modelcas. (An object over 8 KiB: below.)
+    let vllm = get(&label(&good, "vllm"));
+    let cases: Vec<(String, Vec<u8>, &str)> = vec![
+        (label(&bad, "vllm"), vllm.clone(), "label of commit"),
+        (
+            label(&good, "other"),
+            vllm.clone(),
+            "stored under another key",
+        ),
+        (
+            label(&good, "long"),
+            label_object(&good, "long", &"v".repeat(1025), "label"),
+            "more than 1024",
+        ),
+        (
+            label(&good, "bell"),
+            label_object(&good, "bell", "a\u{7}b", "label"),
+            "control character",
+        ),
+        (
+            label(&good, "-dash"),
+            label_object(&good, "-dash", "v", "label"),
+            "is not a label key",
+        ),
+    ];
+    for (key, bytes, why) in cases {
+        let had = root.join(&key).exists().then(|| get(&key));
+        put(&key, &bytes);
+        let err = reader_refuses(&env, &largs, &key);
+        assert!(err.contains(why), "{err} does not say {why}");
+        let last = key.rsplit('/').next().unwrap();
+        let commit = key.split('/').nth(4).unwrap();
+        let shown = &ls_release(&env, RELEASE_REPO)[commit].4;
+        assert!(!shown.contains_key(last), "{key}: modelcas shows {shown:?}");
+        match had {
+            Some(b) => put(&key, &b),
+            None => std::fs::remove_file(root.join(&key)).unwrap(),
+        }
+        release_records_agree(&env, RELEASE_REPO);
+    }
+    // At the caps it decodes: a 1024-byte value, a 64-character key.
+    let key64 = format!("k{}", "_".repeat(63));
+    put(
+        &label(&good, &key64),
+        &label_object(&good, &key64, &"v".repeat(1024), "label"),
+    );
+    assert_eq!(reader_labels(&env, RELEASE_REPO)[&good][&key64].len(), 1024);
+    release_records_agree(&env, RELEASE_REPO);
+}
+
+/// A label object over 8 KiB (here by a long `by`, which has no cap of its own) is refused
+/// by its size: by the reader, naming its key; modelcas leaves it out of listings as it
+/// does every damaged label (bytes.md "Release records": "A damaged label is left out of
+/// listings (and named by `fsck`)").
+#[test]
+fn an_oversized_label_is_refused_and_left_out() {
+    let env = local_env();
+    let good = ingest_release(&env, &release_dir(&env, "good", &safetensors_valid()), &[]);
+    let key = format!("repos/{RELEASE_REPO}/labels/{good}/big");
+    let path = Path::new(&env.location).join(&key);
+    let object = label_object(&good, "big", "v", &"b".repeat(8 * 1024));
+    assert!(object.len() > 8 * 1024);
+    std::fs::write(&path, &object).unwrap();
+    let err = reader_refuses(&env, &["labels", RELEASE_REPO], &key);
+    assert!(err.contains("over the 8192-byte cap"), "{err}");
+    let fsck = env.run(&["fsck", "--json"]);
+    let fsck: serde_json::Value = serde_json::from_slice(&fsck.stdout).unwrap();
+    assert!(
+        fsck["problems"].to_string().contains(&key),
+        "fsck names {key}: {fsck:#}"
+    );
+    let shown = &ls_release(&env, RELEASE_REPO)[&good].4;
+    assert!(!shown.contains_key("big"), "modelcas shows {shown:?}");
+    let label = env.json(&["label", &format!("{RELEASE_REPO}@{good}"), "--json"]);
+    assert!(label["labels"].get("big").is_none(), "{label}");
+    std::fs::remove_file(&path).unwrap();
+    release_records_agree(&env, RELEASE_REPO);
 }
