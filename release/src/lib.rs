@@ -29,7 +29,7 @@ pub use files::{DirFiles, FileInfo, Files};
 
 /// The rule set's version, stored with every check: it goes up whenever a rule, a code or
 /// a severity changes, so records made by older rules can be found and made again.
-pub const RULES: u32 = 1;
+pub const RULES: u32 = 2;
 
 /// Problems kept in one report; the rest are counted in [`Report::omitted`].
 pub const MAX_PROBLEMS: usize = 1000;
@@ -114,7 +114,8 @@ pub struct Partial {
 /// What the caller knows beside the files.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Set for a partial commit: missing-file errors become warnings that say so.
+    /// Set for a partial commit: missing-file errors become warnings that say so, when
+    /// they name no more distinct paths than the commit left out (`upstream - stored`).
     pub partial: Option<Partial>,
 }
 

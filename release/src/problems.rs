@@ -2,7 +2,7 @@
 //! with thousands separators, names are quoted and clipped; at the end the problems are
 //! sorted, capped per (file, code) and per report, and clipped to the record's caps.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
     Partial, Problem, Report, Severity, Summary, MAX_MESSAGE, MAX_PATH, MAX_PER_FILE_CODE,
@@ -16,6 +16,9 @@ struct Found {
     path: String,
     body: String,
     tail: String,
+    /// For a missing-file problem, the path it says is missing; its severity and tail are
+    /// decided in [`Sink::finish`], once all are known.
+    missing: Option<String>,
 }
 
 /// Where the rules put what they find.
@@ -40,19 +43,56 @@ impl Sink {
         self.push(Severity::Warning, code, path, message, String::new());
     }
 
-    /// A file that should be there and is not: an error, but a warning that says so in a
-    /// partial commit (the file may be upstream, left out by `--include`).
+    /// A file that should be there and is not: an error, but in a partial commit a warning
+    /// that says so when no more paths are missing than the commit left out (see
+    /// [`Sink::finish`]).
     pub(crate) fn missing(&mut self, code: &'static str, path: &str, message: String) {
-        match self.partial {
-            None => self.error(code, path, message),
-            Some(p) => {
-                let tail = format!(
-                    " (a partial commit: {} of {} upstream files stored)",
-                    num(p.stored),
-                    num(p.upstream)
-                );
-                self.push(Severity::Warning, code, path, message, tail);
+        self.missing_named(code, path, path, message);
+    }
+
+    /// [`Sink::missing`] reported on `path` for the missing file `named` (an index that
+    /// names a file that is not there).
+    pub(crate) fn missing_named(
+        &mut self,
+        code: &'static str,
+        path: &str,
+        named: &str,
+        message: String,
+    ) {
+        self.push(Severity::Error, code, path, message, String::new());
+        if let Some(f) = self.found.last_mut() {
+            f.missing = Some(named.to_string());
+        }
+    }
+
+    /// Missing-file problems of a partial commit: warnings ending "(a partial commit: N of
+    /// M upstream files stored)" when the distinct paths they name are no more than the
+    /// files left out (`upstream - stored`), else errors that say more are missing than
+    /// were left out. Without a partial commit they stay errors.
+    fn resolve_missing(&mut self) {
+        let Some(p) = self.partial else { return };
+        let named: BTreeSet<&str> = self
+            .found
+            .iter()
+            .filter_map(|f| f.missing.as_deref())
+            .collect();
+        let left_out = p.upstream.saturating_sub(p.stored);
+        let excused = named.len() as u64 <= left_out;
+        let head = format!(
+            " (a partial commit: {} of {} upstream files stored",
+            num(p.stored),
+            num(p.upstream)
+        );
+        let tail = if excused {
+            format!("{head})")
+        } else {
+            format!("{head}, but more files are missing than were left out)")
+        };
+        for f in self.found.iter_mut().filter(|f| f.missing.is_some()) {
+            if excused {
+                f.severity = Severity::Warning;
             }
+            f.tail = tail.clone();
         }
     }
 
@@ -81,6 +121,7 @@ impl Sink {
             path,
             body,
             tail,
+            missing: None,
         });
     }
 
@@ -91,6 +132,7 @@ impl Sink {
     }
 
     pub(crate) fn finish(mut self, summary: Summary) -> Report {
+        self.resolve_missing();
         self.found
             .sort_by(|a, b| (a.severity, &a.path, a.code).cmp(&(b.severity, &b.path, b.code)));
         let mut per: BTreeMap<(Severity, String, &'static str), usize> = BTreeMap::new();

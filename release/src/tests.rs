@@ -149,6 +149,47 @@ fn a_partial_commit_makes_missing_files_warnings_that_say_so() {
     assert_eq!(report.verdict(), Verdict::Failed);
 }
 
+fn partial(stored: u64, upstream: u64) -> Options {
+    Options {
+        partial: Some(Partial { stored, upstream }),
+    }
+}
+
+#[test]
+fn a_partial_commit_excuses_no_more_missing_files_than_it_left_out() {
+    // Two paths missing (the shard the index names, the tokenizer): excused when at
+    // least two upstream files were left out, errors when only one was.
+    let files = good().without("tokenizer.json").without(fixture::SHARD2);
+    let report = check(&files, &partial(3, 5)).unwrap();
+    assert_eq!(report.errors(), 0, "{:#?}", report.problems);
+    assert_eq!(report.warnings(), 2, "{:#?}", report.problems);
+    let report = check(&files, &partial(3, 4)).unwrap();
+    let missing: Vec<_> = report
+        .problems
+        .iter()
+        .filter(|p| ["tokenizer.missing", "index.missing-file"].contains(&p.code.as_str()))
+        .collect();
+    assert_eq!(missing.len(), 2, "{:#?}", report.problems);
+    for p in missing {
+        assert_eq!(p.severity, Severity::Error, "{p:?}");
+        assert!(
+            p.message.ends_with(
+                " (a partial commit: 3 of 4 upstream files stored, but more files are missing than were left out)"
+            ),
+            "{p:?}"
+        );
+    }
+    // A shard named by the index and by the shard set counts once; the auto_map module too.
+    let files = good()
+        .without(fixture::SHARD2)
+        .with("config.json", r#"{"model_type": "mpt", "auto_map": {"AutoConfig": "configuration_mpt.MPTConfig", "AutoModel": "configuration_mpt.MPTModel"}}"#);
+    let report = check(&files, &partial(3, 5)).unwrap();
+    assert_eq!(report.errors(), 0, "{:#?}", report.problems);
+    // More stored than upstream (a listing that changed): nothing was left out.
+    let report = check(&good().without("tokenizer.json"), &partial(9, 8)).unwrap();
+    assert_eq!(report.errors(), 1, "{:#?}", report.problems);
+}
+
 #[test]
 fn a_read_failure_is_an_error_of_the_check_not_a_problem() {
     let err = check(&good().failing(fixture::SHARD1), &Options::default()).unwrap_err();

@@ -256,7 +256,7 @@ pub(crate) fn check_indexes(
                     if *count == 1 { "" } else { "s" },
                     quote(first)
                 );
-                sink.missing("index.missing-file", &index.path, message);
+                sink.missing_named("index.missing-file", &index.path, file, message);
             }
         }
         for (tensor, file) in &index.entries {
