@@ -410,3 +410,138 @@ fn check_all_records_revisions_stored_without_a_current_record() {
     // Neither a target nor --all: a usage error.
     assert!(env.fails(&["check"]).contains("required"));
 }
+
+#[test]
+fn a_label_update_or_an_import_over_the_cap_changes_nothing() {
+    // Both failed first: `label` removed before it found the count too high, and an import
+    // wrote the manifest, check and some labels before refusing.
+    let env = Env::new();
+    let dir = env.path("fixtures");
+    fixtures(&dir);
+    env.ingest(
+        &dir.join("good"),
+        &["--repo", "o/m", "--ref", "main", "--label", "vllm=1"],
+    );
+    let bundle = env.path("b.mcas");
+    env.ok(&["export", "o/m@main", "-o", bundle.to_str().unwrap()]);
+    let labels: Vec<String> = (0..63).map(|i| format!("l{i}=x")).collect();
+    let mut args = vec!["label".to_string(), "o/m@main".to_string()];
+    args.extend(labels);
+    env.ok(&args);
+    let before = env.objects();
+    let err = env.fails(&["label", "o/m@main", "new1=x", "new2=x", "--remove", "l3"]);
+    assert!(err.contains("65 labels"), "{err}");
+    assert_eq!(
+        env.objects(),
+        before,
+        "a refused label update changed the store"
+    );
+    // Another store holding 64 labels refuses a bundle bringing one more, before anything.
+    let other = Env::new();
+    other.ingest(&dir.join("good"), &["--repo", "o/m"]);
+    let commit = s(&env.json(&["ls", "o/m", "--json"])["refs"]["main"]);
+    let mut args = vec!["label".to_string(), format!("o/m@{commit}")];
+    args.extend((0..64).map(|i| format!("k{i}=x")));
+    other.ok(&args);
+    let before = other.objects();
+    let err = other.fails(&["import", bundle.to_str().unwrap()]);
+    assert!(err.contains("65 labels"), "{err}");
+    let after: Vec<String> = other
+        .objects()
+        .into_iter()
+        .filter(|o| !o.starts_with("packs/"))
+        .collect();
+    let before: Vec<String> = before
+        .into_iter()
+        .filter(|o| !o.starts_with("packs/"))
+        .collect();
+    assert_eq!(after, before, "a refused import published something");
+}
+
+#[test]
+fn a_ref_forced_onto_a_failing_revision_is_not_reported_held_again() {
+    // Failed first: every later sync said "held back" for a ref already there.
+    let up = Env::new();
+    let dir = up.path("fixtures");
+    fixtures(&dir);
+    up.ingest(
+        &dir.join("no-tokenizer"),
+        &["--repo", "o/m", "--ref", "main"],
+    );
+    let srv = Served::start(&up, &[]);
+    let url = format!("http://{}", srv.addr);
+    let local = Env::new();
+    let list = local.path("list.toml");
+    std::fs::write(
+        &list,
+        "[[model]]\nrepo = \"o/m\"\nrevision = \"main\"\nrefs = [\"prod\"]\n",
+    )
+    .unwrap();
+    let sync = |force: bool| {
+        let mut args = vec!["sync", list.to_str().unwrap(), "--endpoint", &url, "--json"];
+        if force {
+            args.push("--force");
+        }
+        let out = local.run(&args);
+        (
+            out.status.code(),
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(),
+        )
+    };
+    assert_eq!(sync(false).0, Some(1));
+    let (code, r) = sync(true);
+    assert_eq!(code, Some(0), "{r}");
+    let (code, r) = sync(false);
+    assert_eq!(
+        (code, r["entries"][0]["status"].clone()),
+        (Some(0), "unchanged".into()),
+        "{r}"
+    );
+    assert_eq!(r["held_back"], 0, "{r}");
+}
+
+#[test]
+fn check_targets_are_told_apart_and_check_all_reports_what_it_could_not_check() {
+    let env = Env::new();
+    let dir = env.path("fixtures");
+    fixtures(&dir);
+    env.ingest(&dir.join("good"), &["--repo", "Org/Good", "--ref", "main"]);
+    // A path that is not there is named as a directory, not read as a revision.
+    let out = env.run(&["check", "./no-such-dir"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no such directory"),
+        "{out:?}"
+    );
+    // Any spelling of the repository, as pull and the locks take it.
+    assert_eq!(check(&env, "org/good@main").0, 0);
+    for (args, code) in [
+        (vec!["check", "--all", "no/such"], 2),
+        (vec!["check", "--all", "bad id!"], 2),
+        (vec!["check", "--all", "ORG/GOOD"], 0),
+    ] {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {out:?}");
+    }
+    // A damaged manifest: that revision is not checked (exit 2), the others still are.
+    env.ingest(
+        &dir.join("no-config"),
+        &["--repo", "o/bad", "--ref", "main"],
+    );
+    let key = env
+        .backend()
+        .list("repos/Org/Good/manifests/")
+        .unwrap()
+        .pop()
+        .unwrap()
+        .key;
+    env.rewrite(&key, |b| b.truncate(b.len() / 2));
+    let out = env.run(&["check", "--all", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (r["failed"].clone(), r["not_checked"].clone()),
+        (1.into(), 1.into()),
+        "{r}"
+    );
+}

@@ -208,6 +208,15 @@ pub fn check_label_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Unicode format and separator characters that change how a line shows in a terminal
+/// or a page without being seen: bidi marks and overrides, zero-width characters, line
+/// and paragraph separators, the byte order mark.
+fn is_format_char(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
 /// Why a label value is refused.
 pub fn check_label_value(key: &str, value: &str) -> Result<(), String> {
     if value.len() > MAX_LABEL_VALUE {
@@ -216,8 +225,11 @@ pub fn check_label_value(key: &str, value: &str) -> Result<(), String> {
             value.len()
         ));
     }
-    if value.chars().any(char::is_control) {
-        return Err(format!("label {key}: value has control characters"));
+    if value.chars().any(|c| c.is_control() || is_format_char(c)) {
+        return Err(format!(
+            "label {key}: value has control or invisible formatting characters (bidi \
+             overrides, zero-width or line separators)"
+        ));
     }
     Ok(())
 }
@@ -347,6 +359,10 @@ mod tests {
         }
         assert!(check_label_value("k", "0.11.0 (cu128)").is_ok());
         assert!(check_label_value("k", "a\nb").is_err());
+        for hidden in ["a\u{202E}b", "a\u{2028}b", "\u{200B}", "\u{FEFF}x"] {
+            assert!(check_label_value("k", hidden).is_err(), "{hidden:?}");
+        }
+        assert!(check_label_value("k", "vLLM 0.11 — ok é 中").is_ok());
         assert!(check_label_value("k", &"v".repeat(1025)).is_err());
         let l = LabelObject {
             commit: CommitId([1; 20]),

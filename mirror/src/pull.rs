@@ -154,7 +154,13 @@ pub fn pull(
         report.check = RowCheck::of(check.as_ref());
         let passes = check.is_some_and(|c| c.verdict().allows_protected_refs());
         if opts.hold_failing_refs && !passes {
-            report.refs_held = std::mem::take(&mut report.refs);
+            // Refs already at the commit (an earlier --force) are not held: they stay.
+            let now = store.refs(repo)?;
+            let (stay, held): (Vec<String>, Vec<String>) = std::mem::take(&mut report.refs)
+                .into_iter()
+                .partition(|r| now.get(r) == Some(&commit));
+            report.refs = stay;
+            report.refs_held = held;
         }
         for r in &report.refs {
             store.set_ref(repo, r, &commit)?;

@@ -387,9 +387,14 @@ fn fill(out: &mut EntryReport, before: &BTreeMap<String, CommitId>, r: PullRepor
         ));
     } else if r.check.verdict == "failed" {
         tracing::warn!(
-            "{}@{} fails its release check (refs moved by --force): {}",
+            "{}@{} fails its release check{}: {}",
             r.repo,
             r.commit,
+            if r.refs.is_empty() {
+                ""
+            } else {
+                " (its refs point at it)"
+            },
             r.check.problems.join("; ")
         );
     }

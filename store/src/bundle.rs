@@ -503,6 +503,21 @@ fn read_bundle(
             KIND_LABELS => {
                 let l = wire::decode_labels(&payload)
                     .map_err(|e| bad(format!("labels at byte {at}: {e}")))?;
+                if rx.checked {
+                    return Err(bad(format!(
+                        "labels at byte {at} after the chunks (they come before)"
+                    )));
+                }
+                if rx
+                    .labels
+                    .iter()
+                    .any(|o| o.repo == l.repo && o.commit == l.commit)
+                {
+                    return Err(bad(format!(
+                        "labels at byte {at}: a second labels record for {}@{}",
+                        l.repo, l.commit
+                    )));
+                }
                 let size: usize = l.labels.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
                 rx.hold((size_of::<BundleLabels>() + size) as u64, at)?;
                 rx.labels.push(l);
@@ -635,6 +650,23 @@ fn check_conflicts(store: &Store, rx: &Received) -> Result<()> {
             return Err(bad(format!(
                 "labels for {}@{}, which is not among the bundle's revisions",
                 l.repo, l.commit
+            )));
+        }
+        // The labels this store would hold afterwards: refused now, not half-published.
+        let mut keys: std::collections::BTreeSet<String> =
+            if store.has_commit(&l.repo, &l.commit)? {
+                store.labels(&l.repo, &l.commit)?.into_keys().collect()
+            } else {
+                Default::default()
+            };
+        keys.extend(l.labels.iter().map(|(k, _)| k.clone()));
+        if keys.len() > format::release::MAX_LABELS {
+            return Err(bad(format!(
+                "{}@{} would carry {} labels (those stored here and the bundle's), at most {}",
+                l.repo,
+                l.commit,
+                keys.len(),
+                format::release::MAX_LABELS
             )));
         }
     }

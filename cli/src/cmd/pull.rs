@@ -75,10 +75,21 @@ fn print_report(r: &PullReport) {
         bytes(r.bytes)
     );
     if r.check.verdict != "passed" {
+        let counts = match r.check.verdict {
+            "failed" => format!(
+                "FAILED ({} errors, {} warnings)",
+                r.check.errors, r.check.warnings
+            ),
+            "warnings" => format!("passed with {} warning(s)", r.check.warnings),
+            other => other.to_string(),
+        };
         println!(
-            "  release check: {} ({} errors, {} warnings): modelcas check {}@{}",
-            r.check.verdict, r.check.errors, r.check.warnings, r.repo, r.commit
+            "  release check: {counts}: modelcas check {}@{}",
+            r.repo, r.commit
         );
+        if !r.refs_held.is_empty() {
+            println!("  refs held back: {}", r.refs_held.join(", "));
+        }
         for p in r.check.problems.iter().take(5) {
             println!("    {p}");
         }

@@ -14,8 +14,12 @@ use crate::ctx::{resolve, Ctx};
 
 /// `modelcas check TARGET`: exit 0 passed (or warnings only), 1 failed, 2 could not check.
 pub fn check(ctx: &Ctx, target: &str, json: bool, no_record: bool) -> Result<ExitCode> {
-    let outcome = if Path::new(target).is_dir() {
-        check_dir(Path::new(target), json)
+    let outcome = if is_dir_target(target) {
+        if Path::new(target).is_dir() {
+            check_dir(Path::new(target), json)
+        } else {
+            Err(anyhow::anyhow!("{target}: no such directory"))
+        }
     } else {
         check_revision(ctx, target, json, no_record)
     };
@@ -31,16 +35,38 @@ pub fn check(ctx: &Ctx, target: &str, json: bool, no_record: bool) -> Result<Exi
 /// `modelcas check --all [ORG/NAME] [--recheck]`: records what is missing or stale; exit 1
 /// when a revision fails, 2 when one could not be checked.
 pub fn check_all(ctx: &Ctx, repo: Option<&str>, recheck: bool, json: bool) -> Result<ExitCode> {
+    match check_all_in(ctx, repo, recheck, json) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn check_all_in(ctx: &Ctx, repo: Option<&str>, recheck: bool, json: bool) -> Result<ExitCode> {
     let store = ctx.open()?;
     let repos = match repo {
-        Some(r) => vec![format::RepoId::parse(r)?],
+        Some(r) => {
+            let asked = format::RepoId::parse(r)?;
+            let found = store.find_repo(&asked)?;
+            vec![found.ok_or_else(|| repo::StoreError::UnknownRepo(asked.to_string()))?]
+        }
         None => store.repos()?,
     };
     let (mut failed, mut not_made, mut rows) = (0usize, 0usize, Vec::new());
     for repo in repos {
         for commit in store.commits(&repo)? {
-            let m = store.manifest(&repo, &commit)?;
             let warn = |w: String| eprintln!("warning: {w}");
+            let m = match store.manifest(&repo, &commit) {
+                Ok(m) => m,
+                Err(e) => {
+                    // One unreadable revision is not checked; the others still are.
+                    warn(format!("{repo}@{commit} not checked: {e}"));
+                    not_made += 1;
+                    continue;
+                }
+            };
             let check = if recheck {
                 match store::release::check_revision(&store, &m, "check") {
                     Ok(c) => store.put_check(&repo, &c).map(|()| Some(c))?,
@@ -85,6 +111,18 @@ pub fn check_all(ctx: &Ctx, repo: Option<&str>, recheck: bool, json: bool) -> Re
     })
 }
 
+/// Whether `target` names a directory: a path (`/…`, `./…`, `../…`, `~…`, `.`), or an
+/// existing directory whose name is no revision (no `@`). `ORG/NAME@REV` is a revision even
+/// where a directory of that name exists.
+fn is_dir_target(target: &str) -> bool {
+    let path_like = target == "."
+        || target == ".."
+        || ["/", "./", "../", "~"]
+            .iter()
+            .any(|p| target.starts_with(p));
+    path_like || (!target.contains('@') && Path::new(target).is_dir())
+}
+
 fn check_dir(dir: &Path, json: bool) -> Result<ExitCode> {
     let files =
         release::DirFiles::open(dir).with_context(|| format!("reading {}", dir.display()))?;
@@ -125,7 +163,10 @@ fn check_dir(dir: &Path, json: bool) -> Result<ExitCode> {
 
 fn check_revision(ctx: &Ctx, spec: &str, json: bool, no_record: bool) -> Result<ExitCode> {
     let store = ctx.open()?;
-    let (repo, commit) = resolve(&store, spec)?;
+    let (asked, rev) = format::names::parse_repo_rev(spec)?;
+    // Any spelling of the repository's id, as pull and the locks take it.
+    let repo = store.find_repo(&asked)?.unwrap_or(asked);
+    let commit = store.resolve(&repo, &rev)?;
     let manifest = store.manifest(&repo, &commit)?;
     let obj = store::release::check_revision(&store, &manifest, "check")
         .with_context(|| format!("checking {repo}@{commit}"))?;
@@ -245,10 +286,7 @@ pub fn label(
     }
     let store = ctx.open()?;
     let (repo, commit) = resolve(&store, spec)?;
-    if !remove.is_empty() {
-        store.remove_labels(&repo, &commit, remove)?;
-    }
-    store.set_labels(&repo, &commit, &labels, "label")?;
+    store.update_labels(&repo, &commit, &labels, remove, "label")?;
     let now = store.labels(&repo, &commit)?;
     if json {
         println!(

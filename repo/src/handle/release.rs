@@ -65,10 +65,17 @@ impl Store {
             .list(&layout::commit_labels_prefix(repo, commit))?
         {
             if let Some((c, key)) = layout::parse_label_key(repo, &meta.key) {
+                // More than a writer ever leaves: the first in key order are kept.
+                if out.len() >= MAX_LABELS && !out.contains_key(&key) {
+                    continue;
+                }
                 if let Some(l) = self.label_object(repo, &c, &key)? {
                     out.insert(l.key, l.value);
                 }
             }
+        }
+        if out.len() > MAX_LABELS {
+            out = out.into_iter().take(MAX_LABELS).collect();
         }
         Ok(out)
     }
@@ -81,6 +88,14 @@ impl Store {
                 if let Some(l) = self.label_object(repo, &c, &key)? {
                     out.entry(c).or_default().insert(l.key, l.value);
                 }
+            }
+        }
+        for labels in out.values_mut() {
+            if labels.len() > MAX_LABELS {
+                *labels = std::mem::take(labels)
+                    .into_iter()
+                    .take(MAX_LABELS)
+                    .collect();
             }
         }
         Ok(out)
@@ -113,25 +128,50 @@ impl Store {
         labels: &[(String, String)],
         by: &str,
     ) -> Result<()> {
-        for (k, v) in labels {
+        self.update_labels(repo, commit, labels, &[], by)
+    }
+
+    /// Removes labels of a commit; removing an absent one is not an error.
+    pub fn remove_labels(&self, repo: &RepoId, commit: &CommitId, keys: &[String]) -> Result<()> {
+        self.update_labels(repo, commit, &[], keys, "label")
+    }
+
+    /// Sets `set` and removes `remove` (a key in both is set), all checked first: a label
+    /// breaking the rules, an unknown commit or a count over [`MAX_LABELS`] afterwards
+    /// changes nothing.
+    pub fn update_labels(
+        &self,
+        repo: &RepoId,
+        commit: &CommitId,
+        set: &[(String, String)],
+        remove: &[String],
+        by: &str,
+    ) -> Result<()> {
+        for (k, v) in set {
             check_label_key(k).map_err(StoreError::Invalid)?;
             check_label_value(k, v).map_err(StoreError::Invalid)?;
         }
-        if labels.is_empty() {
+        for k in remove {
+            check_label_key(k).map_err(StoreError::Invalid)?;
+        }
+        if set.is_empty() && remove.is_empty() {
             return Ok(());
         }
         let lease = self.write_lease()?;
         self.require_commit(repo, commit)?;
-        let mut keys: Labels = self.labels(repo, commit)?;
-        keys.extend(labels.iter().cloned());
-        if keys.len() > MAX_LABELS {
+        let mut after: Labels = self.labels(repo, commit)?;
+        for k in remove {
+            after.remove(k);
+        }
+        after.extend(set.iter().cloned());
+        if after.len() > MAX_LABELS {
             return Err(StoreError::Invalid(format!(
                 "{repo}@{}: {} labels, at most {MAX_LABELS}",
                 commit.to_hex(),
-                keys.len()
+                after.len()
             )));
         }
-        let objects: Vec<(String, Vec<u8>)> = labels
+        let objects: Vec<(String, Vec<u8>)> = set
             .iter()
             .map(|(k, v)| {
                 let obj = LabelObject {
@@ -149,6 +189,9 @@ impl Store {
             .collect();
         lease.check()?;
         self.backend.put_many(&objects)?;
+        for k in remove.iter().filter(|k| !set.iter().any(|(s, _)| s == *k)) {
+            self.backend.delete(&layout::label_key(repo, commit, k))?;
+        }
         if !self.has_commit(repo, commit)? {
             for (key, _) in &objects {
                 self.backend.delete(key)?;
@@ -158,21 +201,6 @@ impl Store {
                 commit: commit.to_hex(),
                 what: "the labels were set",
             });
-        }
-        drop(lease);
-        Ok(())
-    }
-
-    /// Removes labels of a commit; removing an absent one is not an error.
-    pub fn remove_labels(&self, repo: &RepoId, commit: &CommitId, keys: &[String]) -> Result<()> {
-        for k in keys {
-            check_label_key(k).map_err(StoreError::Invalid)?;
-        }
-        let lease = self.write_lease()?;
-        self.require_commit(repo, commit)?;
-        lease.check()?;
-        for k in keys {
-            self.backend.delete(&layout::label_key(repo, commit, k))?;
         }
         drop(lease);
         Ok(())

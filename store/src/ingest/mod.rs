@@ -141,8 +141,8 @@ pub fn ingest_from(
     let held: Vec<Vec<String>> = manifests
         .iter()
         .zip(&checks)
-        .map(|((s, _, _), c)| held_refs(s, c.as_ref(), opts))
-        .collect();
+        .map(|((s, m, _), c)| held_refs(store, s, m, c.as_ref(), opts))
+        .collect::<Result<_>>()?;
     let with_refs: Vec<(Vec<String>, &Manifest)> = manifests
         .iter()
         .zip(&held)
@@ -228,15 +228,26 @@ fn write_release_records(
     Ok(())
 }
 
-/// The refs of `s` held back: all of them when failing revisions' refs are held and the
-/// check did not pass (or was not made).
-fn held_refs(s: &Snapshot, check: Option<&CheckObject>, opts: IngestOptions) -> Vec<String> {
+/// The refs of `s` held back when failing revisions' refs are held and the check did not
+/// pass (or was not made): those that would move (a ref already at the commit, moved
+/// there by an earlier `--force`, is not held).
+fn held_refs(
+    store: &Store,
+    s: &Snapshot,
+    m: &Manifest,
+    check: Option<&CheckObject>,
+    opts: IngestOptions,
+) -> Result<Vec<String>> {
     let passes = check.is_some_and(|c| c.verdict().allows_protected_refs());
-    if opts.hold_failing_refs && !passes {
-        s.refs.clone()
-    } else {
-        Vec::new()
+    if !opts.hold_failing_refs || passes || s.refs.is_empty() {
+        return Ok(Vec::new());
     }
+    let now = store.refs(&m.repo)?;
+    Ok(s.refs
+        .iter()
+        .filter(|r| now.get(*r) != Some(&m.commit))
+        .cloned()
+        .collect())
 }
 
 /// Sets when the new manifests are published: the store's clock read now (one request),
