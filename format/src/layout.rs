@@ -165,7 +165,7 @@ pub fn commit_labels_prefix(repo: &RepoId, commit: &CommitId) -> String {
     format!("{}{}/", labels_prefix(repo), commit.to_hex())
 }
 
-/// Key of one release label (the key must pass [`crate::release::check_label_key`], so it
+/// Key of one release label (the key must pass [`crate::names::check_label_key`], so it
 /// needs no escaping).
 pub fn label_key(repo: &RepoId, commit: &CommitId, key: &str) -> String {
     format!("{}{key}", commit_labels_prefix(repo, commit))
@@ -177,7 +177,7 @@ pub fn parse_label_key(repo: &RepoId, key: &str) -> Option<(CommitId, String)> {
     let rest = key.strip_prefix(&labels_prefix(repo))?;
     let (hex, name) = rest.split_once('/')?;
     let commit = CommitId::parse(hex).ok()?;
-    (commit.to_hex() == hex && crate::release::check_label_key(name).is_ok())
+    (commit.to_hex() == hex && crate::names::check_label_key(name).is_ok())
         .then(|| (commit, name.to_string()))
 }
 

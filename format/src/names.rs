@@ -173,6 +173,27 @@ pub fn parse_repo_rev(s: &str) -> Result<(RepoId, String)> {
     }
 }
 
+/// Longest release label key.
+pub const MAX_LABEL_KEY: usize = 64;
+
+/// Why a release label key is refused (docs/format/bytes.md, "Release records").
+pub fn check_label_key(key: &str) -> Result<(), String> {
+    let ok_first = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
+    let ok_rest = key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if key.is_empty() || key.len() > MAX_LABEL_KEY || !ok_first || !ok_rest {
+        return Err(format!(
+            "label key {key:?}: 1 to {MAX_LABEL_KEY} characters of A-Z a-z 0-9 . _ -, \
+             starting with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,8 +29,12 @@ pub const MAX_BY: usize = 64;
 pub const MAX_CHECK_OBJECT: u64 = 4 << 20;
 /// Labels one revision may carry.
 pub const MAX_LABELS: usize = 64;
+pub use crate::names::check_label_key;
 /// Longest label key.
-pub const MAX_LABEL_KEY: usize = 64;
+pub use crate::names::MAX_LABEL_KEY;
+
+/// The labels of one commit, by key.
+pub type Labels = std::collections::BTreeMap<String, String>;
 /// Longest label value (bytes of UTF-8).
 pub const MAX_LABEL_VALUE: usize = 1024;
 /// Largest stored label object read (bytes).
@@ -188,24 +192,6 @@ pub struct BundleLabels {
     pub commit: CommitId,
     /// (key, value) pairs, sorted by key, keys distinct.
     pub labels: Vec<(String, String)>,
-}
-
-/// Why a label key or value is refused.
-pub fn check_label_key(key: &str) -> Result<(), String> {
-    let ok_first = key
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric());
-    let ok_rest = key
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if key.is_empty() || key.len() > MAX_LABEL_KEY || !ok_first || !ok_rest {
-        return Err(format!(
-            "label key {key:?}: 1 to {MAX_LABEL_KEY} characters of A-Z a-z 0-9 . _ -, \
-             starting with a letter or digit"
-        ));
-    }
-    Ok(())
 }
 
 /// Unicode format and separator characters that change how a line shows in a terminal

@@ -27,8 +27,6 @@ mod mirror;
 mod refs;
 mod release;
 
-pub use release::Labels;
-
 /// Shortest commit prefix accepted as a revision.
 pub const MIN_PREFIX: usize = 7;
 

@@ -98,7 +98,7 @@ const RELEASE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 struct ReleaseFacts {
     /// The current check record (`None`: not checked, or a record for other files).
     check: Option<format::release::CheckObject>,
-    labels: repo::handle::Labels,
+    labels: format::release::Labels,
 }
 
 /// (repository, commit) → (when read, facts): at most [`RELEASE_CACHE`] entries.

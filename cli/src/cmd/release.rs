@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use format::release::Labels;
 use format::release::{CheckObject, Verdict};
-use repo::handle::Labels;
 use repo::Store;
 use serde_json::json;
 

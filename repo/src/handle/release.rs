@@ -12,12 +12,9 @@ use format::codec::{self, Kind};
 use format::layout;
 use format::names::{CommitId, RepoId};
 use format::release::{
-    check_label_key, check_label_value, files_digest, CheckObject, LabelObject, MAX_CHECK_OBJECT,
-    MAX_LABELS, MAX_LABEL_OBJECT,
+    check_label_key, check_label_value, files_digest, CheckObject, LabelObject, Labels,
+    MAX_CHECK_OBJECT, MAX_LABELS, MAX_LABEL_OBJECT,
 };
-
-/// The labels of one commit, by key.
-pub type Labels = BTreeMap<String, String>;
 
 impl Store {
     /// The stored check record of `commit`, whatever files it judged; `None` when absent.
