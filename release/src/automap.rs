@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 
-use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::json::{skip_map, skip_scalars, skip_seq, skip_str, MaybeStr};
@@ -18,12 +18,26 @@ use crate::{CheckError, Files, MAX_AUTO_MAP_REFS, MAX_PY, MAX_PY_FILES};
 
 /// The references of one `auto_map`, in file order: values are strings or lists of
 /// strings and nulls (a tokenizer's slow and fast classes); other shapes are skipped.
+/// Those of its `AutoTokenizer` key are kept apart too (a custom tokenizer).
 #[derive(Default)]
-pub(crate) struct AutoMap(Vec<String>);
+pub(crate) struct AutoMap {
+    all: Vec<String>,
+    pub(crate) tokenizer: Vec<String>,
+}
+
+/// The module file of a reference `module.Class` in this revision: `module.py`; `None` for
+/// code from another repository (`org/x--module.Class`) or a bare name.
+pub(crate) fn module_file(name: &str) -> Option<String> {
+    if name.contains("--") {
+        return None;
+    }
+    let (module, _class) = name.rsplit_once('.')?;
+    Some(format!("{}.py", module.replace('.', "/")))
+}
 
 impl AutoMap {
     pub(crate) fn refs(self, source: &str) -> Vec<Ref> {
-        self.0
+        self.all
             .into_iter()
             .map(|r| Ref {
                 source: source.to_string(),
@@ -55,16 +69,21 @@ impl<'de> Visitor<'de> for AutoMapVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AutoMap, A::Error> {
-        let mut out = Vec::new();
-        while map.next_key::<IgnoredAny>()?.is_some() {
-            for r in map.next_value::<Refs>()?.0 {
+        let mut out = AutoMap::default();
+        while let Some(key) = map.next_key::<String>()? {
+            let refs = map.next_value::<Refs>()?.0;
+            if key == "AutoTokenizer" {
+                out.tokenizer
+                    .extend(refs.iter().take(MAX_AUTO_MAP_REFS).cloned());
+            }
+            for r in refs {
                 // One past the cap is kept, so `check` can say the cap was hit.
-                if out.len() <= MAX_AUTO_MAP_REFS {
-                    out.push(r);
+                if out.all.len() <= MAX_AUTO_MAP_REFS {
+                    out.all.push(r);
                 }
             }
         }
-        Ok(AutoMap(out))
+        Ok(out)
     }
 
     skip_seq!(AutoMap::default());
@@ -129,10 +148,9 @@ pub(crate) fn check(files: &dyn Files, sink: &mut Sink, refs: &[Ref]) -> Result<
             sink.warning("auto_map.remote", &r.source, message);
             continue;
         }
-        let Some((module, _class)) = r.name.rsplit_once('.') else {
+        let Some(file) = module_file(&r.name) else {
             continue;
         };
-        let file = format!("{}.py", module.replace('.', "/"));
         if find(files, &file).is_some() {
             if !modules.contains(&file) {
                 modules.push(file);

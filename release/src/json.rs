@@ -9,7 +9,7 @@ use serde::de::{self, DeserializeOwned, IgnoredAny, Visitor};
 use serde::Deserializer;
 
 use crate::problems::Sink;
-use crate::{CheckError, FileInfo, Files};
+use crate::{CheckError, FileInfo, Files, MAX_LOADER_JSON};
 
 /// Visitor methods that take scalars (null, booleans, numbers) as `$value`.
 macro_rules! skip_scalars {
@@ -81,7 +81,10 @@ pub(crate) enum Json<T> {
     Invalid(serde_json::Error),
 }
 
-/// Reads `info` as a `T`, at most `cap` bytes.
+/// Reads `info` as a `T`, at most `cap` bytes. A syntax error in a file of at most
+/// [`MAX_LOADER_JSON`] bytes is tried once more with Python's bare `NaN`, `Infinity` and
+/// `-Infinity` read as `null` (`json.dump` writes them, `json.loads` and transformers read
+/// them), except in `tokenizer.json`, which the tokenizers library reads with serde_json.
 pub(crate) fn read<T: DeserializeOwned>(
     files: &dyn Files,
     sink: &mut Sink,
@@ -110,8 +113,72 @@ pub(crate) fn read<T: DeserializeOwned>(
             path: info.path.clone(),
             source: io::Error::from(e),
         }),
+        Err(e) if e.is_syntax() && python_json(info) => match reparse::<T>(files, info)? {
+            Some(v) => Ok(Json::Read(v)),
+            None => Ok(Json::Invalid(e)),
+        },
         Err(e) => Ok(Json::Invalid(e)),
     }
+}
+
+/// Whether the file's loader is Python's `json` (all but `tokenizer.json`), and it is small
+/// enough to be read again whole.
+fn python_json(info: &FileInfo) -> bool {
+    let name = info.path.rsplit('/').next().unwrap_or(&info.path);
+    name != "tokenizer.json" && info.size <= MAX_LOADER_JSON
+}
+
+/// The file read again whole (at most [`MAX_LOADER_JSON`] bytes) and parsed with bare
+/// `NaN`/`Infinity`/`-Infinity` as `null`; `None` when that fails too.
+fn reparse<T: DeserializeOwned>(
+    files: &dyn Files,
+    info: &FileInfo,
+) -> Result<Option<T>, CheckError> {
+    let mut bytes = Vec::new();
+    files
+        .reader(&info.path)
+        .and_then(|r| r.take(MAX_LOADER_JSON + 1).read_to_end(&mut bytes))
+        .map_err(CheckError::read(&info.path))?;
+    if bytes.len() as u64 > MAX_LOADER_JSON {
+        return Ok(None);
+    }
+    Ok(parse::<T, _>(&lenient(&bytes)[..]).ok())
+}
+
+/// `bytes` with each bare `NaN`, `Infinity` and `-Infinity` outside strings replaced by
+/// `null`; strings (and their escapes) are copied as they are.
+pub(crate) fn lenient(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + 16);
+    let (mut i, mut in_string) = (0, false);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            out.push(b);
+            if b == b'\\' {
+                if let Some(&next) = bytes.get(i + 1) {
+                    out.push(next);
+                    i += 1;
+                }
+            } else if b == b'"' {
+                in_string = false;
+            }
+            i += 1;
+            continue;
+        }
+        let rest = &bytes[i..];
+        let token = [&b"-Infinity"[..], b"Infinity", b"NaN"]
+            .into_iter()
+            .find(|t| rest.starts_with(t));
+        if let Some(t) = token {
+            out.extend_from_slice(b"null");
+            i += t.len();
+            continue;
+        }
+        in_string = b == b'"';
+        out.push(b);
+        i += 1;
+    }
+    out
 }
 
 /// One JSON value of type `T` and nothing after it but whitespace.

@@ -231,12 +231,13 @@ pub fn check(files: &dyn Files, opts: &Options) -> Result<Report, CheckError> {
     summary.tensors = headers.tensors;
     match class {
         revision::Class::Model => {
-            let config = revision::check_config(files, &mut sink)?;
+            let needed = !revision::gguf_only(files);
+            let config = revision::check_config(files, &mut sink, needed)?;
             revision::check_loader_json(files, &mut sink, class)?;
             weights::check_weights(files, &mut sink);
             weights::check_shards(files, &mut sink, &named);
             weights::check_indexes(files, &mut sink, &indexes, &headers.names);
-            let tok = tokenizer::check(files, &mut sink)?;
+            let tok = tokenizer::check(files, &mut sink, needed)?;
             summary.tokenizer = tok.checked;
             let mut refs = config.auto_map;
             refs.extend(tok.auto_map);

@@ -47,10 +47,15 @@ pub(crate) fn find<'a>(files: &'a dyn Files, path: &str) -> Option<&'a FileInfo>
         .map(|i| &list[i])
 }
 
+/// A model by `config.json`; a diffusers pipeline by a top-level `model_index.json` (other,
+/// even with a top-level single-file checkpoint beside it); an adapter; a model by its
+/// top-level weights; else other.
 pub(crate) fn classify(list: &[FileInfo]) -> Class {
     let has = |p: &str| list.iter().any(|f| f.path == p);
     if has("config.json") {
         Class::Model
+    } else if has("model_index.json") {
+        Class::Other
     } else if has("adapter_config.json") {
         Class::Adapter
     } else if list.iter().any(|f| is_weights(&f.path)) {
@@ -60,16 +65,33 @@ pub(crate) fn classify(list: &[FileInfo]) -> Class {
     }
 }
 
+/// Whether the revision's weights are only GGUF files (top-level `.gguf`, no pickle
+/// weights, no `.safetensors` at any depth): vLLM reads the config and the tokenizer from
+/// the GGUF file, so neither is missing.
+pub(crate) fn gguf_only(files: &dyn Files) -> bool {
+    let list = files.list();
+    let mut weights = list.iter().filter(|f| is_weights(&f.path)).peekable();
+    weights.peek().is_some()
+        && weights.all(|f| f.path.ends_with(".gguf"))
+        && !list.iter().any(|f| f.path.ends_with(".safetensors"))
+}
+
 /// What `config.json` gave the other rules.
 #[derive(Default)]
 pub(crate) struct ConfigFacts {
     pub(crate) auto_map: Vec<Ref>,
 }
 
-/// `config.json` of a model: present, an object, naming its model.
-pub(crate) fn check_config(files: &dyn Files, sink: &mut Sink) -> Result<ConfigFacts, CheckError> {
+/// `config.json` of a model: present (unless `needed` is false: a GGUF-only revision), an
+/// object, naming its model.
+pub(crate) fn check_config(
+    files: &dyn Files,
+    sink: &mut Sink,
+    needed: bool,
+) -> Result<ConfigFacts, CheckError> {
     let Some(info) = find(files, "config.json") else {
-        if find(files, "params.json").is_some() {
+        if !needed {
+        } else if find(files, "params.json").is_some() {
             let message = "missing; params.json is there (a Mistral-format config): vLLM needs --config-format mistral";
             sink.warning("config.missing", "config.json", message.into());
         } else {

@@ -388,6 +388,124 @@ fn other_tokenizers_count() {
 }
 
 #[test]
+fn tiktoken_sentencepiece_and_versioned_tokenizer_files_count() {
+    // One piece: field 1 of 8 bytes (piece "a", score 0.0).
+    let spm = vec![0x0a, 0x08, 0x0a, 0x01, b'a', 0x15, 0, 0, 0, 0];
+    let tiktoken = "IQ== 0\nIg== 1\n";
+    let cases: [(&str, Vec<u8>); 6] = [
+        ("tiktoken.model", tiktoken.into()),
+        ("qwen.tiktoken", tiktoken.into()),
+        ("tokenizer.model.v3", spm.clone()),
+        ("tokenizer.model.v7", spm.clone()),
+        ("spiece.model", spm.clone()),
+        ("sentencepiece.bpe.model", spm.clone()),
+    ];
+    for (path, bytes) in cases {
+        let files = good().without("tokenizer.json").with(path, bytes);
+        let report = run(&files);
+        assert_eq!(report.problems, vec![], "{path}");
+        assert_eq!(report.summary.tokenizer.as_deref(), Some(path));
+        // Each is read: junk in it is tokenizer.invalid.
+        let junk = good().without("tokenizer.json").with(path, vec![0xff; 9]);
+        let codes: Vec<_> = run(&junk).problems.into_iter().map(|p| p.code).collect();
+        assert_eq!(codes, ["tokenizer.invalid"], "{path}");
+    }
+    // Not at the top level, or not of those names: no tokenizer.
+    for path in ["sub/qwen.tiktoken", "tokenizer.model.", "x.model"] {
+        let files = good().without("tokenizer.json").with(path, spm.clone());
+        assert_eq!(run(&files).problems[0].code, "tokenizer.missing", "{path}");
+    }
+}
+
+#[test]
+fn a_custom_tokenizer_named_by_auto_map_counts_when_its_module_is_there() {
+    let config = r#"{"auto_map": {"AutoTokenizer": ["tokenization_glm.GLMTokenizer", null]}, "chat_template": "x"}"#;
+    let files = good()
+        .without("tokenizer.json")
+        .with("tokenizer_config.json", config)
+        .with("ice_text.model", vec![0x0a, 0x01, b'a'])
+        .with("tokenization_glm.py", "import sentencepiece\n");
+    assert_eq!(run(&files).problems, vec![]);
+    // Without the module: auto_map.missing and tokenizer.missing.
+    let codes: Vec<_> = run(&files.clone().without("tokenization_glm.py"))
+        .problems
+        .into_iter()
+        .map(|p| p.code)
+        .collect();
+    assert_eq!(codes, ["auto_map.missing", "tokenizer.missing"]);
+    // Another auto_map key (a model class) is no tokenizer.
+    let other = files.with(
+        "tokenizer_config.json",
+        r#"{"auto_map": {"AutoModel": "tokenization_glm.GLMTokenizer"}}"#,
+    );
+    assert_eq!(run(&other).problems[0].code, "tokenizer.missing");
+}
+
+#[test]
+fn a_gguf_only_revision_needs_no_config_or_tokenizer() {
+    let gguf = Mem::default()
+        .with("model.Q4_K_M.gguf", b"GGUF\x03\x00\x00\x00".to_vec())
+        .with("README.md", "x");
+    let report = run(&gguf);
+    assert_eq!(report.summary.class, "model");
+    assert_eq!(report.problems, vec![]);
+    // Beside safetensors or pickle weights, the GGUF file does not excuse them.
+    for (path, bytes) in [
+        ("model.safetensors", fixture::st(&[("a", "F32", &[1])])),
+        ("pytorch_model.bin", b"PK".to_vec()),
+    ] {
+        let codes: Vec<_> = run(&gguf.clone().with(path, bytes))
+            .problems
+            .into_iter()
+            .map(|p| p.code)
+            .collect();
+        assert!(codes.contains(&"config.missing".to_string()), "{codes:?}");
+        assert!(
+            codes.contains(&"tokenizer.missing".to_string()),
+            "{codes:?}"
+        );
+    }
+}
+
+#[test]
+fn a_diffusers_pipeline_with_a_top_level_checkpoint_is_other() {
+    let files = Mem::default()
+        .with(
+            "model_index.json",
+            r#"{"_class_name": "StableDiffusionXLPipeline"}"#,
+        )
+        .with(
+            "sd_xl_base_1.0.safetensors",
+            fixture::st(&[("w", "F32", &[2])]),
+        )
+        .with("unet/config.json", r#"{"a": 1}"#);
+    let report = run(&files);
+    assert_eq!(report.summary.class, "other");
+    let codes: Vec<_> = report.problems.into_iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["release.not-a-model"]);
+}
+
+#[test]
+fn bare_nan_and_infinity_as_python_writes_them_are_json() {
+    let config = r#"{"model_type": "llama", "softcap": Infinity, "x": NaN, "y": [-Infinity, 1], "s": "NaN \" Infinity"}"#;
+    let files = good()
+        .with("config.json", config)
+        .with("generation_config.json", r#"{"max_length": Infinity}"#);
+    assert_eq!(run(&files).problems, vec![]);
+    // Broken beyond those tokens: the original error.
+    let broken = good().with("config.json", r#"{"x": NaN, "y": }"#);
+    let p = &run(&broken).problems[0];
+    assert_eq!(
+        p.message,
+        "config.json: not valid JSON: expected value at line 1 column 7"
+    );
+    assert_eq!(
+        json::lenient(br#"{"a":NaN,"b":"NaN\\\"Infinity","c":[-Infinity,Infinity],"NaN":1}"#),
+        br#"{"a":null,"b":"NaN\\\"Infinity","c":[null,null],"NaN":1}"#.to_vec()
+    );
+}
+
+#[test]
 fn an_adapter_skips_config_and_tokenizer_rules() {
     let files = Mem::default()
         .with("adapter_config.json", r#"{"peft_type": "LORA"}"#)

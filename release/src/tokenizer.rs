@@ -9,7 +9,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::automap::{AutoMap, Ref};
+use crate::automap::{module_file, AutoMap, Ref};
 use crate::json::{self, skip_map, skip_scalars, skip_seq, skip_str, Json, Kind, MaybeStr};
 use crate::problems::{json_error, num, quote, Sink};
 use crate::revision::find;
@@ -18,15 +18,46 @@ use crate::{
     MAX_TOKENIZER_JSON, MAX_VOCAB,
 };
 
-/// The tokenizer files a loader looks for, at the top level.
-const TOKENIZER_FILES: &[&str] = &[
-    "merges.txt",
-    "tekken.json",
-    "tokenizer.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-];
+/// How a top-level tokenizer file is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TokFile {
+    /// `tokenizer.json`.
+    Json,
+    /// `tekken.json` (mistral_common).
+    Tekken,
+    /// `vocab.json` (with `merges.txt`, a slow BPE tokenizer).
+    VocabJson,
+    /// `merges.txt`, `vocab.txt`: lines.
+    Lines,
+    /// `tokenizer.model`, `tokenizer.model.v*` (mistral_common), `spiece.model` (T5,
+    /// XLNet), `sentencepiece.bpe.model` (XLM-R): SentencePiece, or tiktoken lines.
+    Model,
+    /// `tiktoken.model` (Kimi), `*.tiktoken` (Qwen): tiktoken lines.
+    Tiktoken,
+}
+
+/// The kind of a tokenizer file a loader looks for, at the top level.
+fn tok_file(path: &str) -> Option<TokFile> {
+    if path.contains('/') {
+        return None;
+    }
+    Some(match path {
+        "tokenizer.json" => TokFile::Json,
+        "tekken.json" => TokFile::Tekken,
+        "vocab.json" => TokFile::VocabJson,
+        "merges.txt" | "vocab.txt" => TokFile::Lines,
+        "tokenizer.model" | "spiece.model" | "sentencepiece.bpe.model" => TokFile::Model,
+        "tiktoken.model" => TokFile::Tiktoken,
+        _ if path
+            .strip_prefix("tokenizer.model.v")
+            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric())) =>
+        {
+            TokFile::Model
+        }
+        _ if path.len() > ".tiktoken".len() && path.ends_with(".tiktoken") => TokFile::Tiktoken,
+        _ => return None,
+    })
+}
 
 /// What the tokenizer rules give the report and the `auto_map` rule.
 #[derive(Default)]
@@ -35,39 +66,50 @@ pub(crate) struct TokFacts {
     pub(crate) auto_map: Vec<Ref>,
 }
 
-pub(crate) fn check(files: &dyn Files, sink: &mut Sink) -> Result<TokFacts, CheckError> {
-    let present: Vec<&FileInfo> = TOKENIZER_FILES
+/// The tokenizer files that are there, each read; `tokenizer.missing` when none makes a
+/// tokenizer and `needed` (not a GGUF-only revision) — a custom tokenizer whose module
+/// `tokenizer_config.json`'s `auto_map` names (`AutoTokenizer`) is there counts as one.
+pub(crate) fn check(
+    files: &dyn Files,
+    sink: &mut Sink,
+    needed: bool,
+) -> Result<TokFacts, CheckError> {
+    let present: Vec<(&FileInfo, TokFile)> = files
+        .list()
         .iter()
-        .filter_map(|p| find(files, p))
+        .filter_map(|f| tok_file(&f.path).map(|k| (f, k)))
         .collect();
-    let has = |p: &str| present.iter().any(|f| f.path == p);
-    let complete = has("tokenizer.json")
-        || has("tokenizer.model")
-        || has("tekken.json")
-        || (has("vocab.json") && has("merges.txt"))
+    let has = |p: &str| present.iter().any(|(f, _)| f.path == p);
+    let complete = present.iter().any(|(_, k)| {
+        matches!(
+            k,
+            TokFile::Json | TokFile::Tekken | TokFile::Model | TokFile::Tiktoken
+        )
+    }) || (has("vocab.json") && has("merges.txt"))
         || has("vocab.txt");
-    if !complete {
-        let message = "missing, and no other tokenizer (tokenizer.model, tekken.json, vocab.json with merges.txt, vocab.txt): vLLM cannot start without --skip-tokenizer-init";
-        sink.missing("tokenizer.missing", "tokenizer.json", message.into());
-    }
     let mut marker = None;
-    for info in &present {
-        match info.path.as_str() {
-            "tokenizer.json" => marker = tokenizer_json(files, sink, info)?,
-            "tekken.json" => tekken(files, sink, info)?,
-            "vocab.json" => vocab_json(files, sink, info)?,
-            "tokenizer.model" => tokenizer_model(files, sink, info)?,
-            _ => text_lines(files, sink, info)?,
+    for (info, kind) in &present {
+        match kind {
+            TokFile::Json => marker = tokenizer_json(files, sink, info)?,
+            TokFile::Tekken => tekken(files, sink, info)?,
+            TokFile::VocabJson => vocab_json(files, sink, info)?,
+            TokFile::Model => tokenizer_model(files, sink, info, false)?,
+            TokFile::Tiktoken => tokenizer_model(files, sink, info, true)?,
+            TokFile::Lines => text_lines(files, sink, info)?,
         }
     }
     let checked = (!present.is_empty()).then(|| {
         present
             .iter()
-            .map(|f| f.path.as_str())
+            .map(|(f, _)| f.path.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     });
-    let auto_map = chat_template(files, sink, marker)?;
+    let (auto_map, custom) = chat_template(files, sink, marker)?;
+    if needed && !complete && !custom {
+        let message = "missing, and no other tokenizer (tokenizer.model, tekken.json, vocab.json with merges.txt, vocab.txt): vLLM cannot start without --skip-tokenizer-init";
+        sink.missing("tokenizer.missing", "tokenizer.json", message.into());
+    }
     Ok(TokFacts { checked, auto_map })
 }
 
@@ -504,8 +546,14 @@ pub(crate) fn lines<R: BufRead>(mut reader: R) -> io::Result<Result<u64, String>
 }
 
 /// `tokenizer.model`: SentencePiece's `ModelProto` (a walk of its top-level protobuf
-/// fields) or, when its first line reads as one, tiktoken's `<base64> <rank>` lines.
-fn tokenizer_model(files: &dyn Files, sink: &mut Sink, info: &FileInfo) -> Result<(), CheckError> {
+/// fields) or, when its first line reads as one (or `tiktoken`: always), tiktoken's
+/// `<base64> <rank>` lines.
+fn tokenizer_model(
+    files: &dyn Files,
+    sink: &mut Sink,
+    info: &FileInfo,
+    tiktoken_only: bool,
+) -> Result<(), CheckError> {
     let path = info.path.as_str();
     if info.size > MAX_VOCAB {
         sink.too_large(path, info.size, MAX_VOCAB);
@@ -518,11 +566,12 @@ fn tokenizer_model(files: &dyn Files, sink: &mut Sink, info: &FileInfo) -> Resul
     let reader = files.reader(path).map_err(CheckError::read(path))?;
     let mut reader = BufReader::new(reader.take(MAX_VOCAB));
     let first = reader.fill_buf().map_err(CheckError::read(path))?;
-    let text = first
-        .split(|&b| b == b'\n')
-        .next()
-        .is_some_and(tiktoken_line)
-        && first.first() != Some(&0x0a);
+    let text = tiktoken_only
+        || (first
+            .split(|&b| b == b'\n')
+            .next()
+            .is_some_and(tiktoken_line)
+            && first.first() != Some(&0x0a));
     let verdict = if text {
         tiktoken(reader)
     } else {
@@ -674,12 +723,13 @@ fn varint<R: BufRead>(reader: &mut R, at: &mut u64) -> io::Result<Varint> {
     Ok(Varint::TooLong)
 }
 
-/// `tokenizer_config.json` (its `auto_map` returned) and the chat template rule.
+/// `tokenizer_config.json` (its `auto_map` returned, and whether its `AutoTokenizer`
+/// names a module that is there) and the chat template rule.
 fn chat_template(
     files: &dyn Files,
     sink: &mut Sink,
     marker: Option<String>,
-) -> Result<Vec<Ref>, CheckError> {
+) -> Result<(Vec<Ref>, bool), CheckError> {
     let mut there = find(files, "chat_template.jinja").is_some()
         || files.list().iter().any(|f| {
             f.path.starts_with("additional_chat_templates/") && f.path.ends_with(".jinja")
@@ -696,18 +746,18 @@ fn chat_template(
         }
     }
     let Some(info) = find(files, "tokenizer_config.json") else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     };
     let config: TokenizerConfig = match json::read(files, sink, info, MAX_TOKENIZER_CONFIG)? {
         Json::Read(c) => c,
-        Json::TooLarge => return Ok(Vec::new()),
+        Json::TooLarge => return Ok((Vec::new(), false)),
         Json::Invalid(e) => {
             sink.error(
                 "json.invalid",
                 &info.path,
                 format!("not valid JSON: {}", json_error(&e)),
             );
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
     };
     there |= config.template == Template::Present;
@@ -723,7 +773,13 @@ fn chat_template(
             sink.warning("chat_template.missing", &info.path, message);
         }
     }
-    Ok(config.auto_map.refs("tokenizer_config.json"))
+    let custom = config
+        .auto_map
+        .tokenizer
+        .iter()
+        .filter_map(|r| module_file(r))
+        .any(|file| find(files, &file).is_some());
+    Ok((config.auto_map.refs("tokenizer_config.json"), custom))
 }
 
 /// A `chat_template` value.
