@@ -193,7 +193,39 @@ fn read_exact(
 struct RawTensor {
     dtype: RawDtype,
     shape: Vec<usize>,
+    #[serde(deserialize_with = "offsets")]
     data_offsets: (usize, usize),
+}
+
+/// `[begin, end]`, and nothing else: a list of another length says so.
+fn offsets<'de, D: Deserializer<'de>>(d: D) -> Result<(usize, usize), D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = (usize, usize);
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("data_offsets [begin, end]")
+        }
+
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(usize, usize), A::Error> {
+            let wrong = || de::Error::custom("data_offsets must be [begin, end]");
+            let begin = seq.next_element::<usize>()?.ok_or_else(wrong)?;
+            let end = seq.next_element::<usize>()?.ok_or_else(wrong)?;
+            if seq.next_element::<IgnoredAny>()?.is_some() {
+                return Err(wrong());
+            }
+            Ok((begin, end))
+        }
+    }
+    d.deserialize_seq(V)
+}
+
+/// Whether an unknown dtype has the shape of one (`^[A-Z][A-Z0-9_]*$`): a newer dtype
+/// (a warning), not a misspelt one (an error).
+fn dtype_shaped(dtype: &str) -> bool {
+    let mut bytes = dtype.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_uppercase())
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 enum RawDtype {
@@ -225,6 +257,9 @@ impl<'de> Deserialize<'de> for RawDtype {
 struct Parsed {
     metadata: Option<HashMap<String, String>>,
     tensors: HashMap<String, RawTensor>,
+    /// (tensor, dtype) of each entry with a dtype the crate does not know, in file order,
+    /// a repeated name's earlier entries included (the crate refuses those too).
+    unknown: Vec<(String, String)>,
     count: u64,
 }
 
@@ -258,6 +293,7 @@ impl<'de> Visitor<'de> for HeaderSeed {
         let mut out = Parsed {
             metadata: None,
             tensors: HashMap::new(),
+            unknown: Vec::new(),
             count: 0,
         };
         let mut seen_metadata = false;
@@ -271,6 +307,9 @@ impl<'de> Visitor<'de> for HeaderSeed {
             } else if out.count < self.max_tensors as u64 {
                 out.count += 1;
                 let tensor: RawTensor = map.next_value()?;
+                if let RawDtype::Unknown(d) = &tensor.dtype {
+                    out.unknown.push((key.clone(), d.clone()));
+                }
                 if out.tensors.insert(key, tensor).is_some() {
                     out.count -= 1;
                 }
@@ -284,29 +323,39 @@ impl<'de> Visitor<'de> for HeaderSeed {
 }
 
 /// Our pass over a parsed header, then the crate's verdict when the pass named nothing.
+/// A tensor of an unknown dtype has its size unchecked, but its range counts; the crate's
+/// verdict is skipped for such a file (it refuses every unknown dtype).
 fn judge(sink: &mut Sink, path: &str, parsed: Parsed, data: u64) {
     let before = sink.count_for(path);
-    let mut tensors: Vec<(String, RawTensor)> = parsed.tensors.into_iter().collect();
-    tensors.sort_by(|a, b| (a.1.data_offsets, &a.0).cmp(&(b.1.data_offsets, &b.0)));
-    let mut known = Vec::with_capacity(tensors.len());
-    for (name, t) in &tensors {
-        match &t.dtype {
-            RawDtype::Known(d) => known.push((name.as_str(), *d, t)),
-            RawDtype::Unknown(d) => {
-                let message = format!(
-                    "tensor {} has dtype {}, unknown to safetensors 0.7: its size is not checked",
-                    quote(name),
-                    quote(d)
-                );
-                sink.warning("safetensors.dtype", path, message);
-            }
+    for (name, d) in &parsed.unknown {
+        if dtype_shaped(d) {
+            let message = format!(
+                "tensor {} has dtype {}, unknown to safetensors 0.7: its size is not checked",
+                quote(name),
+                quote(d)
+            );
+            sink.warning("safetensors.dtype", path, message);
+        } else {
+            let message = format!(
+                "tensor {} has dtype {}, not a safetensors dtype (upper-case letters, digits and _): safe_open refuses the header",
+                quote(name),
+                quote(d)
+            );
+            sink.error("safetensors.dtype", path, message);
         }
     }
-    if known.len() == tensors.len() {
-        check_sizes(sink, path, &known);
-    }
+    let mut tensors: Vec<(String, RawTensor)> = parsed.tensors.into_iter().collect();
+    tensors.sort_by(|a, b| (a.1.data_offsets, &a.0).cmp(&(b.1.data_offsets, &b.0)));
+    let known: Vec<_> = tensors
+        .iter()
+        .filter_map(|(name, t)| match &t.dtype {
+            RawDtype::Known(d) => Some((name.as_str(), *d, t)),
+            RawDtype::Unknown(_) => None,
+        })
+        .collect();
+    check_sizes(sink, path, &known);
     check_ranges(sink, path, &tensors, data);
-    if sink.count_for(path) > before {
+    if !parsed.unknown.is_empty() || sink.count_for(path) > before {
         return;
     }
     let infos = known

@@ -315,6 +315,85 @@ fn check_uses_max_tensors() {
     assert_eq!(report.summary.tensors, MAX_TENSORS as u64 + 1);
 }
 
+/// (code, severity) of each header problem of a file with this header and `data` bytes.
+fn header_codes(header: &str, data: usize) -> Vec<(String, Severity)> {
+    header_problems(&fixture::st_raw(header, data))
+        .into_iter()
+        .map(|p| (p.code, p.severity))
+        .collect()
+}
+
+#[test]
+fn an_unknown_dtype_still_has_the_other_sizes_and_all_ranges_checked() {
+    let w = |c: &str| (c.to_string(), Severity::Warning);
+    let e = |c: &str| (c.to_string(), Severity::Error);
+    let xyz = r#""a":{"dtype":"XYZ","shape":[1],"data_offsets":[0,4]}"#;
+    // Alone and well placed: the warning only (the crate's verdict is skipped).
+    assert_eq!(
+        header_codes(&format!("{{{xyz}}}"), 4),
+        [w("safetensors.dtype")]
+    );
+    // Another tensor's size.
+    let bad_size = format!(r#"{{{xyz},"b":{{"dtype":"F32","shape":[100],"data_offsets":[4,8]}}}}"#);
+    assert_eq!(
+        header_codes(&bad_size, 8),
+        [e("safetensors.size"), w("safetensors.dtype")]
+    );
+    // Ranges, the unknown tensor's included: truncated, trailing, a gap, an overlap.
+    let b = r#""b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}"#;
+    assert_eq!(
+        header_codes(&format!("{{{xyz},{b}}}"), 6),
+        [e("safetensors.truncated"), w("safetensors.dtype")]
+    );
+    assert_eq!(
+        header_codes(&format!("{{{xyz},{b}}}"), 12),
+        [e("safetensors.trailing"), w("safetensors.dtype")]
+    );
+    let far = r#""a":{"dtype":"XYZ","shape":[1],"data_offsets":[8,12]}"#;
+    assert_eq!(
+        header_codes(&format!("{{{far},{b}}}"), 12),
+        [e("safetensors.gap"), w("safetensors.dtype")]
+    );
+    let wide = r#""a":{"dtype":"XYZ","shape":[1],"data_offsets":[0,6]}"#;
+    assert_eq!(
+        header_codes(&format!("{{{wide},{b}}}"), 8),
+        [e("safetensors.overlap"), w("safetensors.dtype")]
+    );
+    // A dtype that is no dtype's shape is an error.
+    for dtype in ["float32", "", "F32 ", "1F"] {
+        let header = format!(r#"{{"a":{{"dtype":"{dtype}","shape":[1],"data_offsets":[0,4]}}}}"#);
+        let problems = header_problems(&fixture::st_raw(&header, 4));
+        assert_eq!(problems.len(), 1, "{dtype:?}: {problems:?}");
+        assert_eq!(
+            (problems[0].code.as_str(), problems[0].severity),
+            ("safetensors.dtype", Severity::Error),
+            "{dtype:?}"
+        );
+        assert!(
+            problems[0].message.contains("not a safetensors dtype"),
+            "{problems:?}"
+        );
+    }
+    // A repeated name whose first entry has an unknown dtype (the crate refuses it).
+    let twice = r#"{"t":{"dtype":"BF26","shape":[0],"data_offsets":[0,0]},"t":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}"#;
+    assert_eq!(header_codes(twice, 0), [w("safetensors.dtype")]);
+}
+
+#[test]
+fn data_offsets_of_the_wrong_length_say_so() {
+    for offsets in ["[0,4,4]", "[0]", "[]"] {
+        let header = format!(r#"{{"a":{{"dtype":"F32","shape":[1],"data_offsets":{offsets}}}}}"#);
+        let problems = header_problems(&fixture::st_raw(&header, 4));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0]
+                .message
+                .starts_with("f.safetensors: header is not an object of tensor entries: data_offsets must be [begin, end]"),
+            "{problems:?}"
+        );
+    }
+}
+
 #[test]
 fn a_python_padded_header_and_an_empty_file_pass() {
     for bytes in [
