@@ -249,8 +249,10 @@ pub fn check(files: &dyn Files, opts: &Options) -> Result<Report, CheckError> {
             weights::check_indexes(files, &mut sink, &indexes, &headers.names);
         }
         revision::Class::Other => {
-            revision::check_loader_json(files, &mut sink, class)?;
-            revision::not_a_model(files, &mut sink);
+            if !revision::empty(files, &mut sink) {
+                revision::check_loader_json(files, &mut sink, class)?;
+                revision::not_a_model(files, &mut sink);
+            }
         }
     }
     Ok(sink.finish(summary))

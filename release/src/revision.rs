@@ -231,14 +231,46 @@ pub(crate) fn check_loader_json(
     Ok(())
 }
 
-/// The one warning of class other.
+/// Documentation, not part of any model: `README*`, `LICENSE*`, `*.md`, images, git's
+/// dotfiles, and other `*.txt` at the top level (`merges.txt` and `vocab.txt` are
+/// tokenizer files).
+pub(crate) fn documentation(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let lower = name.to_ascii_lowercase();
+    let ext = |e: &[&str]| e.iter().any(|e| lower.ends_with(e));
+    lower.starts_with("readme")
+        || lower.starts_with("license")
+        || matches!(name, ".gitattributes" | ".gitignore")
+        || ext(&[".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp"])
+        || (!path.contains('/')
+            && lower.ends_with(".txt")
+            && !matches!(name, "merges.txt" | "vocab.txt"))
+}
+
+/// `release.empty`: no files, or only documentation. Returns whether it was reported.
+pub(crate) fn empty(files: &dyn Files, sink: &mut Sink) -> bool {
+    if !files.list().iter().all(|f| documentation(&f.path)) {
+        return false;
+    }
+    let message = "no model files (no config.json, weights, tokenizer or pipeline)";
+    sink.error("release.empty", ".", message.into());
+    true
+}
+
+/// The one warning of class other, on `model_index.json` for a pipeline, else on the first
+/// file that is not documentation.
 pub(crate) fn not_a_model(files: &dyn Files, sink: &mut Sink) {
     let tail = "only .safetensors headers and JSON were checked";
     if find(files, "model_index.json").is_some() {
         let message = format!("not a model vLLM loads (a diffusers pipeline): {tail}");
         sink.warning("release.not-a-model", "model_index.json", message);
     } else {
-        let path = files.list().first().map(|f| f.path.as_str()).unwrap_or(".");
+        let path = files
+            .list()
+            .iter()
+            .find(|f| !documentation(&f.path))
+            .map(|f| f.path.as_str())
+            .unwrap_or(".");
         let message =
             format!("not a model vLLM loads (no config.json and no top-level weights): {tail}");
         sink.warning("release.not-a-model", path, message);

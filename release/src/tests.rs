@@ -61,6 +61,7 @@ per_code! {
     chat_template_missing: "chat_template.missing", Warning, "tokenizer_config.json", "tokenizer_config.json: the tokenizer has chat tokens (\"<|im_start|>\") but no chat template";
     check_too_large: "check.too-large", Warning, "tokenizer.json", "tokenizer.json: 700,000,000 bytes, more than the check reads (536,870,912): not checked";
     release_not_a_model: "release.not-a-model", Warning, "model_index.json", "model_index.json: not a model vLLM loads (a diffusers pipeline)";
+    release_empty: "release.empty", Error, ".", ".: no model files (no config.json, weights, tokenizer or pipeline)";
 }
 
 #[test]
@@ -188,6 +189,40 @@ fn a_partial_commit_excuses_no_more_missing_files_than_it_left_out() {
     // More stored than upstream (a listing that changed): nothing was left out.
     let report = check(&good().without("tokenizer.json"), &partial(9, 8)).unwrap();
     assert_eq!(report.errors(), 1, "{:#?}", report.problems);
+}
+
+#[test]
+fn an_empty_or_documentation_only_revision_fails() {
+    let docs = Mem::default()
+        .with("README.md", "# gone")
+        .with(".gitattributes", "*.safetensors filter=lfs")
+        .with("LICENSE", "MIT")
+        .with("USE_POLICY.md", "x")
+        .with("notice.txt", "x")
+        .with("assets/logo.png", vec![0x89, b'P'])
+        .with("docs/intro.md", "x");
+    for files in [Mem::default(), docs.clone()] {
+        let report = run(&files);
+        let found: Vec<_> = report
+            .problems
+            .iter()
+            .map(|p| (p.code.as_str(), p.severity, p.path.as_str()))
+            .collect();
+        assert_eq!(found, [("release.empty", Severity::Error, ".")]);
+        assert_eq!(report.summary.class, "other");
+    }
+    // Anything else is no longer empty: a dataset is "other", its warning not on
+    // .gitattributes.
+    let data = docs.clone().with("data/train.parquet", vec![1]);
+    let p = &run(&data).problems;
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(
+        (p[0].code.as_str(), p[0].path.as_str()),
+        ("release.not-a-model", "data/train.parquet")
+    );
+    // A tokenizer-only repository is no empty one.
+    let tok = docs.with("tokenizer.json", fixture::TOKENIZER_BPE);
+    assert_eq!(run(&tok).problems[0].code, "release.not-a-model");
 }
 
 #[test]

@@ -153,6 +153,11 @@ const GOLDEN: &[(&str, Severity, &str)] = &[
         Severity::Warning,
         r#"model_index.json: not a model vLLM loads (a diffusers pipeline): only .safetensors headers and JSON were checked"#,
     ),
+    (
+        "release.empty",
+        Severity::Error,
+        r#".: no model files (no config.json, weights, tokenizer or pipeline)"#,
+    ),
 ];
 
 fn message_of(code: &str) -> (Severity, String) {
