@@ -65,6 +65,9 @@ pub(crate) fn check_file(
     info: &FileInfo,
     max_tensors: usize,
 ) -> Result<Header, CheckError> {
+    if crate::json::lfs_pointer(files, sink, info)? {
+        return Ok(NONE);
+    }
     let Some((n, bytes)) = read_header(files, sink, info)? else {
         return Ok(NONE);
     };

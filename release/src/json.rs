@@ -75,8 +75,8 @@ pub(crate) use {skip_map, skip_scalars, skip_seq, skip_str};
 /// What reading one JSON file gave.
 pub(crate) enum Json<T> {
     Read(T),
-    /// Over its cap: the warning is already in the sink.
-    TooLarge,
+    /// Not read: over its cap, or a Git LFS pointer; the problem is already in the sink.
+    Reported,
     /// Not JSON, or not of the shape the visitor wants.
     Invalid(serde_json::Error),
 }
@@ -93,7 +93,10 @@ pub(crate) fn read<T: DeserializeOwned>(
 ) -> Result<Json<T>, CheckError> {
     if info.size > cap {
         sink.too_large(&info.path, info.size, cap);
-        return Ok(Json::TooLarge);
+        return Ok(Json::Reported);
+    }
+    if lfs_pointer(files, sink, info)? {
+        return Ok(Json::Reported);
     }
     let reader = files
         .reader(&info.path)
@@ -105,7 +108,7 @@ pub(crate) fn read<T: DeserializeOwned>(
     let result = parse::<T, _>(BufReader::new(&mut counted));
     if counted.n > cap {
         sink.too_large(&info.path, counted.n, cap);
-        return Ok(Json::TooLarge);
+        return Ok(Json::Reported);
     }
     match result {
         Ok(v) => Ok(Json::Read(v)),
@@ -119,6 +122,32 @@ pub(crate) fn read<T: DeserializeOwned>(
         },
         Err(e) => Ok(Json::Invalid(e)),
     }
+}
+
+/// The first bytes of a Git LFS pointer file.
+const LFS_POINTER: &[u8] = b"version https://git-lfs.github.com/spec/v1";
+
+/// `file.lfs-pointer` when `info` is a Git LFS pointer (under 1,024 bytes, starting with
+/// its version line) instead of the file: a clone or download without git-lfs. Returns
+/// whether it was; the caller then reads no further.
+pub(crate) fn lfs_pointer(
+    files: &dyn Files,
+    sink: &mut Sink,
+    info: &FileInfo,
+) -> Result<bool, CheckError> {
+    if info.size >= 1024 || info.size < LFS_POINTER.len() as u64 {
+        return Ok(false);
+    }
+    let head = files
+        .read_at(&info.path, 0, LFS_POINTER.len())
+        .map_err(CheckError::read(&info.path))?;
+    if head != LFS_POINTER {
+        return Ok(false);
+    }
+    let message =
+        "a Git LFS pointer file, not the file's content (downloaded or cloned without git-lfs?)";
+    sink.error("file.lfs-pointer", &info.path, message.into());
+    Ok(true)
 }
 
 /// Whether the file's loader is Python's `json` (all but `tokenizer.json`), and it is small

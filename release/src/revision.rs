@@ -105,7 +105,7 @@ pub(crate) fn check_config(
     };
     let config: Config = match json::read(files, sink, info, MAX_LOADER_JSON)? {
         Json::Read(c) => c,
-        Json::TooLarge => return Ok(ConfigFacts::default()),
+        Json::Reported => return Ok(ConfigFacts::default()),
         Json::Invalid(e) => {
             sink.error("config.invalid", &info.path, invalid_text(&e));
             return Ok(ConfigFacts::default());

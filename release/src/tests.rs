@@ -62,6 +62,7 @@ per_code! {
     check_too_large: "check.too-large", Warning, "tokenizer.json", "tokenizer.json: 700,000,000 bytes, more than the check reads (536,870,912): not checked";
     release_not_a_model: "release.not-a-model", Warning, "model_index.json", "model_index.json: not a model vLLM loads (a diffusers pipeline)";
     release_empty: "release.empty", Error, ".", ".: no model files (no config.json, weights, tokenizer or pipeline)";
+    file_lfs_pointer: "file.lfs-pointer", Error, "model-00002-of-00002.safetensors", "model-00002-of-00002.safetensors: a Git LFS pointer file, not the file's content";
 }
 
 #[test]
@@ -223,6 +224,49 @@ fn an_empty_or_documentation_only_revision_fails() {
     // A tokenizer-only repository is no empty one.
     let tok = docs.with("tokenizer.json", fixture::TOKENIZER_BPE);
     assert_eq!(run(&tok).problems[0].code, "release.not-a-model");
+}
+
+#[test]
+fn a_git_lfs_pointer_is_named_instead_of_the_parse_error() {
+    let pointer = fixture::lfs_pointer(499_723);
+    for path in [
+        fixture::SHARD1,
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        fixture::INDEX,
+        "tokenizer.model",
+        "vocab.txt",
+        "merges.txt",
+        "vocab.json",
+        "tekken.json",
+        "qwen.tiktoken",
+        "chat_template.json",
+    ] {
+        let report = run(&good().with(path, pointer.clone()));
+        let found: Vec<_> = report
+            .problems
+            .iter()
+            .map(|p| (p.code.as_str(), p.path.as_str()))
+            .collect();
+        assert!(
+            found.contains(&("file.lfs-pointer", path)),
+            "{path}: {found:?}"
+        );
+        assert!(
+            report
+                .problems
+                .iter()
+                .filter(|p| p.path == path)
+                .all(|p| p.code == "file.lfs-pointer"),
+            "{path}: {found:?}"
+        );
+    }
+    // 1,024 bytes or more is no pointer: the parse error as before.
+    let long = format!("{pointer}{}", " ".repeat(1024));
+    let report = run(&good().with("config.json", long));
+    assert_eq!(report.problems[0].code, "config.invalid");
 }
 
 #[test]

@@ -132,7 +132,7 @@ fn tokenizer_json(
     let path = info.path.as_str();
     let t: TokenizerJson = match json::read(files, sink, info, MAX_TOKENIZER_JSON)? {
         Json::Read(t) => t,
-        Json::TooLarge => return Ok(None),
+        Json::Reported => return Ok(None),
         Json::Invalid(e) => {
             invalid(sink, path, crate::revision::invalid_text(&e));
             return Ok(None);
@@ -502,6 +502,9 @@ fn text_lines(files: &dyn Files, sink: &mut Sink, info: &FileInfo) -> Result<(),
         sink.too_large(&info.path, info.size, MAX_VOCAB);
         return Ok(());
     }
+    if json::lfs_pointer(files, sink, info)? {
+        return Ok(());
+    }
     let reader = files
         .reader(&info.path)
         .map_err(CheckError::read(&info.path))?;
@@ -561,6 +564,9 @@ fn tokenizer_model(
     }
     if info.size == 0 {
         invalid(sink, path, "empty".into());
+        return Ok(());
+    }
+    if json::lfs_pointer(files, sink, info)? {
         return Ok(());
     }
     let reader = files.reader(path).map_err(CheckError::read(path))?;
@@ -737,7 +743,7 @@ fn chat_template(
     if let Some(info) = find(files, "chat_template.json") {
         match json::read::<ChatTemplateJson>(files, sink, info, crate::MAX_LOADER_JSON)? {
             Json::Read(c) => there |= c.0 == Template::Present,
-            Json::TooLarge => there = true,
+            Json::Reported => there = true,
             Json::Invalid(e) => sink.error(
                 "json.invalid",
                 &info.path,
@@ -750,7 +756,7 @@ fn chat_template(
     };
     let config: TokenizerConfig = match json::read(files, sink, info, MAX_TOKENIZER_CONFIG)? {
         Json::Read(c) => c,
-        Json::TooLarge => return Ok((Vec::new(), false)),
+        Json::Reported => return Ok((Vec::new(), false)),
         Json::Invalid(e) => {
             sink.error(
                 "json.invalid",

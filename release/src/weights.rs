@@ -48,7 +48,7 @@ pub(crate) fn read_indexes(files: &dyn Files, sink: &mut Sink) -> Result<Vec<Ind
     {
         let raw: RawIndex = match json::read(files, sink, info, MAX_INDEX)? {
             Json::Read(r) => r,
-            Json::TooLarge => continue,
+            Json::Reported => continue,
             Json::Invalid(e) => {
                 sink.error("index.invalid", &info.path, invalid_text(&e));
                 continue;

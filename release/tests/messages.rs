@@ -158,6 +158,11 @@ const GOLDEN: &[(&str, Severity, &str)] = &[
         Severity::Error,
         r#".: no model files (no config.json, weights, tokenizer or pipeline)"#,
     ),
+    (
+        "file.lfs-pointer",
+        Severity::Error,
+        r#"model-00002-of-00002.safetensors: a Git LFS pointer file, not the file's content (downloaded or cloned without git-lfs?)"#,
+    ),
 ];
 
 fn message_of(code: &str) -> (Severity, String) {
