@@ -4,8 +4,9 @@
 //! crate's `Metadata::new` and `8 + N + data_len == size` as the verdict. Costs the first
 //! `min(size, 64 KiB)` bytes and, for a longer header, one read of exactly the rest.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::hash::Hasher;
 
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::Dtype;
@@ -20,8 +21,17 @@ use crate::{CheckError, FileInfo, Files, FIRST_READ, MAX_HEADER, MAX_TENSORS};
 pub(crate) struct Headers {
     pub(crate) files: u32,
     pub(crate) tensors: u64,
-    /// Tensor names of the files an index names, when their header was read whole.
-    pub(crate) names: BTreeMap<String, HashSet<String>>,
+    /// Tensor names of the files an index names, when their header was read whole, as
+    /// sorted [`name_hash`]es: 8 bytes a name, however many shards and however long the
+    /// names.
+    pub(crate) names: BTreeMap<String, Vec<u64>>,
+}
+
+/// A tensor name's 64-bit hash (SipHash with fixed keys: the same in every run).
+pub(crate) fn name_hash(name: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(name.as_bytes());
+    h.finish()
 }
 
 /// Checks every `.safetensors` file at any depth.
@@ -49,8 +59,9 @@ pub(crate) fn check_all(
 /// One file's header.
 pub(crate) struct Header {
     pub(crate) count: u64,
-    /// `None` when the header was not read whole (refused, or over the tensor cap).
-    pub(crate) names: Option<HashSet<String>>,
+    /// Sorted [`name_hash`]es of its tensors; `None` when the header was not read whole
+    /// (refused, or over the tensor cap).
+    pub(crate) names: Option<Vec<u64>>,
 }
 
 const NONE: Header = Header {
@@ -105,7 +116,9 @@ pub(crate) fn check_file(
         });
     }
     let count = parsed.count;
-    let names = parsed.tensors.keys().cloned().collect();
+    let mut names: Vec<u64> = parsed.tensors.keys().map(|n| name_hash(n)).collect();
+    names.sort_unstable();
+    names.dedup();
     let data = info.size - 8 - n;
     judge(sink, path, parsed, data);
     Ok(Header {

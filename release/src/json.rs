@@ -5,7 +5,9 @@
 
 use std::io::{self, BufReader, Read};
 
-use serde::de::{self, DeserializeOwned, IgnoredAny, Visitor};
+use std::marker::PhantomData;
+
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, Visitor};
 use serde::Deserializer;
 
 use crate::problems::Sink;
@@ -91,6 +93,21 @@ pub(crate) fn read<T: DeserializeOwned>(
     info: &FileInfo,
     cap: u64,
 ) -> Result<Json<T>, CheckError> {
+    read_seed(files, sink, info, cap, PhantomData::<T>)
+}
+
+/// [`read`] through a seed (a visitor holding what it compares against); it is cloned
+/// for a second try.
+pub(crate) fn read_seed<S, V>(
+    files: &dyn Files,
+    sink: &mut Sink,
+    info: &FileInfo,
+    cap: u64,
+    seed: S,
+) -> Result<Json<V>, CheckError>
+where
+    S: for<'de> DeserializeSeed<'de, Value = V> + Clone,
+{
     if info.size > cap {
         sink.too_large(&info.path, info.size, cap);
         return Ok(Json::Reported);
@@ -105,7 +122,7 @@ pub(crate) fn read<T: DeserializeOwned>(
         inner: reader.take(cap + 1),
         n: 0,
     };
-    let result = parse::<T, _>(BufReader::new(&mut counted));
+    let result = parse_seed(BufReader::new(&mut counted), seed.clone());
     if counted.n > cap {
         sink.too_large(&info.path, counted.n, cap);
         return Ok(Json::Reported);
@@ -116,7 +133,7 @@ pub(crate) fn read<T: DeserializeOwned>(
             path: info.path.clone(),
             source: io::Error::from(e),
         }),
-        Err(e) if e.is_syntax() && python_json(info) => match reparse::<T>(files, info)? {
+        Err(e) if e.is_syntax() && python_json(info) => match reparse(files, info, seed)? {
             Some(v) => Ok(Json::Read(v)),
             None => Ok(Json::Invalid(e)),
         },
@@ -159,10 +176,10 @@ fn python_json(info: &FileInfo) -> bool {
 
 /// The file read again whole (at most [`MAX_LOADER_JSON`] bytes) and parsed with bare
 /// `NaN`/`Infinity`/`-Infinity` as `null`; `None` when that fails too.
-fn reparse<T: DeserializeOwned>(
-    files: &dyn Files,
-    info: &FileInfo,
-) -> Result<Option<T>, CheckError> {
+fn reparse<S, V>(files: &dyn Files, info: &FileInfo, seed: S) -> Result<Option<V>, CheckError>
+where
+    S: for<'de> DeserializeSeed<'de, Value = V>,
+{
     let mut bytes = Vec::new();
     files
         .reader(&info.path)
@@ -171,7 +188,7 @@ fn reparse<T: DeserializeOwned>(
     if bytes.len() as u64 > MAX_LOADER_JSON {
         return Ok(None);
     }
-    Ok(parse::<T, _>(&lenient(&bytes)[..]).ok())
+    Ok(parse_seed(&lenient(&bytes)[..], seed).ok())
 }
 
 /// `bytes` with each bare `NaN`, `Infinity` and `-Infinity` outside strings replaced by
@@ -211,9 +228,18 @@ pub(crate) fn lenient(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// One JSON value of type `T` and nothing after it but whitespace.
+#[cfg(test)]
 pub(crate) fn parse<T: DeserializeOwned, R: Read>(reader: R) -> Result<T, serde_json::Error> {
+    parse_seed(reader, PhantomData::<T>)
+}
+
+/// [`parse`] through a seed.
+fn parse_seed<S, V, R: Read>(reader: R, seed: S) -> Result<V, serde_json::Error>
+where
+    S: for<'de> DeserializeSeed<'de, Value = V>,
+{
     let mut de = serde_json::Deserializer::from_reader(reader);
-    let value = T::deserialize(&mut de)?;
+    let value = seed.deserialize(&mut de)?;
     de.end()?;
     Ok(value)
 }

@@ -55,8 +55,10 @@ pub const MAX_LOADER_JSON: u64 = 16 << 20;
 pub const MAX_INDEX: u64 = 64 << 20;
 /// `weight_map` entries read from one index.
 pub const MAX_INDEX_ENTRIES: usize = 4_194_304;
-/// `tokenizer.json` and `tekken.json`, streamed (40 MB files exist).
-pub const MAX_TOKENIZER_JSON: u64 = 512 << 20;
+/// `tokenizer.json` and `tekken.json`, streamed. Real ones are under 40 MB; the cap is
+/// 128 MiB because serde_json buffers one JSON string whole, so a file that is a single
+/// long key costs about twice its size while it is read.
+pub const MAX_TOKENIZER_JSON: u64 = 128 << 20;
 /// `tokenizer_config.json`, in bytes.
 pub const MAX_TOKENIZER_CONFIG: u64 = 64 << 20;
 /// Added or special tokens looked at for chat markers, per file.
@@ -236,7 +238,7 @@ pub fn check(files: &dyn Files, opts: &Options) -> Result<Report, CheckError> {
             revision::check_loader_json(files, &mut sink, class)?;
             weights::check_weights(files, &mut sink);
             weights::check_shards(files, &mut sink, &named);
-            weights::check_indexes(files, &mut sink, &indexes, &headers.names);
+            weights::check_indexes(files, &mut sink, &indexes, &headers.names)?;
             let tok = tokenizer::check(files, &mut sink, needed)?;
             summary.tokenizer = tok.checked;
             let mut refs = config.auto_map;
@@ -246,7 +248,7 @@ pub fn check(files: &dyn Files, opts: &Options) -> Result<Report, CheckError> {
         revision::Class::Adapter => {
             revision::check_loader_json(files, &mut sink, class)?;
             weights::check_shards(files, &mut sink, &named);
-            weights::check_indexes(files, &mut sink, &indexes, &headers.names);
+            weights::check_indexes(files, &mut sink, &indexes, &headers.names)?;
         }
         revision::Class::Other => {
             if !revision::empty(files, &mut sink) {

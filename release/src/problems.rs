@@ -19,6 +19,8 @@ struct Found {
     /// For a missing-file problem, the path it says is missing; its severity and tail are
     /// decided in [`Sink::finish`], once all are known.
     missing: Option<String>,
+    /// More problems like it, counted but not kept ([`Sink::more`]).
+    extra: usize,
 }
 
 /// Where the rules put what they find.
@@ -96,6 +98,20 @@ impl Sink {
         }
     }
 
+    /// `n` more errors of `code` for `path` like the last one pushed, counted for the
+    /// "… and N more" of [`Sink::finish`] without their messages (a rule that finds
+    /// millions keeps [`MAX_PER_FILE_CODE`] of them).
+    pub(crate) fn more(&mut self, code: &'static str, path: &str, n: usize) {
+        let last = self
+            .found
+            .iter_mut()
+            .rev()
+            .find(|f| f.code == code && f.path == path && f.severity == Severity::Error);
+        if let Some(f) = last {
+            f.extra += n;
+        }
+    }
+
     /// A file over its read cap: not checked.
     pub(crate) fn too_large(&mut self, path: &str, size: u64, cap: u64) {
         let message = format!(
@@ -122,13 +138,18 @@ impl Sink {
             body,
             tail,
             missing: None,
+            extra: 0,
         });
     }
 
     /// Problems found so far for this path at any severity (the header pass asks whether
     /// it named anything).
     pub(crate) fn count_for(&self, path: &str) -> usize {
-        self.found.iter().filter(|f| f.path == path).count()
+        self.found
+            .iter()
+            .filter(|f| f.path == path)
+            .map(|f| 1 + f.extra)
+            .sum()
     }
 
     pub(crate) fn finish(mut self, summary: Summary) -> Report {
@@ -137,7 +158,7 @@ impl Sink {
             .sort_by(|a, b| (a.severity, &a.path, a.code).cmp(&(b.severity, &b.path, b.code)));
         let mut per: BTreeMap<(Severity, String, &'static str), usize> = BTreeMap::new();
         for f in &self.found {
-            *per.entry((f.severity, f.path.clone(), f.code)).or_default() += 1;
+            *per.entry((f.severity, f.path.clone(), f.code)).or_default() += 1 + f.extra;
         }
         let mut seen: BTreeMap<(Severity, String, &'static str), usize> = BTreeMap::new();
         let mut problems = Vec::new();

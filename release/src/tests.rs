@@ -7,6 +7,58 @@ use crate::fixture::{self, good, Mem};
 use crate::problems::Sink;
 use crate::*;
 
+/// Heap bytes live on this thread, and their peak: the allocator of this test binary
+/// counts per thread, so tests running beside one do not disturb its numbers.
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
+    }
+
+    pub struct Counting;
+
+    fn add(n: isize) {
+        let _ = LIVE.try_with(|live| {
+            let now = live.get() + n;
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+    }
+
+    // SAFETY: every call is passed to `System` as is; only counters change beside it.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            add(layout.size() as isize);
+            // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            add(-(layout.size() as isize));
+            // SAFETY: `ptr` came from `System` with this layout.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+            add(new as isize - layout.size() as isize);
+            // SAFETY: as for `GlobalAlloc::realloc`.
+            unsafe { System.realloc(ptr, layout, new) }
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+
+    /// The peak of live heap bytes while `f` runs, above what was live before it.
+    pub fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let start = LIVE.with(Cell::get);
+        PEAK.with(|p| p.set(start));
+        let out = f();
+        (out, (PEAK.with(Cell::get) - start).max(0) as usize)
+    }
+}
+
 fn run(files: &Mem) -> Report {
     check(files, &Options::default()).expect("in-memory reads do not fail")
 }
@@ -59,7 +111,7 @@ per_code! {
     auto_map_import: "auto_map.import", Error, "attention.py", "attention.py: missing; modeling_mpt.py imports .attention (line 4)";
     auto_map_remote: "auto_map.remote", Warning, "config.json", "config.json: auto_map takes code from another repository (org/x--modeling.M)";
     chat_template_missing: "chat_template.missing", Warning, "tokenizer_config.json", "tokenizer_config.json: the tokenizer has chat tokens (\"<|im_start|>\") but no chat template";
-    check_too_large: "check.too-large", Warning, "tokenizer.json", "tokenizer.json: 700,000,000 bytes, more than the check reads (536,870,912): not checked";
+    check_too_large: "check.too-large", Warning, "tokenizer.json", "tokenizer.json: 700,000,000 bytes, more than the check reads (134,217,728): not checked";
     release_not_a_model: "release.not-a-model", Warning, "model_index.json", "model_index.json: not a model vLLM loads (a diffusers pipeline)";
     release_empty: "release.empty", Error, ".", ".: no model files (no config.json, weights, tokenizer or pipeline)";
     file_lfs_pointer: "file.lfs-pointer", Error, "model-00002-of-00002.safetensors", "model-00002-of-00002.safetensors: a Git LFS pointer file, not the file's content";
@@ -471,6 +523,69 @@ fn data_offsets_of_the_wrong_length_say_so() {
             "{problems:?}"
         );
     }
+}
+
+/// A model of `shards` shards, each holding the same `n` one-byte tensors, and an index
+/// naming each tensor in one of them.
+fn many_names(shards: usize, n: usize) -> Mem {
+    let name = |i: usize| format!("model.layers.{i}.self_attn.q_proj.weight");
+    let body: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#""{}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+                name(i),
+                i + 1
+            )
+        })
+        .collect();
+    let shard = fixture::st_raw(&format!("{{{}}}", body.join(",")), n);
+    let file = |s: usize| format!("model-{s:05}-of-{shards:05}.safetensors");
+    let map: Vec<String> = (0..n)
+        .map(|i| format!(r#""{}": "{}""#, name(i), file(i % shards + 1)))
+        .collect();
+    let mut files = good()
+        .without(fixture::SHARD1)
+        .without(fixture::SHARD2)
+        .with(
+            fixture::INDEX,
+            format!(r#"{{"weight_map": {{{}}}}}"#, map.join(",")),
+        );
+    for s in 1..=shards {
+        files = files.with(&file(s), shard.clone());
+    }
+    files
+}
+
+#[test]
+fn tensor_names_kept_for_the_index_do_not_pile_up_across_shards() {
+    let n = 50_000;
+    let (one, eight) = (many_names(1, n), many_names(8, n));
+    let (report, peak1) = heap::peak_during(|| run(&one));
+    assert_eq!(report.problems, vec![]);
+    let (report, peak8) = heap::peak_during(|| run(&eight));
+    assert_eq!(report.problems, vec![]);
+    assert_eq!(report.summary.tensors, 8 * n as u64);
+    // Seven more shards of 50,000 names: 8 bytes a name kept, not the names.
+    let growth = peak8.saturating_sub(peak1);
+    assert!(
+        growth < 7 * n * 16,
+        "peak {peak1} bytes for 1 shard, {peak8} for 8: {growth} more"
+    );
+    // The index still finds a tensor that is not there, and quotes its name.
+    let ghost = eight.with(
+        fixture::INDEX,
+        r#"{"weight_map": {"model.layers.0.self_attn.q_proj.weight": "model-00001-of-00008.safetensors", "ghost.weight": "model-00002-of-00008.safetensors"}}"#,
+    );
+    let p: Vec<_> = run(&ghost)
+        .problems
+        .into_iter()
+        .filter(|p| p.code == "index.missing-tensor")
+        .collect();
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(
+        p[0].message,
+        "model.safetensors.index.json: maps \"ghost.weight\" to model-00002-of-00008.safetensors, which has no such tensor"
+    );
 }
 
 #[test]

@@ -2,25 +2,25 @@
 //! complete `P-0000i-of-0000N.safetensors` sets, and `*.safetensors.index.json` files
 //! whose `weight_map` names files that are there and tensors their headers have.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use crate::header::name_hash;
 use crate::json::{self, Json};
 use crate::problems::{num, quote, Sink};
 use crate::revision::{find, invalid_text, is_weights};
-use crate::{CheckError, Files, MAX_INDEX, MAX_INDEX_ENTRIES};
+use crate::{CheckError, Files, MAX_INDEX, MAX_INDEX_ENTRIES, MAX_PER_FILE_CODE};
 
-/// One index as read.
+/// One index as read: what it names, not its entries (the tensor names are compared
+/// in a second pass, [`check_indexes`], streaming the `weight_map` again).
 pub(crate) struct Index {
     pub(crate) path: String,
     /// The file named, resolved against the index's directory → (the name as written,
     /// tensors mapped to it, the first of them).
     pub(crate) files: BTreeMap<String, (String, u64, String)>,
-    /// (tensor, resolved file), in the index's order.
-    entries: Vec<(String, String)>,
     /// More entries than the check reads.
     cut: bool,
 }
@@ -78,19 +78,15 @@ pub(crate) fn read_indexes(files: &dyn Files, sink: &mut Sink) -> Result<Vec<Ind
 fn index_of(path: &str, map: WeightMap) -> Index {
     let dir = dir_of(path);
     let mut files: BTreeMap<String, (String, u64, String)> = BTreeMap::new();
-    let mut entries = Vec::with_capacity(map.entries.len());
-    for (tensor, name) in map.entries {
-        let file = join(dir, &name);
+    for (name, (count, first)) in map.files {
         let e = files
-            .entry(file.clone())
-            .or_insert_with(|| (name, 0, tensor.clone()));
-        e.1 += 1;
-        entries.push((tensor, file));
+            .entry(join(dir, &name))
+            .or_insert_with(|| (name, 0, first));
+        e.1 += count;
     }
     Index {
         path: path.to_string(),
         files,
-        entries,
         cut: map.count > MAX_INDEX_ENTRIES as u64,
     }
 }
@@ -101,9 +97,10 @@ struct RawIndex {
     weight_map: Option<WeightMap>,
 }
 
-/// `weight_map`: tensor → file, the first [`MAX_INDEX_ENTRIES`] kept.
+/// `weight_map`, the first [`MAX_INDEX_ENTRIES`] entries read: each file as written →
+/// (tensors mapped to it, the first of them).
 struct WeightMap {
-    entries: Vec<(String, String)>,
+    files: BTreeMap<String, (u64, String)>,
     count: u64,
 }
 
@@ -124,16 +121,106 @@ impl<'de> Visitor<'de> for WeightMapVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WeightMap, A::Error> {
         let mut out = WeightMap {
-            entries: Vec::new(),
+            files: BTreeMap::new(),
             count: 0,
         };
         while let Some(tensor) = map.next_key::<String>()? {
             out.count += 1;
-            if out.entries.len() < MAX_INDEX_ENTRIES {
+            if out.count <= MAX_INDEX_ENTRIES as u64 {
                 let file: String = map.next_value()?;
-                out.entries.push((tensor, file));
+                match out.files.get_mut(&file) {
+                    Some(e) => e.0 += 1,
+                    None => {
+                        out.files.insert(file, (1, tensor));
+                    }
+                }
             } else {
                 map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The second pass over an index: its entries streamed, each tensor looked up among the
+/// name hashes of the file it maps to (when that file's header was read whole).
+#[derive(Clone, Copy)]
+struct Compare<'a> {
+    dir: &'a str,
+    names: &'a BTreeMap<String, Vec<u64>>,
+}
+
+/// (tensor, resolved file) of the first [`MAX_PER_FILE_CODE`] entries naming a tensor
+/// their file lacks, and how many more there were.
+#[derive(Default)]
+struct Absent {
+    kept: Vec<(String, String)>,
+    more: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Compare<'_> {
+    type Value = Absent;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Absent, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Compare<'_> {
+    type Value = Absent;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an index object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Absent, A::Error> {
+        let mut out = Absent::default();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "weight_map" {
+                out = map.next_value_seed(CompareEntries(self))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The `weight_map` of [`Compare`].
+struct CompareEntries<'a>(Compare<'a>);
+
+impl<'de> DeserializeSeed<'de> for CompareEntries<'_> {
+    type Value = Absent;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Absent, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CompareEntries<'_> {
+    type Value = Absent;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a \"weight_map\" object of tensor names to file names")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Absent, A::Error> {
+        let mut out = Absent::default();
+        let mut count = 0usize;
+        while let Some(tensor) = map.next_key::<String>()? {
+            count += 1;
+            if count > MAX_INDEX_ENTRIES {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let file = join(self.0.dir, &map.next_value::<String>()?);
+            let hashes = self.0.names.get(&file);
+            if hashes.is_some_and(|h| h.binary_search(&name_hash(&tensor)).is_err()) {
+                if out.kept.len() < MAX_PER_FILE_CODE {
+                    out.kept.push((tensor, file));
+                } else {
+                    out.more += 1;
+                }
             }
         }
         Ok(out)
@@ -240,13 +327,14 @@ fn runs(have: &BTreeSet<u64>) -> String {
     }
 }
 
-/// `index.missing-file`, `index.missing-tensor` and `index.unlisted`.
+/// `index.missing-file`, `index.missing-tensor` and `index.unlisted`. An index that names a
+/// file whose header was read whole is read again, its entries compared as they stream.
 pub(crate) fn check_indexes(
     files: &dyn Files,
     sink: &mut Sink,
     indexes: &[Index],
-    names: &BTreeMap<String, HashSet<String>>,
-) {
+    names: &BTreeMap<String, Vec<u64>>,
+) -> Result<(), CheckError> {
     for index in indexes {
         for (file, (written, count, first)) in &index.files {
             if find(files, file).is_none() {
@@ -259,18 +347,31 @@ pub(crate) fn check_indexes(
                 sink.missing_named("index.missing-file", &index.path, file, message);
             }
         }
-        for (tensor, file) in &index.entries {
-            if names.get(file).is_some_and(|n| !n.contains(tensor)) {
-                let written = index.files.get(file).map(|f| f.0.as_str()).unwrap_or(file);
-                let message = format!(
-                    "maps {} to {written}, which has no such tensor",
-                    quote(tensor)
-                );
-                sink.error("index.missing-tensor", &index.path, message);
-            }
+        if !index.files.keys().any(|f| names.contains_key(f)) {
+            continue;
         }
+        let Some(info) = find(files, &index.path) else {
+            continue;
+        };
+        let seed = Compare {
+            dir: dir_of(&index.path),
+            names,
+        };
+        let Json::Read(absent) = json::read_seed(files, sink, info, MAX_INDEX, seed)? else {
+            continue;
+        };
+        for (tensor, file) in &absent.kept {
+            let written = index.files.get(file).map(|f| f.0.as_str()).unwrap_or(file);
+            let message = format!(
+                "maps {} to {written}, which has no such tensor",
+                quote(tensor)
+            );
+            sink.error("index.missing-tensor", &index.path, message);
+        }
+        sink.more("index.missing-tensor", &index.path, absent.more);
     }
     check_unlisted(files, sink, indexes);
+    Ok(())
 }
 
 /// A `.safetensors` beside an index (or indexes) that name none of its tensors.
