@@ -1381,8 +1381,14 @@ fn decodes_release_checks_and_labels_as_modelcas_reports_them() {
     // carry the two labels.
     let checks = release_records_agree(&env, RELEASE_REPO);
     let want: BTreeMap<String, (String, u64, u64, u64)> = [
-        (bad.clone(), ("failed".to_string(), 1, 1, 0)),
-        (good.clone(), ("passed".to_string(), 1, 0, 0)),
+        (
+            bad.clone(),
+            ("failed".to_string(), store::release::RULES.into(), 1, 0),
+        ),
+        (
+            good.clone(),
+            ("passed".to_string(), store::release::RULES.into(), 0, 0),
+        ),
     ]
     .into_iter()
     .collect();
@@ -1429,7 +1435,15 @@ fn decodes_release_checks_and_labels_as_modelcas_reports_them() {
     assert_eq!(reader_checks(&env, RELEASE_REPO)[c].0, "failed");
     std::fs::write(&c_key, &passed_record).unwrap();
     let checks = release_records_agree(&env, RELEASE_REPO);
-    assert_eq!(checks[c], ("not-checked".to_string(), 1, 0, 0));
+    assert_eq!(
+        checks[c],
+        (
+            "not-checked".to_string(),
+            store::release::RULES.into(),
+            0,
+            0
+        )
+    );
 
     // Records written here from the spec, on the passing commit: every verdict rule, as
     // the reader and modelcas derive it.

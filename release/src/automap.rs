@@ -11,10 +11,11 @@ use std::io::{BufRead, BufReader, Read};
 use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use crate::files::Files;
 use crate::json::{skip_map, skip_scalars, skip_seq, skip_str, MaybeStr};
+use crate::lookup::find;
 use crate::problems::{num, Sink};
-use crate::revision::find;
-use crate::{CheckError, Files, MAX_AUTO_MAP_REFS, MAX_PY, MAX_PY_FILES};
+use crate::report::{CheckError, MAX_AUTO_MAP_REFS, MAX_PY, MAX_PY_FILES};
 
 /// The references of one `auto_map`, in file order: values are strings or lists of
 /// strings and nulls (a tokenizer's slow and fast classes); other shapes are skipped.

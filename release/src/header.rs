@@ -13,8 +13,9 @@ use safetensors::Dtype;
 use serde::de::{self, DeserializeSeed, IgnoredAny, IntoDeserializer, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use crate::files::{FileInfo, Files};
 use crate::problems::{json_error, num, quote, Sink};
-use crate::{CheckError, FileInfo, Files, FIRST_READ, MAX_HEADER, MAX_TENSORS};
+use crate::report::{CheckError, FIRST_READ, MAX_HEADER, MAX_TENSORS};
 
 /// What the headers of a revision gave.
 #[derive(Default)]

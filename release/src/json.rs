@@ -10,8 +10,9 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, Visitor};
 use serde::Deserializer;
 
+use crate::files::{FileInfo, Files};
 use crate::problems::Sink;
-use crate::{CheckError, FileInfo, Files, MAX_LOADER_JSON};
+use crate::report::{CheckError, MAX_LOADER_JSON};
 
 /// Visitor methods that take scalars (null, booleans, numbers) as `$value`.
 macro_rules! skip_scalars {

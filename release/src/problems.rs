@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{
+use crate::report::{
     Partial, Problem, Report, Severity, Summary, MAX_MESSAGE, MAX_PATH, MAX_PER_FILE_CODE,
     MAX_PROBLEMS, MAX_QUOTED_NAME,
 };

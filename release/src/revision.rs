@@ -8,9 +8,11 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::automap::{AutoMap, Ref};
+use crate::files::{FileInfo, Files};
 use crate::json::{self, Json};
+use crate::lookup::{find, invalid_text, is_weights};
 use crate::problems::{json_error, Sink};
-use crate::{CheckError, FileInfo, Files, MAX_LOADER_JSON, MAX_TOKENIZER_CONFIG};
+use crate::report::{CheckError, MAX_LOADER_JSON, MAX_TOKENIZER_CONFIG};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Class {
@@ -27,24 +29,6 @@ impl Class {
             Class::Other => "other",
         }
     }
-}
-
-/// Extensions of weights files at the top level.
-pub(crate) const WEIGHT_EXTS: &[&str] = &[".safetensors", ".bin", ".pt", ".pth", ".gguf"];
-
-/// A top-level weights file (not `training_args.bin`, which the Trainer writes beside
-/// adapters and models and which holds no weights).
-pub(crate) fn is_weights(path: &str) -> bool {
-    !path.contains('/')
-        && path != "training_args.bin"
-        && WEIGHT_EXTS.iter().any(|e| path.ends_with(e))
-}
-
-pub(crate) fn find<'a>(files: &'a dyn Files, path: &str) -> Option<&'a FileInfo> {
-    let list = files.list();
-    list.binary_search_by(|f| f.path.as_str().cmp(path))
-        .ok()
-        .map(|i| &list[i])
 }
 
 /// A model by `config.json`; a diffusers pipeline by a top-level `model_index.json` (other,
@@ -119,15 +103,6 @@ pub(crate) fn check_config(
     Ok(ConfigFacts {
         auto_map: config.auto_map.refs("config.json"),
     })
-}
-
-/// "not valid JSON: …" for syntax, "not a JSON object: …" for a value of another shape.
-pub(crate) fn invalid_text(e: &serde_json::Error) -> String {
-    if e.is_data() {
-        format!("not a JSON object of the expected shape: {}", json_error(e))
-    } else {
-        format!("not valid JSON: {}", json_error(e))
-    }
 }
 
 /// `config.json` as the rules need it.

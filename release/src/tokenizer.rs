@@ -10,12 +10,13 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::automap::{module_file, AutoMap, Ref};
+use crate::files::{FileInfo, Files};
 use crate::json::{self, skip_map, skip_scalars, skip_seq, skip_str, Json, Kind, MaybeStr};
+use crate::lookup::find;
 use crate::problems::{json_error, num, quote, Sink};
-use crate::revision::find;
-use crate::{
-    CheckError, FileInfo, Files, CHAT_MARKERS, MAX_ADDED_TOKENS, MAX_LINE, MAX_TOKENIZER_CONFIG,
-    MAX_TOKENIZER_JSON, MAX_VOCAB,
+use crate::report::{
+    CheckError, CHAT_MARKERS, MAX_ADDED_TOKENS, MAX_LINE, MAX_TOKENIZER_CONFIG, MAX_TOKENIZER_JSON,
+    MAX_VOCAB,
 };
 
 /// How a top-level tokenizer file is read.
@@ -134,7 +135,7 @@ fn tokenizer_json(
         Json::Read(t) => t,
         Json::Reported => return Ok(None),
         Json::Invalid(e) => {
-            invalid(sink, path, crate::revision::invalid_text(&e));
+            invalid(sink, path, crate::lookup::invalid_text(&e));
             return Ok(None);
         }
     };
@@ -396,7 +397,7 @@ fn tekken(files: &dyn Files, sink: &mut Sink, info: &FileInfo) -> Result<(), Che
             let message = "\"vocab\" is not a list: mistral_common refuses it".to_string();
             sink.warning("tokenizer.structure", &info.path, message);
         }
-        Json::Invalid(e) => invalid(sink, &info.path, crate::revision::invalid_text(&e)),
+        Json::Invalid(e) => invalid(sink, &info.path, crate::lookup::invalid_text(&e)),
         _ => {}
     }
     Ok(())
@@ -434,7 +435,7 @@ fn vocab_json(files: &dyn Files, sink: &mut Sink, info: &FileInfo) -> Result<(),
         Json::Read(VocabJson(false)) => {
             structure(sink, &info.path, "a token's id is not an integer", "")
         }
-        Json::Invalid(e) => invalid(sink, &info.path, crate::revision::invalid_text(&e)),
+        Json::Invalid(e) => invalid(sink, &info.path, crate::lookup::invalid_text(&e)),
         _ => {}
     }
     Ok(())
@@ -741,7 +742,7 @@ fn chat_template(
             f.path.starts_with("additional_chat_templates/") && f.path.ends_with(".jinja")
         });
     if let Some(info) = find(files, "chat_template.json") {
-        match json::read::<ChatTemplateJson>(files, sink, info, crate::MAX_LOADER_JSON)? {
+        match json::read::<ChatTemplateJson>(files, sink, info, crate::report::MAX_LOADER_JSON)? {
             Json::Read(c) => there |= c.0 == Template::Present,
             Json::Reported => there = true,
             Json::Invalid(e) => sink.error(

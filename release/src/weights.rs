@@ -8,11 +8,12 @@ use std::fmt;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use crate::files::Files;
 use crate::header::name_hash;
 use crate::json::{self, Json};
+use crate::lookup::{find, invalid_text, is_weights};
 use crate::problems::{num, quote, Sink};
-use crate::revision::{find, invalid_text, is_weights};
-use crate::{CheckError, Files, MAX_INDEX, MAX_INDEX_ENTRIES, MAX_PER_FILE_CODE};
+use crate::report::{CheckError, MAX_INDEX, MAX_INDEX_ENTRIES, MAX_PER_FILE_CODE};
 
 /// One index as read: what it names, not its entries (the tensor names are compared
 /// in a second pass, [`check_indexes`], streaming the `weight_map` again).
