@@ -1118,7 +1118,7 @@ fn release_dir(env: &Env, name: &str, safetensors: &[u8]) -> PathBuf {
 /// A valid safetensors file: one F32 tensor of 2 values.
 fn safetensors_valid() -> Vec<u8> {
     let mut header = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#.to_vec();
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut out = (header.len() as u64).to_le_bytes().to_vec();
@@ -1368,6 +1368,14 @@ fn files_digest(env: &Env, repo: &str, commit: &str) -> [u8; 32] {
     *h.finalize().as_bytes()
 }
 
+/// A hand-written record's problems (severity, code, path, message), its `omitted`, and
+/// the (verdict, errors, warnings) both readers must give.
+type VerdictCase<'a> = (
+    Vec<(u8, &'a str, &'a str, &'a str)>,
+    u32,
+    (&'a str, u64, u64),
+);
+
 #[test]
 fn decodes_release_checks_and_labels_as_modelcas_reports_them() {
     let env = local_env();
@@ -1462,7 +1470,7 @@ fn decodes_release_checks_and_labels_as_modelcas_reports_them() {
         "tokenizer.json",
         "a severity of a later version",
     );
-    let cases: Vec<(Vec<(u8, &str, &str, &str)>, u32, (&str, u64, u64))> = vec![
+    let cases: Vec<VerdictCase<'_>> = vec![
         (vec![], 0, ("passed", 0, 0)),
         (vec![warn], 0, ("warnings", 0, 1)),
         (vec![warn], 5, ("warnings", 0, 1)),
