@@ -133,6 +133,36 @@ impl CheckObject {
         }
     }
 
+    /// The first `max` error messages joined by `; `, then how many more (the omitted
+    /// problems counted): one log line or message naming what fails.
+    pub fn errors_line(&self, max: usize) -> String {
+        let errors: Vec<&str> = self
+            .problems
+            .iter()
+            .filter(|p| p.is_error())
+            .map(|p| p.message.as_str())
+            .collect();
+        let mut out = errors[..errors.len().min(max)].join("; ");
+        let more = errors.len().saturating_sub(max) + self.omitted as usize;
+        if more > 0 {
+            out.push_str(&format!("; … and {more} more"));
+        }
+        out
+    }
+
+    /// The verdict in a few words: `passed`, `passed with 2 warnings`, `FAILED (3 errors, 1
+    /// warning)`.
+    pub fn summary(&self) -> String {
+        let (e, w) = (self.errors(), self.warnings());
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        match self.verdict() {
+            Verdict::Passed => "passed".into(),
+            Verdict::Warnings => format!("passed with {w} warning{}", plural(w)),
+            _ if w > 0 => format!("FAILED ({e} error{}, {w} warning{})", plural(e), plural(w)),
+            _ => format!("FAILED ({e} error{})", plural(e)),
+        }
+    }
+
     /// Why the stored bytes cannot be this record: the caps and the key's commit.
     pub fn check(&self, commit: &CommitId) -> Result<(), String> {
         if &self.commit != commit {
@@ -322,6 +352,11 @@ mod tests {
         w.omitted = 3;
         assert_eq!(w.verdict(), Verdict::Failed);
         assert!(c.check(&CommitId([7; 20])).is_ok());
+        assert_eq!(c.summary(), "FAILED (1 error)");
+        assert_eq!(c.errors_line(5), "config.json: missing");
+        let mut more = c.clone();
+        more.omitted = 2;
+        assert_eq!(more.errors_line(0), "; … and 3 more");
         assert!(c.check(&CommitId([8; 20])).is_err());
     }
 

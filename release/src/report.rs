@@ -6,14 +6,11 @@
 /// a severity changes, so records made by older rules can be found and made again.
 pub const RULES: u32 = 2;
 
-/// Problems kept in one report; the rest are counted in [`Report::omitted`].
-pub const MAX_PROBLEMS: usize = 1000;
+/// Problems kept in one report (the stored record's cap); the rest are counted in
+/// [`Report::omitted`]. The record's caps are the format's: a report always fits one.
+pub use format::release::{MAX_MESSAGE, MAX_PATH, MAX_PROBLEMS};
 /// Problems kept per (file, code); the last kept one says how many more there were.
 pub const MAX_PER_FILE_CODE: usize = 8;
-/// A message's cap in bytes (the record's field cap, §2.2).
-pub const MAX_MESSAGE: usize = 500;
-/// A problem path's cap in bytes (§2.2).
-pub const MAX_PATH: usize = 1024;
 /// Tensor names are quoted up to this many bytes, then `…`.
 pub const MAX_QUOTED_NAME: usize = 200;
 

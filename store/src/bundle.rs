@@ -708,12 +708,9 @@ fn publish(store: &Store, index: &Index, lease: &Held, mut rx: Received) -> Resu
         if let Some(c) = check {
             store.put_check(&m.repo, c)?;
             if !c.verdict().allows_protected_refs() {
-                rx.report.failing.push(format!(
-                    "{}@{}: {}",
-                    m.repo,
-                    m.commit,
-                    crate::release::errors_line(c, 3)
-                ));
+                rx.report
+                    .failing
+                    .push(format!("{}@{}: {}", m.repo, m.commit, c.errors_line(3)));
             }
         }
     }

@@ -141,7 +141,8 @@ pub fn to_object(report: &release::Report, manifest: &Manifest, by: &str) -> Che
     }
 }
 
-fn stored_problem(p: &release::Problem) -> Problem {
+/// A problem as the stored record holds it (clipped to the record's caps).
+pub fn stored_problem(p: &release::Problem) -> Problem {
     Problem {
         severity: match p.severity {
             release::Severity::Warning => SEVERITY_WARNING,
@@ -188,52 +189,4 @@ pub fn not_made(manifest: &Manifest, e: &release::CheckError) -> String {
         manifest.repo,
         manifest.commit.to_hex()
     )
-}
-
-/// One line saying what a record says: `passed`, `warnings (2)`, `FAILED (3 errors, 1
-/// warning)`.
-pub fn summary_line(c: &CheckObject) -> String {
-    use format::release::Verdict;
-    let (e, w) = (c.errors(), c.warnings());
-    match c.verdict() {
-        Verdict::Passed => "passed".into(),
-        Verdict::Warnings => format!("passed with {w} warning{}", plural(w)),
-        _ => format!(
-            "FAILED ({e} error{}{})",
-            plural(e),
-            if w > 0 {
-                format!(", {w} warning{}", plural(w))
-            } else {
-                String::new()
-            }
-        ),
-    }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
-}
-
-/// The errors of a record, joined for one log line (at most `max`, then how many more).
-pub fn errors_line(c: &CheckObject, max: usize) -> String {
-    let errors: Vec<&str> = c
-        .problems
-        .iter()
-        .filter(|p| p.is_error())
-        .map(|p| p.message.as_str())
-        .collect();
-    let mut out = errors
-        .iter()
-        .take(max)
-        .copied()
-        .collect::<Vec<_>>()
-        .join("; ");
-    if errors.len() > max {
-        out.push_str(&format!("; … and {} more", errors.len() - max));
-    }
-    out
 }

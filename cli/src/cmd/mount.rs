@@ -173,7 +173,7 @@ fn log_release_check(
     match check {
         Ok(Some(c)) if c.verdict() == format::release::Verdict::Failed => tracing::warn!(
             "{at}{repo}@{commit} failed its release check: {}",
-            store::release::errors_line(&c, 5)
+            c.errors_line(5)
         ),
         Ok(Some(_)) => {}
         Ok(None) => tracing::info!(

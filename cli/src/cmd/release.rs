@@ -91,7 +91,7 @@ fn check_all_in(ctx: &Ctx, repo: Option<&str>, recheck: bool, json: bool) -> Res
             } else {
                 let word = check
                     .as_ref()
-                    .map_or("not checked".to_string(), store::release::summary_line);
+                    .map_or("not checked".to_string(), CheckObject::summary);
                 println!("{repo}@{commit}  {word}");
             }
         }
@@ -127,18 +127,10 @@ fn check_dir(dir: &Path, json: bool) -> Result<ExitCode> {
     let files =
         release::DirFiles::open(dir).with_context(|| format!("reading {}", dir.display()))?;
     let report = release::check(&files, &release::Options::default())?;
-    let problems: Vec<format::release::Problem> = report
+    let problems = report
         .problems
         .iter()
-        .map(|p| format::release::Problem {
-            severity: match p.severity {
-                release::Severity::Warning => format::release::SEVERITY_WARNING,
-                release::Severity::Error => format::release::SEVERITY_ERROR,
-            },
-            code: p.code.clone(),
-            path: p.path.clone(),
-            message: p.message.clone(),
-        })
+        .map(store::release::stored_problem)
         .collect();
     let obj = CheckObject {
         commit: format::CommitId([0; 20]),
@@ -321,7 +313,7 @@ pub fn print_outcome(
     match check {
         Some(c) if c.verdict() == Verdict::Passed => {}
         Some(c) => {
-            println!("  release check: {}", store::release::summary_line(c));
+            println!("  release check: {}", c.summary());
             for p in c.problems.iter().take(5) {
                 let sev = if p.is_error() { "error" } else { "warning" };
                 println!("    {sev:<8} {}", p.message);
@@ -351,7 +343,7 @@ pub fn print_record(repo: &format::RepoId, commit: &format::CommitId, check: Opt
     };
     println!(
         "release check: {} (rules {}, {} by {})",
-        store::release::summary_line(c),
+        c.summary(),
         c.rules,
         crate::output::utc(c.checked_at),
         c.by

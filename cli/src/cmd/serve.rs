@@ -293,7 +293,7 @@ fn guard_locks(store: &Store, policy: &Policy) -> Result<()> {
         let manifest = store.manifest(&stored, commit)?;
         let why = match lock_check(store, &manifest)? {
             Some(c) if c.verdict().allows_protected_refs() => continue,
-            Some(c) => store::release::errors_line(&c, 5),
+            Some(c) => c.errors_line(5),
             None => "the check could not be made: see the warning above".to_string(),
         };
         let entry = format!("[serve.locks] \"{repo}\" = \"{}\"", commit.to_hex());

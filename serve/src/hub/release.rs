@@ -83,7 +83,7 @@ impl Hub {
              release check ({}); fix the lock or start serve with --force",
             at.repo,
             at.commit.to_hex(),
-            errors_text(check, ERRORS_SHOWN)
+            check.errors_line(ERRORS_SHOWN)
         );
         let mut r = Reply::error(
             StatusCode::FORBIDDEN,
@@ -117,22 +117,6 @@ pub(super) fn check_json(obj: Option<&CheckObject>) -> Value {
     json!({"verdict": c.verdict().as_str(), "errors": c.errors(), "warnings": c.warnings(),
            "rules": c.rules, "checked_at": c.checked_at, "by": c.by, "problems": problems,
            "omitted": c.omitted})
-}
-
-/// The first `max` error messages joined by `; `, then how many more.
-fn errors_text(c: &CheckObject, max: usize) -> String {
-    let errors: Vec<&str> = c
-        .problems
-        .iter()
-        .filter(|p| p.is_error())
-        .map(|p| p.message.as_str())
-        .collect();
-    let mut out = errors[..errors.len().min(max)].join("; ");
-    let more = errors.len().saturating_sub(max) + c.omitted as usize;
-    if more > 0 {
-        out.push_str(&format!("; … and {more} more"));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -188,13 +172,13 @@ mod tests {
     fn the_errors_of_a_failing_lock_are_named_up_to_a_few() {
         let c = record((0..5).map(|i| problem(SEVERITY_ERROR, i)).collect());
         assert_eq!(
-            errors_text(&c, 3),
+            c.errors_line(3),
             "f0: bad 0; f1: bad 1; f2: bad 2; … and 2 more"
         );
         let one = record(vec![
             problem(SEVERITY_ERROR, 7),
             problem(SEVERITY_WARNING, 8),
         ]);
-        assert_eq!(errors_text(&one, 3), "f7: bad 7");
+        assert_eq!(one.errors_line(3), "f7: bad 7");
     }
 }
