@@ -12,11 +12,13 @@
 //!   temporary file, which is synced to disk and then linked into place. An entry
 //!   therefore exists only whole and verified, also after a crash; the directory is made
 //!   private to the mount's user (mode 0700).
-//! * An entry is handed out ([`FileCache::open_file`]) only once this process has checked
-//!   its bytes against the manifest (every chunk's BLAKE3, in parallel) under the stamp
-//!   (`statx`: inode, size, ctime, birth time, mount) the file still has: the first open of
-//!   an entry after the process starts reads and checks it, later opens compare the stamp
-//!   ([`verify`]). An entry that fails is removed and the file read from the store.
+//! * An entry is handed out ([`FileCache::open_file`]) only once its bytes are known to be
+//!   the file's under the stamp (`statx`: inode, size, ctime, birth time, mount) the file
+//!   still has ([`verify`]): checked by this process (every chunk's BLAKE3, in parallel),
+//!   or found right by an earlier process (its check or its fill) under exactly the stamp
+//!   the file has now in this boot and mount ([`checked`]: a record on disk beside the
+//!   entries). Otherwise the first open of the entry reads and checks it, and later opens
+//!   compare the stamp. An entry that fails is removed and the file read from the store.
 //! * Fills run in the background ([`FileCache::request`]): one thread at the lowest CPU
 //!   priority, one file at a time, requests deduplicated and at most [`MAX_PENDING`]
 //!   waiting, so that a load still running is not slowed by copies of the files it already
@@ -52,8 +54,10 @@ use crate::file_reader::FileReader;
 use crate::metrics::{self, METRICS};
 use crate::progress::NoProgress;
 
+pub mod checked;
 pub mod verify;
 
+use checked::CheckedRecords;
 use verify::{Checks, Claim, Stamp, Verdict};
 
 /// Files smaller than this are never kept whole (see the module's doc): configs,
@@ -118,6 +122,8 @@ pub struct FileCache {
     max_defer_ms: AtomicU64,
     /// What this process checked of its entries.
     checks: Checks,
+    /// What earlier processes (and this one) found, kept on disk under the entries' stamps.
+    checked: CheckedRecords,
     /// Entries checked (read and hashed) so far.
     checks_run: AtomicU64,
 }
@@ -157,6 +163,8 @@ impl FileCache {
         }
         let lru = LruDir::open(dir, max_bytes)?;
         metrics::set(&METRICS.file_cache_bytes, lru.bytes());
+        let checked = CheckedRecords::open(dir);
+        checked.prune(|hex| lru.path(hex).is_file());
         Ok(Arc::new(FileCache {
             dir: lru,
             pending: Mutex::new(Pending::default()),
@@ -166,6 +174,7 @@ impl FileCache {
             quiet_ms: AtomicU64::new(millis(QUIET)),
             max_defer_ms: AtomicU64::new(millis(MAX_DEFER)),
             checks: Checks::default(),
+            checked,
             checks_run: AtomicU64::new(0),
         }))
     }
@@ -235,8 +244,8 @@ impl FileCache {
     }
 
     /// The verdict on the open entry `file` of `f` under the stamp it has now: recorded by
-    /// this process under that very stamp, or checked now (a concurrent check of the entry
-    /// is waited for). `mark`: the entry is marked as used before a check. None: no stamp,
+    /// this process under that very stamp, or on disk by an earlier one ([`checked`]), or
+    /// checked now (a concurrent check of the entry is waited for). `mark`: the entry is marked as used before a check. None: no stamp,
     /// no check ended, or the file kept changing under checks.
     fn verdict(&self, f: &FileEntry, hex: &str, file: &fs::File, mark: bool) -> Option<Verdict> {
         let path = self.dir.path(hex);
@@ -252,6 +261,10 @@ impl FileCache {
                 Claim::Known(v) => return Some(v),
                 Claim::Waited => continue,
                 Claim::Mine(pending) => {
+                    if self.checked.trusted(file, f) && self.stamp(file, &path) == Some(stamp) {
+                        pending.finish(Some((stamp, Verdict::Good)));
+                        return Some(Verdict::Good);
+                    }
                     // Marked as used first: the mark moves the ctime, which the check's
                     // stamps must already hold.
                     if mark {
@@ -272,6 +285,7 @@ impl FileCache {
     fn check(&self, f: &FileEntry, hex: &str, file: &fs::File) -> Option<(Stamp, Verdict)> {
         let path = self.dir.path(hex);
         let before = self.stamp(file, &path)?;
+        let on_disk = self.checked.stamp(file);
         repo::failpoint::pause("file-cache-check");
         let matched = verify::content_matches(file, f);
         self.checks_run.fetch_add(1, Ordering::Relaxed);
@@ -279,7 +293,13 @@ impl FileCache {
         METRICS.file_cache_check_bytes.inc_by(f.size);
         let after = self.stamp(file, &path)?;
         let why = match matched {
-            Ok(true) if after == before => return Some((before, Verdict::Good)),
+            Ok(true) if after == before => {
+                // Recorded for the next process only under a stamp that held throughout.
+                if let Some(s) = on_disk.filter(|s| self.checked.stamp(file) == Some(*s)) {
+                    self.checked.record(&s, f);
+                }
+                return Some((before, Verdict::Good));
+            }
             Ok(true) => "changed while it was checked".to_string(),
             Ok(false) => "does not hold the file's bytes".to_string(),
             Err(e) => format!("could not be read ({e})"),
@@ -311,6 +331,7 @@ impl FileCache {
                 .is_some_and(|now| now.same_inode(stamp)),
         };
         if same {
+            self.checked.forget(hex);
             self.dir.remove(hex);
             metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
         }
@@ -339,7 +360,7 @@ impl FileCache {
             return Ok(false);
         }
         let tmp = self.dir.temp(&hex)?;
-        let written = (|| -> Result<()> {
+        let written = (|| -> Result<fs::File> {
             let file = fs::File::create_new(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
             FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut w, &NoProgress)?;
@@ -347,17 +368,27 @@ impl FileCache {
             let file = w
                 .into_inner()
                 .map_err(|e| StoreError::io(&tmp, e.into_error()))?;
-            file.sync_all().map_err(|e| StoreError::io(&tmp, e))
+            file.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
+            Ok(file)
         })();
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
+        let file = match written {
+            Ok(file) => file,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         // Tests kill the mount here: a fill synced, not yet linked into place.
         repo::failpoint::pause("file-cache-fill-synced");
         let ok = self.dir.commit(&tmp, &hex, f.size);
         metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
         if ok {
+            // The bytes were compared with the file's sha256 as they were written: the
+            // next process may take the entry unread while its stamp stays (the link and
+            // the temporary name's removal moved the ctime before this stamp).
+            if let Some(s) = self.checked.stamp(&file) {
+                self.checked.record(&s, f);
+            }
             METRICS.file_cache_fills.inc();
             METRICS.file_cache_fill_bytes.inc_by(f.size);
         }
@@ -628,6 +659,18 @@ mod tests {
         (t, cache, manifest, p)
     }
 
+    /// [`filled`], without the record its fill left: the first open checks the entry.
+    fn filled_unrecorded() -> (
+        tempfile::TempDir,
+        Arc<FileCache>,
+        Manifest,
+        std::path::PathBuf,
+    ) {
+        let (t, cache, manifest, p) = filled();
+        fs::remove_file(record_path(&cache, &manifest.files[0])).unwrap();
+        (t, cache, manifest, p)
+    }
+
     fn flip(p: &Path, at: u64) {
         use std::os::unix::fs::FileExt;
         let f = fs::OpenOptions::new()
@@ -648,7 +691,7 @@ mod tests {
 
     #[test]
     fn an_entry_is_checked_at_its_first_open_then_trusted_by_its_stamp() {
-        let (_t, cache, manifest, p) = filled();
+        let (_t, cache, manifest, p) = filled_unrecorded();
         let f = &manifest.files[0];
         assert!(f.chunks.len() > 1, "several chunks");
         let want = fs::read(&p).unwrap();
@@ -657,10 +700,137 @@ mod tests {
         }
         assert_eq!(cache.checks_run(), 1);
         assert_eq!(cache.checks.recorded(&f.sha256), Some(Verdict::Good));
-        // Another process (a restart) checks again.
+        // Another process (a restart) believes the record this check left.
         let again = FileCache::open(cache.dir(), 1 << 30).unwrap();
         assert!(again.open_file(f).is_some());
-        assert_eq!(again.checks_run(), 1);
+        assert_eq!(again.checks_run(), 0);
+    }
+
+    /// The record an earlier process left for the entry of `f`.
+    fn record_path(cache: &FileCache, f: &FileEntry) -> std::path::PathBuf {
+        cache.dir().join(checked::DIR_NAME).join(f.sha256_hex())
+    }
+
+    /// Issue 40 (failed before: every process read and hashed each entry at its first
+    /// open, so a pod's second start on a node read its weights at 0.66-0.73 of the disk):
+    /// a new process takes an entry unread when the fill or the check of an earlier one
+    /// left a record under the stamp the entry still has.
+    #[test]
+    fn a_new_process_takes_an_entry_an_earlier_one_filled_or_checked_unread() {
+        let (_t, cache, manifest, p) = filled();
+        let f = &manifest.files[0];
+        let want = fs::read(&p).unwrap();
+        assert!(record_path(&cache, f).is_file(), "the fill left a record");
+        let second = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert_eq!(read_all(second.open_file(f).unwrap()), want);
+        assert_eq!(second.checks_run(), 0, "taken unread");
+        // A record lost: the next process checks, and leaves a record of its own.
+        fs::remove_file(record_path(&cache, f)).unwrap();
+        let third = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert_eq!(read_all(third.open_file(f).unwrap()), want);
+        assert_eq!(third.checks_run(), 1);
+        let fourth = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert_eq!(read_all(fourth.open_file(f).unwrap()), want);
+        assert_eq!(fourth.checks_run(), 0, "the check's record is believed");
+    }
+
+    /// What may make a record lie, each tried on a fresh cache: the entry written in place
+    /// (same length), the record damaged, another entry's record put in its place, a
+    /// record of another chunking of the same bytes, the entry replaced by a copy of itself
+    /// (another inode), the record a FIFO or a link. Each is checked by the next process,
+    /// and a damaged entry is dropped, never handed out.
+    #[test]
+    fn a_record_that_does_not_fit_the_entry_now_is_not_believed() {
+        type Spoil = fn(&FileCache, &FileEntry, &Path);
+        let spoils: [(&str, Spoil, bool); 6] = [
+            ("entry written", |_, _, p| flip(p, 7), false),
+            (
+                "record damaged",
+                |c, f, _| flip(&record_path(c, f), 40),
+                true,
+            ),
+            (
+                "another entry's record",
+                |c, f, _| {
+                    let mut other = f.clone();
+                    other.sha256.0[0] ^= 1;
+                    let stamp = c
+                        .checked
+                        .stamp(&fs::File::open(c.dir.path(&f.sha256_hex())).unwrap());
+                    c.checked.record(&stamp.unwrap(), &other);
+                    fs::rename(record_path(c, &other), record_path(c, f)).unwrap();
+                },
+                true,
+            ),
+            (
+                "another chunking",
+                |c, f, p| {
+                    let mut other = f.clone();
+                    other.chunks[0].raw_len -= 1;
+                    other.chunks[1].raw_len += 1;
+                    c.checked.record(
+                        &c.checked.stamp(&fs::File::open(p).unwrap()).unwrap(),
+                        &other,
+                    );
+                },
+                true,
+            ),
+            (
+                "entry copied over itself",
+                |_, _, p| {
+                    let copy = p.with_file_name(".tmp-copy");
+                    fs::copy(p, &copy).unwrap();
+                    fs::rename(&copy, p).unwrap();
+                },
+                true,
+            ),
+            (
+                "record a FIFO",
+                |c, f, _| {
+                    let r = record_path(c, f);
+                    fs::remove_file(&r).unwrap();
+                    let path = std::ffi::CString::new(r.as_os_str().as_encoded_bytes()).unwrap();
+                    // SAFETY: a C string we own, outliving the call.
+                    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+                },
+                true,
+            ),
+        ];
+        for (what, spoil, still_good) in spoils {
+            let (_t, cache, manifest, p) = filled();
+            let f = &manifest.files[0];
+            spoil(&cache, f, &p);
+            let next = FileCache::open(cache.dir(), 1 << 30).unwrap();
+            let got = next.open_file(f);
+            assert_eq!(next.checks_run(), 1, "{what}: checked");
+            assert_eq!(got.is_some(), still_good, "{what}");
+            if !still_good {
+                assert!(!p.exists(), "{what}: dropped");
+                assert!(
+                    !record_path(&cache, f).exists(),
+                    "{what}: record gone with it"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn records_whose_entry_is_gone_are_removed_when_a_cache_opens() {
+        let (_t, cache, manifest, p) = filled();
+        let f = &manifest.files[0];
+        let stray = cache.dir().join(checked::DIR_NAME).join("not-a-record");
+        fs::write(&stray, b"x").unwrap();
+        let _ = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert!(record_path(&cache, f).is_file(), "kept beside its entry");
+        assert!(!stray.exists());
+        fs::remove_file(&p).unwrap(); // evicted by another process
+        let _ = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert!(!record_path(&cache, f).exists());
+        assert_eq!(
+            cache.dir.bytes(),
+            3 * SIZE as u64,
+            "records are not entries"
+        );
     }
 
     #[test]
@@ -678,7 +848,7 @@ mod tests {
 
     #[test]
     fn an_entry_changed_after_its_check_is_checked_again_and_dropped() {
-        let (_t, cache, manifest, p) = filled();
+        let (_t, cache, manifest, p) = filled_unrecorded();
         let f = &manifest.files[0];
         assert!(cache.open_file(f).is_some());
         flip(&p, 5);
@@ -690,7 +860,7 @@ mod tests {
 
     #[test]
     fn an_entry_replaced_by_rename_is_checked_again() {
-        let (_t, cache, manifest, p) = filled();
+        let (_t, cache, manifest, p) = filled_unrecorded();
         let f = &manifest.files[0];
         assert!(cache.open_file(f).is_some());
         // The same bytes under a new inode: checked again, then used.
@@ -710,7 +880,7 @@ mod tests {
     #[test]
     fn a_truncated_or_extended_entry_is_dropped_unread() {
         for delta in [-1i64, 1] {
-            let (_t, cache, manifest, p) = filled();
+            let (_t, cache, manifest, p) = filled_unrecorded();
             let f = &manifest.files[0];
             assert!(cache.open_file(f).is_some(), "checked first");
             let file = fs::OpenOptions::new().write(true).open(&p).unwrap();

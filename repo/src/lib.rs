@@ -13,6 +13,8 @@
 //!   caches.
 //! * [`lock`] — locks and leases, judged by the object store's clock; [`clock`] — this
 //!   process's clock; [`features`] — the store's feature list.
+//! * [`file_stamp`] — the stamp of a file on the node's disk, bound to the boot and the
+//!   mount (what ingest's files taken unread and the node file cache's checks rest on).
 //! * [`usage`] — last-use records of revisions (for `gc --unused-for`).
 //! * [`metrics`] — this crate's metrics (object-store requests, the node cache), which the
 //!   binary registers beside the other crates'; [`failpoint`] — pause points and
@@ -26,6 +28,7 @@ pub mod disk_cache;
 mod error;
 pub mod failpoint;
 pub mod features;
+pub mod file_stamp;
 pub mod forward;
 pub mod handle;
 pub mod lock;

@@ -8,7 +8,8 @@
 //!   across processes sharing the directory; an entry already there is never replaced
 //!   (the second writer's file is dropped). Temporary files are named `.tmp-<pid>-<n>`;
 //!   those an hour old (left by a process that died) are removed when the directory is
-//!   opened.
+//!   opened. Subdirectories whose names begin with a dot hold no entries (the node file
+//!   cache keeps its check records in `.checked/`) and are left alone.
 //! * Least recently used first: a use touches the entry's modification time
 //!   ([`LruDir::touch`]), or is noted in memory ([`LruDir::note_use`], for entries whose
 //!   ctime must not move at every use: the node file cache's stamps); when the bytes
@@ -173,6 +174,10 @@ impl LruDir {
         };
         let now = SystemTime::now();
         for d in dirs.flatten() {
+            // Directories of dot-names are not entries' (the file cache's `.checked`).
+            if d.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
             let Ok(files) = fs::read_dir(d.path()) else {
                 continue;
             };
@@ -347,6 +352,21 @@ mod tests {
         assert!(!old.exists());
         assert!(fresh.exists());
         assert_eq!(d.bytes(), 0, "temporaries are not entries");
+    }
+
+    #[test]
+    fn dot_directories_hold_no_entries_and_are_never_evicted() {
+        let t = tempfile::tempdir().unwrap();
+        let side = t.path().join(".checked");
+        fs::create_dir_all(&side).unwrap();
+        fs::write(side.join(hex(9)), [1u8; 600]).unwrap();
+        let d = LruDir::open(t.path(), 1000).unwrap();
+        assert_eq!(d.bytes(), 0, "a dot-directory's files are not entries");
+        for n in 0..4u8 {
+            assert!(put(&d, &hex(n), &[n; 300]));
+        }
+        assert!(d.bytes() <= 900);
+        assert_eq!(fs::read(side.join(hex(9))).unwrap(), [1u8; 600]);
     }
 
     #[test]
