@@ -44,11 +44,22 @@ fn main() -> ExitCode {
 /// mount (8 FUSE threads, the fetch workers) grew by the bytes it had read (157 → 227 MiB
 /// over 16 reads of a 512 MiB revision; docs/BENCHMARKS.md). One arena per core, at least
 /// two, keeps that flat without making threads queue for one heap.
+///
+/// The mount's FUSE server takes one arena (issue 40): its chunks are decoded by the FUSE
+/// threads (a reader's miss) and by the fetch workers (prefetches), in two arenas, and freed
+/// wherever the cache drops them, so each arena grew to hold most of the chunk cache in turn
+/// (free bytes kept by glibc at the peak: 32 MiB with 1 reader, 80 MiB with 4). The server's
+/// threads spend their time decoding and copying, not in malloc: no slower with one.
 fn tune_malloc() {
-    let arenas = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 64) as libc::c_int;
+    let server = std::env::var_os(mountd::holder::SERVER_FD_ENV).is_some();
+    let arenas = if server {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 64)
+    } as libc::c_int;
     // SAFETY: mallopt only changes allocator tunables; called before any thread starts.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);

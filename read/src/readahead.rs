@@ -10,8 +10,8 @@
 //!   [`ReadaheadConfig::back_slack`] before or [`ReadaheadConfig::forward_slack`] after where
 //!   the previous read ended; small reorderings do not reset the stream.
 //! * While reads stay sequential the window doubles from [`ReadaheadConfig::initial_window`]
-//!   up to [`ReadaheadConfig::max_window`] (bounded further by half the cache budget); a
-//!   random read resets it.
+//!   up to [`ReadaheadConfig::max_window`] (bounded further by half the cache's budget
+//!   for ready chunks); a random read resets it.
 //! * Chunks in the window ahead are handed to the cache as prefetches, fetched and decoded
 //!   by the cache's workers while the reader consumes earlier ones.
 //! * Offset → chunk is a binary search over the chunks' start offsets.
@@ -42,8 +42,8 @@ use repo::{Result, StoreError};
 /// The read-ahead windows and the slack of the sequential test, in bytes. `Default` gives
 /// the values the mount and serve use; a field of 0 turns that part off (an initial window
 /// of 0 never prefetches; slacks of 0 count only exactly adjacent reads as sequential).
-/// Every window is further bounded by half the cache budget, so prefetched chunks do not
-/// push out the ones being read.
+/// Every window is further bounded by half the cache's budget for ready chunks, so
+/// prefetched chunks do not push out the ones being read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadaheadConfig {
     /// Window after the first sequential read. Default 8 MiB (a few default chunks).
@@ -58,7 +58,7 @@ pub struct ReadaheadConfig {
     /// Default 16 MiB (a loader skipping a small tensor, or a page walk's holes).
     pub forward_slack: u64,
     /// Bytes of a safetensors loader's walk kept in flight or cached ahead of it. Default
-    /// 128 MiB, hf-mount's largest window (32 MiB in effect with the default 64 MiB cache).
+    /// 128 MiB, hf-mount's largest window (21 MiB in effect with the default 64 MiB cache).
     pub tensor_window: u64,
 }
 
@@ -153,9 +153,11 @@ impl FileStream {
         &self.config
     }
 
-    /// Half the cache's budget (at least 1 byte): the bound on every window.
+    /// Half the cache's budget for ready chunks (at least 1 byte): the bound on every window,
+    /// so that the chunks read last and the window ahead both fit (a chunk prefetched early
+    /// is older, for the cache's least-recently-used order, than the chunks read since).
     fn half_budget(&self) -> u64 {
-        (self.cache.budget() as u64 / 2).max(1)
+        (self.cache.ready_budget() as u64 / 2).max(1)
     }
 
     /// The chunk holding `offset` (below the size), or the last one.
@@ -501,7 +503,7 @@ mod tests {
             ahead
         };
         // Windows of 20,000 growing to 40,000 bytes: never more than that ahead of the
-        // reader, although half the budget would allow 500,000.
+        // reader, although half the ready chunks' budget would allow about 350,000.
         let small = ReadaheadConfig {
             initial_window: 20_000,
             max_window: 40_000,
@@ -560,7 +562,7 @@ mod tests {
 
     #[test]
     fn a_safetensors_stream_prefetches_the_next_tensors_in_name_order() {
-        // Budget 64,000: a window of 32,000 bytes of the walk.
+        // Budget 64,000: a window of 21,333 bytes of the walk (half the ready chunks').
         let (s, all, d) = safetensors_stream(64_000);
         assert_eq!(s.follow_safetensors(TensorOrder::Name).unwrap(), 4);
         let t = 36_000u64;
