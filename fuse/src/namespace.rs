@@ -692,6 +692,32 @@ impl Namespace {
         Ok(Some(out))
     }
 
+    /// The revision shown at directory `ino` (a view or a subdirectory of a revision) and
+    /// the manifest indices of the files directly in it; `None` for another inode or one no
+    /// longer current.
+    pub fn dir_files(&self, ino: u64) -> Result<Option<(Arc<Tree>, Vec<usize>)>> {
+        let Some(node) = self.node(ino) else {
+            return Ok(None);
+        };
+        if !matches!(node, Node::View { .. } | Node::Dir { .. }) {
+            return Ok(None);
+        }
+        let Some(at) = self.shown(ino, &node)? else {
+            return Ok(None);
+        };
+        let files = match at.tree.list(&at.path) {
+            Some(entries) => entries
+                .iter()
+                .filter_map(|(_, c)| match c {
+                    Child::File(i) => Some(*i),
+                    Child::Dir => None,
+                })
+                .collect(),
+            None => return Ok(None),
+        };
+        Ok(Some((at.tree, files)))
+    }
+
     /// The views of a repository: every ref, then every commit.
     fn list_views(&self, repo: &RepoId) -> Result<Vec<(String, u64, Kind)>> {
         let mut out = Vec::new();

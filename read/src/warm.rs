@@ -12,7 +12,13 @@
 //!
 //! Bounds: files of at most [`SMALL_FILE`] bytes, smallest first, at most [`MAX_FILES`] of
 //! them and [`MAX_BYTES`] in all, and never more than the cache's own prefetch budget
-//! (half its size); a revision of 20,000 small files warms its 64 smallest and no more.
+//! (a third of its size); a revision of 20,000 small files warms its 64 smallest and no more.
+//!
+//! A walk of many small files (a dataset, a repository of code) reads each directory's
+//! files in name order, which the packs hold in ingest order: one cold random `pread` per
+//! file on the FUSE thread. So when a directory of a revision is listed,
+//! [`warm_dir_files`] hands its small files' chunks to the cache too, in pack order, at
+//! most [`MAX_DIR_BYTES`] per listing.
 
 use std::sync::Arc;
 
@@ -53,6 +59,38 @@ pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
     }
     // In pack order, so that neighbours share a read; the cache stops where its prefetch
     // budget (half its size) is taken, readers first.
+    sources.sort_by(|a, b| (&a.key, a.offset).cmp(&(&b.key, b.offset)));
+    cache.prefetch_run(&sources)
+}
+
+/// Most bytes warmed per listed directory: 8 MiB (a directory of hundreds of small files;
+/// the cache's prefetch budget caps it further).
+pub const MAX_DIR_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Starts fetching the chunks of the small files `files` of `manifest` (the files of one
+/// directory, as it is listed) into `cache`, in pack order, in the background. A walk
+/// reads a directory's files in name order while the packs hold them in ingest order
+/// (random against the walk: one cold random `pread` per file on the FUSE thread, issue
+/// 40); fetched here, neighbours in a pack share one read and the cache's workers read
+/// several at once, ahead of the walk. Returns how many chunks are cached or on their way.
+pub fn warm_dir_files(cache: &Arc<ChunkCache>, manifest: &Manifest, files: &[usize]) -> usize {
+    let mut bytes = 0u64;
+    let mut sources = Vec::new();
+    for &i in files {
+        let Some(f) = manifest.files.get(i) else {
+            continue;
+        };
+        if f.size == 0 || f.size > SMALL_FILE {
+            continue;
+        }
+        if bytes + f.size > MAX_DIR_BYTES {
+            break;
+        }
+        bytes += f.size;
+        if let Ok(map) = ChunkMap::new(manifest, f) {
+            sources.extend(map.sources);
+        }
+    }
     sources.sort_by(|a, b| (&a.key, a.offset).cmp(&(&b.key, b.offset)));
     cache.prefetch_run(&sources)
 }
@@ -127,5 +165,35 @@ mod tests {
         let (cache, m) = revision(&refs, &chunks);
         let n = warm_small_files(&cache, &m);
         assert_eq!(n as u64, MAX_BYTES / 120_000);
+    }
+
+    #[test]
+    fn a_listed_directory_warms_its_small_files_only_up_to_its_cap() {
+        // Files 0-2 of the directory are small, file 3 is large (not warmed), file 4 is
+        // not of this directory (not asked for).
+        let sizes = [300, 5_000, 70_000, 60_000, 60_000, 60_000, 900];
+        let chunks: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| noise(n, i as u64))
+            .collect();
+        let (cache, m) = revision(&[&[2], &[0], &[1], &[3, 4, 5], &[6]], &chunks);
+        assert_eq!(warm_dir_files(&cache, &m, &[0, 1, 2, 3, 99]), 3);
+        for (i, c) in chunks.iter().enumerate() {
+            assert_eq!(cache.holds(&format::ChunkId::of(c)), i < 3, "chunk {i}");
+        }
+        let map = ChunkMap::new(&m, &m.files[1]).unwrap();
+        assert_eq!(&**cache.get(&map.sources[0]).unwrap(), &chunks[0]);
+        // 100 files of 120,000 bytes: 8 MiB holds 69 of them (the cache's prefetch share,
+        // 64 MiB / 3, holds more).
+        let chunks: Vec<Vec<u8>> = (0..100).map(|i| noise(120_000, i)).collect();
+        let groups: Vec<Vec<usize>> = (0..100).map(|i| vec![i]).collect();
+        let refs: Vec<&[usize]> = groups.iter().map(|g| g.as_slice()).collect();
+        let (cache, m) = revision(&refs, &chunks);
+        let all: Vec<usize> = (0..100).collect();
+        assert_eq!(
+            warm_dir_files(&cache, &m, &all) as u64,
+            MAX_DIR_BYTES / 120_000
+        );
     }
 }
