@@ -3,7 +3,7 @@
 
 usage: reliability.py MODELCAS_BIN SERIES_DIR WORK_DIR [--kills N] [--power-loss N]
                       [--corruptions N] [--issue36 N] [--hub N] [--release N]
-                      [--only issue36|hub|release] [--s3-env FILE] [--seed S]
+                      [--only issue36|hub|release|corruptions] [--s3-env FILE] [--seed S]
 
 Kills (per backend: the local directory, and S3 when --s3-env names the settings that
 tests/garage.sh wrote): N SIGKILLs for each command of the kill matrix (ingest, import, gc,
@@ -29,7 +29,9 @@ Corruptions: N corruptions, each of a fresh copy of a local store holding the se
 flip, a truncation or two swapped frames in a pack; a bit flip or truncation of a manifest or
 a ref; a bit flip or truncation of a bundle (then imported); an entry of the node file cache
 (whole files the mount keeps; a bit flip, a truncation, or another file's entry under its
-name) read back by the mount with and without passthrough; a file of the local index
+name) read back by the mount with and without passthrough; the same cache filled in place,
+so that its check records are believed (issue 40), with an entry flipped or truncated in
+place, its record flipped, or another entry's record put in its place; a file of the local index
 (RocksDB: a bit flip or a truncation) read back by every reader and by a new ingest; the
 record of the last gc run (runs/gc: a bit flip or a truncation): serve's store page still
 answers, nothing is lost, the next gc succeeds and leaves a readable record. With --s3-env,
@@ -54,6 +56,7 @@ the upstream's bytes), and the pull completing a partial commit killed at a rand
 it verifies and holds the upstream's bytes); the file cache held open (a large file held
 open through the mount, its entry damaged in place, another process reads it: its bytes or
 EIO). `--only issue36` runs just those and the pull-partial kills on the local store.
+`--only corruptions` runs just the corruptions (`--corruptions N` of them).
 
 Hub (--hub N, each kind; issue 43): nodes read the series through hubs (`serve
 --node-token-file`), each node with its own empty caches and no bucket access; a reader
@@ -103,7 +106,7 @@ ap.add_argument("--hub", type=int, default=0,
                 help="rounds of each kind of the hub matrix (issue 43)")
 ap.add_argument("--release", type=int,
                 help="rounds of each kind of the release matrix (issue 39); default: --issue36's")
-ap.add_argument("--only", choices=["issue36", "hub", "release"],
+ap.add_argument("--only", choices=["issue36", "hub", "release", "corruptions"],
                 help="issue36: only the pull-partial kills (local) and issue 36's rounds")
 ap.add_argument("--seed", type=int, default=1)
 A = ap.parse_args()
@@ -856,7 +859,8 @@ def mount_reads(s, passthrough=True, before_umount=None):
 def cache_entries(d, hexlen=64):
     """The entry files of a cache (named by a 64-hex id) under directory d."""
     out = []
-    for root, _, fs in os.walk(d):
+    for root, ds, fs in os.walk(d):
+        ds[:] = [x for x in ds if not x.startswith(".")]  # the file cache's `.checked/`
         for f in fs:
             if len(f) == hexlen and all(c in "0123456789abcdef" for c in f):
                 out.append(os.path.relpath(f"{root}/{f}", d))
@@ -940,6 +944,48 @@ def file_cache_round(pristine, fc, s, how, reader):
     detected = not os.path.exists(path) or open(path, "rb").read() != damaged
     if s.good != TOTAL_FILES:  # the store is intact: a damaged entry must cost nothing
         fail(f"file-cache {how} of {rel}: {reader} read {s.good} of {TOTAL_FILES} files "
+             "byte-exact")
+    return detected, wrong, rel
+
+
+def file_cache_kept_round(pristine, s, how, reader):
+    """Issue 40: a new mount takes an entry unread when the check record an earlier mount
+    of this boot left (`.checked/<sha256>`) has the stamp the entry has now. The file cache
+    is filled in place by a mount of a copy of `pristine` (so its records are believed by
+    the next one), then one entry is damaged in place (`flip`, `truncate`: the stamp moves),
+    or its record is damaged (`record-flip`) or replaced by another entry's record
+    (`record-other`), and everything is read back by a new mount (`reader`):
+    (detected, wrong files, entry). Detected: a damaged entry was dropped or written again;
+    for a damaged record, every file came back byte-exact."""
+    shutil.copytree(f"{pristine.dir}/store", f"{s.dir}/store")
+    files = f"{s.dir}/files"
+    want = {f["sha256"] for r in REVS for f in r["files"] if f["size"] >= FILE_CACHE_MIN}
+
+    def filled():
+        wait_for(lambda: {os.path.basename(e) for e in cache_entries(files)} >= want
+                 and len(os.listdir(f"{files}/.checked")) >= len(want),
+                 "the mount's file cache and its records filled", limit=120)
+    for _, _, data in mount_reads(s, before_umount=filled):
+        if data is None:
+            raise RuntimeError("a copy of the pristine store failed a read through the mount")
+    entries = cache_entries(files)
+    rel = rng.choice(entries)
+    path, record = f"{files}/{rel}", f"{files}/.checked/{os.path.basename(rel)}"
+    if how == "record-flip":
+        corrupt_file(record, "flip")
+    elif how == "record-other":
+        other = rng.choice([e for e in entries if e != rel])
+        shutil.copy(f"{files}/.checked/{os.path.basename(other)}", record)
+    else:
+        corrupt_file(path, how)
+    damaged = open(path, "rb").read()
+    wrong = read_back(s, reader)
+    if how.startswith("record"):
+        detected = s.good == TOTAL_FILES
+    else:
+        detected = not os.path.exists(path) or open(path, "rb").read() != damaged
+    if s.good != TOTAL_FILES:
+        fail(f"file-cache-kept {how} of {rel}: {reader} read {s.good} of {TOTAL_FILES} files "
              "byte-exact")
     return detected, wrong, rel
 
@@ -1070,7 +1116,9 @@ def corruptions(n, up):
     plans = [("pack", "flip"), ("pack", "truncate"), ("pack", "swap"), ("manifest", "flip"),
              ("manifest", "truncate"), ("ref", "flip"), ("ref", "truncate"), ("bundle", "flip"),
              ("bundle", "truncate"), ("file-cache", "flip"), ("file-cache", "truncate"),
-             ("file-cache", "other"), ("index", "flip"), ("index", "truncate"),
+             ("file-cache", "other"), ("file-cache-kept", "flip"),
+             ("file-cache-kept", "truncate"), ("file-cache-kept", "record-flip"),
+             ("file-cache-kept", "record-other"), ("index", "flip"), ("index", "truncate"),
              ("run-record", "flip"), ("run-record", "truncate")]
     readers = ["cat", "checkout", "export", "serve", "mount", "xet"]
     # The Xet reader is a client written here: on the undamaged store it must return every
@@ -1104,6 +1152,13 @@ def corruptions(n, up):
         elif target == "file-cache":  # only the mount keeps whole files
             reader = ["mount", "mount-no-passthrough"][turn % 2]
             detected, wrong, rel = file_cache_round(pristine, fc, s, how, reader)
+            if not detected:
+                fail(f"{key} of {rel}: a damaged file-cache entry was used and kept ({reader})")
+            if wrong:
+                fail(f"{key} of {rel}: {reader} returned {wrong} wrong files")
+        elif target == "file-cache-kept":  # records a new mount believes (issue 40)
+            reader = ["mount", "mount-no-passthrough"][turn % 2]
+            detected, wrong, rel = file_cache_kept_round(pristine, s, how, reader)
             if not detected:
                 fail(f"{key} of {rel}: a damaged file-cache entry was used and kept ({reader})")
             if wrong:
@@ -2014,6 +2069,8 @@ def main():
             report = {"hub": hub_matrix(up, A.hub or 4)}
         elif A.only == "release":
             report = {"release": release_matrix(up, RELEASE_ROUNDS or 4)}
+        elif A.only == "corruptions":
+            report = {"corruptions": corruptions(A.corruptions or 20, up)}
         elif A.only == "issue36":
             report = {"kills": {"local": kills("local", "local", up, [PullPartial])}}
         else:
