@@ -164,7 +164,7 @@ impl FileCache {
         let lru = LruDir::open(dir, max_bytes)?;
         metrics::set(&METRICS.file_cache_bytes, lru.bytes());
         let checked = CheckedRecords::open(dir);
-        checked.prune(|hex| lru.path(hex).is_file());
+        checked.prune_in_background(dir);
         Ok(Arc::new(FileCache {
             dir: lru,
             pending: Mutex::new(Pending::default()),
@@ -285,7 +285,22 @@ impl FileCache {
     fn check(&self, f: &FileEntry, hex: &str, file: &fs::File) -> Option<(Stamp, Verdict)> {
         let path = self.dir.path(hex);
         let before = self.stamp(file, &path)?;
-        let on_disk = self.checked.stamp(file);
+        // An entry someone holds open for writing (a descriptor, or a writable shared
+        // mapping: its dirty pages take writes that move no time) is not used this time.
+        let writers = repo::file_stamp::open_for_writing(file);
+        if writers == Some(true) {
+            tracing::warn!(
+                "file cache: {} is open for writing; not used",
+                path.display()
+            );
+            return None;
+        }
+        // Recorded for the next process only where the kernel says no one writes it, after
+        // its dirty pages were written back (then any later write moves the stamp).
+        let on_disk = self
+            .checked
+            .stamp(file)
+            .filter(|_| repo::file_stamp::no_writers(file));
         repo::failpoint::pause("file-cache-check");
         let matched = verify::content_matches(file, f);
         self.checks_run.fetch_add(1, Ordering::Relaxed);
@@ -300,7 +315,9 @@ impl FileCache {
                 }
                 return Some((before, Verdict::Good));
             }
-            Ok(true) => "changed while it was checked".to_string(),
+            // Right bytes, but the stamp moved (another mount marking it used, say): not
+            // used this time, not dropped; the next open checks it again.
+            Ok(true) => return None,
             Ok(false) => "does not hold the file's bytes".to_string(),
             Err(e) => format!("could not be read ({e})"),
         };
@@ -360,7 +377,7 @@ impl FileCache {
             return Ok(false);
         }
         let tmp = self.dir.temp(&hex)?;
-        let written = (|| -> Result<fs::File> {
+        let written = (|| -> Result<()> {
             let file = fs::File::create_new(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
             FileReader::new(store, manifest, f)?.copy_to_unchecked_chunks(&mut w, &NoProgress)?;
@@ -368,26 +385,29 @@ impl FileCache {
             let file = w
                 .into_inner()
                 .map_err(|e| StoreError::io(&tmp, e.into_error()))?;
-            file.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
-            Ok(file)
+            file.sync_all().map_err(|e| StoreError::io(&tmp, e))
         })();
-        let file = match written {
-            Ok(file) => file,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         // Tests kill the mount here: a fill synced, not yet linked into place.
         repo::failpoint::pause("file-cache-fill-synced");
         let ok = self.dir.commit(&tmp, &hex, f.size);
         metrics::set(&METRICS.file_cache_bytes, self.dir.bytes());
         if ok {
-            // The bytes were compared with the file's sha256 as they were written: the
-            // next process may take the entry unread while its stamp stays (the link and
-            // the temporary name's removal moved the ctime before this stamp).
-            if let Some(s) = self.checked.stamp(&file) {
-                self.checked.record(&s, f);
+            // What the fill compared with the sha256 is what it streamed, not what the
+            // file holds now (another writer of the temporary file would go unseen): the
+            // entry is checked now, read back from the page cache, which records the
+            // verdict for this process and, with no writer, for the next ones; a check
+            // that fails drops the entry.
+            let path = self.dir.path(&hex);
+            if let Ok(entry) = fs::File::options()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+            {
+                self.verdict(f, &hex, &entry, false);
             }
             METRICS.file_cache_fills.inc();
             METRICS.file_cache_fill_bytes.inc_by(f.size);
@@ -644,7 +664,8 @@ mod tests {
     }
 
     /// A cache holding the one file of a store of noise (several chunks), and the path of
-    /// its entry.
+    /// its entry: filled (and so checked, and recorded) by one cache, then opened afresh
+    /// (as the mount of a later start: no check run yet).
     fn filled() -> (
         tempfile::TempDir,
         Arc<FileCache>,
@@ -653,8 +674,10 @@ mod tests {
     ) {
         let (store, manifest) = one_file_store(&crate::test_pack::noise(3 * SIZE, 11));
         let t = tempfile::tempdir().unwrap();
+        let filler = FileCache::open(t.path(), 1 << 30).unwrap();
+        assert!(filler.fill(&store, &manifest, &manifest.files[0]).unwrap());
+        assert_eq!(filler.checks_run(), 1, "a fill checks the entry it linked");
         let cache = FileCache::open(t.path(), 1 << 30).unwrap();
-        assert!(cache.fill(&store, &manifest, &manifest.files[0]).unwrap());
         let p = cache.dir.path(&manifest.files[0].sha256_hex());
         (t, cache, manifest, p)
     }
@@ -814,18 +837,88 @@ mod tests {
         }
     }
 
+    /// Hostile review of issue 40 (failed before: the check recorded the entry for the
+    /// next process while another process held it open for writing, so that a page it had
+    /// dirtied through a shared mapping took a later write without moving the stamp, and
+    /// the next mount served that write unchecked): an entry open for writing, by a
+    /// descriptor or a writable shared mapping, is not used and not recorded.
+    #[test]
+    fn an_entry_open_for_writing_is_neither_used_nor_recorded() {
+        let (_t, cache, manifest, p) = filled_unrecorded();
+        let f = &manifest.files[0];
+        let rw = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        // SAFETY: a new shared mapping of an open fd, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                rw.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        drop(rw);
+        assert!(cache.open_file(f).is_none(), "a writable mapping holds it");
+        assert!(!record_path(&cache, f).exists(), "nothing recorded");
+        assert!(p.exists(), "not dropped: its bytes were not found wrong");
+        // SAFETY: the mapping made above, unmapped once.
+        unsafe { libc::munmap(at, 4096) };
+        assert!(cache.open_file(f).is_some());
+        assert!(record_path(&cache, f).is_file());
+    }
+
+    /// Hostile review of issue 40 (failed before: records were read, written and pruned
+    /// through a symbolic link put in place of `.checked`, and pruning removed every file
+    /// of the directory it pointed to): records are off, nothing outside is touched.
+    #[test]
+    fn a_checked_directory_that_is_a_link_is_not_followed() {
+        let (t, cache, manifest, _p) = filled_unrecorded();
+        let f = &manifest.files[0];
+        let elsewhere = t.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        fs::write(elsewhere.join("precious"), b"keep me").unwrap();
+        fs::remove_dir_all(cache.dir().join(checked::DIR_NAME)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, cache.dir().join(checked::DIR_NAME)).unwrap();
+        let again = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert!(again.open_file(f).is_some());
+        assert!(again.open_file(f).is_some());
+        let third = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        assert!(third.open_file(f).is_some());
+        assert_eq!(third.checks_run(), 1, "no record believed through the link");
+        let names: Vec<_> = fs::read_dir(&elsewhere)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["precious"], "nothing written or removed there");
+    }
+
     #[test]
     fn records_whose_entry_is_gone_are_removed_when_a_cache_opens() {
         let (_t, cache, manifest, p) = filled();
         let f = &manifest.files[0];
         let stray = cache.dir().join(checked::DIR_NAME).join("not-a-record");
         fs::write(&stray, b"x").unwrap();
+        // Pruned on a thread of its own: waited for.
+        let gone = |p: &Path| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while p.exists() {
+                assert!(Instant::now() < deadline, "{} never removed", p.display());
+                std::thread::yield_now();
+            }
+        };
         let _ = FileCache::open(cache.dir(), 1 << 30).unwrap();
+        gone(&stray);
         assert!(record_path(&cache, f).is_file(), "kept beside its entry");
-        assert!(!stray.exists());
         fs::remove_file(&p).unwrap(); // evicted by another process
         let _ = FileCache::open(cache.dir(), 1 << 30).unwrap();
-        assert!(!record_path(&cache, f).exists());
+        gone(&record_path(&cache, f));
         assert_eq!(
             cache.dir.bytes(),
             3 * SIZE as u64,

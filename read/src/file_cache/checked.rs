@@ -13,17 +13,25 @@
 //! * **Trust.** A record is believed only when it is intact and its stamp equals, field for
 //!   field, the stamp the entry has now, and its sha256 and chunk-list digest are those of
 //!   the file asked for. Any write, truncation, rename over the entry or `chmod` moves the
-//!   ctime, which userspace cannot set back; a record of another boot or another mount of
+//!   ctime, which no process but root's (setting the clock) can set back; a record of another boot or another mount of
 //!   the file system (every crash ends both) is never believed, so a power cut that left
 //!   bytes on disk other than the ones checked cannot be covered by a record. Where no
 //!   stamp can be taken (a kernel without `STATX_MNT_ID_UNIQUE`, a file system that is not
 //!   ext4, xfs or btrfs), nothing is recorded and every process checks.
 //! * **When.** Recorded after a check found the bytes right under the same stamp before
-//!   and after reading them, and after a fill (whose bytes were compared with the file's
-//!   sha256 as they were written, then synced and linked into place). Records are not
-//!   synced: a record made in this boot is worth nothing after the next one.
+//!   and after reading them, with no process holding the entry open for writing (asked of
+//!   the kernel with a read lease, after the entry's dirty pages were written back: a page
+//!   dirtied through a shared mapping takes writes that move no time). A fill checks the
+//!   entry it linked into place this way (what it hashed is what it streamed, not what the
+//!   file holds). Records are not synced: a record made in this boot is worth nothing after
+//!   the next one.
+//! * **Root.** Root can set the clock back and write in the very nanosecond of a recorded
+//!   ctime, or write a record (its checksum has no key); a node's root is trusted with its
+//!   file cache as with everything else on it.
 //! * **Cleaning.** A record is removed with its entry when the cache drops it; records
-//!   whose entry is gone (evicted) are removed when a cache is opened on the directory.
+//!   whose entry is gone (evicted) are removed, on a thread of their own, when a cache is
+//!   opened on the directory. A `.checked` that is not a directory (a symbolic link put
+//!   there) turns the records off: nothing is followed into it.
 
 use std::fs::{self, File};
 use std::io;
@@ -45,7 +53,9 @@ const STALE_TEMP: Duration = Duration::from_secs(3600);
 
 /// The records of one cache directory.
 pub struct CheckedRecords {
-    dir: PathBuf,
+    /// `<cache>/.checked`; None where it is not a directory of its own (a symbolic link
+    /// put there, say): no record is then read, written or removed.
+    dir: Option<PathBuf>,
     stamper: Stamper,
     counter: AtomicU64,
 }
@@ -55,14 +65,16 @@ impl CheckedRecords {
     /// directory that cannot be made means records are neither read nor written).
     pub fn open(cache_dir: &Path) -> CheckedRecords {
         let dir = cache_dir.join(DIR_NAME);
-        if let Err(e) = fs::create_dir_all(&dir) {
+        let _ = fs::create_dir(&dir);
+        let own = fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        if !own {
             tracing::warn!(
-                "file cache: {}: {e}; entries are checked by each process",
+                "file cache: {} is not a directory; entries are checked by each process",
                 dir.display()
             );
         }
         CheckedRecords {
-            dir,
+            dir: own.then_some(dir),
             stamper: Stamper::new(),
             counter: AtomicU64::new(0),
         }
@@ -88,11 +100,14 @@ impl CheckedRecords {
     /// Records that the entry of `f` with `stamp` holds `f`'s bytes (best effort: a record
     /// not written means a check by the next process).
     pub fn record(&self, stamp: &FileStamp, f: &FileEntry) {
+        let Some(dir) = &self.dir else {
+            return;
+        };
         let hex = f.sha256_hex();
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!(".tmp-{}-{n}", std::process::id()));
+        let tmp = dir.join(format!(".tmp-{}-{n}", std::process::id()));
         let written = fs::write(&tmp, stamp.record(&f.sha256, &digest(f)))
-            .and_then(|()| fs::rename(&tmp, self.dir.join(&hex)));
+            .and_then(|()| fs::rename(&tmp, dir.join(&hex)));
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             tracing::debug!("file cache: no check record for {hex}: {e}");
@@ -101,13 +116,41 @@ impl CheckedRecords {
 
     /// Removes the record of entry `hex` (the entry was dropped).
     pub fn forget(&self, hex: &str) {
-        let _ = fs::remove_file(self.dir.join(hex));
+        if let Some(dir) = &self.dir {
+            let _ = fs::remove_file(dir.join(hex));
+        }
+    }
+
+    /// [`CheckedRecords::prune`] on a thread of its own (a directory of many stale records
+    /// must not hold up the mount's start), for the entries of the cache at `cache_dir`
+    /// (`<2 hex>/<64 hex>`).
+    pub fn prune_in_background(&self, cache_dir: &Path) {
+        let Some(dir) = self.dir.clone() else {
+            return;
+        };
+        let cache = cache_dir.to_path_buf();
+        let spawned = std::thread::Builder::new()
+            .name("modelcas-file-prune".into())
+            .spawn(move || {
+                let records = CheckedRecords {
+                    dir: Some(dir),
+                    stamper: Stamper::new(),
+                    counter: AtomicU64::new(0),
+                };
+                records.prune(|hex| cache.join(&hex[..2]).join(hex).is_file())
+            });
+        if let Err(e) = spawned {
+            tracing::debug!("file cache: no pruning of check records: {e}");
+        }
     }
 
     /// Removes records whose entry is gone (`has_entry(hex)` false) and temporary records
     /// a dead process left; returns how many records were removed.
     pub fn prune(&self, has_entry: impl Fn(&str) -> bool) -> usize {
-        let Ok(names) = fs::read_dir(&self.dir) else {
+        let Some(dir) = &self.dir else {
+            return 0;
+        };
+        let Ok(names) = fs::read_dir(dir) else {
             return 0;
         };
         let now = SystemTime::now();
@@ -132,7 +175,7 @@ impl CheckedRecords {
         let mut file = File::options()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(self.dir.join(hex))
+            .open(self.dir.as_ref()?.join(hex))
             .ok()?;
         let m = file.metadata().ok()?;
         if !m.is_file() || m.len() != STAMP_RECORD_LEN as u64 {
