@@ -224,12 +224,14 @@ impl<'a> FileReader<'a> {
     ) -> Result<Sha256> {
         let n = self.chunk_count();
         std::thread::scope(|s| -> Result<Sha256> {
-            let (to_hash, hash_rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(1);
+            // A window goes to the hasher as its buffer and its length: the buffer may be
+            // longer than the window (see below).
+            let (to_hash, hash_rx) = std::sync::mpsc::sync_channel::<(Arc<Vec<u8>>, usize)>(1);
             let (done_tx, done) = std::sync::mpsc::channel::<Arc<Vec<u8>>>();
             let hasher = s.spawn(move || {
                 let mut sha = sha2::Sha256::new();
-                for w in hash_rx {
-                    sha.update(&w[..]);
+                for (w, len) in hash_rx {
+                    sha.update(&w[..len]);
                     // The buffer goes back for reuse (ignored once the sender is gone).
                     let _ = done_tx.send(w);
                 }
@@ -239,14 +241,22 @@ impl<'a> FileReader<'a> {
             while i < n {
                 let end = self.window_end(i);
                 let len = (self.map.starts[end] - self.map.starts[i]) as usize;
-                let mut buf = reuse(&done).unwrap_or_default();
-                buf.resize(len, 0);
-                self.decode_window(i..end, &mut buf, check)?;
+                // A buffer is made once, zeroed by the allocator (calloc: fresh pages, no
+                // memset), at least a whole window long, and then reused as it is: only its
+                // first `len` bytes are decoded into, hashed and written. Resizing a reused
+                // buffer to each window's length made `realloc` copy the old buffer into
+                // new pages and `resize` zero its tail, about 8% of a checkout's CPU with
+                // the page faults (a profile of a checkout, issue 40).
+                let mut buf = reuse(&done)
+                    .filter(|b| b.len() >= len)
+                    .unwrap_or_else(|| vec![0; len.max(WINDOW_BYTES as usize)]);
+                self.decode_window(i..end, &mut buf[..len], check)?;
                 let buf = Arc::new(buf);
-                if to_hash.send(buf.clone()).is_err() {
+                if to_hash.send((buf.clone(), len)).is_err() {
                     break; // the hasher is gone: its join below says why
                 }
-                buf.chunks(WRITE_BYTES)
+                buf[..len]
+                    .chunks(WRITE_BYTES)
                     .try_for_each(|p| out.write_all(p))
                     .map_err(|e| StoreError::io(PathBuf::from(self.path), e))?;
                 progress.advance(len as u64);
