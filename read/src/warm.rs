@@ -30,7 +30,7 @@ use repo::manifest::Manifest;
 pub const SMALL_FILE: u64 = 128 * 1024;
 /// Most files warmed per revision.
 pub const MAX_FILES: usize = 64;
-/// Most bytes warmed per revision: 2 MiB, well under the default cache's prefetch budget.
+/// Most bytes warmed per revision: 2 MiB, well under the default cache's in-flight share.
 pub const MAX_BYTES: u64 = 2 * 1024 * 1024;
 
 /// Starts fetching the chunks of the smallest files of `manifest` into `cache`, in the
@@ -57,14 +57,14 @@ pub fn warm_small_files(cache: &Arc<ChunkCache>, manifest: &Manifest) -> usize {
             sources.extend(map.sources);
         }
     }
-    // In pack order, so that neighbours share a read; the cache stops where its prefetch
-    // budget (half its size) is taken, readers first.
+    // In pack order, so that neighbours share a read; the cache stops where its in-flight
+    // share (a third of its budget) is taken, readers first.
     sources.sort_by(|a, b| (&a.key, a.offset).cmp(&(&b.key, b.offset)));
     cache.prefetch_run(&sources)
 }
 
 /// Most bytes warmed per listed directory: 8 MiB (a directory of hundreds of small files;
-/// the cache's prefetch budget caps it further).
+/// the cache's in-flight share caps it further).
 pub const MAX_DIR_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Starts fetching the chunks of the small files `files` of `manifest` (the files of one
