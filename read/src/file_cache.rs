@@ -245,8 +245,9 @@ impl FileCache {
 
     /// The verdict on the open entry `file` of `f` under the stamp it has now: recorded by
     /// this process under that very stamp, or on disk by an earlier one ([`checked`]), or
-    /// checked now (a concurrent check of the entry is waited for). `mark`: the entry is marked as used before a check. None: no stamp,
-    /// no check ended, or the file kept changing under checks.
+    /// checked now (a concurrent check of the entry is waited for). `mark`: the entry is
+    /// marked as used before a check. None: no stamp, no check ended, the file is open for
+    /// writing, or it kept changing under checks.
     fn verdict(&self, f: &FileEntry, hex: &str, file: &fs::File, mark: bool) -> Option<Verdict> {
         let path = self.dir.path(hex);
         // A concurrent check of this entry moves its ctime: ask again with a fresh stamp
