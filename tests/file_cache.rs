@@ -452,6 +452,48 @@ fn two_opens_of_an_unchecked_entry_check_it_once() {
     assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 2.0);
 }
 
+/// Hostile review of issue 40, F12 (failed before: the good entry was dropped, counted
+/// damaged and filled again): two mounts on one node open an entry no record vouches for
+/// (after a reboot, say) at once. The second's mark as used moves the ctime while the
+/// first is checking, held at a pause point; the first then finds the right bytes under a
+/// moved stamp. It does not use the entry that time (the file is read from the store) and
+/// drops nothing; both read the right bytes.
+#[test]
+fn two_mounts_checking_one_entry_at_once_drop_nothing() {
+    let env = Env::new();
+    fill_r1(&env, &[]);
+    forget_checks(&env);
+    let (victim, path, sha) = largest_entry(&env);
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let addr = common::local_addr();
+    let first = Mount::start_with(
+        &env,
+        &["--metrics-listen", &addr],
+        &[
+            ("MODELCAS_PAUSE_AT", "file-cache-check"),
+            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
+        ],
+    );
+    let second = Mount::start(&env, &[]);
+    let rel = format!("{REPO}/r1/{path}");
+    let in_first = first.p(&rel);
+    let reader = std::thread::spawn(move || sha256_file(&in_first));
+    let reached = pause.join("file-cache-check.reached");
+    wait_until(
+        "the first mount's check to reach its pause point",
+        Duration::from_secs(60),
+        || reached.exists().then_some(()),
+    );
+    assert_eq!(sha256_file(&second.p(&rel)), sha, "the second mount's read");
+    std::fs::write(pause.join("file-cache-check.go"), b"").unwrap();
+    assert_eq!(reader.join().unwrap(), sha, "the first mount's read");
+    let page = scrape(&addr);
+    assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 0.0);
+    assert_eq!(metric(&page, "modelcas_file_cache_checks_total"), 1.0);
+    assert_eq!(sha256_file(&victim), sha, "the entry is kept, whole");
+}
+
 /// An entry one bit of which is flipped on the node's disk while a first open of its file
 /// (another process: a pod) still holds it: a second open, which shares the inode's mode,
 /// checks the held file again, finds it damaged, and reads the file from the store (the
