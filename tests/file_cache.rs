@@ -452,6 +452,57 @@ fn two_opens_of_an_unchecked_entry_check_it_once() {
     assert_eq!(metric(&page, "modelcas_mount_passthrough_opens_total"), 2.0);
 }
 
+/// Hostile review of issue 40, F11 (failed before: the fill linked and vouched for what it
+/// had streamed and hashed, not what the file held, so a write into its temporary file went
+/// unseen): a fill held at the pause point after its file is synced, the temporary file
+/// written in place meanwhile; the fill's check of the entry it linked finds it and drops
+/// it. Every entry the cache keeps is whole.
+#[test]
+fn a_fill_whose_file_was_written_behind_it_keeps_nothing_wrong() {
+    let env = Env::new();
+    ingest_rev(&env, "r1", &["r1"]);
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let addr = common::local_addr();
+    let m = Mount::start_with(
+        &env,
+        &["--metrics-listen", &addr],
+        &[
+            ("MODELCAS_PAUSE_AT", "file-cache-fill-synced"),
+            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
+        ],
+    );
+    let n = read_r1(&m);
+    let reached = pause.join("file-cache-fill-synced.reached");
+    wait_until(
+        "a fill to reach its pause point",
+        Duration::from_secs(60),
+        || reached.exists().then_some(()),
+    );
+    let cache = env.path("file-cache");
+    let tmp: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".tmp-")
+        })
+        .collect();
+    assert_eq!(tmp.len(), 1, "one fill held: {tmp:?}");
+    flip_one_bit(&tmp[0]);
+    std::fs::write(pause.join("file-cache-fill-synced.go"), b"").unwrap();
+    let page = wait_fills(&addr, n as f64);
+    assert_eq!(metric(&page, "modelcas_file_cache_damaged_total"), 1.0);
+    for e in entries(&cache) {
+        let name = e.file_name().unwrap().to_str().unwrap().to_string();
+        assert_eq!(sha256_file(&e), name, "{} is whole", e.display());
+    }
+}
+
 /// Hostile review of issue 40, F12 (failed before: the good entry was dropped, counted
 /// damaged and filled again): two mounts on one node open an entry no record vouches for
 /// (after a reboot, say) at once. The second's mark as used moves the ctime while the
