@@ -1,0 +1,254 @@
+//! A commit's operations applied to its branch's head: the new revision's file list, each
+//! file with where its bytes come from. Nothing is written here but inline files into
+//! the spool; every refusal happens before any byte is published.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::sync::Arc;
+
+use format::manifest::check_path;
+use format::{CommitId, RepoId, Sha256};
+use repo::manifest::Manifest;
+use repo::{Store, StoreError};
+
+use crate::spool::Spool;
+use crate::{CommitRequest, Content, Operation, PublishError};
+
+/// Most operations in one commit.
+pub const MAX_OPERATIONS: usize = 100_000;
+
+/// Where the bytes of one file of the new revision come from.
+pub(crate) enum Source {
+    /// An object in the spool, opened (a prune meanwhile cannot take it away).
+    Spooled {
+        file: File,
+        sha256: Sha256,
+        size: u64,
+    },
+    /// File `index` of a stored revision (the head's files that stay, and added content
+    /// a revision of the repository holds already).
+    Stored {
+        manifest: Arc<Manifest>,
+        index: usize,
+    },
+}
+
+/// The new revision's files by path, with whether each is executable.
+pub struct Applied {
+    pub(crate) files: BTreeMap<String, (Source, bool)>,
+}
+
+impl Applied {
+    /// The spooled objects the revision takes (deleted from the spool once it is stored).
+    pub(crate) fn spooled(&self) -> impl Iterator<Item = &Sha256> {
+        self.files.values().filter_map(|(s, _)| match s {
+            Source::Spooled { sha256, .. } => Some(sha256),
+            Source::Stored { .. } => None,
+        })
+    }
+
+    /// Number of files.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether the revision has no file.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+/// The head of `req`'s branch, checked against the parent it names: `None` for the first
+/// commit of a repository that has no revision.
+fn head(store: &Store, req: &CommitRequest) -> Result<Option<Arc<Manifest>>, PublishError> {
+    let refs = match store.refs(&req.repo) {
+        Ok(r) => r,
+        Err(StoreError::UnknownRepo(_)) => Default::default(),
+        Err(e) => return Err(e.into()),
+    };
+    let head = refs.get(&req.branch).copied();
+    if let Some(parent) = req.parent {
+        if head != Some(parent) {
+            let now = head.map_or("nothing".to_string(), |c| c.to_hex());
+            return Err(PublishError::Moved(format!(
+                "{} branch {} is at {now}, not at the parent commit {} this commit was made on",
+                req.repo,
+                req.branch,
+                parent.to_hex()
+            )));
+        }
+    }
+    match head {
+        Some(c) => Ok(Some(Arc::new(store.manifest_resolved(&req.repo, &c)?))),
+        None if has_revisions(store, &req.repo)? => Err(PublishError::RevisionNotFound(format!(
+            "{} has no branch {}: create it first (create_branch)",
+            req.repo, req.branch
+        ))),
+        None => Ok(None),
+    }
+}
+
+fn has_revisions(store: &Store, repo: &RepoId) -> Result<bool, PublishError> {
+    match store.commits(repo) {
+        Ok(c) => Ok(!c.is_empty()),
+        Err(StoreError::UnknownRepo(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Applies `req`'s operations to its branch's head.
+pub(crate) fn apply(
+    store: &Store,
+    spool: &Spool,
+    req: &CommitRequest,
+) -> Result<Applied, PublishError> {
+    if req.operations.len() > MAX_OPERATIONS {
+        return Err(PublishError::TooLarge(format!(
+            "a commit of {} operations is over the limit of {MAX_OPERATIONS}",
+            req.operations.len()
+        )));
+    }
+    let head = head(store, req)?;
+    let mut files: BTreeMap<String, (Source, bool)> = BTreeMap::new();
+    if let Some(m) = &head {
+        for (i, f) in m.files.iter().enumerate() {
+            let src = Source::Stored {
+                manifest: m.clone(),
+                index: i,
+            };
+            files.insert(f.path.clone(), (src, f.executable));
+        }
+    }
+    let mut stored: Option<HashMap<Sha256, (Arc<Manifest>, usize)>> = None;
+    for op in &req.operations {
+        match op {
+            Operation::Add { path, content } => {
+                checked(path)?;
+                let src = match content {
+                    Content::Inline(bytes) => {
+                        let (sha256, p) = spool.keep_bytes(bytes)?;
+                        let file = File::open(&p)
+                            .map_err(|e| PublishError::Io(format!("{}: {e}", p.display())))?;
+                        Source::Spooled {
+                            file,
+                            sha256,
+                            size: bytes.len() as u64,
+                        }
+                    }
+                    Content::Object { sha256, size } => {
+                        let stored = match &mut stored {
+                            Some(s) => s,
+                            None => stored.insert(stored_files(store, &req.repo)?),
+                        };
+                        object(spool, stored, path, sha256, *size)?
+                    }
+                };
+                let exec = files.get(path).is_some_and(|(_, x)| *x);
+                files.insert(path.clone(), (src, exec));
+            }
+            Operation::DeleteFile { path } => {
+                if files.remove(path.as_str()).is_none() {
+                    return Err(PublishError::EntryNotFound(format!(
+                        "cannot delete {path}: A file with this name doesn't exist"
+                    )));
+                }
+            }
+            Operation::DeleteFolder { path } => {
+                let dir = format!("{}/", path.trim_end_matches('/'));
+                let under: Vec<String> = files
+                    .range(dir.clone()..)
+                    .map(|(k, _)| k)
+                    .take_while(|k| k.starts_with(&dir))
+                    .cloned()
+                    .collect();
+                if under.is_empty() {
+                    return Err(PublishError::EntryNotFound(format!(
+                        "cannot delete folder {path}: no file is under it"
+                    )));
+                }
+                for k in under {
+                    files.remove(&k);
+                }
+            }
+        }
+    }
+    no_file_is_a_folder(&files)?;
+    Ok(Applied { files })
+}
+
+/// A path a commit may add: safe (no `..`, not absolute, no empty segment), and not in
+/// `.git`.
+fn checked(path: &str) -> Result<(), PublishError> {
+    check_path(path).map_err(PublishError::BadRequest)?;
+    if path == ".git" || path.starts_with(".git/") {
+        return Err(PublishError::BadRequest(format!(
+            "unsafe file path {path:?}: inside .git"
+        )));
+    }
+    Ok(())
+}
+
+/// The source of an added object: the spool's copy, else a stored file with that content.
+fn object(
+    spool: &Spool,
+    stored: &HashMap<Sha256, (Arc<Manifest>, usize)>,
+    path: &str,
+    sha256: &Sha256,
+    size: u64,
+) -> Result<Source, PublishError> {
+    if let Some(p) = spool.object(sha256, size) {
+        if let Ok(file) = File::open(&p) {
+            return Ok(Source::Spooled {
+                file,
+                sha256: *sha256,
+                size,
+            });
+        }
+    }
+    match stored.get(sha256) {
+        Some((m, i)) if m.files[*i].size == size => Ok(Source::Stored { manifest: m.clone(), index: *i }),
+        _ => Err(PublishError::BadRequest(format!(
+            "{path}: its content (sha256 {sha256}, {size} bytes) was never uploaded; upload it (LFS) before the commit"
+        ))),
+    }
+}
+
+/// Every file of every revision of `repo` by sha256 (the first found of each).
+pub(crate) fn stored_files(
+    store: &Store,
+    repo: &RepoId,
+) -> Result<HashMap<Sha256, (Arc<Manifest>, usize)>, PublishError> {
+    let mut out = HashMap::new();
+    let commits: Vec<CommitId> = match store.commits(repo) {
+        Ok(c) => c,
+        Err(StoreError::UnknownRepo(_)) => return Ok(out),
+        Err(e) => return Err(e.into()),
+    };
+    for c in commits {
+        let m = match store.manifest_resolved(repo, &c) {
+            Ok(m) => Arc::new(m),
+            // Removed meanwhile: its files are simply not there.
+            Err(StoreError::UnknownRevision { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for (i, f) in m.files.iter().enumerate() {
+            out.entry(f.sha256).or_insert_with(|| (m.clone(), i));
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a file list where a path is both a file and a folder (`a` and `a/b`).
+fn no_file_is_a_folder(files: &BTreeMap<String, (Source, bool)>) -> Result<(), PublishError> {
+    for path in files.keys() {
+        let dir = format!("{path}/");
+        if let Some((under, _)) = files.range(dir.clone()..).next() {
+            if under.starts_with(&dir) {
+                return Err(PublishError::BadRequest(format!(
+                    "{path} would be both a file and a folder (of {under})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}

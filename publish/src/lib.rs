@@ -1,0 +1,245 @@
+//! Publishing into a store through the hub: the write side of the Hub commit API
+//! (`hf upload`, `HfApi.upload_folder`, `push_to_hub` pointed at `modelcas serve`).
+//!
+//! A client uploads the bytes of each large file first (an LFS `PUT`), then sends one
+//! commit: a list of operations (add a file, inline or by the sha256 of an uploaded
+//! object; delete a file or a folder) on a branch. [`Publisher`] owns both halves:
+//!
+//! - **Objects** go to the [`spool::Spool`] on this machine's disk, streamed and checked
+//!   (length and sha256 as declared) before they are kept under their hash.
+//! - **A commit** ([`Publisher::commit`]) is applied to the branch's head revision: the
+//!   head's files that stay are taken by their chunk lists (never read or sent again),
+//!   added files are read from the spool (or from any revision of the repository holding
+//!   the same sha256). The resulting file list is published through `store::ingest`, so
+//!   it is chunked, deduplicated against everything stored, release-checked and written
+//!   as any ingest is: packs, then the manifest, then the branch's ref. A commit that
+//!   fails at any point has published nothing; what it wrote before is unreferenced packs
+//!   that gc reclaims.
+//!
+//! One commit per branch at a time in this process: a second commit to a branch while
+//! one is being applied is refused ([`PublishError::Conflict`]), and a commit naming the
+//! parent it was built on is refused when the branch has moved since
+//! ([`PublishError::Moved`]). docs/FORMAT.md ("Uploads") states the protocol and its
+//! safety argument.
+
+pub mod spool;
+
+mod apply;
+mod opener;
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use format::{CommitId, RepoId, Sha256};
+use index::Index;
+use parking_lot::Mutex;
+use repo::{Store, StoreError};
+
+pub use apply::Applied;
+
+/// What a commit adds: bytes sent inline, or an object uploaded before (or stored).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    Inline(Vec<u8>),
+    Object { sha256: Sha256, size: u64 },
+}
+
+/// One operation of a commit, applied in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// Adds or replaces the file at `path`.
+    Add { path: String, content: Content },
+    /// Deletes the file at `path` (which must exist).
+    DeleteFile { path: String },
+    /// Deletes every file under `path/` (at least one must exist).
+    DeleteFolder { path: String },
+}
+
+/// A commit to apply.
+#[derive(Clone, Debug)]
+pub struct CommitRequest {
+    pub repo: RepoId,
+    /// The branch (a ref name) the commit goes on; it moves to the new revision.
+    pub branch: String,
+    /// The head the client built the commit on, when it names one.
+    pub parent: Option<CommitId>,
+    pub operations: Vec<Operation>,
+}
+
+/// What a commit made.
+#[derive(Clone, Debug)]
+pub struct Committed {
+    /// The revision the branch now names (the head itself when nothing changed).
+    pub commit: CommitId,
+    /// Files in it.
+    pub files: usize,
+    /// Whether the branch was left where it was because the revision's release check did
+    /// not pass and the hub holds failing revisions' refs.
+    pub held: bool,
+    /// Files read to make it (added files; the head's are taken by chunk list).
+    pub files_read: usize,
+    /// Chunks new to the store, and their uncompressed bytes.
+    pub new_chunks: u64,
+    pub new_chunk_bytes: u64,
+    /// Bytes of the packs written.
+    pub pack_bytes_written: u64,
+}
+
+/// Why an upload or a commit was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The request is malformed or names what cannot be (an unsafe path, an object never
+    /// uploaded, a file and a folder of one name).
+    #[error("{0}")]
+    BadRequest(String),
+    /// An uploaded object is not what it was declared to be (length, sha256).
+    #[error("{0}")]
+    BadObject(String),
+    /// The request body ended or failed before it was whole.
+    #[error("the upload did not arrive whole: {0}")]
+    Body(String),
+    /// Over a configured limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// No room on the spool's disk.
+    #[error("{0}")]
+    NoRoom(String),
+    /// Another commit to the same branch is being applied.
+    #[error("{0}")]
+    Conflict(String),
+    /// The branch is no longer at the parent the commit names.
+    #[error("{0}")]
+    Moved(String),
+    /// A file or folder to delete is not there.
+    #[error("{0}")]
+    EntryNotFound(String),
+    /// The branch does not exist (and the repository has revisions).
+    #[error("{0}")]
+    RevisionNotFound(String),
+    /// Local I/O (the spool).
+    #[error("{0}")]
+    Io(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The write side of one hub: its spool, and the branches being committed to.
+pub struct Publisher {
+    store: Store,
+    spool: spool::Spool,
+    /// (repository, branch) of the commits being applied now.
+    busy: Mutex<HashSet<(String, String)>>,
+    /// Whether a revision whose release check does not pass leaves its branch unmoved.
+    hold_failing_refs: bool,
+}
+
+impl Publisher {
+    /// A publisher into `store` spooling uploads in `spool`.
+    pub fn new(store: Store, spool: spool::Spool) -> Publisher {
+        Publisher {
+            store,
+            spool,
+            busy: Mutex::new(HashSet::new()),
+            hold_failing_refs: false,
+        }
+    }
+
+    /// The same publisher, leaving a branch unmoved when its new revision's release check
+    /// does not pass.
+    pub fn hold_failing_refs(mut self, hold: bool) -> Publisher {
+        self.hold_failing_refs = hold;
+        self
+    }
+
+    /// The spool.
+    pub fn spool(&self) -> &spool::Spool {
+        &self.spool
+    }
+
+    /// For each content (sha256, size), whether it need not be uploaded for a commit to
+    /// `repo`: the spool holds it, or a revision of `repo` has a file with it. Content held
+    /// only by other repositories is uploaded again (its chunks are still stored once): a
+    /// hash alone is no proof that the uploader has the bytes.
+    pub fn present(
+        &self,
+        repo: &RepoId,
+        objects: &[(Sha256, u64)],
+    ) -> Result<Vec<bool>, PublishError> {
+        let mut stored = None;
+        let mut out = Vec::with_capacity(objects.len());
+        for (sha256, size) in objects {
+            if self.spool.object(sha256, *size).is_some() {
+                out.push(true);
+                continue;
+            }
+            let stored = match &mut stored {
+                Some(s) => s,
+                None => stored.insert(apply::stored_files(&self.store, repo)?),
+            };
+            out.push(
+                stored
+                    .get(sha256)
+                    .is_some_and(|(m, i)| m.files[*i].size == *size),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Receives an uploaded object (streamed from `body`, checked, spooled).
+    pub fn receive(
+        &self,
+        sha256: &Sha256,
+        size: u64,
+        body: &mut dyn std::io::Read,
+    ) -> Result<(), PublishError> {
+        self.spool.receive(sha256, size, body).map(|_| ())
+    }
+
+    /// Applies `req` to its branch and publishes the result through `index`.
+    pub fn commit(&self, index: &Index, req: &CommitRequest) -> Result<Committed, PublishError> {
+        format::names::check_ref_name(&req.branch)
+            .map_err(|e| PublishError::BadRequest(format!("branch {:?}: {e}", req.branch)))?;
+        let key = (
+            req.repo.to_string().to_ascii_lowercase(),
+            req.branch.clone(),
+        );
+        if !self.busy.lock().insert(key.clone()) {
+            return Err(PublishError::Conflict(format!(
+                "another commit to {} branch {} is being applied; try again when it is done",
+                req.repo, req.branch
+            )));
+        }
+        let out = self.commit_locked(index, req);
+        self.busy.lock().remove(&key);
+        out
+    }
+
+    fn commit_locked(&self, index: &Index, req: &CommitRequest) -> Result<Committed, PublishError> {
+        repo::failpoint::pause("publish-commit-start");
+        let applied = apply::apply(&self.store, &self.spool, req)?;
+        let report = opener::publish(&self.store, index, req, &applied, self.hold_failing_refs)?;
+        let outcome = report.snapshots.first().ok_or_else(|| {
+            PublishError::Io("internal error: the commit's ingest reported no revision".into())
+        })?;
+        for sha in applied.spooled() {
+            self.spool.remove(sha);
+        }
+        Ok(Committed {
+            commit: outcome.commit,
+            files: outcome.files,
+            held: !outcome.refs_held.is_empty(),
+            files_read: report.files_read.saturating_sub(report.files_unchanged),
+            new_chunks: report.new_chunks,
+            new_chunk_bytes: report.new_chunk_bytes,
+            pack_bytes_written: report.pack_bytes_written,
+        })
+    }
+}
+
+/// The default spool directory for a store: `<cache>/modelcas/uploads/<store id>`.
+pub fn default_spool_dir(cache: &Path, store_id: &[u8; 16]) -> std::path::PathBuf {
+    cache.join("modelcas/uploads").join(hex::encode(store_id))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,320 @@
+//! The upload spool: objects a client uploads (LFS `PUT`s, a commit's inline files) kept on
+//! this machine's disk, by sha256, until a commit names them.
+//!
+//! ```text
+//! <dir>/tmp/<random>          an object being received (never read)
+//! <dir>/objects/<sha256 hex>  a whole object whose size and sha256 were checked
+//! ```
+//!
+//! An object is streamed to a temporary file while its SHA-256 is computed; only when its
+//! length and hash are the ones the client declared is it synced and renamed into
+//! `objects/` (then the directory is synced): a name in `objects/` always holds the bytes
+//! it names, whatever crash came before. Nothing else is kept: a client that dies mid
+//! upload leaves a temporary file that [`Spool::prune`] deletes, and objects no commit
+//! took are deleted after [`Spool::ttl`]. The spool is not the store: an object in it is
+//! in no revision until a commit's ingest reads it into packs.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use format::Sha256;
+use sha2::{Digest, Sha256 as Hasher};
+
+use crate::PublishError;
+
+/// A temporary file untouched this long belongs to an upload that died.
+const TMP_STALE: Duration = Duration::from_secs(3600);
+
+/// Bytes kept free on the spool's file system beyond an upload's declared size.
+const FREE_MARGIN: u64 = 256 << 20;
+
+/// The upload spool of one hub.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    ttl: Duration,
+    max_object: u64,
+}
+
+impl Spool {
+    /// The spool in `dir` (created if needed), keeping uncommitted objects for `ttl` and
+    /// refusing objects over `max_object` bytes.
+    pub fn open(dir: &Path, ttl: Duration, max_object: u64) -> Result<Spool, PublishError> {
+        for sub in ["tmp", "objects"] {
+            fs::create_dir_all(dir.join(sub)).map_err(|e| io_at(&dir.join(sub), e))?;
+        }
+        Ok(Spool {
+            dir: dir.to_path_buf(),
+            ttl,
+            max_object,
+        })
+    }
+
+    /// How long an object no commit took is kept.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The path of object `sha256`, if the spool holds it with `size` bytes.
+    pub fn object(&self, sha256: &Sha256, size: u64) -> Option<PathBuf> {
+        let path = self.object_path(sha256);
+        let meta = fs::symlink_metadata(&path).ok()?;
+        (meta.is_file() && meta.len() == size).then_some(path)
+    }
+
+    fn object_path(&self, sha256: &Sha256) -> PathBuf {
+        self.dir.join("objects").join(sha256.to_hex())
+    }
+
+    /// Whether an object of `size` bytes may be received now: not over the cap, and room
+    /// for it on the file system.
+    pub fn check_room(&self, size: u64) -> Result<(), PublishError> {
+        if size > self.max_object {
+            return Err(PublishError::TooLarge(format!(
+                "an object of {size} bytes is over this hub's limit of {} bytes per file",
+                self.max_object
+            )));
+        }
+        if let Some(free) = free_bytes(&self.dir) {
+            if free < size.saturating_add(FREE_MARGIN) {
+                return Err(PublishError::NoRoom(format!(
+                    "the hub's upload spool has {free} bytes free, not enough for {size}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives object `sha256` of `size` bytes from `body`, reading at most `size + 1`
+    /// bytes of it: kept only when it has exactly that length and hash. Receiving an object
+    /// the spool holds already replaces it with the same bytes.
+    pub fn receive(
+        &self,
+        sha256: &Sha256,
+        size: u64,
+        body: &mut dyn Read,
+    ) -> Result<PathBuf, PublishError> {
+        self.check_room(size)?;
+        let (tmp, mut file) = self.temporary()?;
+        let outcome = copy_checked(body, &mut file, size).and_then(|got| {
+            if got != *sha256 {
+                return Err(PublishError::BadObject(format!(
+                    "the bytes sent have sha256 {got}, not the {sha256} they were declared with"
+                )));
+            }
+            file.sync_all().map_err(|e| io_at(&tmp, e))
+        });
+        drop(file);
+        if let Err(e) = outcome {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let dest = self.object_path(sha256);
+        fs::rename(&tmp, &dest).map_err(|e| io_at(&dest, e))?;
+        sync_dir(&self.dir.join("objects"));
+        Ok(dest)
+    }
+
+    /// Keeps `bytes` (a commit's inline file) as an object; returns its sha256 and path.
+    pub fn keep_bytes(&self, bytes: &[u8]) -> Result<(Sha256, PathBuf), PublishError> {
+        let sha = Sha256(Hasher::digest(bytes).into());
+        let path = self.receive(&sha, bytes.len() as u64, &mut io::Cursor::new(bytes))?;
+        Ok((sha, path))
+    }
+
+    /// Deletes an object (a commit stored it).
+    pub fn remove(&self, sha256: &Sha256) {
+        let _ = fs::remove_file(self.object_path(sha256));
+    }
+
+    /// Deletes temporary files of uploads that died and objects older than the TTL; returns
+    /// how many files went.
+    pub fn prune(&self) -> usize {
+        let now = SystemTime::now();
+        let mut gone = 0;
+        for (sub, age) in [("tmp", TMP_STALE), ("objects", self.ttl)] {
+            let Ok(entries) = fs::read_dir(self.dir.join(sub)) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_some_and(|d| d > age);
+                if old && fs::remove_file(e.path()).is_ok() {
+                    gone += 1;
+                }
+            }
+        }
+        gone
+    }
+
+    fn temporary(&self) -> Result<(PathBuf, File), PublishError> {
+        let mut random = [0u8; 12];
+        File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut random))
+            .map_err(|e| io_at(Path::new("/dev/urandom"), e))?;
+        let path = self.dir.join("tmp").join(hex::encode(random));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_at(&path, e))?;
+        Ok((path, file))
+    }
+}
+
+/// Copies `body` into `out`, at most `size + 1` bytes: the sha256 of exactly `size` bytes,
+/// or an error saying the body was shorter or longer.
+fn copy_checked(body: &mut dyn Read, out: &mut File, size: u64) -> Result<Sha256, PublishError> {
+    let mut hasher = Hasher::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut total = 0u64;
+    loop {
+        let n = match body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(PublishError::Body(e.to_string())),
+        };
+        total += n as u64;
+        if total > size {
+            return Err(PublishError::BadObject(format!(
+                "more than the {size} bytes declared were sent"
+            )));
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])
+            .map_err(|e| PublishError::Io(format!("writing the upload spool: {e}")))?;
+    }
+    if total != size {
+        return Err(PublishError::BadObject(format!(
+            "{total} bytes were sent, {size} were declared"
+        )));
+    }
+    Ok(Sha256(hasher.finalize().into()))
+}
+
+/// Free bytes for an unprivileged user on the file system of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data, for which all zero bytes are valid.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid statvfs to fill.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+fn io_at(path: &Path, e: io::Error) -> PublishError {
+    PublishError::Io(format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spool() -> (tempfile::TempDir, Spool) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spool::open(dir.path(), Duration::from_secs(3600), 1 << 30).unwrap();
+        (dir, s)
+    }
+
+    fn sha(b: &[u8]) -> Sha256 {
+        Sha256(Hasher::digest(b).into())
+    }
+
+    fn tmp_files(dir: &Path) -> usize {
+        fs::read_dir(dir.join("tmp")).unwrap().count()
+    }
+
+    #[test]
+    fn an_object_is_kept_only_with_its_declared_size_and_hash() {
+        let (dir, s) = spool();
+        let data = b"weights".repeat(1000);
+        let path = s
+            .receive(&sha(&data), data.len() as u64, &mut &data[..])
+            .unwrap();
+        assert_eq!(fs::read(&path).unwrap(), data);
+        assert_eq!(s.object(&sha(&data), data.len() as u64), Some(path));
+        assert_eq!(s.object(&sha(&data), 3), None, "another size is not it");
+
+        let other = b"other bytes".to_vec();
+        let lying = s.receive(&sha(&data), other.len() as u64, &mut &other[..]);
+        assert!(matches!(lying, Err(PublishError::BadObject(ref m)) if m.contains("sha256")));
+        let short = s.receive(&sha(&other), 100, &mut &other[..]);
+        assert!(matches!(short, Err(PublishError::BadObject(ref m)) if m.contains("declared")));
+        let long = s.receive(&sha(&other[..3]), 3, &mut &other[..]);
+        assert!(matches!(long, Err(PublishError::BadObject(ref m)) if m.contains("more than")));
+        assert_eq!(tmp_files(dir.path()), 0, "refused uploads leave nothing");
+        assert_eq!(
+            fs::read(s.object(&sha(&data), 7000).unwrap()).unwrap(),
+            data
+        );
+    }
+
+    #[test]
+    fn a_body_that_fails_midway_leaves_nothing() {
+        struct Dies(usize);
+        impl Read for Dies {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(io::Error::other("connection reset"));
+                }
+                self.0 -= 1;
+                buf[0] = 1;
+                Ok(1)
+            }
+        }
+        let (dir, s) = spool();
+        let r = s.receive(&sha(&[1; 10]), 10, &mut Dies(5));
+        assert!(matches!(r, Err(PublishError::Body(_))));
+        assert_eq!(tmp_files(dir.path()), 0);
+        assert_eq!(s.object(&sha(&[1; 10]), 10), None);
+    }
+
+    #[test]
+    fn objects_over_the_cap_are_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spool::open(dir.path(), Duration::from_secs(60), 10).unwrap();
+        let mut never = io::repeat(0).take(0);
+        let r = s.receive(&sha(b""), 11, &mut never);
+        assert!(matches!(r, Err(PublishError::TooLarge(_))));
+        let r = s.check_room(u64::MAX / 2);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn prune_deletes_stale_temporaries_and_expired_objects_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spool::open(dir.path(), Duration::from_secs(600), 1 << 20).unwrap();
+        let age = |p: &Path, secs| {
+            let t = SystemTime::now() - Duration::from_secs(secs);
+            let f = File::options().write(true).open(p).unwrap();
+            f.set_modified(t).unwrap();
+        };
+        let (sha_a, a) = s.keep_bytes(b"a").unwrap();
+        let (sha_b, b) = s.keep_bytes(b"b").unwrap();
+        age(&a, 601);
+        age(&b, 599);
+        let stale = dir.path().join("tmp/dead");
+        fs::write(&stale, b"x").unwrap();
+        age(&stale, 3601);
+        let fresh = dir.path().join("tmp/live");
+        fs::write(&fresh, b"x").unwrap();
+        assert_eq!(s.prune(), 2);
+        assert!(!a.exists() && !stale.exists() && fresh.exists() && b.exists());
+        assert_eq!(s.object(&sha_a, 1), None);
+        assert!(s.object(&sha_b, 1).is_some());
+    }
+}
