@@ -38,6 +38,7 @@ mod sync;
 mod takeover;
 mod ui;
 mod unchanged;
+mod upload;
 mod upstream;
 mod xet;
 mod xet_memo;

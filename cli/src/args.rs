@@ -529,6 +529,26 @@ pub struct ServeArgs {
     pub force: bool,
     #[command(flatten)]
     pub xet: XetArgs,
+    #[command(flatten)]
+    pub uploads: UploadArgs,
+}
+
+/// `modelcas serve`'s uploads, on for the tokens the token file gives `write=` scopes (each
+/// falls back to `[serve]` in the config file).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct UploadArgs {
+    /// Where uploaded files wait for their commit (default: the user's cache directory,
+    /// `modelcas/uploads/<store id>`).
+    #[arg(long, env = "MODELCAS_SERVE_UPLOAD_DIR", value_name = "DIR")]
+    pub upload_dir: Option<PathBuf>,
+    /// Take uploads to repositories the mirror brought from upstream (refused by default:
+    /// the upstream's next revision would move their refs again).
+    #[arg(long, env = "MODELCAS_SERVE_UPLOAD_OVER_MIRROR")]
+    pub upload_over_mirror: bool,
+    /// Leave a branch where it was when the uploaded revision fails its release check (it
+    /// is stored all the same; the commit answers 422 ReleaseCheckFailed).
+    #[arg(long, env = "MODELCAS_SERVE_UPLOAD_HOLD_FAILING")]
+    pub upload_hold_failing: bool,
 }
 
 /// `modelcas serve`'s Xet downloads (each falls back to `[serve]` in the config file).

@@ -139,6 +139,12 @@ pub struct ServeConfig {
     pub upstream_repos: Vec<String>,
     /// `false`: see `--no-xet`.
     pub xet: Option<bool>,
+    /// See `--upload-dir`.
+    pub upload_dir: Option<PathBuf>,
+    /// See `--upload-over-mirror`.
+    pub upload_over_mirror: Option<bool>,
+    /// See `--upload-hold-failing`.
+    pub upload_hold_failing: Option<bool>,
     /// See `--xet-secret-file`.
     pub xet_secret_file: Option<PathBuf>,
     /// See `--xet-token-ttl`.

@@ -154,6 +154,11 @@ pub struct Hub {
     /// Release facts of revisions (`hub/release.rs`): at most [`RELEASE_CACHE`], each
     /// kept [`RELEASE_TTL`].
     releases: ReleaseCache,
+    /// Uploads (`hub/upload.rs`); `None`: no token may write.
+    uploads: Option<crate::uploads::UploadOptions>,
+    /// Token → the repository patterns it may write (`TOKEN  write=org/*` in the token
+    /// file).
+    write_scopes: crate::uploads::WriteScopes,
 }
 
 /// A repository, commit and manifest found for a request.
@@ -238,7 +243,25 @@ impl Hub {
             orders: order_cache(),
             nodes: crate::nodes::Nodes::new(store, Default::default(), Policy::default()),
             releases: release_cache(),
+            uploads: None,
+            write_scopes: Default::default(),
         }
+    }
+
+    /// The same router, taking uploads with `uploads` from the tokens `scopes` lets write.
+    pub fn with_uploads(
+        mut self,
+        uploads: Option<crate::uploads::UploadOptions>,
+        scopes: crate::uploads::WriteScopes,
+    ) -> Hub {
+        self.uploads = uploads;
+        self.write_scopes = scopes;
+        self
+    }
+
+    /// The upload settings (the streamed object `PUT` of `server.rs`).
+    pub(crate) fn upload_options(&self) -> Option<&crate::uploads::UploadOptions> {
+        self.uploads.as_ref()
     }
 
     /// The same router, serving the store API to nodes as `access` says (the policy set
@@ -333,7 +356,7 @@ impl Hub {
 
     /// Counts a request, unless its routing stopped to wait for the upstream: its reply is
     /// a placeholder, and the request is routed again, and counted, once the wait is over.
-    fn count(&self, endpoint: &'static str, status: u16) {
+    pub(crate) fn count(&self, endpoint: &'static str, status: u16) {
         if !crate::upstream::flight::stopped() {
             self.metrics.request(endpoint, status);
         }
@@ -386,6 +409,10 @@ impl Hub {
         }
         if let Some(r) = other_type(&segs) {
             self.count("other-type", 404);
+            return r;
+        }
+        if let Some((endpoint, r)) = self.upload_route(req, &segs, body) {
+            self.count(endpoint, r.status.as_u16());
             return r;
         }
         let paths_info = match segs.as_slice() {
@@ -950,28 +977,38 @@ fn remember(cache: &ManifestCache, key: (RepoId, CommitId), tag: String, m: Arc<
     cache.insert(key, (tag, m));
 }
 
-/// Whether the server reads the body of a request with `method` and `path` (still
-/// `%`-encoded) before routing it: only `POST .../paths-info/{rev}`; every other body is
-/// left unread.
-pub fn reads_body(method: &Method, path: &str) -> bool {
+/// What body a request's route reads (the server reads it, capped, before routing):
+/// `None` for every route but the ones that take one.
+pub fn reads_body(method: &Method, path: &str) -> Option<BodyKind> {
     if *method != Method::POST {
-        return false;
+        return None;
     }
-    let Ok(segs) = decode::segments(path) else {
-        return false;
-    };
-    matches!(
-        segs.iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .as_slice(),
-        ["api", "models", _, _, "paths-info", _, ..]
-    )
+    let segs = decode::segments(path).ok()?;
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    match segs.as_slice() {
+        ["api", "models", _, _, "commit", _, ..] => Some(BodyKind::Commit),
+        ["api", "models", _, _, "paths-info" | "preupload" | "branch" | "tag", _, ..]
+        | ["api", "repos", "create"]
+        | [_, _, "info", "lfs", "objects", "batch"]
+        | ["upload", "verify", _, _] => Some(BodyKind::Small),
+        _ => None,
+    }
+}
+
+/// The bodies routes read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    /// A JSON or form body: at most [`crate::Limits::max_body`].
+    Small,
+    /// A commit (NDJSON with inline files): at most [`crate::Limits::max_commit_body`].
+    Commit,
 }
 
 mod browse;
 mod paths;
 mod policy;
+mod upload;
+pub(crate) use upload::upload_error;
 mod release;
 mod resolve;
 mod xet;

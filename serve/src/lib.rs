@@ -61,6 +61,8 @@ pub mod nodes;
 pub mod reply;
 pub mod server;
 pub mod ui;
+mod upload_stream;
+pub mod uploads;
 pub mod upstream;
 pub mod xet;
 
@@ -122,6 +124,10 @@ pub struct ServeOptions {
     pub xet: Option<xet::XetOptions>,
     /// The store API for nodes (docs/format/hub-protocol.md): who may read it.
     pub nodes: nodes::NodeAccess,
+    /// Uploads (`None`: no token may write; `hub/upload.rs`).
+    pub uploads: Option<uploads::UploadOptions>,
+    /// Token → the repository patterns it may write.
+    pub write_scopes: uploads::WriteScopes,
 }
 
 /// A bound endpoint.
@@ -156,7 +162,8 @@ impl Server {
                     .with_exposition(opts.metrics.clone())
                     .with_ui(opts.ui.clone())
                     .with_xet(opts.xet.clone())
-                    .with_token_names(opts.token_names.clone()),
+                    .with_token_names(opts.token_names.clone())
+                    .with_uploads(opts.uploads.clone(), opts.write_scopes.clone()),
             ),
             threads: opts.threads.max(1),
             limits: opts.limits.clone(),

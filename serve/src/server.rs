@@ -8,11 +8,14 @@
 //!   also bounds how long a kept-alive connection may sit idle between requests.
 //! - **Request timeout**: the reply's head must be ready within [`Limits::request_timeout`]
 //!   (else 503); the body then streams as fast as the client reads.
-//! - **Request bodies**: read only for the one route that takes one
-//!   ([`crate::hub::reads_body`]: `paths-info`) and only once the request is authorized,
+//! - **Request bodies**: read only for the routes that take one
+//!   ([`crate::hub::reads_body`]: `paths-info` and the write routes' JSON; commits, at most
+//!   [`Limits::max_commit_body`], 4 at once) and only once the request is authorized,
 //!   at most [`Limits::max_body`] bytes (413 beyond, without reading further) within
 //!   [`Limits::body_timeout`] (408), and at most `BODIES_AT_ONCE` at a time (503 beyond);
 //!   every other body is left unread, and hyper closes the connection after the reply.
+//! - **Uploaded objects** (`PUT /upload/lfs/...`, [`crate::upload_stream`]) are streamed to
+//!   the spool, never buffered whole.
 //! - **Write stall timeout**: a response write that makes no progress for
 //!   [`Limits::write_timeout`] (a client that stopped reading) closes the connection.
 //!
@@ -44,7 +47,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 
 use crate::body::Body;
-use crate::hub::{Head, Hub, Reply};
+use crate::hub::{BodyKind, Head, Hub, Reply};
 use crate::upstream::Waits;
 
 /// The limits every connection is held to.
@@ -58,8 +61,12 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Time a response write may make no progress.
     pub write_timeout: Duration,
-    /// Most bytes of a request body read (`paths-info`); a longer one gets 413.
+    /// Most bytes of a request body read (`paths-info`, the JSON of the write routes); a
+    /// longer one gets 413.
     pub max_body: usize,
+    /// Most bytes of a commit's body (NDJSON with the inline files; 413 beyond), read
+    /// within ten times [`Limits::body_timeout`].
+    pub max_commit_body: usize,
     /// Time to send a whole request body.
     pub body_timeout: Duration,
 }
@@ -72,6 +79,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(300),
             write_timeout: Duration::from_secs(60),
             max_body: 1 << 20,
+            max_commit_body: 64 << 20,
             body_timeout: Duration::from_secs(30),
         }
     }
@@ -146,22 +154,41 @@ async fn respond(
     // BODIES_AT_ONCE bodies are buffered at once: memory for bodies stays under
     // BODIES_AT_ONCE x max_body whatever the clients send.
     let (parts, incoming) = req.into_parts();
-    let wants_body =
-        crate::hub::reads_body(&parts.method, parts.uri.path()) && hub.authorized(&parts.headers);
-    let body = if wants_body {
-        let Ok(_permit) = BODIES.try_acquire() else {
-            let msg = "too many request bodies at once; try again";
-            return response(Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", msg, None));
-        };
-        match read_body(&parts.headers, incoming, limits).await {
-            Ok(b) => b,
-            Err(reply) => return response(*reply),
+    if let Some(target) = crate::upload_stream::target(&hub, &parts) {
+        return response(
+            crate::upload_stream::receive(hub, target, &parts.headers, incoming, limits).await,
+        );
+    }
+    let kind = crate::hub::reads_body(&parts.method, parts.uri.path())
+        .filter(|_| hub.authorized(&parts.headers));
+    let body = match kind {
+        None => Bytes::new(),
+        Some(kind) => {
+            let (sem, cap, timeout) = match kind {
+                BodyKind::Small => (&BODIES, limits.max_body, limits.body_timeout),
+                BodyKind::Commit => (
+                    &COMMIT_BODIES,
+                    limits.max_commit_body,
+                    limits.body_timeout * 10,
+                ),
+            };
+            let Ok(_permit) = sem.try_acquire() else {
+                let msg = "too many request bodies at once; try again";
+                return response(Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", msg, None));
+            };
+            match read_body(&parts.headers, incoming, cap, timeout).await {
+                Ok(b) => b,
+                Err(reply) => return response(*reply),
+            }
         }
-    } else {
-        Bytes::new()
     };
     let (parts, client) = (Arc::new(parts), Arc::new(client));
-    let deadline = tokio::time::Instant::now() + limits.request_timeout;
+    // A commit runs as long as its files take to store (an ingest), not a request's time.
+    let deadline = tokio::time::Instant::now()
+        + match kind {
+            Some(BodyKind::Commit) => limits.request_timeout.max(COMMIT_TIMEOUT),
+            _ => limits.request_timeout,
+        };
     let mut waits = Waits::default();
     let reply = loop {
         let task = {
@@ -217,21 +244,29 @@ fn response(reply: Reply) -> Response<Body> {
 const BODIES_AT_ONCE: usize = 32;
 static BODIES: Semaphore = Semaphore::const_new(BODIES_AT_ONCE);
 
-/// A request body, whole: at most [`Limits::max_body`] bytes (413 beyond: a
-/// `Content-Length` over it is refused unread), within [`Limits::body_timeout`] (408).
+/// Commit bodies buffered at once (each at most [`Limits::max_commit_body`]).
+const COMMIT_BODIES_AT_ONCE: usize = 4;
+static COMMIT_BODIES: Semaphore = Semaphore::const_new(COMMIT_BODIES_AT_ONCE);
+
+/// Longest a commit's reply may take (its files are stored meanwhile).
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+
+/// A request body, whole: at most `cap` bytes (413 beyond: a `Content-Length` over it is
+/// refused unread), within `timeout` (408).
 async fn read_body(
     headers: &http::HeaderMap,
     mut incoming: Incoming,
-    limits: &Limits,
+    cap: usize,
+    timeout: Duration,
 ) -> Result<Bytes, Box<Reply>> {
     let too_large = || {
-        let msg = format!("request body over {} bytes", limits.max_body);
+        let msg = format!("request body over {cap} bytes");
         Box::new(Reply::error(StatusCode::PAYLOAD_TOO_LARGE, "", &msg, None))
     };
     let announced = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limits.max_body as u64) {
+    if announced.is_some_and(|n| n > cap as u64) {
         return Err(too_large());
     }
     let read = async {
@@ -244,7 +279,7 @@ async fn read_body(
                 Box::new(Reply::error(StatusCode::BAD_REQUEST, "", &msg, None))
             })?;
             if let Ok(data) = frame.into_data() {
-                if out.len() + data.len() > limits.max_body {
+                if out.len() + data.len() > cap {
                     return Err(too_large());
                 }
                 out.extend_from_slice(&data);
@@ -252,7 +287,7 @@ async fn read_body(
         }
         Ok(Bytes::from(out))
     };
-    match tokio::time::timeout(limits.body_timeout, read).await {
+    match tokio::time::timeout(timeout, read).await {
         Ok(r) => r,
         Err(_) => {
             let msg = "request body not received in time";

@@ -157,7 +157,7 @@ impl Policy {
 }
 
 /// [`glob`] without ASCII case, as the Hub compares repository ids.
-fn glob_folded(pattern: &str, s: &str) -> bool {
+pub(crate) fn glob_folded(pattern: &str, s: &str) -> bool {
     glob(&pattern.to_ascii_lowercase(), &s.to_ascii_lowercase())
 }
 

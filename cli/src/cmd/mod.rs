@@ -13,9 +13,11 @@ mod pull;
 mod read;
 mod release;
 mod serve;
+mod shared_index;
 mod stats;
 mod sync;
 mod ui;
+mod uploads;
 mod upstream;
 
 use std::process::ExitCode;

@@ -16,31 +16,64 @@ use crate::args::{ServeArgs, ServeLimitArgs, UpstreamArgs, XetArgs};
 use crate::config::ServeConfig;
 use crate::ctx::Ctx;
 
-/// Tokens accepted, and the names some of them have (token → name).
-type Tokens = (HashSet<String>, HashMap<String, String>);
+/// Tokens accepted, the names some of them have (token → name), and the write scopes some
+/// of them have (token → repository patterns).
+type Tokens = (
+    HashSet<String>,
+    HashMap<String, String>,
+    hubserve::uploads::WriteScopes,
+);
 
-/// Tokens from a file: one per line, `TOKEN [NAME...]` (the first whitespace-separated
-/// field is the token, the rest its name, shown by `whoami`); blank lines and `#`
-/// comments ignored.
+/// Tokens from a file: one per line, `TOKEN [write=PATTERN[,PATTERN...]] [# NAME]` (see
+/// [`token_and_name`] and [`token_and_scope`]); blank lines and `#` comments ignored.
 fn tokens(path: &Path, flag: &str) -> Result<Tokens> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("{flag} {}", path.display()))?;
-    let (mut set, mut names) = (HashSet::new(), HashMap::new());
+    let (mut set, mut names, mut scopes) = (HashSet::new(), HashMap::new(), HashMap::new());
     // A byte-order mark (an editor's) is not part of the first token.
-    for line in text.trim_start_matches('\u{feff}').lines().map(str::trim) {
+    for (n, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
+        let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let (token, name) = token_and_name(line);
+        let (token, scope) = token_and_scope(token)
+            .with_context(|| format!("{flag} {} line {}", path.display(), n + 1))?;
         if let Some(name) = name {
             names.insert(token.to_string(), name.to_string());
+        }
+        if let Some(patterns) = scope {
+            scopes.insert(token.to_string(), patterns);
         }
         set.insert(token.to_string());
     }
     if set.is_empty() {
         bail!("{flag} {}: no token in it", path.display());
     }
-    Ok((set, names))
+    Ok((set, names, scopes))
+}
+
+/// A token and its write scope: a last whitespace-separated field `write=PATTERN[,...]`
+/// (`org/*`, `org/name`, `*`) lets the token write to the repositories it matches; without
+/// one the token reads only. A token therefore cannot end with a field starting `write=`.
+fn token_and_scope(token: &str) -> Result<(&str, Option<Vec<String>>)> {
+    let Some((head, last)) = token.rsplit_once(char::is_whitespace) else {
+        return Ok((token, None));
+    };
+    let Some(list) = last.strip_prefix("write=") else {
+        return Ok((token, None));
+    };
+    let patterns: Vec<String> = list.split(',').map(str::to_string).collect();
+    for p in &patterns {
+        let ok = !p.is_empty()
+            && (p == "*"
+                || p.split_once('/')
+                    .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty()));
+        if !ok {
+            bail!("write scope {p:?}: give repository patterns, `org/name`, `org/*` or `*`");
+        }
+    }
+    Ok((head.trim_end(), Some(patterns)))
 }
 
 /// A token file line (trimmed, not a comment): the token, and its name when a `#` after
@@ -147,6 +180,60 @@ pub struct Options {
     /// `--no-ui`: no pages.
     pub no_ui: bool,
     pub xet: Option<hubserve::xet::XetOptions>,
+    pub uploads: UploadSettings,
+}
+
+/// Where and how uploads are taken (`--upload-dir`, `--upload-over-mirror`,
+/// `--upload-hold-failing`).
+pub struct UploadSettings {
+    pub dir: Option<PathBuf>,
+    pub over_mirror: bool,
+    pub hold_failing: bool,
+}
+
+/// How long an uploaded object no commit took is kept in the spool.
+const SPOOL_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Largest file an upload may declare.
+const MAX_UPLOAD_FILE: u64 = 1 << 40;
+/// Lifetime of an upload URL an LFS batch hands out.
+const UPLOAD_URL_TTL: Duration = Duration::from_secs(3600);
+
+/// The hub's uploads: on when some token of the token file has a write scope.
+fn uploads(
+    store: &Store,
+    s: &UploadSettings,
+    scopes: &hubserve::uploads::WriteScopes,
+    index: &Arc<super::shared_index::SharedIndex>,
+) -> Result<Option<hubserve::uploads::UploadOptions>> {
+    if scopes.is_empty() {
+        return Ok(None);
+    }
+    let dir = match &s.dir {
+        Some(d) => d.clone(),
+        None => publish::default_spool_dir(
+            &dirs::cache_dir()
+                .context("no cache directory for the upload spool; pass --upload-dir")?,
+            &store.config().store_id,
+        ),
+    };
+    let spool = publish::spool::Spool::open(&dir, SPOOL_TTL, MAX_UPLOAD_FILE)
+        .with_context(|| format!("--upload-dir {}", dir.display()))?;
+    let pruned = spool.prune();
+    if pruned > 0 {
+        tracing::info!(
+            "upload spool {}: {pruned} stale files deleted",
+            dir.display()
+        );
+    }
+    let publisher = publish::Publisher::new(store.clone(), spool).hold_failing_refs(s.hold_failing);
+    let secret = hubserve::xet::load_secret(None).map_err(anyhow::Error::msg)?;
+    Ok(Some(hubserve::uploads::UploadOptions {
+        uploads: Arc::new(super::uploads::HubUploads::new(publisher, index.clone())),
+        secret,
+        url_ttl: UPLOAD_URL_TTL,
+        regular_max: hubserve::uploads::REGULAR_MAX,
+        over_mirror: s.over_mirror,
+    }))
 }
 
 /// `--upstream` and its settings.
@@ -256,16 +343,30 @@ impl Options {
             upstream: mirror(c, &a.upstream)?,
             no_ui: a.no_ui || c.ui == Some(false),
             xet: xet(c, &a.xet)?,
+            uploads: UploadSettings {
+                dir: a.uploads.upload_dir.clone().or(c.upload_dir.clone()),
+                over_mirror: a.uploads.upload_over_mirror || c.upload_over_mirror == Some(true),
+                hold_failing: a.uploads.upload_hold_failing || c.upload_hold_failing == Some(true),
+            },
         })
     }
 }
 
+/// The node tokens of `--node-token-file` (they read only: a `write=` scope is refused).
+fn node_tokens(p: &Path) -> Result<HashSet<String>> {
+    let (set, _, scopes) = tokens(p, "--node-token-file")?;
+    if !scopes.is_empty() {
+        bail!(
+            "--node-token-file {}: node tokens read only (no write=)",
+            p.display()
+        );
+    }
+    Ok(set)
+}
+
 /// Who may read the store API (`--node-token-file`, `--node-api-open`).
 fn node_access(o: &Options) -> Result<hubserve::nodes::NodeAccess> {
-    let tokens = match &o.node_token_file {
-        Some(p) => Some(tokens(p, "--node-token-file")?.0),
-        None => None,
-    };
+    let tokens = o.node_token_file.as_deref().map(node_tokens).transpose()?;
     if o.node_api_open {
         tracing::warn!(
             "--node-api-open: the store API (every byte of the store) answers without a token"
@@ -350,18 +451,21 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         bail!("--cache-mib {}: at least 16 MiB is needed", o.cache_mib);
     }
     let read = |p: &Path| tokens(p, "--token-file");
-    let (tokens, token_names) = match o.token_file.as_deref().map(read).transpose()? {
-        Some((set, names)) => (Some(set), names),
-        None => (None, HashMap::new()),
+    let (tokens, token_names, write_scopes) = match o.token_file.as_deref().map(read).transpose()? {
+        Some((set, names, scopes)) => (Some(set), names, scopes),
+        None => (None, HashMap::new(), HashMap::new()),
     };
-    if o.upstream.is_some() {
-        // A mirror's first start on an empty directory or bucket creates the store, as
-        // `ingest` and `pull` do (a plain serve of an empty store still says to ingest).
+    if o.upstream.is_some() || !write_scopes.is_empty() {
+        // A mirror's (or an upload hub's) first start on an empty directory or bucket
+        // creates the store, as `ingest` and `pull` do (a plain serve of an empty store
+        // still says to ingest).
         Store::open_or_create(ctx.backend()?, CreateOptions::default())?;
     }
     let nodes = node_access(&o)?;
     let store = ctx.open()?;
     guard_locks(&store, &o.policy)?;
+    let index = super::shared_index::SharedIndex::new(store.clone(), ctx.index_dir(&store)?);
+    let uploads = uploads(&store, &o.uploads, &write_scopes, &index)?;
     let upstream = match &o.upstream {
         None => None,
         Some(m) => {
@@ -370,7 +474,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
                 &m.url,
                 token,
                 store.clone(),
-                ctx.index_dir(&store)?,
+                index.clone(),
                 m.jobs,
                 &m.transport,
             )?;
@@ -405,12 +509,16 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
         }),
         xet: o.xet,
         nodes,
+        uploads,
+        write_scopes,
     };
     let server = hubserve::Server::bind(store, &opts)?;
     crate::resident::keep_code_resident();
-    let mode = match &opts.upstream {
-        Some(u) => format!("a mirror of {}", u.upstream.endpoint()),
-        None => "read-only".to_string(),
+    let mode = match (&opts.upstream, &opts.uploads) {
+        (Some(u), None) => format!("a mirror of {}", u.upstream.endpoint()),
+        (Some(u), Some(_)) => format!("a mirror of {}, taking uploads", u.upstream.endpoint()),
+        (None, Some(_)) => "taking uploads".to_string(),
+        (None, None) => "read-only".to_string(),
     };
     tracing::info!(
         "serving {} on http://{} ({mode}{}); set HF_ENDPOINT=http://{}",
@@ -437,7 +545,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("tokens");
         std::fs::write(&f, "\u{feff}first-token\r\nsecond  # b\r\n").unwrap();
-        let (set, names) = super::tokens(&f, "--node-token-file").unwrap();
+        let (set, names, _) = super::tokens(&f, "--node-token-file").unwrap();
         let mut got: Vec<&str> = set.iter().map(String::as_str).collect();
         got.sort();
         assert_eq!(got, ["first-token", "second"]);
@@ -459,5 +567,41 @@ mod tests {
         );
         assert_eq!(token_and_name("a#b"), ("a#b", None));
         assert_eq!(token_and_name("tok #"), ("tok", None));
+    }
+
+    #[test]
+    fn a_write_scope_is_the_last_field_of_a_token() {
+        use super::token_and_scope;
+        assert_eq!(token_and_scope("hf_abc").unwrap(), ("hf_abc", None));
+        let (t, s) = token_and_scope("hf_abc  write=team/*,solo/model").unwrap();
+        assert_eq!(
+            (t, s.unwrap()),
+            (
+                "hf_abc",
+                vec!["team/*".to_string(), "solo/model".to_string()]
+            )
+        );
+        assert_eq!(token_and_scope("hf_abc write=*").unwrap().1.unwrap(), ["*"]);
+        // A field that is not a scope stays part of the token, as before scopes.
+        assert_eq!(
+            token_and_scope("Open Sesame").unwrap(),
+            ("Open Sesame", None)
+        );
+        for bad in ["t write=", "t write=team", "t write=team/*,", "t write=/x"] {
+            assert!(token_and_scope(bad).is_err(), "{bad}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        std::fs::write(&f, "ci-token  write=team/*  # CI\nreader\n").unwrap();
+        let (set, names, scopes) = super::tokens(&f, "--token-file").unwrap();
+        assert!(set.contains("ci-token") && set.contains("reader"));
+        assert_eq!(names["ci-token"], "CI");
+        assert_eq!(scopes["ci-token"], ["team/*"]);
+        assert!(!scopes.contains_key("reader"));
+        std::fs::write(&f, "ok\nbad  write=nope\n").unwrap();
+        let e = super::tokens(&f, "--token-file").unwrap_err();
+        assert!(format!("{e:#}").contains("line 2"), "{e:#}");
+        std::fs::write(&f, "node  write=team/*\n").unwrap();
+        assert!(super::node_tokens(&f).is_err());
     }
 }

@@ -2,26 +2,23 @@
 //! implemented with the Hub client (resolving ref names) and `mirror::pull` (bringing a
 //! commit into the store, published only when every file is in and checked).
 //!
-//! The index admits one process at a time (RocksDB's lock), and `ingest`, `pull` or `sync`
-//! in another process may want it: it is opened when a pull starts and no other pull has
-//! it open, shared by the pulls running at the same time, and closed when the last ends.
-//! Pulls of different revisions run at once (a large pull does not hold up a small one);
+//! The index is the process's [`SharedIndex`] (shared with the uploads' commits). Pulls of different revisions run at once (a large pull does not hold up a small one);
 //! `--upstream-jobs` download slots are shared by all of them.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use format::{CommitId, RepoId};
 use hubclient::{HubClient, HubOptions, ListingLimits, Timeouts};
 use hubserve::{Upstream, UpstreamError};
-use index::Index;
 use mirror::slots::Slots;
 use mirror::{PullError, PullOptions};
-use parking_lot::Mutex;
 use read::progress::NoProgress;
 use repo::Store;
+
+use super::shared_index::SharedIndex;
 
 /// Requests for metadata are retried once: a request waits on it, and a down upstream
 /// should fall back to the store quickly.
@@ -55,21 +52,19 @@ pub struct HubUpstream {
     meta: HubClient,
     pulls: HubClient,
     store: Store,
-    index_dir: PathBuf,
     jobs: usize,
     /// Download slots shared by every pull.
     slots: Arc<Slots>,
-    /// The index while some pull has it open (see the module doc).
-    index: Mutex<Weak<Index>>,
+    index: Arc<SharedIndex>,
 }
 
 impl HubUpstream {
-    /// A client of `endpoint` that pulls into `store` through the index in `index_dir`.
+    /// A client of `endpoint` that pulls into `store` through `index`.
     pub fn new(
         endpoint: &str,
         token: Option<String>,
         store: Store,
-        index_dir: PathBuf,
+        index: Arc<SharedIndex>,
         jobs: usize,
         t: &Transport,
     ) -> Result<HubUpstream> {
@@ -99,31 +94,10 @@ impl HubUpstream {
             meta,
             pulls,
             store,
-            index_dir,
             jobs,
             slots: Slots::new(jobs),
-            index: Mutex::new(Weak::new()),
+            index,
         })
-    }
-
-    /// The index, opened unless a running pull has it open already.
-    fn index(&self) -> Result<Arc<Index>, UpstreamError> {
-        let mut shared = self.index.lock();
-        if let Some(i) = shared.upgrade() {
-            return Ok(i);
-        }
-        let i = crate::ctx::open_index(&self.index_dir, &self.store)
-            .map_err(|e| UpstreamError::Unavailable(format!("opening the index: {e:#}")))?;
-        let i = Arc::new(i);
-        *shared = Arc::downgrade(&i);
-        Ok(i)
-    }
-
-    /// Lets go of a pull's index; the last one closes it, under the lock, so that a pull
-    /// starting meanwhile opens it only once it is closed.
-    fn release(&self, index: Arc<Index>) {
-        let _shared = self.index.lock();
-        drop(index);
     }
 }
 
@@ -141,7 +115,10 @@ impl Upstream for HubUpstream {
     }
 
     fn fetch(&self, repo: &RepoId, commit: &CommitId) -> Result<u64, UpstreamError> {
-        let index = self.index()?;
+        let index = self
+            .index
+            .get()
+            .map_err(|e| UpstreamError::Unavailable(format!("opening the index: {e:#}")))?;
         let opts = PullOptions {
             repo: repo.clone(),
             revision: commit.to_hex(),
@@ -153,7 +130,7 @@ impl Upstream for HubUpstream {
             hold_failing_refs: false,
         };
         let pulled = mirror::pull(&self.store, &index, &self.pulls, &opts, &NoProgress);
-        self.release(index);
+        self.index.release(index);
         match pulled {
             Ok(r) => Ok(r.bytes_downloaded),
             Err(PullError::Hub(e)) => Err(hub_error(e)),

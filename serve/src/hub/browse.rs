@@ -86,6 +86,19 @@ fn page_of<T>(items: &[T], limit: usize, page: usize) -> (&[T], bool) {
 /// absolute (`http://` + `Host`, `https://` behind a proxy that says so), as the client
 /// follows it without a base URL.
 fn next_link(headers: &HeaderMap, path: &str, query: &str, page: usize) -> HeaderValue {
+    let base = base_url(headers);
+    let mut q: Vec<&str> = query
+        .split('&')
+        .filter(|kv| !kv.is_empty() && *kv != "p" && !kv.starts_with("p="))
+        .collect();
+    let p = format!("p={}", page + 1);
+    q.push(&p);
+    header_ascii(&format!("<{base}{path}?{}>; rel=\"next\"", q.join("&")))
+}
+
+/// The URL this endpoint is reached at, as the client sent it: `http://` + `Host`
+/// (`https://` behind a proxy that says so); empty without a usable `Host`.
+pub(super) fn base_url(headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -99,14 +112,7 @@ fn next_link(headers: &HeaderMap, path: &str, query: &str, page: usize) -> Heade
         Some(b"https") => "https",
         _ => "http",
     };
-    let base = host.map_or(String::new(), |h| format!("{scheme}://{h}"));
-    let mut q: Vec<&str> = query
-        .split('&')
-        .filter(|kv| !kv.is_empty() && *kv != "p" && !kv.starts_with("p="))
-        .collect();
-    let p = format!("p={}", page + 1);
-    q.push(&p);
-    header_ascii(&format!("<{base}{path}?{}>; rel=\"next\"", q.join("&")))
+    host.map_or(String::new(), |h| format!("{scheme}://{h}"))
 }
 
 /// How `list_models` orders repositories.
@@ -417,13 +423,18 @@ impl Hub {
             .cloned()
             .unwrap_or_else(|| default_token_name(token));
         let id = blake3::hash(token.as_bytes()).to_hex()[..24].to_string();
+        let role = if self.write_scopes.contains_key(token) {
+            "write"
+        } else {
+            "read"
+        };
         Reply::json(
             StatusCode::OK,
             &json!({
                 "type": "user", "id": id, "name": name, "fullname": name,
                 "isPro": false, "canPay": false, "orgs": [],
                 "auth": { "type": "access_token",
-                          "accessToken": { "displayName": name, "role": "read" } },
+                          "accessToken": { "displayName": name, "role": role } },
             }),
         )
     }

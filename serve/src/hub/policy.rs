@@ -54,6 +54,12 @@ impl Hub {
     /// unless a request in another case or another process stored it meanwhile: then that
     /// spelling, for the caller to look at again. Serialized, so that two requests in
     /// two cases make one repository.
+    /// Forgets the listing of spellings (a commit may have made a repository): the next
+    /// request lists them again.
+    pub(super) fn forget_spellings(&self) {
+        self.names.spellings.lock().0 = None;
+    }
+
     pub(super) fn adopt(
         &self,
         repo: &RepoId,

@@ -1,0 +1,640 @@
+//! The Hub's write routes, as `huggingface_hub` calls them to upload (`upload_file`,
+//! `upload_folder`, `create_commit`, `push_to_hub`, `create_repo`, `create_branch`,
+//! `create_tag`): create a repository, preupload, the LFS batch and verify, the commit
+//! (NDJSON), branches and tags. The object `PUT` an LFS batch hands out is streamed by
+//! `server.rs`; the writing itself is the binary's [`crate::uploads::Uploads`].
+//!
+//! Every route needs a token whose write scope covers the repository (403
+//! `WriteNotAllowed` otherwise, nothing read or changed), and obeys the policy: the
+//! allow-list (403 `RepoNotAllowed`), locks (403 `RevisionLocked`: a locked repository
+//! takes no upload), and the mirror (403 `RepoMirrored` for a repository brought from
+//! upstream, unless `--upload-over-mirror`).
+
+use base64::Engine as _;
+use format::{CommitId, RepoId, Sha256};
+use http::{header, HeaderValue, Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::browse::base_url;
+use super::{Head, Hub, Reply};
+use crate::reply::internal;
+use crate::uploads::{CommitRequest, Content, Operation, UploadError, UploadOptions};
+
+/// Most files in one preupload or LFS batch request (the client sends 256 and 1000).
+const MAX_BATCH: usize = 10_000;
+
+impl Hub {
+    /// The reply to a write route, or `None` when the request is not one.
+    pub(super) fn upload_route(
+        &self,
+        req: &Head<'_>,
+        segs: &[&str],
+        body: &[u8],
+    ) -> Option<(&'static str, Reply)> {
+        let (post, delete) = (*req.method == Method::POST, *req.method == Method::DELETE);
+        let r = match segs {
+            ["api", "repos", "create"] if post => ("repo-create", self.create_repo(req, body)),
+            ["api", "models", org, name, "preupload", rev @ ..] if post && !rev.is_empty() => (
+                "preupload",
+                self.preupload(req, org, name, &rev.join("/"), body),
+            ),
+            ["api", "models", org, name, "commit", rev @ ..] if post && !rev.is_empty() => {
+                ("commit", self.commit(req, org, name, &rev.join("/"), body))
+            }
+            ["api", "models", org, name, "branch", branch @ ..]
+                if (post || delete) && !branch.is_empty() =>
+            {
+                (
+                    "branch",
+                    self.branch(req, org, name, &branch.join("/"), body),
+                )
+            }
+            ["api", "models", org, name, "tag", rev @ ..]
+                if (post || delete) && !rev.is_empty() =>
+            {
+                ("tag", self.tag(req, org, name, &rev.join("/"), body))
+            }
+            [org, git, "info", "lfs", "objects", "batch"] if post && git.ends_with(".git") => {
+                let name = &git[..git.len() - 4];
+                ("lfs-batch", self.lfs_batch(req, org, name, body))
+            }
+            ["upload", "verify", org, name] if post => {
+                ("lfs-verify", self.lfs_verify(req, org, name, body))
+            }
+            ["api", "models", _, _, "xet-write-token", ..] => (
+                "xet-write-token",
+                Reply::error(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "",
+                    "this hub takes uploads through LFS only for now: set HF_HUB_DISABLE_XET=1",
+                    None,
+                ),
+            ),
+            _ => return None,
+        };
+        Some(r)
+    }
+
+    /// The upload settings and the repository, when the request's token may write to
+    /// `org/name` and the policy lets it be written.
+    fn writable(
+        &self,
+        req: &Head<'_>,
+        org: &str,
+        name: &str,
+    ) -> Result<(&UploadOptions, RepoId), Box<Reply>> {
+        let forbidden = |code: &'static str, msg: &str| {
+            Box::new(Reply::error(StatusCode::FORBIDDEN, code, msg, None))
+        };
+        let Some(up) = &self.uploads else {
+            return Err(forbidden(
+                "WriteNotAllowed",
+                "this hub takes no uploads: give a token a write scope in the token file (TOKEN  write=org/*)",
+            ));
+        };
+        let shown = format!("{org}/{name}");
+        let token = crate::auth::bearer(req.headers).unwrap_or("");
+        if !self
+            .write_scopes
+            .get(token)
+            .is_some_and(|p| crate::uploads::may_write(p, &shown))
+        {
+            return Err(forbidden(
+                "WriteNotAllowed",
+                &format!("this token may not write to {shown}"),
+            ));
+        }
+        let repo = self.repo_id(org, name)?;
+        if let Some(c) = self.policy.lock_of(&repo) {
+            let msg = format!(
+                "{repo} is locked to {} by [serve.locks]: it takes no uploads",
+                c.to_hex()
+            );
+            return Err(forbidden("RevisionLocked", &msg));
+        }
+        if !up.over_mirror
+            && (self.policy.looks_up(&repo.to_string())
+                || self.store.mirrored(&repo).map_err(internal)?)
+        {
+            let msg = format!("{repo} is mirrored from upstream: it takes no uploads (serve --upload-over-mirror)");
+            return Err(forbidden("RepoMirrored", &msg));
+        }
+        Ok((up, repo))
+    }
+
+    /// `POST /api/repos/create` (`create_repo`): a repository exists in the store once it
+    /// has a revision, so this checks that it may be written and answers 409 when it has
+    /// one already (`exist_ok=True` takes that).
+    fn create_repo(&self, req: &Head<'_>, body: &[u8]) -> Reply {
+        let v = match json_body(body) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        match v.get("type").and_then(Value::as_str) {
+            None | Some("model") => {}
+            Some(t) => return bad(&format!("this hub stores models only, not {t}s")),
+        }
+        let (Some(org), Some(name)) = (
+            v.get("organization").and_then(Value::as_str),
+            v.get("name").and_then(Value::as_str),
+        ) else {
+            return bad(
+                "repository ids here are org/name: give create_repo an id with an organization",
+            );
+        };
+        let repo = match self.writable(req, org, name) {
+            Ok((_, r)) => r,
+            Err(r) => return *r,
+        };
+        let url = format!("{}/{repo}", base_url(req.headers));
+        match self.store.commits(&repo) {
+            Ok(c) if !c.is_empty() => Reply::error(
+                StatusCode::CONFLICT,
+                "",
+                "You already created this model repo",
+                None,
+            ),
+            Ok(_) | Err(repo::StoreError::UnknownRepo(_)) => Reply::json(
+                StatusCode::OK,
+                &json!({ "url": url, "name": repo.to_string(), "id": repo.to_string() }),
+            ),
+            Err(e) => internal(e),
+        }
+    }
+
+    /// `POST .../preupload/{rev}`: each file's upload mode (`regular` inline up to
+    /// [`UploadOptions::regular_max`], else `lfs`) and, when the branch has a file at that
+    /// path, its oid as the client computes its own (sha256 for LFS, git blob id for
+    /// regular), so that unchanged files are not sent.
+    fn preupload(&self, req: &Head<'_>, org: &str, name: &str, rev: &str, body: &[u8]) -> Reply {
+        let (up, repo) = match self.writable(req, org, name) {
+            Ok(x) => x,
+            Err(r) => return *r,
+        };
+        let v = match json_body(body) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        let Some(files) = v
+            .get("files")
+            .and_then(Value::as_array)
+            .filter(|f| f.len() <= MAX_BATCH)
+        else {
+            return bad(&format!(
+                "preupload needs `files`, a list of at most {MAX_BATCH}"
+            ));
+        };
+        let head = self.locate(repo.org(), repo.name(), rev).ok();
+        let mut out = Vec::with_capacity(files.len());
+        for f in files {
+            let (Some(path), Some(size)) = (
+                f.get("path").and_then(Value::as_str),
+                f.get("size").and_then(Value::as_u64),
+            ) else {
+                return bad("each preupload file needs `path` and `size`");
+            };
+            let regular = size <= up.regular_max;
+            let oid = head.as_ref().and_then(|at| {
+                let i = at.manifest.files.iter().position(|e| e.path == path)?;
+                if !regular {
+                    return Some(at.manifest.files[i].sha256.to_hex());
+                }
+                (at.manifest.files[i].size <= up.regular_max)
+                    .then(|| self.blob_id(at, i).ok())
+                    .flatten()
+            });
+            out.push(json!({
+                "path": path,
+                "uploadMode": if regular { "regular" } else { "lfs" },
+                "shouldIgnore": false,
+                "oid": oid,
+            }));
+        }
+        Reply::json(
+            StatusCode::OK,
+            &json!({ "files": out, "commitOid": head.map(|h| h.commit.to_hex()) }),
+        )
+    }
+
+    /// `POST /{repo}.git/info/lfs/objects/batch`: per object, nothing to do when the
+    /// repository or the spool has it, else a signed, expiring upload URL and a verify URL.
+    fn lfs_batch(&self, req: &Head<'_>, org: &str, name: &str, body: &[u8]) -> Reply {
+        let (up, repo) = match self.writable(req, org, name) {
+            Ok(x) => x,
+            Err(r) => return *r,
+        };
+        let v = match json_body(body) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        if v.get("operation").and_then(Value::as_str) != Some("upload") {
+            return bad("this LFS endpoint takes uploads only (operation: upload); download through resolve");
+        }
+        let Some(objects) = v
+            .get("objects")
+            .and_then(Value::as_array)
+            .filter(|o| o.len() <= MAX_BATCH)
+        else {
+            return bad(&format!(
+                "an LFS batch needs `objects`, a list of at most {MAX_BATCH}"
+            ));
+        };
+        let mut wanted = Vec::with_capacity(objects.len());
+        for o in objects {
+            let oid = o
+                .get("oid")
+                .and_then(Value::as_str)
+                .and_then(|s| Sha256::from_hex(s).ok());
+            let (Some(oid), Some(size)) = (oid, o.get("size").and_then(Value::as_u64)) else {
+                return bad("each LFS object needs `oid` (64 hex digits, a sha256) and `size`");
+            };
+            wanted.push((oid, size));
+        }
+        let present = match up.uploads.present(&repo, &wanted) {
+            Ok(p) => p,
+            Err(e) => return upload_error(e),
+        };
+        let base = base_url(req.headers);
+        let exp = repo::manifest::now_secs() + up.url_ttl.as_secs();
+        let answers: Vec<Value> = wanted
+            .iter()
+            .zip(present)
+            .map(|((oid, size), have)| {
+                let oid_hex = oid.to_hex();
+                if have {
+                    return json!({ "oid": oid_hex, "size": size });
+                }
+                if let Err(e) = up.uploads.check_room(*size) {
+                    return json!({ "oid": oid_hex, "size": size, "error": { "code": 413, "message": e.to_string() } });
+                }
+                let sig = up.sign(&repo.to_string(), &oid_hex, *size, exp);
+                let href = format!("{base}/upload/lfs/{repo}/{oid_hex}/{size}/{exp}/{sig}");
+                json!({
+                    "oid": oid_hex, "size": size, "authenticated": true,
+                    "actions": {
+                        "upload": { "href": href, "expires_in": up.url_ttl.as_secs() },
+                        "verify": { "href": format!("{base}/upload/verify/{repo}") },
+                    }
+                })
+            })
+            .collect();
+        Reply::json(
+            StatusCode::OK,
+            &json!({ "transfer": "basic", "objects": answers, "hash_algo": "sha256" }),
+        )
+        .header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/vnd.git-lfs+json"),
+        )
+    }
+
+    /// `POST /upload/verify/{repo}` `{oid, size}`: 200 when the object arrived whole.
+    fn lfs_verify(&self, req: &Head<'_>, org: &str, name: &str, body: &[u8]) -> Reply {
+        let (up, _) = match self.writable(req, org, name) {
+            Ok(x) => x,
+            Err(r) => return *r,
+        };
+        let v = match json_body(body) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        let oid = v
+            .get("oid")
+            .and_then(Value::as_str)
+            .and_then(|s| Sha256::from_hex(s).ok());
+        let (Some(oid), Some(size)) = (oid, v.get("size").and_then(Value::as_u64)) else {
+            return bad("verify needs `oid` and `size`");
+        };
+        if up.uploads.received(&oid, size) {
+            Reply::json(
+                StatusCode::OK,
+                &json!({ "oid": oid.to_hex(), "size": size }),
+            )
+        } else {
+            Reply::error(
+                StatusCode::NOT_FOUND,
+                "EntryNotFound",
+                "the object has not arrived whole",
+                None,
+            )
+        }
+    }
+
+    /// `POST .../commit/{branch}` (NDJSON): the operations applied to the branch and
+    /// published; `{commitUrl, commitOid}`.
+    fn commit(&self, req: &Head<'_>, org: &str, name: &str, branch: &str, body: &[u8]) -> Reply {
+        let (up, repo) = match self.writable(req, org, name) {
+            Ok(x) => x,
+            Err(r) => return *r,
+        };
+        if crate::decode::query_flag(req.query, "create_pr") {
+            return bad("this hub takes no pull requests: commit to a branch");
+        }
+        let (parent, operations) = match parse_commit(body) {
+            Ok(x) => x,
+            Err(msg) => return bad(&msg),
+        };
+        let c = CommitRequest {
+            repo: repo.clone(),
+            branch: branch.to_string(),
+            parent,
+            operations,
+        };
+        match up.uploads.commit(&c) {
+            Ok(done) => {
+                self.forget_spellings();
+                let oid = done.commit.to_hex();
+                if done.held {
+                    let msg = format!(
+                        "stored as {oid}, but its release check did not pass: {branch} was not moved (modelcas check {repo}@{oid})"
+                    );
+                    return Reply::error(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "ReleaseCheckFailed",
+                        &msg,
+                        None,
+                    );
+                }
+                let url = format!("{}/{repo}/commit/{oid}", base_url(req.headers));
+                Reply::json(
+                    StatusCode::OK,
+                    &json!({ "success": true, "commitOid": oid, "commitUrl": url, "pullRequestUrl": null }),
+                )
+            }
+            Err(e) => upload_error(e),
+        }
+    }
+
+    /// `POST .../branch/{branch}` `{startingPoint?}` creates a branch (at the revision
+    /// named, else the default one; 409 when it exists); `DELETE` deletes it.
+    fn branch(&self, req: &Head<'_>, org: &str, name: &str, branch: &str, body: &[u8]) -> Reply {
+        let repo = match self.writable(req, org, name) {
+            Ok((_, r)) => r,
+            Err(r) => return *r,
+        };
+        if *req.method == Method::DELETE {
+            return self.delete_ref(&repo, branch);
+        }
+        let v = match json_body(body) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        let from = v
+            .get("startingPoint")
+            .and_then(Value::as_str)
+            .unwrap_or("main");
+        self.create_ref(&repo, branch, from)
+    }
+
+    /// `POST .../tag/{rev}` `{tag}` tags a revision (409 when the tag exists); `DELETE
+    /// .../tag/{tag}` deletes it. Tags are refs of the store like branches.
+    fn tag(&self, req: &Head<'_>, org: &str, name: &str, rev: &str, body: &[u8]) -> Reply {
+        let repo = match self.writable(req, org, name) {
+            Ok((_, r)) => r,
+            Err(r) => return *r,
+        };
+        if *req.method == Method::DELETE {
+            return self.delete_ref(&repo, rev);
+        }
+        let v = match json_body(body) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        let Some(tag) = v.get("tag").and_then(Value::as_str) else {
+            return bad("a tag needs `tag`, its name");
+        };
+        self.create_ref(&repo, tag, rev)
+    }
+
+    fn create_ref(&self, repo: &RepoId, name: &str, from: &str) -> Reply {
+        if let Err(e) = format::names::check_ref_name(name) {
+            return bad(&format!("ref name {name:?}: {e}"));
+        }
+        let at = match self.locate(repo.org(), repo.name(), from) {
+            Ok(at) => at,
+            Err(r) => return *r,
+        };
+        match self.store.refs(&at.repo) {
+            Ok(refs) if refs.contains_key(name) => {
+                return Reply::error(
+                    StatusCode::CONFLICT,
+                    "",
+                    &format!("Reference {name} already exists"),
+                    None,
+                )
+            }
+            Ok(_) => {}
+            Err(e) => return internal(e),
+        }
+        match self.store.set_ref(&at.repo, name, &at.commit) {
+            Ok(()) => Reply::json(
+                StatusCode::OK,
+                &json!({ "name": name, "targetCommit": at.commit.to_hex() }),
+            ),
+            Err(e) => internal(e),
+        }
+    }
+
+    fn delete_ref(&self, repo: &RepoId, name: &str) -> Reply {
+        match self.store.delete_ref(repo, name) {
+            Ok(_) => Reply::json(StatusCode::OK, &json!({})),
+            Err(repo::StoreError::UnknownRevision { .. } | repo::StoreError::UnknownRepo(_)) => {
+                Reply::error(
+                    StatusCode::NOT_FOUND,
+                    "RevisionNotFound",
+                    &format!("{repo} has no ref {name}"),
+                    None,
+                )
+            }
+            Err(e) => internal(e),
+        }
+    }
+}
+
+/// Most bytes of one line of a commit body other than inline content.
+const MAX_LINE: usize = 64 << 10;
+
+/// A commit body: NDJSON, a `header` line (`summary`, `description`, `parentCommit`) first,
+/// then `file` (base64 `content`), `lfsFile` (`algo: sha256`, `oid`, `size`),
+/// `deletedFile` and `deletedFolder` lines. The error says which line is wrong and why.
+pub(crate) fn parse_commit(body: &[u8]) -> Result<(Option<CommitId>, Vec<Operation>), String> {
+    let text = std::str::from_utf8(body).map_err(|_| "the commit body is not UTF-8".to_string())?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let line_err = |n: usize, why: &str| format!("commit line {}: {why}", n + 1);
+    let Some((n, first)) = lines.next() else {
+        return Err("the commit body is empty: it needs a header line".into());
+    };
+    let header: Value =
+        serde_json::from_str(first).map_err(|e| line_err(n, &format!("not JSON ({e})")))?;
+    if header.get("key").and_then(Value::as_str) != Some("header") {
+        return Err(line_err(
+            n,
+            "the first line must be the header (`{\"key\": \"header\", ...}`)",
+        ));
+    }
+    let parent = match header.pointer("/value/parentCommit") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_str()
+                .and_then(|s| CommitId::parse(s).ok())
+                .ok_or_else(|| line_err(n, "parentCommit is not a 40-hex commit id"))?,
+        ),
+    };
+    let mut ops = Vec::new();
+    for (n, line) in lines {
+        let v: Value =
+            serde_json::from_str(line).map_err(|e| line_err(n, &format!("not JSON ({e})")))?;
+        let key = v.get("key").and_then(Value::as_str).unwrap_or("");
+        let val = v.get("value").ok_or_else(|| line_err(n, "no `value`"))?;
+        let path = val
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| line_err(n, "no `path`"))?
+            .to_string();
+        if line.len() > MAX_LINE && key != "file" {
+            return Err(line_err(n, "too long"));
+        }
+        ops.push(match key {
+            "file" => {
+                if val
+                    .get("encoding")
+                    .and_then(Value::as_str)
+                    .unwrap_or("base64")
+                    != "base64"
+                {
+                    return Err(line_err(n, "inline content must be base64"));
+                }
+                let content = val
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| line_err(n, "no `content`"))?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(content)
+                    .map_err(|e| line_err(n, &format!("content is not base64 ({e})")))?;
+                Operation::Add {
+                    path,
+                    content: Content::Inline(bytes),
+                }
+            }
+            "lfsFile" => {
+                if val.get("algo").and_then(Value::as_str).unwrap_or("sha256") != "sha256" {
+                    return Err(line_err(n, "lfsFile algo must be sha256"));
+                }
+                let sha256 = val
+                    .get("oid")
+                    .and_then(Value::as_str)
+                    .and_then(|s| Sha256::from_hex(s).ok())
+                    .ok_or_else(|| line_err(n, "lfsFile oid is not a sha256 (64 hex digits)"))?;
+                let size = val
+                    .get("size")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| line_err(n, "lfsFile has no `size`"))?;
+                Operation::Add {
+                    path,
+                    content: Content::Object { sha256, size },
+                }
+            }
+            "deletedFile" => Operation::DeleteFile { path },
+            "deletedFolder" => Operation::DeleteFolder { path },
+            other => return Err(line_err(n, &format!("unknown operation {other:?}"))),
+        });
+    }
+    Ok((parent, ops))
+}
+
+fn json_body(body: &[u8]) -> Result<Value, Box<Reply>> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err(Box::new(bad("the body must be a JSON object"))),
+        Err(e) => Err(Box::new(bad(&format!("the body is not JSON: {e}")))),
+    }
+}
+
+fn bad(msg: &str) -> Reply {
+    Reply::error(StatusCode::BAD_REQUEST, "", msg, None)
+}
+
+/// The reply to a refused upload or commit.
+pub(crate) fn upload_error(e: UploadError) -> Reply {
+    let (status, code) = match &e {
+        UploadError::BadRequest(_) => (StatusCode::BAD_REQUEST, ""),
+        UploadError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ""),
+        UploadError::NoRoom(_) => (StatusCode::INSUFFICIENT_STORAGE, ""),
+        UploadError::Conflict(_) => (StatusCode::CONFLICT, ""),
+        UploadError::Moved(_) => (StatusCode::PRECONDITION_FAILED, ""),
+        UploadError::EntryNotFound(_) => (StatusCode::NOT_FOUND, "EntryNotFound"),
+        UploadError::RevisionNotFound(_) => (StatusCode::NOT_FOUND, "RevisionNotFound"),
+        UploadError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+    };
+    Reply::error(status, code, &e.to_string(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_body_parses_as_the_client_writes_it() {
+        let body = concat!(
+            r#"{"key": "header", "value": {"summary": "s", "description": "", "parentCommit": "0123456789abcdef0123456789abcdef01234567"}}"#,
+            "\n",
+            r#"{"key": "file", "value": {"content": "aGk=", "path": "a.txt", "encoding": "base64"}}"#,
+            "\n",
+            r#"{"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": "00000000000000000000000000000000000000000000000000000000000000ff", "size": 5}}"#,
+            "\n",
+            r#"{"key": "deletedFile", "value": {"path": "old"}}"#,
+            "\n",
+            r#"{"key": "deletedFolder", "value": {"path": "dir/"}}"#,
+            "\n",
+        );
+        let (parent, ops) = parse_commit(body.as_bytes()).unwrap();
+        assert_eq!(
+            parent.unwrap().to_hex(),
+            "0123456789abcdef0123456789abcdef01234567"
+        );
+        assert_eq!(ops.len(), 4);
+        assert_eq!(
+            ops[0],
+            Operation::Add {
+                path: "a.txt".into(),
+                content: Content::Inline(b"hi".to_vec())
+            }
+        );
+        assert!(matches!(
+            &ops[1],
+            Operation::Add {
+                content: Content::Object { size: 5, .. },
+                ..
+            }
+        ));
+        assert_eq!(
+            ops[3],
+            Operation::DeleteFolder {
+                path: "dir/".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_bad_commit_body_names_its_line() {
+        let header = r#"{"key": "header", "value": {"summary": "s"}}"#;
+        for (body, says) in [
+            ("", "empty"),
+            ("[1]", "header"),
+            (r#"{"key": "file"}"#, "header"),
+            (&format!("{header}\nnot json"), "line 2: not JSON"),
+            (&format!("{header}\n{{\"key\": \"file\", \"value\": {{\"path\": \"a\", \"content\": \"***\"}}}}"), "base64"),
+            (&format!("{header}\n{{\"key\": \"lfsFile\", \"value\": {{\"path\": \"a\", \"oid\": \"xyz\", \"size\": 1}}}}"), "sha256"),
+            (&format!("{header}\n{{\"key\": \"rename\", \"value\": {{\"path\": \"a\"}}}}"), "unknown operation"),
+            (&format!("{header}\n{{\"key\": \"deletedFile\", \"value\": {{}}}}"), "no `path`"),
+            (r#"{"key": "header", "value": {"parentCommit": "main"}}"#, "parentCommit"),
+        ] {
+            let e = parse_commit(body.as_bytes()).unwrap_err();
+            assert!(e.contains(says), "{body:?}: {e}");
+        }
+        assert!(parse_commit(&[0xff, 0xfe]).unwrap_err().contains("UTF-8"));
+    }
+}

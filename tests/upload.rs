@@ -1,0 +1,403 @@
+//! Uploads through `modelcas serve` (issue 41): the real `huggingface_hub` client uploading
+//! with plain LFS (tests/hub_upload.py) and reading back byte for byte, with a second
+//! upload that sends only the changed shard; and what a hostile or unlucky client sends
+//! raw: forged and expired upload URLs, lying and truncated bodies, unsafe paths, commits
+//! naming what was never uploaded, tokens without write scope, two commits to one branch
+//! at once. After every refusal the branch is where it was and `fsck` is clean.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+
+use common::{go_on, repo_root, sha256_bytes, wait_until, Env, Served};
+use serde_json::{json, Value};
+
+const WRITER: &str = "writer-0123456789";
+const READER: &str = "reader-0123456789";
+
+/// A hub on an empty store taking uploads to `team/*` from [`WRITER`].
+fn hub(env: &Env, vars: &[(&str, &str)]) -> Served {
+    let tokens = env.path("tokens");
+    std::fs::write(
+        &tokens,
+        format!("{WRITER}  write=team/*  # CI\n{READER}  # readers\n"),
+    )
+    .unwrap();
+    let spool = env.path("spool");
+    Served::start_with(
+        env,
+        &[
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--upload-dir",
+            spool.to_str().unwrap(),
+        ],
+        vars,
+    )
+}
+
+/// One HTTP/1.0 request: (status, head and body as text). `send` bytes of the body are
+/// sent (all of it when `None`), then the write side is shut.
+fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+    send: Option<usize>,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let _ = s.write_all(&body[..send.unwrap_or(body.len())]);
+    let _ = s.shutdown(Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out).to_string();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, out)
+}
+
+/// The body of a GET, as bytes.
+fn download(addr: &str, path: &str) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let req =
+        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {READER}\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    assert!(
+        out.starts_with(b"HTTP/1.1 200") || out.starts_with(b"HTTP/1.0 200"),
+        "{}",
+        String::from_utf8_lossy(&out[..at])
+    );
+    out.split_off(at + 4)
+}
+
+fn json_of(resp: &str) -> Value {
+    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("");
+    serde_json::from_str(body).unwrap_or(Value::Null)
+}
+
+/// The commit `main` of `repo` names now (as the Hub API answers it).
+fn head(addr: &str, repo: &str) -> Option<String> {
+    let (status, resp) = request(
+        addr,
+        "GET",
+        &format!("/api/models/{repo}/revision/main"),
+        Some(READER),
+        b"",
+        None,
+    );
+    (status == 200).then(|| json_of(&resp)["sha"].as_str().unwrap().to_string())
+}
+
+fn ndjson(lines: &[Value]) -> Vec<u8> {
+    lines
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+fn header() -> Value {
+    json!({"key": "header", "value": {"summary": "s", "description": ""}})
+}
+
+fn inline(path: &str, bytes: &[u8]) -> Value {
+    use base64::Engine as _;
+    let content = base64::engine::general_purpose::STANDARD.encode(bytes);
+    json!({"key": "file", "value": {"path": path, "content": content, "encoding": "base64"}})
+}
+
+fn lfs(path: &str, bytes: &[u8]) -> Value {
+    json!({"key": "lfsFile", "value": {"path": path, "algo": "sha256", "oid": sha256_bytes(bytes), "size": bytes.len()}})
+}
+
+/// The upload URL an LFS batch hands out for `bytes` (path part, after the host).
+fn upload_path(addr: &str, repo: &str, bytes: &[u8]) -> String {
+    let batch = json!({"operation": "upload", "transfers": ["basic"], "objects": [{"oid": sha256_bytes(bytes), "size": bytes.len()}], "hash_algo": "sha256"});
+    let (status, resp) = request(
+        addr,
+        "POST",
+        &format!("/{repo}.git/info/lfs/objects/batch"),
+        Some(WRITER),
+        batch.to_string().as_bytes(),
+        None,
+    );
+    assert_eq!(status, 200, "{resp}");
+    let href = json_of(&resp)["objects"][0]["actions"]["upload"]["href"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    href.split_once(addr).unwrap().1.to_string()
+}
+
+fn commit(addr: &str, repo: &str, lines: &[Value]) -> (u16, String) {
+    request(
+        addr,
+        "POST",
+        &format!("/api/models/{repo}/commit/main"),
+        Some(WRITER),
+        &ndjson(&[vec![header()], lines.to_vec()].concat()),
+        None,
+    )
+}
+
+fn metric(addr: &str, needle: &str) -> f64 {
+    let (_, m) = request(addr, "GET", "/metrics", None, b"", None);
+    m.lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn spool_files(env: &Env, sub: &str) -> usize {
+    std::fs::read_dir(env.path("spool").join(sub))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn huggingface_hub_uploads_with_lfs_and_reads_back_every_byte() {
+    let env = Env::empty();
+    let srv = hub(&env, &[]);
+    let work = env.path("client");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = common::python()
+        .arg(repo_root().join("tests/hub_upload.py"))
+        .arg(format!("http://{}", srv.addr))
+        .arg("team/tiny")
+        .arg(&work)
+        .arg(WRITER)
+        .arg(READER)
+        .env("HF_HUB_DISABLE_XET", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        srv.log()
+    );
+    let facts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(facts["files"], 5);
+    assert_eq!(facts["third_files"], 5, "docs/ deleted, notes.txt added");
+    // Three LFS objects in the first upload (the tokenizer and two shards; the config
+    // files went inline), one in the second: only the changed shard was sent.
+    assert_eq!(
+        metric(&srv.addr, "endpoint=\"lfs-upload\",status=\"200\""),
+        4.0,
+        "{}",
+        srv.log()
+    );
+    assert_eq!(
+        spool_files(&env, "objects"),
+        0,
+        "every spooled object went into the store"
+    );
+    let stored = env.stored_files(&format!("team/tiny@{}", facts["second"].as_str().unwrap()));
+    assert_eq!(stored.len(), 5);
+    common::fsck_clean(&env, true);
+}
+
+#[test]
+fn hostile_uploads_change_nothing() {
+    let env = Env::empty();
+    let srv = hub(&env, &[]);
+    let (a, repo) = (srv.addr.as_str(), "team/hostile");
+    let (status, resp) = commit(a, repo, &[inline("config.json", b"{}")]);
+    assert_eq!(status, 200, "{resp}");
+    let base = head(a, repo).unwrap();
+    let unchanged =
+        |what: &str| assert_eq!(head(a, repo).as_deref(), Some(base.as_str()), "{what}");
+
+    // Upload URLs: forged, for other bytes, lying, truncated.
+    let weights: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let path = upload_path(a, repo, &weights);
+    let forged = format!("{}0", &path[..path.len() - 1]);
+    assert_eq!(request(a, "PUT", &forged, None, &weights, None).0, 403);
+    let mut lying = weights.clone();
+    lying[1000] ^= 1;
+    let (status, resp) = request(a, "PUT", &path, None, &lying, None);
+    assert_eq!(status, 400, "{resp}");
+    assert!(resp.contains("sha256"), "{resp}");
+    let (status, _) = request(a, "PUT", &path, None, &weights, Some(1000));
+    assert!(
+        status == 400 || status == 0,
+        "a truncated body is refused ({status})"
+    );
+    let (status, resp) = request(a, "PUT", &path, None, &weights[..1000], None);
+    assert_eq!(status, 400, "Content-Length not the signed size: {resp}");
+    assert_eq!(spool_files(&env, "objects"), 0);
+    wait_until(
+        "no temporary left in the spool",
+        std::time::Duration::from_secs(10),
+        || (spool_files(&env, "tmp") == 0).then_some(()),
+    );
+    let verify = json!({"oid": sha256_bytes(&weights), "size": weights.len()}).to_string();
+    let (status, _) = request(
+        a,
+        "POST",
+        &format!("/upload/verify/{repo}"),
+        Some(WRITER),
+        verify.as_bytes(),
+        None,
+    );
+    assert_eq!(status, 404, "nothing arrived whole");
+
+    // Commits that name what is not there, or places outside the repository.
+    for (lines, status, says) in [
+        (vec![lfs("w.bin", &weights)], 400, "never uploaded"),
+        (vec![inline("../escape", b"x")], 400, ".."),
+        (vec![inline("/etc/passwd", b"x")], 400, "absolute"),
+        (vec![inline(".git/config", b"x")], 400, ".git"),
+        (
+            vec![inline("config.json/x", b"x")],
+            400,
+            "both a file and a folder",
+        ),
+        (
+            vec![json!({"key": "deletedFile", "value": {"path": "nope"}})],
+            404,
+            "doesn't exist",
+        ),
+        (
+            vec![json!({"key": "rename", "value": {"path": "x"}})],
+            400,
+            "unknown operation",
+        ),
+    ] {
+        let (got, resp) = commit(a, repo, &lines);
+        assert_eq!(got, status, "{lines:?}: {resp}");
+        assert!(resp.contains(says), "{lines:?}: {resp}");
+        unchanged(&format!("{lines:?}"));
+    }
+    let (status, _) = request(
+        a,
+        "POST",
+        &format!("/api/models/{repo}/commit/main"),
+        Some(WRITER),
+        b"not json",
+        None,
+    );
+    assert_eq!(status, 400);
+    let (status, _) = request(
+        a,
+        "POST",
+        &format!("/api/models/{repo}/commit/main?create_pr=1"),
+        Some(WRITER),
+        &ndjson(&[header(), inline("x", b"x")]),
+        None,
+    );
+    assert_eq!(status, 400);
+
+    // Tokens: none, read only, write elsewhere.
+    let body = ndjson(&[header(), inline("x", b"x")]);
+    assert_eq!(
+        request(
+            a,
+            "POST",
+            &format!("/api/models/{repo}/commit/main"),
+            None,
+            &body,
+            None
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        request(
+            a,
+            "POST",
+            &format!("/api/models/{repo}/commit/main"),
+            Some(READER),
+            &body,
+            None
+        )
+        .0,
+        403
+    );
+    assert_eq!(
+        request(
+            a,
+            "POST",
+            "/api/models/other/model/commit/main",
+            Some(WRITER),
+            &body,
+            None
+        )
+        .0,
+        403
+    );
+    unchanged("tokens");
+    assert_eq!(head(a, "other/model"), None, "nothing was made elsewhere");
+
+    // The upload itself, whole, then committed.
+    assert_eq!(request(a, "PUT", &path, None, &weights, None).0, 200);
+    let (status, resp) = commit(a, repo, &[lfs("w.bin", &weights)]);
+    assert_eq!(status, 200, "{resp}");
+    assert_ne!(head(a, repo).unwrap(), base);
+    assert_eq!(download(a, &format!("/{repo}/resolve/main/w.bin")), weights);
+    common::fsck_clean(&env, true);
+}
+
+#[test]
+fn two_commits_to_one_branch_at_once_one_wins_the_other_is_told() {
+    let env = Env::empty();
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let point = "publish-commit-start";
+    let srv = hub(
+        &env,
+        &[
+            ("MODELCAS_PAUSE_AT", point),
+            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
+        ],
+    );
+    let (a, repo) = (srv.addr.clone(), "team/race");
+    let first = std::thread::spawn({
+        let a = a.clone();
+        move || commit(&a, repo, &[inline("f.txt", b"first")])
+    });
+    wait_until(
+        "the first commit to pause",
+        std::time::Duration::from_secs(60),
+        || {
+            pause
+                .join(format!("{point}.reached"))
+                .exists()
+                .then_some(())
+        },
+    );
+    let (status, resp) = commit(&a, repo, &[inline("f.txt", b"second")]);
+    assert_eq!(status, 409, "{resp}");
+    assert_eq!(
+        head(&a, repo),
+        None,
+        "nothing visible while the first is applied"
+    );
+    go_on(&pause, point);
+    let (status, resp) = first.join().unwrap();
+    assert_eq!(status, 200, "{resp}");
+    let oid = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
+    assert_eq!(head(&a, repo).as_deref(), Some(oid.as_str()));
+    assert_eq!(
+        download(&a, &format!("/{repo}/resolve/main/f.txt")),
+        b"first"
+    );
+}
