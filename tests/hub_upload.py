@@ -34,13 +34,14 @@ def sha(path):
 
 
 def tree(root):
+    """sha256 by path, without a local_dir's `.cache/` (the client's own records)."""
     out = {}
     for d, _, files in os.walk(root):
-        if ".cache" in d.split(os.sep):
-            continue
         for f in files:
             p = os.path.join(d, f)
-            out[os.path.relpath(p, root)] = sha(p)
+            rel = os.path.relpath(p, root)
+            if rel.split(os.sep)[0] != ".cache":
+                out[rel] = sha(p)
     return out
 
 
@@ -56,6 +57,7 @@ def model(dir):
     for i in (1, 2):
         write(os.path.join(dir, f"model-0000{i}-of-00002.safetensors"), os.urandom(3 << 20))
     write(os.path.join(dir, "docs/nested/README.md"), b"# tiny\n")
+    write(os.path.join(dir, "README.md"), b"---\nlicense: apache-2.0\n---\n# tiny\n")
 
 
 def refused(call, status):
@@ -108,7 +110,7 @@ third = api.create_commit(repo, operations=[
     CommitOperationAdd("notes.txt", b"fine-tuned on our data\n"),
 ], commit_message="third")
 files = sorted(api.list_repo_files(repo, revision=third.oid))
-assert "docs/nested/README.md" not in files and "notes.txt" in files, files
+assert "docs/nested/README.md" not in files and "notes.txt" in files and "README.md" in files, files
 facts["third_files"] = len(files)
 
 # Branches and tags.

@@ -989,6 +989,7 @@ pub fn reads_body(method: &Method, path: &str) -> Option<BodyKind> {
         ["api", "models", _, _, "commit", _, ..] => Some(BodyKind::Commit),
         ["api", "models", _, _, "paths-info" | "preupload" | "branch" | "tag", _, ..]
         | ["api", "repos", "create"]
+        | ["api", "validate-yaml"]
         | [_, _, "info", "lfs", "objects", "batch"]
         | ["upload", "verify", _, _] => Some(BodyKind::Small),
         _ => None,

@@ -53,6 +53,8 @@ pub struct Metrics {
     store_frames: Family<ResultLabels, Counter>,
     /// Bytes of pack blocks and objects sent to nodes.
     store_bytes_sent: Counter,
+    /// Bytes received by uploads: object bodies and commit bodies.
+    upload_bytes: Counter,
 }
 
 /// The endpoint's metrics, recorded whether or not a registry shows them.
@@ -68,6 +70,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     downloads: Histogram::new(BUCKETS),
     store_frames: Family::default(),
     store_bytes_sent: Counter::default(),
+    upload_bytes: Counter::default(),
 });
 
 /// Registers the endpoint's metrics in `r` (the binary's registry, prefix `modelcas`), under
@@ -127,6 +130,11 @@ pub fn register(r: &mut Registry) {
         "Bytes of pack blocks and objects sent to nodes (the store API).",
         m.store_bytes_sent.clone(),
     );
+    r.register(
+        "upload_bytes_received",
+        "Bytes received by uploads: uploaded objects (LFS PUT bodies) and commit bodies.",
+        m.upload_bytes.clone(),
+    );
     r.register_with_unit(
         "download",
         "Duration of file downloads.",
@@ -136,6 +144,11 @@ pub fn register(r: &mut Registry) {
 }
 
 impl Metrics {
+    /// Counts bytes received by an upload.
+    pub fn upload_received(&self, bytes: u64) {
+        self.upload_bytes.inc_by(bytes);
+    }
+
     /// Counts a request.
     pub fn request(&self, endpoint: &'static str, status: u16) {
         self.requests

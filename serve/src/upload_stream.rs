@@ -161,6 +161,7 @@ async fn forward(mut incoming: Incoming, tx: mpsc::Sender<Result<Bytes, String>>
             }
         };
         if let Ok(data) = frame.into_data() {
+            crate::metrics::METRICS.upload_received(data.len() as u64);
             if tx.send(Ok(data)).await.is_err() {
                 return;
             }

@@ -61,6 +61,15 @@ impl Hub {
             ["upload", "verify", org, name] if post => {
                 ("lfs-verify", self.lfs_verify(req, org, name, body))
             }
+            // `upload_folder` checks a README.md's metadata first; the store keeps no
+            // metadata, so any is accepted (the body must still be JSON).
+            ["api", "validate-yaml"] if post => match json_body(body) {
+                Ok(_) => {
+                    let ok = json!({ "errors": [], "warnings": [] });
+                    ("validate-yaml", Reply::json(StatusCode::OK, &ok))
+                }
+                Err(r) => ("validate-yaml", *r),
+            },
             ["api", "models", _, _, "xet-write-token", ..] => (
                 "xet-write-token",
                 Reply::error(
@@ -327,6 +336,7 @@ impl Hub {
             Ok(x) => x,
             Err(r) => return *r,
         };
+        crate::metrics::METRICS.upload_received(body.len() as u64);
         if crate::decode::query_flag(req.query, "create_pr") {
             return bad("this hub takes no pull requests: commit to a branch");
         }
