@@ -106,8 +106,9 @@ ap.add_argument("--hub", type=int, default=0,
                 help="rounds of each kind of the hub matrix (issue 43)")
 ap.add_argument("--release", type=int,
                 help="rounds of each kind of the release matrix (issue 39); default: --issue36's")
-ap.add_argument("--only", choices=["issue36", "hub", "release", "corruptions"],
-                help="issue36: only the pull-partial kills (local) and issue 36's rounds")
+ap.add_argument("--only", choices=["issue36", "hub", "release", "corruptions", "upload"],
+                help="issue36: only the pull-partial kills (local) and issue 36's rounds; "
+                     "upload: only the serve-upload kills (local)")
 ap.add_argument("--seed", type=int, default=1)
 A = ap.parse_args()
 EXP = json.load(open(f"{A.series}/expected.json"))
@@ -554,6 +555,49 @@ class ServeUpstream(Case):
             srv.stop()
 
 
+UPLOAD_TOKEN = "reliability-writer-token"
+UPLOAD_CLIENT = """
+import sys
+from huggingface_hub import HfApi
+url, token, folder, repo = sys.argv[1:5]
+HfApi(endpoint=url, token=token).upload_folder(repo_id=repo, folder_path=folder, commit_message="up")
+"""
+
+
+class ServeUpload(Case):
+    """Uploads through serve (issue 41): a store whose `main` is the first revision; the
+    real huggingface_hub client uploads the second revision's folder onto `main` (plain
+    LFS: object PUTs into the spool, then the commit that publishes them through ingest)
+    until the server dies. A kill or a power loss at any step leaves `main` at the first
+    revision or at the second, never a revision with missing data; the rerun uploads
+    again. The server's exit status is the command's."""
+    name = "serve-upload"
+
+    def prepare(self, s, phase=0):
+        s.run("import", self.up.bundle_r1, check=True)
+        s.run("ref", REPO, "main", REVS[0]["commit"], check=True)
+
+    def act(self, s, extra, phase=0):
+        tokens = f"{s.dir}/tokens"
+        with open(tokens, "w") as f:
+            f.write(f"{UPLOAD_TOKEN}  write=*\n")
+        srv = Serve(s, "--token-file", tokens, "--upload-dir", f"{s.dir}/spool", extra=extra)
+        env = dict(os.environ, HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+                   HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=f"{s.dir}/hf-home")
+        env.pop("HF_TOKEN", None)
+        folder = f"{A.series}/plain/{REVS[1]['name']}"
+        client = subprocess.run([sys.executable, "-c", UPLOAD_CLIENT, srv.url, UPLOAD_TOKEN,
+                                 folder, REPO], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, timeout=POWER_LOSS_TIMEOUT)
+        if srv.p.poll() is None:
+            srv.stop()
+            return client.returncode
+        return srv.stop()
+
+    def check(self, s, what):
+        s.same_bytes(f"{REPO}@main", files_of(REVS[1]), what)
+
+
 def overwrite_in_place(path, sync=True):
     """Writes 4 KiB of new bytes at a random offset of `path`, in place (same size)."""
     size = os.path.getsize(path)
@@ -671,7 +715,7 @@ def kill_round(case, backend, label, k, counts, rerun, fs=None):
     return True
 
 
-CASES = [Ingest, Import, Gc, Pull, Sync, ServeUpstream, Skip, PullPartial]
+CASES = [Ingest, Import, Gc, Pull, Sync, ServeUpstream, Skip, PullPartial, ServeUpload]
 
 
 def kills(backend, label, up, cases=None):
@@ -2073,6 +2117,8 @@ def main():
             report = {"corruptions": corruptions(A.corruptions or 20, up)}
         elif A.only == "issue36":
             report = {"kills": {"local": kills("local", "local", up, [PullPartial])}}
+        elif A.only == "upload":
+            report = {"kills": {"local": kills("local", "local", up, [ServeUpload])}}
         else:
             report = {"kills": {"local": kills("local", "local", up)}}
             if A.s3_env:
@@ -2082,9 +2128,9 @@ def main():
             report["power_loss"] = power_losses(up)
         if not A.only:
             report["corruptions"] = corruptions(A.corruptions, up)
-        if A.issue36 and A.only not in ("hub", "release"):
+        if A.issue36 and A.only not in ("hub", "release", "upload"):
             report["issue36"] = issue36(up, A.issue36)
-        if A.hub and A.only not in ("hub", "release"):
+        if A.hub and A.only not in ("hub", "release", "upload"):
             report["hub"] = hub_matrix(up, A.hub)
         if RELEASE_ROUNDS and not A.only:
             report["release"] = release_matrix(up, RELEASE_ROUNDS)
