@@ -23,6 +23,7 @@
 //! safety argument.
 
 pub mod spool;
+pub mod xet;
 
 mod apply;
 mod opener;
@@ -193,6 +194,21 @@ impl Publisher {
         body: &mut dyn std::io::Read,
     ) -> Result<(), PublishError> {
         self.spool.receive(sha256, size, body).map(|_| ())
+    }
+
+    /// Receives a Xet xorb (checked, spooled); whether it was new.
+    pub fn receive_xorb(
+        &self,
+        hash: &format::XetHash,
+        body: &mut dyn std::io::Read,
+    ) -> Result<bool, PublishError> {
+        self.spool.receive_xorb(hash, body)
+    }
+
+    /// Receives a Xet shard: each file it describes is checked against the spooled xorbs
+    /// and kept whole in the spool under its SHA-256. Returns their SHA-256s.
+    pub fn receive_shard(&self, body: &mut dyn std::io::Read) -> Result<Vec<Sha256>, PublishError> {
+        Ok(xet::shard::receive(&self.spool, body)?.sha256s)
     }
 
     /// Applies `req` to its branch and publishes the result through `index`.

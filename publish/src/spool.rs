@@ -2,8 +2,9 @@
 //! this machine's disk, by sha256, until a commit names them.
 //!
 //! ```text
-//! <dir>/tmp/<random>          an object being received (never read)
+//! <dir>/tmp/<random>          an object or xorb being received (never read)
 //! <dir>/objects/<sha256 hex>  a whole object whose size and sha256 were checked
+//! <dir>/xorbs/<xet hash>      a Xet xorb whose records and hash were checked
 //! ```
 //!
 //! An object is streamed to a temporary file while its SHA-256 is computed; only when its
@@ -42,7 +43,7 @@ impl Spool {
     /// The spool in `dir` (created if needed), keeping uncommitted objects for `ttl` and
     /// refusing objects over `max_object` bytes.
     pub fn open(dir: &Path, ttl: Duration, max_object: u64) -> Result<Spool, PublishError> {
-        for sub in ["tmp", "objects"] {
+        for sub in ["tmp", "objects", "xorbs"] {
             fs::create_dir_all(dir.join(sub)).map_err(|e| io_at(&dir.join(sub), e))?;
         }
         Ok(Spool {
@@ -111,10 +112,8 @@ impl Spool {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
-        let dest = self.object_path(sha256);
-        fs::rename(&tmp, &dest).map_err(|e| io_at(&dest, e))?;
-        sync_dir(&self.dir.join("objects"));
-        Ok(dest)
+        self.keep(&tmp, sha256)?;
+        Ok(self.object_path(sha256))
     }
 
     /// Keeps `bytes` (a commit's inline file) as an object; returns its sha256 and path.
@@ -134,7 +133,11 @@ impl Spool {
     pub fn prune(&self) -> usize {
         let now = SystemTime::now();
         let mut gone = 0;
-        for (sub, age) in [("tmp", TMP_STALE), ("objects", self.ttl)] {
+        for (sub, age) in [
+            ("tmp", TMP_STALE),
+            ("objects", self.ttl),
+            ("xorbs", self.ttl),
+        ] {
             let Ok(entries) = fs::read_dir(self.dir.join(sub)) else {
                 continue;
             };
@@ -153,7 +156,47 @@ impl Spool {
         gone
     }
 
-    fn temporary(&self) -> Result<(PathBuf, File), PublishError> {
+    /// The path of xorb `hash`, if the spool holds it.
+    pub fn xorb(&self, hash: &format::XetHash) -> Option<PathBuf> {
+        let path = self.dir.join("xorbs").join(hash.hex());
+        fs::symlink_metadata(&path)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|_| path)
+    }
+
+    /// Receives the xorb `hash` from `body`, kept only when every record is valid and its
+    /// chunks hash to `hash`; whether it was new.
+    pub fn receive_xorb(
+        &self,
+        hash: &format::XetHash,
+        body: &mut dyn Read,
+    ) -> Result<bool, PublishError> {
+        let existed = self.xorb(hash).is_some();
+        self.check_room(crate::xet::xorb::MAX_BYTES)?;
+        let (tmp, mut file) = self.temporary()?;
+        let outcome = crate::xet::xorb::check_into(hash, body, &mut file)
+            .and_then(|_| file.sync_all().map_err(|e| io_at(&tmp, e)));
+        drop(file);
+        if let Err(e) = outcome {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let dest = self.dir.join("xorbs").join(hash.hex());
+        fs::rename(&tmp, &dest).map_err(|e| io_at(&dest, e))?;
+        sync_dir(&self.dir.join("xorbs"));
+        Ok(!existed)
+    }
+
+    /// Keeps the checked temporary file `tmp` as object `sha256`.
+    pub(crate) fn keep(&self, tmp: &Path, sha256: &Sha256) -> Result<(), PublishError> {
+        let dest = self.object_path(sha256);
+        fs::rename(tmp, &dest).map_err(|e| io_at(&dest, e))?;
+        sync_dir(&self.dir.join("objects"));
+        Ok(())
+    }
+
+    pub(crate) fn temporary(&self) -> Result<(PathBuf, File), PublishError> {
         let mut random = [0u8; 12];
         File::open("/dev/urandom")
             .and_then(|mut f| f.read_exact(&mut random))
