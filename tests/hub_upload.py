@@ -2,10 +2,10 @@
 
 usage: hub_upload.py ENDPOINT REPO WORK_DIR WRITE_TOKEN READ_TOKEN
 
-With plain LFS (the caller sets HF_HUB_DISABLE_XET=1): create_repo, upload_folder of a
+With plain LFS (the caller sets HF_HUB_DISABLE_XET=1) or with hf_xet (it does not): create_repo, upload_folder of a
 small model (inline config files, LFS tokenizer and shards, a nested folder), a download
 of the commit compared byte for byte, a second upload that changes one shard (only that
-shard is sent: the others answer "already present"), a deletion, a branch and a tag, and
+shard is sent: the others are unchanged by their oid), a deletion, a branch and a tag, and
 the refusals a client meets: a read token (403), a repository outside the token's scope
 (403), a stale parent commit (412). (Unsafe paths and lying bytes, which the client never
 sends, are sent raw by tests/upload.rs.) Prints one JSON line of facts;
@@ -16,6 +16,7 @@ import hashlib, json, os, shutil, sys
 endpoint, repo, work, write_token, read_token = sys.argv[1:6]
 os.environ["HF_ENDPOINT"] = endpoint
 os.environ["HF_HUB_CACHE"] = os.path.join(work, "hub-cache")
+os.environ["HF_HOME"] = os.path.join(work, "hf-home")  # hf_xet's own cache too
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 os.environ.pop("HF_HUB_OFFLINE", None)

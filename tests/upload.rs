@@ -171,22 +171,27 @@ fn spool_files(env: &Env, sub: &str) -> usize {
         .unwrap_or(0)
 }
 
-#[test]
-fn huggingface_hub_uploads_with_lfs_and_reads_back_every_byte() {
+/// Runs tests/hub_upload.py against a fresh hub, with hf_xet or with plain LFS; the
+/// client's facts and the hub.
+fn real_client(xet: bool) -> (Env, Served, Value) {
     let env = Env::empty();
     let srv = hub(&env, &[]);
     let work = env.path("client");
     std::fs::create_dir_all(&work).unwrap();
-    let out = common::python()
-        .arg(repo_root().join("tests/hub_upload.py"))
+    let mut c = common::python();
+    c.arg(repo_root().join("tests/hub_upload.py"))
         .arg(format!("http://{}", srv.addr))
         .arg("team/tiny")
         .arg(&work)
         .arg(WRITER)
         .arg(READER)
-        .env("HF_HUB_DISABLE_XET", "1")
-        .output()
-        .unwrap();
+        .env("HF_XET_CLIENT_RETRY_BASE_DELAY", "100ms");
+    if xet {
+        c.env_remove("HF_HUB_DISABLE_XET");
+    } else {
+        c.env("HF_HUB_DISABLE_XET", "1");
+    }
+    let out = c.output().unwrap();
     assert!(
         out.status.success(),
         "client failed:\n{}\n{}\nserver log:\n{}",
@@ -197,6 +202,21 @@ fn huggingface_hub_uploads_with_lfs_and_reads_back_every_byte() {
     let facts: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(facts["files"], 6);
     assert_eq!(facts["third_files"], 6, "docs/ deleted, notes.txt added");
+    let stored = env.stored_files(&format!("team/tiny@{}", facts["second"].as_str().unwrap()));
+    assert_eq!(stored.len(), 6);
+    if !xet {
+        assert_eq!(
+            spool_files(&env, "objects"),
+            0,
+            "every spooled file went into the store"
+        );
+    }
+    (env, srv, facts)
+}
+
+#[test]
+fn huggingface_hub_uploads_with_lfs_and_reads_back_every_byte() {
+    let (env, srv, _) = real_client(false);
     // Three LFS objects in the first upload (the tokenizer and two shards; the config
     // files went inline), one in the second: only the changed shard was sent.
     assert_eq!(
@@ -205,13 +225,39 @@ fn huggingface_hub_uploads_with_lfs_and_reads_back_every_byte() {
         "{}",
         srv.log()
     );
+    assert_eq!(metric(&srv.addr, "endpoint=\"xet-xorb-upload\""), 0.0);
+    common::fsck_clean(&env, true);
+}
+
+#[test]
+fn huggingface_hub_uploads_with_xet_and_reads_back_every_byte() {
+    let (env, srv, _) = real_client(true);
     assert_eq!(
-        spool_files(&env, "objects"),
-        0,
-        "every spooled object went into the store"
+        metric(&srv.addr, "endpoint=\"lfs-upload\""),
+        0.0,
+        "{}",
+        srv.log()
     );
-    let stored = env.stored_files(&format!("team/tiny@{}", facts["second"].as_str().unwrap()));
-    assert_eq!(stored.len(), 6);
+    assert!(
+        metric(&srv.addr, "endpoint=\"xet-xorb-upload\",status=\"200\"") >= 2.0,
+        "{}",
+        srv.log()
+    );
+    // One shard per upload that sent files (the first and the one-shard change).
+    assert!(
+        metric(&srv.addr, "endpoint=\"xet-shard-upload\",status=\"200\"") >= 2.0,
+        "{}",
+        srv.log()
+    );
+    assert_eq!(metric(&srv.addr, "status=\"500\""), 0.0, "{}", srv.log());
+    // hf_xet sends every file before the client drops the unchanged ones from the commit:
+    // those wait in the spool for its TTL (the tokenizer, the first shard and the changed
+    // one, sent again by the third upload, which commits nothing).
+    assert!(
+        spool_files(&env, "objects") <= 3,
+        "{}",
+        spool_files(&env, "objects")
+    );
     common::fsck_clean(&env, true);
 }
 

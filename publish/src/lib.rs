@@ -240,6 +240,8 @@ impl Publisher {
         for sha in applied.spooled() {
             self.spool.remove(sha);
         }
+        // What no commit took within the TTL goes now and then: after each commit.
+        self.spool.prune();
         Ok(Committed {
             commit: outcome.commit,
             files: outcome.files,

@@ -1,18 +1,21 @@
-//! The streamed body of an uploaded object: `PUT /upload/lfs/{org}/{name}/{sha256}/{size}/
-//! {exp}/{sig}`, the URL an LFS batch hands out (`hub/upload.rs`). The client sends it
+//! The streamed bodies of uploads: `PUT /upload/lfs/{org}/{name}/{sha256}/{size}/{exp}/
+//! {sig}`, the URL an LFS batch hands out (`hub/upload.rs`), and Xet's `POST
+//! /v1/xorbs/{prefix}/{hash}` and `POST /v1/shards`. The LFS client sends its object
 //! without a token, so the URL carries its authorization: a keyed BLAKE3 over the
-//! repository, object, size and expiry ([`crate::uploads::UploadOptions::sign`]), checked
-//! before a byte of the body is read. The body then goes frame by frame (a bounded
+//! repository, object, size and expiry ([`crate::uploads::UploadOptions::sign`]); the Xet
+//! routes take a Xet write token (`xet-write-token`). Either is checked before a byte of
+//! the body is read. The body then goes frame by frame (a bounded
 //! channel, never the whole object in memory) to a blocking thread that spools it
-//! ([`crate::uploads::Uploads::receive`]), which keeps it only if its length and sha256
-//! are the ones signed. A body that stalls for [`crate::Limits::body_timeout`] is cut off.
+//! ([`crate::uploads::Uploads`]), which keeps it only if it is what it was declared:
+//! an object of the signed length and sha256, a xorb whose chunks hash to its name, a
+//! shard whose every file checks. A body that stalls for [`crate::Limits::body_timeout`] is cut off.
 
 use std::io::{self, Read};
 use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
-use format::Sha256;
+use format::{Sha256, XetHash};
 use http::{HeaderMap, Method, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -28,50 +31,98 @@ static UPLOADS: Semaphore = Semaphore::const_new(UPLOADS_AT_ONCE);
 /// Body frames in flight between the connection and the spooling thread.
 const FRAMES_IN_FLIGHT: usize = 8;
 
-/// An object the request may upload, its URL checked.
-pub(crate) struct Target {
-    sha256: Sha256,
-    size: u64,
+/// What a request uploads, its authorization checked.
+pub(crate) enum Target {
+    /// An LFS object (the URL's signature checked).
+    Lfs { sha256: Sha256, size: u64 },
+    /// A Xet xorb (a Xet write token).
+    Xorb(XetHash),
+    /// A Xet shard (a Xet write token).
+    Shard,
 }
 
-/// The object a request uploads: `None` when it is not an upload URL, an error reply when
-/// it is one that is not valid (bad or expired signature, uploads off, not a `PUT`).
+/// Most bytes of a xorb's body: 64 MiB of chunks stored at most twice their size, and
+/// their headers.
+const MAX_XORB_BODY: u64 = (128 << 20) + 8 * 8192;
+/// Most bytes of a shard's body.
+const MAX_SHARD_BODY: u64 = 64 << 20;
+
+/// The upload a request makes: `None` when it is not one, an error reply when it is one
+/// that may not be made (bad or expired signature or token, uploads off, wrong method), or
+/// a Xet route this hub answers without a body (no grants, no v2 shards, no global dedup
+/// answer, no telemetry: each 404, which hf_xet takes as "not offered").
 pub(crate) fn target(hub: &Hub, parts: &http::request::Parts) -> Option<Result<Target, Reply>> {
     let segs = crate::decode::segments(parts.uri.path()).ok()?;
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let ["upload", "lfs", org, name, oid, size, exp, sig] = segs.as_slice() else {
-        return None;
-    };
+    let up = hub.upload_options();
     let refuse = |status, msg: &str| Some(Err(Reply::error(status, "", msg, None)));
-    if parts.method != Method::PUT {
-        return refuse(StatusCode::METHOD_NOT_ALLOWED, "an upload URL takes PUT");
+    let post = parts.method == Method::POST;
+    match segs.as_slice() {
+        ["upload", "lfs", org, name, oid, size, exp, sig] => {
+            if parts.method != Method::PUT {
+                return refuse(StatusCode::METHOD_NOT_ALLOWED, "an upload URL takes PUT");
+            }
+            let Some(up) = up else {
+                return refuse(StatusCode::FORBIDDEN, "this hub takes no uploads");
+            };
+            let (Ok(sha256), Ok(size), Ok(exp)) = (
+                Sha256::from_hex(oid),
+                size.parse::<u64>(),
+                exp.parse::<u64>(),
+            ) else {
+                return refuse(StatusCode::FORBIDDEN, "not a valid upload URL");
+            };
+            let repo = format!("{org}/{name}");
+            if !up.check(
+                &repo,
+                &sha256.to_hex(),
+                size,
+                exp,
+                sig,
+                repo::manifest::now_secs(),
+            ) {
+                let msg = "the upload URL's signature is not valid or has expired: ask the LFS batch again";
+                return refuse(StatusCode::FORBIDDEN, msg);
+            }
+            Some(Ok(Target::Lfs { sha256, size }))
+        }
+        ["v1", "xorbs", _, hash] if post && up.is_some() => {
+            Some(xet_auth(up?, parts).and_then(|()| {
+                XetHash::parse(hash)
+                    .map(Target::Xorb)
+                    .map_err(|e| Reply::error(StatusCode::BAD_REQUEST, "", &e.to_string(), None))
+            }))
+        }
+        ["v1", "shards"] if post && up.is_some() => {
+            Some(xet_auth(up?, parts).map(|()| Target::Shard))
+        }
+        ["v1", "xorb-grants", ..] | ["v2", "shards"] | ["v1", "telemetry"]
+            if post && up.is_some() =>
+        {
+            refuse(StatusCode::NOT_FOUND, "not offered here")
+        }
+        ["v1", "chunks", _, _] if parts.method == Method::GET && up.is_some() => {
+            refuse(StatusCode::NOT_FOUND, "no global dedup answer")
+        }
+        _ => None,
     }
-    let Some(up) = hub.upload_options() else {
-        return refuse(StatusCode::FORBIDDEN, "this hub takes no uploads");
-    };
-    let (Ok(sha256), Ok(size), Ok(exp)) = (
-        Sha256::from_hex(oid),
-        size.parse::<u64>(),
-        exp.parse::<u64>(),
-    ) else {
-        return refuse(StatusCode::FORBIDDEN, "not a valid upload URL");
-    };
-    let repo = format!("{org}/{name}");
-    if !up.check(
-        &repo,
-        &sha256.to_hex(),
-        size,
-        exp,
-        sig,
-        repo::manifest::now_secs(),
-    ) {
-        let msg = "the upload URL's signature is not valid or has expired: ask the LFS batch again";
-        return refuse(StatusCode::FORBIDDEN, msg);
-    }
-    Some(Ok(Target { sha256, size }))
 }
 
-/// Receives the object of `target` from the request body.
+/// Whether the request carries a Xet write token of this hub.
+fn xet_auth(up: &crate::uploads::UploadOptions, parts: &http::request::Parts) -> Result<(), Reply> {
+    let token = crate::auth::bearer(&parts.headers).unwrap_or("");
+    match up.open_xet_token(token, repo::manifest::now_secs()) {
+        Some(_) => Ok(()),
+        None => Err(Reply::error(
+            StatusCode::UNAUTHORIZED,
+            "",
+            "a Xet write token is needed (xet-write-token), or it expired",
+            None,
+        )),
+    }
+}
+
+/// Receives the upload of `target` from the request body.
 pub(crate) async fn receive(
     hub: Arc<Hub>,
     target: Result<Target, Reply>,
@@ -79,11 +130,21 @@ pub(crate) async fn receive(
     incoming: Incoming,
     limits: &Limits,
 ) -> Reply {
-    let reply = match target {
-        Ok(t) => receive_checked(&hub, t, headers, incoming, limits).await,
-        Err(r) => r,
+    let (endpoint, reply) = match target {
+        Ok(t) => {
+            let endpoint = match t {
+                Target::Lfs { .. } => "lfs-upload",
+                Target::Xorb(_) => "xet-xorb-upload",
+                Target::Shard => "xet-shard-upload",
+            };
+            (
+                endpoint,
+                receive_checked(&hub, t, headers, incoming, limits).await,
+            )
+        }
+        Err(r) => ("upload-refused", r),
     };
-    hub.count("lfs-upload", reply.status.as_u16());
+    hub.count(endpoint, reply.status.as_u16());
     reply
 }
 
@@ -94,50 +155,70 @@ async fn receive_checked(
     incoming: Incoming,
     limits: &Limits,
 ) -> Reply {
-    let bad = |msg: &str| Reply::error(StatusCode::BAD_REQUEST, "", msg, None);
+    let bad = |status, msg: &str| Reply::error(status, "", msg, None);
     let announced = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|n| n != t.size) {
-        return bad(&format!(
-            "Content-Length is not the {} bytes this URL is for",
-            t.size
-        ));
-    }
     let Some(up) = hub.upload_options().cloned() else {
-        return Reply::error(StatusCode::FORBIDDEN, "", "this hub takes no uploads", None);
+        return bad(StatusCode::FORBIDDEN, "this hub takes no uploads");
     };
-    if let Err(e) = up.uploads.check_room(t.size) {
-        return crate::hub::upload_error(e);
+    let cap = match &t {
+        Target::Lfs { size, .. } => {
+            if announced.is_some_and(|n| n != *size) {
+                return bad(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Content-Length is not the {size} bytes this URL is for"),
+                );
+            }
+            if let Err(e) = up.uploads.check_room(*size) {
+                return crate::hub::upload_error(e);
+            }
+            *size
+        }
+        Target::Xorb(_) => MAX_XORB_BODY,
+        Target::Shard => MAX_SHARD_BODY,
+    };
+    if announced.is_some_and(|n| n > cap) {
+        return bad(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("a body of more than {cap} bytes"),
+        );
     }
     let Ok(_permit) = UPLOADS.try_acquire() else {
-        let msg = "too many uploads at once; try again";
-        return Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", msg, None);
+        return bad(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many uploads at once; try again",
+        );
     };
     let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT);
-    let (sha256, size) = (t.sha256, t.size);
     let spooling = tokio::task::spawn_blocking(move || {
         let mut body = ChannelReader {
             rx,
             buf: Bytes::new(),
         };
-        up.uploads.receive(&sha256, size, &mut body)
+        let mut body = (&mut body).take(cap.saturating_add(1));
+        match t {
+            Target::Lfs { sha256, size } => up
+                .uploads
+                .receive(&sha256, size, &mut body)
+                .map(|()| serde_json::json!({ "oid": sha256.to_hex(), "size": size })),
+            Target::Xorb(hash) => up
+                .uploads
+                .receive_xorb(&hash, &mut body)
+                .map(|new| serde_json::json!({ "was_inserted": new })),
+            Target::Shard => up
+                .uploads
+                .receive_shard(&mut body)
+                .map(|_| serde_json::json!({ "result": 1 })),
+        }
     });
     forward(incoming, tx, limits).await;
     match spooling.await {
-        Ok(Ok(())) => Reply::json(
-            StatusCode::OK,
-            &serde_json::json!({ "oid": sha256.to_hex(), "size": size }),
-        ),
+        Ok(Ok(v)) => Reply::json(StatusCode::OK, &v),
         Ok(Err(e)) => crate::hub::upload_error(e),
         Err(e) => {
             tracing::error!("upload handler failed: {e}");
-            Reply::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "",
-                "internal error",
-                None,
-            )
+            bad(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use format::{CommitId, RepoId, Sha256};
+use format::{CommitId, RepoId, Sha256, XetHash};
 
 /// What a commit adds: bytes sent inline, or an object uploaded before.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +84,11 @@ pub trait Uploads: Send + Sync {
     fn receive(&self, sha256: &Sha256, size: u64, body: &mut dyn Read) -> Result<(), UploadError>;
     /// Whether the spool holds object `sha256` of `size` bytes (LFS verify).
     fn received(&self, sha256: &Sha256, size: u64) -> bool;
+    /// Receives a Xet xorb named `hash` from `body`; whether it was new.
+    fn receive_xorb(&self, hash: &XetHash, body: &mut dyn Read) -> Result<bool, UploadError>;
+    /// Receives a Xet shard from `body`: each file it describes is checked and kept; how
+    /// many.
+    fn receive_shard(&self, body: &mut dyn Read) -> Result<usize, UploadError>;
     /// Applies a commit and publishes it.
     fn commit(&self, req: &CommitRequest) -> Result<Committed, UploadError>;
 }
@@ -131,6 +136,22 @@ impl UploadOptions {
             h.update(&[0]);
         }
         h.finalize().to_hex().to_string()
+    }
+
+    /// A Xet write token for `repo` expiring at `exp`: `w:{repo}:{exp}:{mac}`. The CAS
+    /// routes (xorbs, shards) take it instead of a token of the token file.
+    pub fn xet_token(&self, repo: &str, exp: u64) -> String {
+        format!("w:{repo}:{exp}:{}", self.sign(repo, "xet-write", 0, exp))
+    }
+
+    /// The repository of a Xet write token, if it is one of ours and not expired at `now`.
+    pub fn open_xet_token(&self, token: &str, now: u64) -> Option<String> {
+        let rest = token.strip_prefix("w:")?;
+        let (rest, mac) = rest.rsplit_once(':')?;
+        let (repo, exp) = rest.rsplit_once(':')?;
+        let exp = exp.parse::<u64>().ok()?;
+        self.check(repo, "xet-write", 0, exp, mac, now)
+            .then(|| repo.to_string())
     }
 
     /// Whether `sig` signs that URL and it has not expired at `now` (constant-time
@@ -181,6 +202,12 @@ mod tests {
         }
         fn received(&self, _: &Sha256, _: u64) -> bool {
             false
+        }
+        fn receive_xorb(&self, _: &XetHash, _: &mut dyn Read) -> Result<bool, UploadError> {
+            Ok(false)
+        }
+        fn receive_shard(&self, _: &mut dyn Read) -> Result<usize, UploadError> {
+            Ok(0)
         }
         fn commit(&self, _: &CommitRequest) -> Result<Committed, UploadError> {
             Err(UploadError::Internal("no".into()))

@@ -4,7 +4,7 @@
 use std::io::Read;
 use std::sync::Arc;
 
-use format::{RepoId, Sha256};
+use format::{RepoId, Sha256, XetHash};
 use hubserve::uploads::{CommitRequest, Committed, Content, Operation, UploadError, Uploads};
 use publish::{PublishError, Publisher};
 
@@ -37,6 +37,17 @@ impl Uploads for HubUploads {
 
     fn received(&self, sha256: &Sha256, size: u64) -> bool {
         self.publisher.spool().object(sha256, size).is_some()
+    }
+
+    fn receive_xorb(&self, hash: &XetHash, body: &mut dyn Read) -> Result<bool, UploadError> {
+        self.publisher.receive_xorb(hash, body).map_err(refused)
+    }
+
+    fn receive_shard(&self, body: &mut dyn Read) -> Result<usize, UploadError> {
+        self.publisher
+            .receive_shard(body)
+            .map(|s| s.len())
+            .map_err(refused)
     }
 
     fn commit(&self, req: &CommitRequest) -> Result<Committed, UploadError> {

@@ -70,15 +70,9 @@ impl Hub {
                 }
                 Err(r) => ("validate-yaml", *r),
             },
-            ["api", "models", _, _, "xet-write-token", ..] => (
-                "xet-write-token",
-                Reply::error(
-                    StatusCode::NOT_IMPLEMENTED,
-                    "",
-                    "this hub takes uploads through LFS only for now: set HF_HUB_DISABLE_XET=1",
-                    None,
-                ),
-            ),
+            ["api", "models", org, name, "xet-write-token", ..] if *req.method == Method::GET => {
+                ("xet-write-token", self.xet_write_token(req, org, name))
+            }
             _ => return None,
         };
         Some(r)
@@ -129,6 +123,39 @@ impl Hub {
             return Err(forbidden("RepoMirrored", &msg));
         }
         Ok((up, repo))
+    }
+
+    /// `GET .../xet-write-token/{rev}`: a Xet write token for the CAS routes (xorbs and
+    /// shards, `upload_stream.rs`), its expiry and the CAS URL, in the JSON body and in the
+    /// `X-Xet-*` headers as the Hub sends them. The revision (`None` for a pull request) is
+    /// not part of it: the commit names the branch.
+    fn xet_write_token(&self, req: &Head<'_>, org: &str, name: &str) -> Reply {
+        let (up, repo) = match self.writable(req, org, name) {
+            Ok(x) => x,
+            Err(r) => return *r,
+        };
+        let exp = repo::manifest::now_secs() + up.url_ttl.as_secs();
+        let token = up.xet_token(&repo.to_string(), exp);
+        let cas = match self.xet.as_ref().and_then(|x| x.cas_url.clone()) {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None => base_url(req.headers),
+        };
+        let r = Reply::json(
+            StatusCode::OK,
+            &json!({ "accessToken": token, "exp": exp, "casUrl": cas }),
+        );
+        r.header(
+            header::HeaderName::from_static("x-xet-access-token"),
+            crate::decode::header_ascii(&token),
+        )
+        .header(
+            header::HeaderName::from_static("x-xet-token-expiration"),
+            crate::decode::header_ascii(&exp.to_string()),
+        )
+        .header(
+            header::HeaderName::from_static("x-xet-cas-url"),
+            crate::decode::header_ascii(&cas),
+        )
     }
 
     /// `POST /api/repos/create` (`create_repo`): a repository exists in the store once it
