@@ -395,31 +395,83 @@ fn hostile_uploads_change_nothing() {
     assert_eq!(head(a, "other/model"), None, "nothing was made elsewhere");
 
     // Xet: without its write token, lying xorbs and shards; nothing kept.
-    let (status, resp) = request(a, "GET", &format!("/api/models/{repo}/xet-write-token/main"), Some(WRITER), b"", None);
+    let (status, resp) = request(
+        a,
+        "GET",
+        &format!("/api/models/{repo}/xet-write-token/main"),
+        Some(WRITER),
+        b"",
+        None,
+    );
     assert_eq!(status, 200, "{resp}");
     let xet = json_of(&resp)["accessToken"].as_str().unwrap().to_string();
-    assert_eq!(request(a, "GET", &format!("/api/models/{repo}/xet-write-token/main"), Some(READER), b"", None).0, 403);
+    assert_eq!(
+        request(
+            a,
+            "GET",
+            &format!("/api/models/{repo}/xet-write-token/main"),
+            Some(READER),
+            b"",
+            None
+        )
+        .0,
+        403
+    );
     let chunk = b"hello xet\n".repeat(10);
     let mut record = vec![0u8, 100, 0, 0, 0, 100, 0, 0];
     record.extend_from_slice(&chunk);
     let name = "49dd99b90f8a27df4bc307d9f2b7f8dd40c048423463f71b7dcab5a3f29c03b5";
     let xorb_path = format!("/v1/xorbs/default/{name}");
     assert_eq!(request(a, "POST", &xorb_path, None, &record, None).0, 401);
-    assert_eq!(request(a, "POST", &xorb_path, Some(WRITER), &record, None).0, 401, "a token of the token file is not a Xet token");
+    assert_eq!(
+        request(a, "POST", &xorb_path, Some(WRITER), &record, None).0,
+        401,
+        "a token of the token file is not a Xet token"
+    );
     let mut lying = record.clone();
     lying[20] ^= 1;
     let (status, resp) = request(a, "POST", &xorb_path, Some(&xet), &lying, None);
     assert_eq!(status, 400, "{resp}");
     assert!(resp.contains("hash to"), "{resp}");
-    assert_eq!(request(a, "POST", &xorb_path, Some(&xet), &record[..50], None).0, 400);
+    assert_eq!(
+        request(a, "POST", &xorb_path, Some(&xet), &record[..50], None).0,
+        400
+    );
     assert_eq!(spool_files(&env, "xorbs"), 0);
     let (status, resp) = request(a, "POST", &xorb_path, Some(&xet), &record, None);
-    assert_eq!((status, json_of(&resp)["was_inserted"].as_bool()), (200, Some(true)), "{resp}");
+    assert_eq!(
+        (status, json_of(&resp)["was_inserted"].as_bool()),
+        (200, Some(true)),
+        "{resp}"
+    );
     let (status, resp) = request(a, "POST", "/v1/shards", Some(&xet), &[0u8; 48], None);
     assert_eq!(status, 400, "{resp}");
     assert!(resp.contains("shard tag"), "{resp}");
-    assert_eq!(request(a, "POST", "/v1/xorb-grants/default/{name}", Some(&xet), b"{}", None).0, 404, "no grants: hf_xet falls back");
-    assert_eq!(request(a, "GET", &format!("/v1/chunks/default/{name}"), Some(&xet), b"", None).0, 404);
+    assert_eq!(
+        request(
+            a,
+            "POST",
+            "/v1/xorb-grants/default/{name}",
+            Some(&xet),
+            b"{}",
+            None
+        )
+        .0,
+        404,
+        "no grants: hf_xet falls back"
+    );
+    assert_eq!(
+        request(
+            a,
+            "GET",
+            &format!("/v1/chunks/default/{name}"),
+            Some(&xet),
+            b"",
+            None
+        )
+        .0,
+        404
+    );
     unchanged("xet");
 
     // The upload itself, whole, then committed.

@@ -11,8 +11,9 @@ use format::{CommitId, RepoId, Sha256};
 use repo::manifest::Manifest;
 use repo::{Store, StoreError};
 
+use crate::error::PublishError;
+use crate::request::{CommitRequest, Content, Operation};
 use crate::spool::Spool;
-use crate::{CommitRequest, Content, Operation, PublishError};
 
 /// Most operations in one commit.
 pub const MAX_OPERATIONS: usize = 100_000;

@@ -26,7 +26,9 @@ pub mod spool;
 pub mod xet;
 
 mod apply;
+mod error;
 mod opener;
+mod request;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -34,38 +36,11 @@ use std::path::Path;
 use format::{CommitId, RepoId, Sha256};
 use index::Index;
 use parking_lot::Mutex;
-use repo::{Store, StoreError};
+use repo::Store;
 
 pub use apply::Applied;
-
-/// What a commit adds: bytes sent inline, or an object uploaded before (or stored).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Content {
-    Inline(Vec<u8>),
-    Object { sha256: Sha256, size: u64 },
-}
-
-/// One operation of a commit, applied in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Operation {
-    /// Adds or replaces the file at `path`.
-    Add { path: String, content: Content },
-    /// Deletes the file at `path` (which must exist).
-    DeleteFile { path: String },
-    /// Deletes every file under `path/` (at least one must exist).
-    DeleteFolder { path: String },
-}
-
-/// A commit to apply.
-#[derive(Clone, Debug)]
-pub struct CommitRequest {
-    pub repo: RepoId,
-    /// The branch (a ref name) the commit goes on; it moves to the new revision.
-    pub branch: String,
-    /// The head the client built the commit on, when it names one.
-    pub parent: Option<CommitId>,
-    pub operations: Vec<Operation>,
-}
+pub use error::PublishError;
+pub use request::{CommitRequest, Content, Operation};
 
 /// What a commit made.
 #[derive(Clone, Debug)]
@@ -84,44 +59,6 @@ pub struct Committed {
     pub new_chunk_bytes: u64,
     /// Bytes of the packs written.
     pub pack_bytes_written: u64,
-}
-
-/// Why an upload or a commit was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum PublishError {
-    /// The request is malformed or names what cannot be (an unsafe path, an object never
-    /// uploaded, a file and a folder of one name).
-    #[error("{0}")]
-    BadRequest(String),
-    /// An uploaded object is not what it was declared to be (length, sha256).
-    #[error("{0}")]
-    BadObject(String),
-    /// The request body ended or failed before it was whole.
-    #[error("the upload did not arrive whole: {0}")]
-    Body(String),
-    /// Over a configured limit.
-    #[error("{0}")]
-    TooLarge(String),
-    /// No room on the spool's disk.
-    #[error("{0}")]
-    NoRoom(String),
-    /// Another commit to the same branch is being applied.
-    #[error("{0}")]
-    Conflict(String),
-    /// The branch is no longer at the parent the commit names.
-    #[error("{0}")]
-    Moved(String),
-    /// A file or folder to delete is not there.
-    #[error("{0}")]
-    EntryNotFound(String),
-    /// The branch does not exist (and the repository has revisions).
-    #[error("{0}")]
-    RevisionNotFound(String),
-    /// Local I/O (the spool).
-    #[error("{0}")]
-    Io(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
 }
 
 /// The write side of one hub: its spool, and the branches being committed to.

@@ -16,7 +16,8 @@ use store::ingest::{ingest_from, IngestOptions, IngestReport, Opened, Opener};
 use store::source::{Snapshot, SourceFile};
 
 use crate::apply::{Applied, Source};
-use crate::{CommitRequest, PublishError};
+use crate::error::PublishError;
+use crate::request::CommitRequest;
 
 /// Where each source's bytes are, by the source name ingest gives back.
 enum Plan<'a> {

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use format::Sha256;
 use sha2::{Digest, Sha256 as Hasher};
 
-use crate::PublishError;
+use crate::error::PublishError;
 
 /// A temporary file untouched this long belongs to an upload that died.
 const TMP_STALE: Duration = Duration::from_secs(3600);
@@ -250,7 +250,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a NUL-terminated path and `st` a valid statvfs to fill.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+    (rc == 0).then(|| st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 fn sync_dir(dir: &Path) {

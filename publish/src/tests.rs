@@ -173,7 +173,8 @@ fn refused_commits_change_nothing() {
         .publisher
         .commit(&h.index, &req(vec![add("a/b.txt", b"b")]))
         .unwrap();
-    let cases: Vec<(Vec<Operation>, fn(&PublishError) -> bool)> = vec![
+    type Expect = fn(&PublishError) -> bool;
+    let cases: Vec<(Vec<Operation>, Expect)> = vec![
         (
             vec![add("../escape", b"x")],
             |e| matches!(e, PublishError::BadRequest(m) if m.contains("..")),

@@ -1008,10 +1008,9 @@ pub enum BodyKind {
 mod browse;
 mod paths;
 mod policy;
-mod upload;
-pub(crate) use upload::upload_error;
 mod release;
 mod resolve;
+mod upload;
 mod xet;
 
 #[cfg(test)]

@@ -156,7 +156,14 @@ async fn respond(
     let (parts, incoming) = req.into_parts();
     if let Some(target) = crate::upload_stream::target(&hub, &parts) {
         return response(
-            crate::upload_stream::receive(hub, target, &parts.headers, incoming, limits).await,
+            crate::upload_stream::receive(
+                hub,
+                target,
+                &parts.headers,
+                incoming,
+                limits.body_timeout,
+            )
+            .await,
         );
     }
     let kind = crate::hub::reads_body(&parts.method, parts.uri.path())

@@ -8,11 +8,12 @@
 //! channel, never the whole object in memory) to a blocking thread that spools it
 //! ([`crate::uploads::Uploads`]), which keeps it only if it is what it was declared:
 //! an object of the signed length and sha256, a xorb whose chunks hash to its name, a
-//! shard whose every file checks. A body that stalls for [`crate::Limits::body_timeout`] is cut off.
+//! shard whose every file checks. A body that stalls for the server's body timeout is cut off.
 
 use std::io::{self, Read};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use format::{Sha256, XetHash};
@@ -22,7 +23,6 @@ use hyper::body::Incoming;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::hub::{Hub, Reply};
-use crate::Limits;
 
 /// Objects received at once; another gets 503 at once.
 const UPLOADS_AT_ONCE: usize = 16;
@@ -51,11 +51,14 @@ const MAX_SHARD_BODY: u64 = 64 << 20;
 /// that may not be made (bad or expired signature or token, uploads off, wrong method), or
 /// a Xet route this hub answers without a body (no grants, no v2 shards, no global dedup
 /// answer, no telemetry: each 404, which hf_xet takes as "not offered").
-pub(crate) fn target(hub: &Hub, parts: &http::request::Parts) -> Option<Result<Target, Reply>> {
+pub(crate) fn target(
+    hub: &Hub,
+    parts: &http::request::Parts,
+) -> Option<Result<Target, Box<Reply>>> {
     let segs = crate::decode::segments(parts.uri.path()).ok()?;
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let up = hub.upload_options();
-    let refuse = |status, msg: &str| Some(Err(Reply::error(status, "", msg, None)));
+    let refuse = |status, msg: &str| Some(Err(Box::new(Reply::error(status, "", msg, None))));
     let post = parts.method == Method::POST;
     match segs.as_slice() {
         ["upload", "lfs", org, name, oid, size, exp, sig] => {
@@ -88,9 +91,14 @@ pub(crate) fn target(hub: &Hub, parts: &http::request::Parts) -> Option<Result<T
         }
         ["v1", "xorbs", _, hash] if post && up.is_some() => {
             Some(xet_auth(up?, parts).and_then(|()| {
-                XetHash::parse(hash)
-                    .map(Target::Xorb)
-                    .map_err(|e| Reply::error(StatusCode::BAD_REQUEST, "", &e.to_string(), None))
+                XetHash::parse(hash).map(Target::Xorb).map_err(|e| {
+                    Box::new(Reply::error(
+                        StatusCode::BAD_REQUEST,
+                        "",
+                        &e.to_string(),
+                        None,
+                    ))
+                })
             }))
         }
         ["v1", "shards"] if post && up.is_some() => {
@@ -109,26 +117,29 @@ pub(crate) fn target(hub: &Hub, parts: &http::request::Parts) -> Option<Result<T
 }
 
 /// Whether the request carries a Xet write token of this hub.
-fn xet_auth(up: &crate::uploads::UploadOptions, parts: &http::request::Parts) -> Result<(), Reply> {
+fn xet_auth(
+    up: &crate::uploads::UploadOptions,
+    parts: &http::request::Parts,
+) -> Result<(), Box<Reply>> {
     let token = crate::auth::bearer(&parts.headers).unwrap_or("");
     match up.open_xet_token(token, repo::manifest::now_secs()) {
         Some(_) => Ok(()),
-        None => Err(Reply::error(
+        None => Err(Box::new(Reply::error(
             StatusCode::UNAUTHORIZED,
             "",
             "a Xet write token is needed (xet-write-token), or it expired",
             None,
-        )),
+        ))),
     }
 }
 
 /// Receives the upload of `target` from the request body.
 pub(crate) async fn receive(
     hub: Arc<Hub>,
-    target: Result<Target, Reply>,
+    target: Result<Target, Box<Reply>>,
     headers: &HeaderMap,
     incoming: Incoming,
-    limits: &Limits,
+    stall: Duration,
 ) -> Reply {
     let (endpoint, reply) = match target {
         Ok(t) => {
@@ -139,10 +150,10 @@ pub(crate) async fn receive(
             };
             (
                 endpoint,
-                receive_checked(&hub, t, headers, incoming, limits).await,
+                receive_checked(&hub, t, headers, incoming, stall).await,
             )
         }
-        Err(r) => ("upload-refused", r),
+        Err(r) => ("upload-refused", *r),
     };
     hub.count(endpoint, reply.status.as_u16());
     reply
@@ -153,7 +164,7 @@ async fn receive_checked(
     t: Target,
     headers: &HeaderMap,
     incoming: Incoming,
-    limits: &Limits,
+    stall: Duration,
 ) -> Reply {
     let bad = |status, msg: &str| Reply::error(status, "", msg, None);
     let announced = headers
@@ -171,7 +182,7 @@ async fn receive_checked(
                 );
             }
             if let Err(e) = up.uploads.check_room(*size) {
-                return crate::hub::upload_error(e);
+                return e.reply();
             }
             *size
         }
@@ -212,10 +223,10 @@ async fn receive_checked(
                 .map(|_| serde_json::json!({ "result": 1 })),
         }
     });
-    forward(incoming, tx, limits).await;
+    forward(incoming, tx, stall).await;
     match spooling.await {
         Ok(Ok(v)) => Reply::json(StatusCode::OK, &v),
-        Ok(Err(e)) => crate::hub::upload_error(e),
+        Ok(Err(e)) => e.reply(),
         Err(e) => {
             tracing::error!("upload handler failed: {e}");
             bad(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
@@ -225,10 +236,10 @@ async fn receive_checked(
 
 /// Sends the body's data frames to the spooling thread, then an error if the body failed
 /// or stalled; stops when that thread has stopped reading.
-async fn forward(mut incoming: Incoming, tx: mpsc::Sender<Result<Bytes, String>>, limits: &Limits) {
+async fn forward(mut incoming: Incoming, tx: mpsc::Sender<Result<Bytes, String>>, stall: Duration) {
     loop {
         let next = std::future::poll_fn(|cx| Pin::new(&mut incoming).poll_frame(cx));
-        let frame = match tokio::time::timeout(limits.body_timeout, next).await {
+        let frame = match tokio::time::timeout(stall, next).await {
             Ok(None) => return,
             Ok(Some(Ok(f))) => f,
             Ok(Some(Err(e))) => {
@@ -236,7 +247,7 @@ async fn forward(mut incoming: Incoming, tx: mpsc::Sender<Result<Bytes, String>>
                 return;
             }
             Err(_) => {
-                let msg = format!("no byte of the body for {:?}", limits.body_timeout);
+                let msg = format!("no byte of the body for {stall:?}");
                 let _ = tx.send(Err(msg)).await;
                 return;
             }

@@ -72,6 +72,24 @@ pub enum UploadError {
     Internal(String),
 }
 
+impl UploadError {
+    /// The reply to a refused upload or commit.
+    pub(crate) fn reply(self) -> crate::reply::Reply {
+        use http::StatusCode;
+        let (status, code) = match &self {
+            UploadError::BadRequest(_) => (StatusCode::BAD_REQUEST, ""),
+            UploadError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ""),
+            UploadError::NoRoom(_) => (StatusCode::INSUFFICIENT_STORAGE, ""),
+            UploadError::Conflict(_) => (StatusCode::CONFLICT, ""),
+            UploadError::Moved(_) => (StatusCode::PRECONDITION_FAILED, ""),
+            UploadError::EntryNotFound(_) => (StatusCode::NOT_FOUND, "EntryNotFound"),
+            UploadError::RevisionNotFound(_) => (StatusCode::NOT_FOUND, "RevisionNotFound"),
+            UploadError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+        };
+        crate::reply::Reply::error(status, code, &self.to_string(), None)
+    }
+}
+
 /// The write side the binary gives the hub.
 pub trait Uploads: Send + Sync {
     /// For each (sha256, size), whether it need not be uploaded for a commit to `repo`.

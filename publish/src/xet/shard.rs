@@ -19,8 +19,8 @@ use format::{Sha256, XetHash};
 use sha2::{Digest, Sha256 as Hasher};
 
 use super::xorb::{next_record, MAX_CHUNKS};
+use crate::error::PublishError;
 use crate::spool::Spool;
-use crate::PublishError;
 
 /// The first 32 bytes of a shard.
 const TAG: [u8; 32] = [
@@ -243,6 +243,9 @@ fn rebuild(
     }
 }
 
+/// Where a term's chunks go: each decoded chunk and its hash.
+type ChunkSink<'a> = dyn FnMut(&[u8], XetHash) -> Result<(), PublishError> + 'a;
+
 /// Reads chunks `[start, end)` of term `i`'s xorb from the spool, handing each (decoded,
 /// hashed again) to `sink`; returns their hashes.
 fn term(
@@ -250,7 +253,7 @@ fn term(
     what: &str,
     i: usize,
     t: &Term,
-    sink: &mut dyn FnMut(&[u8], XetHash) -> Result<(), PublishError>,
+    sink: &mut ChunkSink<'_>,
 ) -> Result<Vec<XetHash>, PublishError> {
     let Some(path) = spool.xorb(&t.xorb) else {
         return Err(bad(format!(
@@ -381,7 +384,8 @@ mod tests {
         let b = b"tail".to_vec();
         let (d, s, x) = spool_with(&[&a, &b]);
         let unknown = xorb_hash(&[b"never sent"]);
-        let cases: Vec<(&str, Box<dyn Fn(&mut Vec<Vec<u8>>)>)> = vec![
+        type Edit = Box<dyn Fn(&mut Vec<Vec<u8>>)>;
+        let cases: Vec<(&str, Edit)> = vec![
             ("tag", Box::new(|r| r[0][0] ^= 1)),
             ("version", Box::new(|r| r[0][32] = 3)),
             ("verification", Box::new(|r| r[3][0] ^= 1)),

@@ -8,7 +8,7 @@ use std::io::{self, Read, Write};
 
 use format::XetHash;
 
-use crate::PublishError;
+use crate::error::PublishError;
 
 /// Most chunks in one xorb.
 pub const MAX_CHUNKS: usize = 8192;

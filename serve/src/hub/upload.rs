@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::browse::base_url;
 use super::{Head, Hub, Reply};
 use crate::reply::internal;
-use crate::uploads::{CommitRequest, Content, Operation, UploadError, UploadOptions};
+use crate::uploads::{CommitRequest, Content, Operation, UploadOptions};
 
 /// Most files in one preupload or LFS batch request (the client sends 256 and 1000).
 const MAX_BATCH: usize = 10_000;
@@ -288,7 +288,7 @@ impl Hub {
         }
         let present = match up.uploads.present(&repo, &wanted) {
             Ok(p) => p,
-            Err(e) => return upload_error(e),
+            Err(e) => return e.reply(),
         };
         let base = base_url(req.headers);
         let exp = repo::manifest::now_secs() + up.url_ttl.as_secs();
@@ -398,7 +398,7 @@ impl Hub {
                     &json!({ "success": true, "commitOid": oid, "commitUrl": url, "pullRequestUrl": null }),
                 )
             }
-            Err(e) => upload_error(e),
+            Err(e) => e.reply(),
         }
     }
 
@@ -592,21 +592,6 @@ fn json_body(body: &[u8]) -> Result<Value, Box<Reply>> {
 
 fn bad(msg: &str) -> Reply {
     Reply::error(StatusCode::BAD_REQUEST, "", msg, None)
-}
-
-/// The reply to a refused upload or commit.
-pub(crate) fn upload_error(e: UploadError) -> Reply {
-    let (status, code) = match &e {
-        UploadError::BadRequest(_) => (StatusCode::BAD_REQUEST, ""),
-        UploadError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ""),
-        UploadError::NoRoom(_) => (StatusCode::INSUFFICIENT_STORAGE, ""),
-        UploadError::Conflict(_) => (StatusCode::CONFLICT, ""),
-        UploadError::Moved(_) => (StatusCode::PRECONDITION_FAILED, ""),
-        UploadError::EntryNotFound(_) => (StatusCode::NOT_FOUND, "EntryNotFound"),
-        UploadError::RevisionNotFound(_) => (StatusCode::NOT_FOUND, "RevisionNotFound"),
-        UploadError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
-    };
-    Reply::error(status, code, &e.to_string(), None)
 }
 
 #[cfg(test)]
