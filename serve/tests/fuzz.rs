@@ -278,13 +278,92 @@ fn fixture() -> &'static Fixture {
                     Some(tokens),
                 )
                 .with_ui(pages(&store))
-                .with_xet(Some(xet_opts())),
+                .with_xet(Some(xet_opts()))
+                .with_uploads(
+                    Some(upload_opts()),
+                    [(TOKEN.to_string(), vec!["*".to_string()])].into(),
+                ),
             ),
             files: fixture_files(),
             rt: runtime(),
             commit,
         }
     })
+}
+
+/// Uploads that read every body to its end and keep nothing: the router's and the
+/// stack's handling of the write routes is what is fuzzed (the spool and commits have
+/// their own tests in `publish`).
+struct DrainUploads;
+
+fn drain(body: &mut dyn std::io::Read) -> Result<u64, hubserve::uploads::UploadError> {
+    std::io::copy(body, &mut std::io::sink())
+        .map_err(|e| hubserve::uploads::UploadError::BadRequest(e.to_string()))
+}
+
+impl hubserve::uploads::Uploads for DrainUploads {
+    fn present(
+        &self,
+        _: &RepoId,
+        o: &[(format::Sha256, u64)],
+    ) -> Result<Vec<bool>, hubserve::uploads::UploadError> {
+        Ok(o.iter().map(|(_, n)| n % 2 == 0).collect())
+    }
+    fn check_room(&self, size: u64) -> Result<(), hubserve::uploads::UploadError> {
+        match size > 1 << 30 {
+            true => Err(hubserve::uploads::UploadError::NoRoom("full".into())),
+            false => Ok(()),
+        }
+    }
+    fn receive(
+        &self,
+        _: &format::Sha256,
+        size: u64,
+        body: &mut dyn std::io::Read,
+    ) -> Result<(), hubserve::uploads::UploadError> {
+        match drain(body)? == size {
+            true => Ok(()),
+            false => Err(hubserve::uploads::UploadError::BadRequest("length".into())),
+        }
+    }
+    fn received(&self, _: &format::Sha256, size: u64) -> bool {
+        size == 0
+    }
+    fn receive_xorb(
+        &self,
+        _: &XetHash,
+        body: &mut dyn std::io::Read,
+    ) -> Result<bool, hubserve::uploads::UploadError> {
+        Ok(drain(body)? > 0)
+    }
+    fn receive_shard(
+        &self,
+        body: &mut dyn std::io::Read,
+    ) -> Result<usize, hubserve::uploads::UploadError> {
+        drain(body).map(|n| n as usize)
+    }
+    fn commit(
+        &self,
+        req: &hubserve::uploads::CommitRequest,
+    ) -> Result<hubserve::uploads::Committed, hubserve::uploads::UploadError> {
+        match req.operations.len() {
+            0 => Err(hubserve::uploads::UploadError::Moved("moved".into())),
+            n => Ok(hubserve::uploads::Committed {
+                commit: commit(&"ab".repeat(20)),
+                held: n % 2 == 0,
+            }),
+        }
+    }
+}
+
+fn upload_opts() -> hubserve::uploads::UploadOptions {
+    hubserve::uploads::UploadOptions {
+        uploads: Arc::new(DrainUploads),
+        secret: [5; 32],
+        url_ttl: Duration::from_secs(600),
+        regular_max: hubserve::uploads::REGULAR_MAX,
+        over_mirror: false,
+    }
 }
 
 /// The commit `org/model` is locked to; stored, and known upstream too.
@@ -738,6 +817,33 @@ fn browse_path() -> impl Strategy<Value = String> {
             .prop_map(|(k, r, s)| format!("/api/{k}/{r}/{s}")),
         (prop::sample::select(vec!["datasets", "spaces"]), repo())
             .prop_map(|(k, r)| format!("/{k}/{r}/resolve/main/config.json")),
+        write_path(),
+    ]
+}
+
+/// The write routes (issue 41): Hub, LFS and Xet, with arbitrary parts.
+fn write_path() -> impl Strategy<Value = String> {
+    let kind = prop::sample::select(vec![
+        "preupload",
+        "commit",
+        "branch",
+        "tag",
+        "xet-write-token",
+    ]);
+    prop_oneof![
+        (repo(), kind, segment()).prop_map(|(r, k, rev)| format!("/api/models/{r}/{k}/{rev}")),
+        Just(format!("/api/models/{REPO}/commit/main")),
+        Just("/api/repos/create".to_string()),
+        Just("/api/validate-yaml".to_string()),
+        repo().prop_map(|r| format!("/{r}.git/info/lfs/objects/batch")),
+        repo().prop_map(|r| format!("/upload/verify/{r}")),
+        (repo(), segment(), segment(), segment(), segment())
+            .prop_map(|(r, a, b, c, d)| format!("/upload/lfs/{r}/{a}/{b}/{c}/{d}")),
+        segment().prop_map(|h| format!("/v1/xorbs/default/{h}")),
+        Just("/v1/shards".to_string()),
+        Just("/v2/shards".to_string()),
+        segment().prop_map(|h| format!("/v1/chunks/default/{h}")),
+        segment().prop_map(|h| format!("/v1/xorb-grants/default/{h}")),
     ]
 }
 
@@ -772,6 +878,19 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         1 => prop::collection::vec(any::<u8>(), 0..64),
         1 => "[a-z=&%+.é]{0,40}".prop_map(String::into_bytes),
         1 => (1usize..5).prop_map(|k| "paths=config.json&".repeat(k * 3000).into_bytes()),
+        // The write routes' JSON and NDJSON, well-formed and not.
+        2 => prop::sample::select(vec![
+            r#"{"files":[{"path":"config.json","size":3,"sample":""},{"path":"w.bin","size":99999999}]}"#,
+            r#"{"files":[{"path":1}]}"#,
+            r#"{"operation":"upload","objects":[{"oid":"00000000000000000000000000000000000000000000000000000000000000ff","size":5}]}"#,
+            r#"{"operation":"download","objects":[]}"#,
+            r#"{"oid":"zz","size":-1}"#,
+            r#"{"name":"x","organization":"org","type":"model"}"#,
+            r#"{"tag":"v1","startingPoint":"main"}"#,
+            "{\"key\":\"header\",\"value\":{\"summary\":\"s\"}}\n{\"key\":\"file\",\"value\":{\"path\":\"a\",\"content\":\"aGk=\"}}\n",
+            "{\"key\":\"header\",\"value\":{\"parentCommit\":\"x\"}}\n{\"key\":\"lfsFile\",\"value\":{\"path\":\"../a\",\"oid\":\"ff\",\"size\":1}}\n",
+            "{\"key\":\"header\",\"value\":{}}\n{\"key\":\"deletedFolder\",\"value\":{\"path\":\"\"}}\n",
+        ]).prop_map(|s| s.as_bytes().to_vec()),
     ]
 }
 
