@@ -3,11 +3,15 @@
 
 usage: upload_bench.py BIN SERIES_DIR WORK_DIR [lfs|xet]
 
-One serve on a fresh store, a token with write scope. Three uploads with
-`HfApi.upload_folder`, each timed, each followed by a byte-exact download check:
+One serve on a fresh store, a token with write scope. Uploads with
+`HfApi.upload_folder` (each in a process of its own, as `hf upload` runs), each timed, each
+followed by a byte-exact download check:
   full       r1 of the series into a new repository (everything is new)
-  one-shard  r1 with its last shard replaced by r2's (a fine-tune that touched one shard)
+  one-shard  r1 with its last shard replaced by r2's (a fine-tune that touched one shard),
+             from the machine that uploaded r1 (with hf_xet: its cache of what it sent)
   fine-tune  r2 whole (the last quarter of the layers changed: two shards differ)
+  one-shard, another machine   the one-shard change again into a second repository
+             holding r1, from a client with an empty cache (a CI runner's first upload)
 For each: the bytes the client sent (serve's `upload_bytes_received`: object and commit
 bodies), the bytes the store grew by (packs and manifests), and the time. Prints a
 Markdown table and one JSON line.
@@ -41,6 +45,19 @@ if MODE == "lfs":
 from huggingface_hub import HfApi, snapshot_download  # noqa: E402
 
 api = HfApi(endpoint=url, token=TOKEN)
+UPLOAD = """
+import sys
+from huggingface_hub import HfApi
+url, token, repo, folder, msg = sys.argv[1:6]
+print(HfApi(endpoint=url, token=token).upload_folder(repo_id=repo, folder_path=folder, commit_message=msg).oid)
+"""
+
+
+def upload(repo, folder, msg, home):
+    env = dict(os.environ, HF_HOME=home)
+    out = subprocess.run([sys.executable, "-c", UPLOAD, url, TOKEN, repo, folder, msg], env=env,
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
 
 
 def received():
@@ -76,17 +93,24 @@ one = f"{WORK}/one-shard"
 shutil.copytree(f"{SERIES}/plain/r1", one)
 last = max(f["path"] for f in revs["r2"]["files"] if f["path"].endswith(".safetensors"))
 shutil.copy(f"{SERIES}/plain/r2/{last}", f"{one}/{last}")
-cases = [("full", f"{SERIES}/plain/r1"), ("one-shard", one), ("fine-tune", f"{SERIES}/plain/r2")]
-
+REPO2 = "team/tiny-llm-2"
+home_a, home_b, home_c = f"{WORK}/home-a", f"{WORK}/home-b", f"{WORK}/home-c"
+cases = [("full", REPO, f"{SERIES}/plain/r1", home_a), ("one-shard", REPO, one, home_a),
+         ("fine-tune", REPO, f"{SERIES}/plain/r2", home_a)]
 api.create_repo(REPO, exist_ok=True)
+cases.append(("one-shard, another machine", REPO2, one, home_b))
 rows = []
 try:
-    for name, folder in cases:
+    for name, repo, folder, home in cases:
+        if repo == REPO2:
+            # The second repository holds r1 first, uploaded by a third client (so that no
+            # measured client's cache knows it).
+            upload(REPO2, f"{SERIES}/plain/r1", "base", home_c)
         r0, s0, t0 = received(), store_bytes(), time.monotonic()
-        info = api.upload_folder(repo_id=REPO, folder_path=folder, commit_message=name)
+        oid = upload(repo, folder, name, home)
         secs = time.monotonic() - t0
         r1, s1 = received(), store_bytes()
-        got = snapshot_download(REPO, revision=info.oid, local_dir=f"{WORK}/dl-{name}", token=TOKEN)
+        got = snapshot_download(repo, revision=oid, local_dir=f"{WORK}/dl-{len(rows)}", token=TOKEN)
         a, b = tree(got), tree(folder)
         assert a == b, f"{name}: downloaded files differ: {sorted(set(a.items()) ^ set(b.items()))}"
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
