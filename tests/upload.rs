@@ -166,9 +166,19 @@ fn metric(addr: &str, needle: &str) -> f64 {
 }
 
 fn spool_files(env: &Env, sub: &str) -> usize {
-    std::fs::read_dir(env.path("spool").join(sub))
-        .map(|d| d.count())
-        .unwrap_or(0)
+    fn count(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| match e.file_type().map(|t| t.is_dir()) {
+                        Ok(true) => count(&e.path()),
+                        _ => usize::from(!e.file_name().to_string_lossy().ends_with(".xet")),
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    count(&env.path("spool").join(sub))
 }
 
 /// Runs tests/hub_upload.py against a fresh hub, with hf_xet or with plain LFS; the
@@ -257,6 +267,48 @@ fn huggingface_hub_uploads_with_xet_and_reads_back_every_byte() {
         spool_files(&env, "objects") <= 3,
         "{}",
         spool_files(&env, "objects")
+    );
+    common::fsck_clean(&env, true);
+}
+
+/// One phase of tests/hub_upload_dedup.py (a client process with an empty cache); the
+/// bytes serve received for it.
+fn dedup_phase(env: &Env, srv: &Served, phase: &str) -> f64 {
+    let before = metric(&srv.addr, "modelcas_serve_upload_bytes_received");
+    let out = common::python()
+        .arg(repo_root().join("tests/hub_upload_dedup.py"))
+        .arg(format!("http://{}", srv.addr))
+        .arg("team/dedup")
+        .arg(env.path("client"))
+        .arg(WRITER)
+        .arg(phase)
+        .env("HF_XET_CLIENT_RETRY_BASE_DELAY", "100ms")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "phase {phase} failed:\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        srv.log()
+    );
+    metric(&srv.addr, "modelcas_serve_upload_bytes_received") - before
+}
+
+#[test]
+fn a_second_machine_sends_only_the_changed_shard_through_the_global_dedup_query() {
+    let env = Env::empty();
+    let srv = hub(&env, &[]);
+    std::fs::create_dir_all(env.path("client")).unwrap();
+    let first = dedup_phase(&env, &srv, "1");
+    assert!(first > 6e6, "both shards sent the first time: {first}");
+    let second = dedup_phase(&env, &srv, "2");
+    // One changed 3 MiB shard, not both: the unchanged one is named by the stored xorb the
+    // dedup answer listed, and read back from the store.
+    assert!(second < 4.5e6, "the second upload sent {second} bytes");
+    assert!(
+        metric(&srv.addr, "endpoint=\"xet-dedup\",status=\"200\"") >= 1.0,
+        "{}",
+        srv.log()
     );
     common::fsck_clean(&env, true);
 }
@@ -481,6 +533,224 @@ fn hostile_uploads_change_nothing() {
     assert_ne!(head(a, repo).unwrap(), base);
     assert_eq!(download(a, &format!("/{repo}/resolve/main/w.bin")), weights);
     common::fsck_clean(&env, true);
+}
+
+#[test]
+fn bytes_sent_for_one_repository_are_not_another_s() {
+    // Hostile review of issue 41 (helper-42, 1): the spool was shared, so any write token
+    // knowing a sha256 got bytes another repository's uploader had sent (verify 200, the
+    // batch "present", the commit 200). Failed before: the commit to other/x answered 200.
+    let env = Env::empty();
+    let tokens = env.path("tokens");
+    std::fs::write(
+        &tokens,
+        format!("{WRITER}  write=team/*\nother-writer  write=other/*\n"),
+    )
+    .unwrap();
+    let srv = Served::start(
+        &env,
+        &[
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--upload-dir",
+            env.path("spool").to_str().unwrap(),
+        ],
+    );
+    let a = srv.addr.as_str();
+    let secret: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let path = upload_path(a, "team/secret", &secret);
+    assert_eq!(request(a, "PUT", &path, None, &secret, None).0, 200);
+    let verify = json!({"oid": sha256_bytes(&secret), "size": secret.len()}).to_string();
+    let (status, _) = request(
+        a,
+        "POST",
+        "/upload/verify/other/x",
+        Some("other-writer"),
+        verify.as_bytes(),
+        None,
+    );
+    assert_eq!(status, 404);
+    let batch = json!({"operation": "upload", "objects": [{"oid": sha256_bytes(&secret), "size": secret.len()}]});
+    let (_, resp) = request(
+        a,
+        "POST",
+        "/other/x.git/info/lfs/objects/batch",
+        Some("other-writer"),
+        batch.to_string().as_bytes(),
+        None,
+    );
+    assert!(
+        json_of(&resp)["objects"][0]["actions"]["upload"].is_object(),
+        "{resp}"
+    );
+    let body = ndjson(&[header(), lfs("stolen.bin", &secret)]);
+    let (status, resp) = request(
+        a,
+        "POST",
+        "/api/models/other/x/commit/main",
+        Some("other-writer"),
+        &body,
+        None,
+    );
+    assert_eq!(status, 400, "{resp}");
+    assert_eq!(head(a, "other/x"), None);
+    // The uploader's own commit still takes it.
+    let body = ndjson(&[header(), lfs("w.bin", &secret)]);
+    let (status, resp) = request(
+        a,
+        "POST",
+        "/api/models/team/secret/commit/main",
+        Some(WRITER),
+        &body,
+        None,
+    );
+    assert_eq!(status, 200, "{resp}");
+}
+
+#[test]
+fn slow_uploads_leave_the_router_its_threads() {
+    // Hostile review of issue 41 (helper-42, 2): each upload held a thread of the
+    // router's pool, so as many slow uploads as `--threads` stopped every download.
+    // Failed before: the download below timed out.
+    let env = Env::empty();
+    let tokens = env.path("tokens");
+    std::fs::write(&tokens, format!("{WRITER}  write=team/*\n{READER}\n")).unwrap();
+    let srv = Served::start(
+        &env,
+        &[
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--upload-dir",
+            env.path("spool").to_str().unwrap(),
+            "--threads",
+            "4",
+        ],
+    );
+    let a = srv.addr.as_str();
+    assert_eq!(
+        commit(a, "team/slow", &[inline("config.json", b"{}")]).0,
+        200
+    );
+    let data = vec![7u8; 1 << 20];
+    let path = upload_path(a, "team/slow", &data);
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        let mut s = TcpStream::connect(a).unwrap();
+        let head = format!(
+            "PUT {path} HTTP/1.1\r\nHost: {a}\r\nContent-Length: {}\r\n\r\n",
+            data.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&data[..10]).unwrap();
+        slow.push(s);
+    }
+    // Every upload has started: its first bytes reached the spooling threads.
+    wait_until(
+        "the slow uploads to start",
+        std::time::Duration::from_secs(30),
+        || (metric(a, "modelcas_serve_upload_bytes_received") >= 80.0).then_some(()),
+    );
+    let started = std::time::Instant::now();
+    let got = download(a, "/team/slow/resolve/main/config.json");
+    assert_eq!(got, b"{}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(slow);
+}
+
+#[test]
+fn a_token_that_may_not_write_is_answered_before_its_body() {
+    // Hostile review of issue 41 (helper-42, 8): commit bodies were read before the write
+    // scope was checked: a read token held the body slots. Failed before: no answer until
+    // the body came (here: never).
+    let env = Env::empty();
+    let srv = hub(&env, &[]);
+    let a = srv.addr.as_str();
+    let mut s = TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let head = format!("POST /api/models/team/x/commit/main HTTP/1.1\r\nHost: {a}\r\nAuthorization: Bearer {READER}\r\nContent-Length: 1000000\r\n\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 403"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+}
+
+#[test]
+fn refs_the_hub_keeps_and_repositories_it_cannot_make() {
+    // Hostile review of issue 41 (helper-42, 3, 13): `delete_tag("main")` deleted the main
+    // branch; `refs/pr/1` and `HEAD` were taken as branches; `private=True` answered 200
+    // for a repository every token reads.
+    let env = Env::empty();
+    let srv = hub(&env, &[]);
+    let a = srv.addr.as_str();
+    assert_eq!(commit(a, "team/refs", &[inline("f", b"1")]).0, 200);
+    for route in ["tag", "branch"] {
+        let (status, resp) = request(
+            a,
+            "DELETE",
+            &format!("/api/models/team/refs/{route}/main"),
+            Some(WRITER),
+            b"",
+            None,
+        );
+        assert_eq!(status, 403, "{resp}");
+    }
+    assert!(head(a, "team/refs").is_some());
+    for name in ["refs%2Fpr%2F1", "HEAD"] {
+        let (status, resp) = request(
+            a,
+            "POST",
+            &format!("/api/models/team/refs/branch/{name}"),
+            Some(WRITER),
+            b"{}",
+            None,
+        );
+        assert_eq!(status, 400, "{name}: {resp}");
+        let body = ndjson(&[header(), inline("g", b"2")]);
+        let (status, _) = request(
+            a,
+            "POST",
+            &format!("/api/models/team/refs/commit/{name}"),
+            Some(WRITER),
+            &body,
+            None,
+        );
+        assert_eq!(status, 400, "{name}");
+    }
+    let private = json!({"name": "p", "organization": "team", "private": true}).to_string();
+    assert_eq!(
+        request(
+            a,
+            "POST",
+            "/api/repos/create",
+            Some(WRITER),
+            private.as_bytes(),
+            None
+        )
+        .0,
+        400
+    );
+    let bad = json!({"name": "a--b", "organization": "team"}).to_string();
+    assert_eq!(
+        request(
+            a,
+            "POST",
+            "/api/repos/create",
+            Some(WRITER),
+            bad.as_bytes(),
+            None
+        )
+        .0,
+        400
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! the spool; every refusal happens before any byte is published.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use format::manifest::check_path;
@@ -20,9 +20,10 @@ pub const MAX_OPERATIONS: usize = 100_000;
 
 /// Where the bytes of one file of the new revision come from.
 pub(crate) enum Source {
-    /// An object in the spool, opened (a prune meanwhile cannot take it away).
+    /// An object in the spool, opened when ingest reads it (one file open at a time
+    /// however many a commit adds).
     Spooled {
-        file: File,
+        path: PathBuf,
         sha256: Sha256,
         size: u64,
     },
@@ -81,19 +82,14 @@ fn head(store: &Store, req: &CommitRequest) -> Result<Option<Arc<Manifest>>, Pub
     }
     match head {
         Some(c) => Ok(Some(Arc::new(store.manifest_resolved(&req.repo, &c)?))),
-        None if has_revisions(store, &req.repo)? => Err(PublishError::RevisionNotFound(format!(
+        // A repository with refs has a history: a new branch starts from one of them. One
+        // without (nothing visible: new, or whose first upload was held back by its
+        // release check) takes this commit as its first.
+        None if !refs.is_empty() => Err(PublishError::RevisionNotFound(format!(
             "{} has no branch {}: create it first (create_branch)",
             req.repo, req.branch
         ))),
         None => Ok(None),
-    }
-}
-
-fn has_revisions(store: &Store, repo: &RepoId) -> Result<bool, PublishError> {
-    match store.commits(repo) {
-        Ok(c) => Ok(!c.is_empty()),
-        Err(StoreError::UnknownRepo(_)) => Ok(false),
-        Err(e) => Err(e.into()),
     }
 }
 
@@ -127,11 +123,9 @@ pub(crate) fn apply(
                 checked(path)?;
                 let src = match content {
                     Content::Inline(bytes) => {
-                        let (sha256, p) = spool.keep_bytes(bytes)?;
-                        let file = File::open(&p)
-                            .map_err(|e| PublishError::Io(format!("{}: {e}", p.display())))?;
+                        let (sha256, path) = spool.keep_bytes(&req.repo, bytes)?;
                         Source::Spooled {
-                            file,
+                            path,
                             sha256,
                             size: bytes.len() as u64,
                         }
@@ -141,7 +135,7 @@ pub(crate) fn apply(
                             Some(s) => s,
                             None => stored.insert(stored_files(store, &req.repo)?),
                         };
-                        object(spool, stored, path, sha256, *size)?
+                        object(spool, &req.repo, stored, path, sha256, *size)?
                     }
                 };
                 let exec = files.get(path).is_some_and(|(_, x)| *x);
@@ -177,14 +171,37 @@ pub(crate) fn apply(
     Ok(Applied { files })
 }
 
-/// A path a commit may add: safe (no `..`, not absolute, no empty segment), and not in
-/// `.git`.
-fn checked(path: &str) -> Result<(), PublishError> {
+/// Longest path a commit may add, and longest segment of one (what file systems take).
+const MAX_PATH: usize = 1024;
+const MAX_SEGMENT: usize = 255;
+
+/// A path a commit may add: safe (no `..`, not absolute, no empty segment), no `.git`
+/// segment in any case, no backslash (a separator elsewhere) or control character, no
+/// segment ending in `:` (a drive elsewhere), and within [`MAX_PATH`] and [`MAX_SEGMENT`]
+/// bytes, so that every checkout can write it.
+pub(crate) fn checked(path: &str) -> Result<(), PublishError> {
     check_path(path).map_err(PublishError::BadRequest)?;
-    if path == ".git" || path.starts_with(".git/") {
-        return Err(PublishError::BadRequest(format!(
-            "unsafe file path {path:?}: inside .git"
-        )));
+    let refuse = |why: &str| {
+        Err(PublishError::BadRequest(format!(
+            "unsafe file path {path:?}: {why}"
+        )))
+    };
+    if path.len() > MAX_PATH {
+        return refuse(&format!("longer than {MAX_PATH} bytes"));
+    }
+    if path.contains('\\') || path.chars().any(char::is_control) {
+        return refuse("a backslash or a control character");
+    }
+    for seg in path.split('/') {
+        if seg.eq_ignore_ascii_case(".git") {
+            return refuse("inside .git");
+        }
+        if seg.len() > MAX_SEGMENT {
+            return refuse(&format!("a name longer than {MAX_SEGMENT} bytes"));
+        }
+        if seg.ends_with(':') || (seg.len() == 2 && seg.as_bytes()[1] == b':') {
+            return refuse("a drive name");
+        }
     }
     Ok(())
 }
@@ -192,19 +209,18 @@ fn checked(path: &str) -> Result<(), PublishError> {
 /// The source of an added object: the spool's copy, else a stored file with that content.
 fn object(
     spool: &Spool,
+    repo: &RepoId,
     stored: &HashMap<Sha256, (Arc<Manifest>, usize)>,
     path: &str,
     sha256: &Sha256,
     size: u64,
 ) -> Result<Source, PublishError> {
-    if let Some(p) = spool.object(sha256, size) {
-        if let Ok(file) = File::open(&p) {
-            return Ok(Source::Spooled {
-                file,
-                sha256: *sha256,
-                size,
-            });
-        }
+    if let Some(path) = spool.object(repo, sha256, size) {
+        return Ok(Source::Spooled {
+            path,
+            sha256: *sha256,
+            size,
+        });
     }
     match stored.get(sha256) {
         Some((m, i)) if m.files[*i].size == size => Ok(Source::Stored { manifest: m.clone(), index: *i }),

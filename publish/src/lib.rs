@@ -69,6 +69,10 @@ pub struct Publisher {
     busy: Mutex<HashSet<(String, String)>>,
     /// Whether a revision whose release check does not pass leaves its branch unmoved.
     hold_failing_refs: bool,
+    /// The Xet chunk lists of stored files, for the global dedup query (`None`: off).
+    xet: Option<xet::stored::StoredXet>,
+    /// The key of the chunk hashes in dedup answers.
+    dedup_key: [u8; 32],
 }
 
 impl Publisher {
@@ -79,7 +83,29 @@ impl Publisher {
             spool,
             busy: Mutex::new(HashSet::new()),
             hold_failing_refs: false,
+            xet: None,
+            dedup_key: [0; 32],
         }
+    }
+
+    /// The same publisher, answering Xet's global dedup query from the chunk lists of the
+    /// files uploaded through Xet (kept in the spool's `xet-files/`), their chunk hashes
+    /// keyed with `key`.
+    pub fn with_global_dedup(mut self, key: [u8; 32]) -> Result<Publisher, PublishError> {
+        self.xet = Some(xet::stored::StoredXet::open(
+            &self.spool.dir().join("xet-files"),
+        )?);
+        self.dedup_key = key;
+        Ok(self)
+    }
+
+    /// The answer to Xet's global dedup query for `chunk`: the repository of a revision
+    /// holding it and the shard to send (`None`: nothing known, 404).
+    pub fn dedup(&self, chunk: &format::XetHash) -> Option<(RepoId, Vec<u8>)> {
+        let now = repo::manifest::now_secs();
+        self.xet
+            .as_ref()?
+            .dedup_shard(chunk, &self.dedup_key, now, now + 3600)
     }
 
     /// The same publisher, leaving a branch unmoved when its new revision's release check
@@ -106,7 +132,7 @@ impl Publisher {
         let mut stored = None;
         let mut out = Vec::with_capacity(objects.len());
         for (sha256, size) in objects {
-            if self.spool.object(sha256, *size).is_some() {
+            if self.spool.object(repo, sha256, *size).is_some() {
                 out.push(true);
                 continue;
             }
@@ -123,14 +149,15 @@ impl Publisher {
         Ok(out)
     }
 
-    /// Receives an uploaded object (streamed from `body`, checked, spooled).
+    /// Receives an object uploaded for `repo` (streamed from `body`, checked, spooled).
     pub fn receive(
         &self,
+        repo: &RepoId,
         sha256: &Sha256,
         size: u64,
         body: &mut dyn std::io::Read,
     ) -> Result<(), PublishError> {
-        self.spool.receive(sha256, size, body).map(|_| ())
+        self.spool.receive(repo, sha256, size, body).map(|_| ())
     }
 
     /// Receives a Xet xorb (checked, spooled); whether it was new.
@@ -142,10 +169,15 @@ impl Publisher {
         self.spool.receive_xorb(hash, body)
     }
 
-    /// Receives a Xet shard: each file it describes is checked against the spooled xorbs
-    /// and kept whole in the spool under its SHA-256. Returns their SHA-256s.
-    pub fn receive_shard(&self, body: &mut dyn std::io::Read) -> Result<Vec<Sha256>, PublishError> {
-        Ok(xet::shard::receive(&self.spool, body)?.sha256s)
+    /// Receives a Xet shard sent for `repo`: each file it describes is checked against the
+    /// spooled (or stored) xorbs and kept whole in the spool, as `repo`'s, under its
+    /// SHA-256. Returns their SHA-256s.
+    pub fn receive_shard(
+        &self,
+        repo: &RepoId,
+        body: &mut dyn std::io::Read,
+    ) -> Result<Vec<Sha256>, PublishError> {
+        Ok(xet::shard::receive(&self.spool, repo, self, body)?.sha256s)
     }
 
     /// Applies `req` to its branch and publishes the result through `index`.
@@ -170,15 +202,22 @@ impl Publisher {
     fn commit_locked(&self, index: &Index, req: &CommitRequest) -> Result<Committed, PublishError> {
         repo::failpoint::pause("publish-commit-start");
         let applied = apply::apply(&self.store, &self.spool, req)?;
-        let report = opener::publish(&self.store, index, req, &applied, self.hold_failing_refs)?;
+        let report =
+            match opener::publish(&self.store, index, req, &applied, self.hold_failing_refs) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.drop_damaged(&req.repo, &applied);
+                    return Err(e);
+                }
+            };
         let outcome = report.snapshots.first().ok_or_else(|| {
             PublishError::Io("internal error: the commit's ingest reported no revision".into())
         })?;
+        self.record_chunk_lists(req, outcome.commit, &applied);
         for sha in applied.spooled() {
-            self.spool.remove(sha);
+            self.spool.remove(&req.repo, sha);
         }
-        // What no commit took within the TTL goes now and then: after each commit.
-        self.spool.prune();
+        self.spool.maybe_prune();
         Ok(Committed {
             commit: outcome.commit,
             files: outcome.files,
@@ -188,6 +227,77 @@ impl Publisher {
             new_chunk_bytes: report.new_chunk_bytes,
             pack_bytes_written: report.pack_bytes_written,
         })
+    }
+}
+
+impl Publisher {
+    /// After a commit failed: removes the spooled objects it took that no longer hold the
+    /// bytes their name says (damaged on disk), so that the client's next try uploads them
+    /// again instead of failing the same way until they expire.
+    fn drop_damaged(&self, repo: &RepoId, applied: &Applied) {
+        for (path, (src, _)) in &applied.files {
+            let apply::Source::Spooled {
+                path: p, sha256, ..
+            } = src
+            else {
+                continue;
+            };
+            let right = std::fs::File::open(p).ok().and_then(|mut f| {
+                let mut h = <sha2::Sha256 as sha2::Digest>::new();
+                std::io::copy(&mut f, &mut h).ok()?;
+                Some(Sha256(sha2::Digest::finalize(h).into()) == *sha256)
+            });
+            if right == Some(false) {
+                tracing::warn!(
+                    "{repo} {path}: the spooled upload is damaged; dropped (upload it again)"
+                );
+                self.spool.remove(repo, sha256);
+            }
+        }
+    }
+
+    /// Records the Xet chunk lists of the spooled files a commit stored (those a shard
+    /// made), for the global dedup query. A failure only costs dedup: it is logged.
+    fn record_chunk_lists(&self, req: &CommitRequest, commit: CommitId, applied: &Applied) {
+        let Some(xet) = &self.xet else { return };
+        for (path, (src, _)) in &applied.files {
+            let apply::Source::Spooled { sha256, .. } = src else {
+                continue;
+            };
+            let Some(chunks) = self.spool.chunks(&req.repo, sha256) else {
+                continue;
+            };
+            let rec = xet::stored::FileRecord {
+                repo: req.repo.clone(),
+                commit,
+                path: path.clone(),
+                chunks,
+            };
+            if let Err(e) = xet.add(*sha256, &rec) {
+                tracing::warn!("recording the Xet chunk list of {path}: {e}");
+            }
+        }
+    }
+}
+
+impl xet::shard::StoredXorbs for Publisher {
+    fn read(
+        &self,
+        xorb: &format::XetHash,
+        start: usize,
+        end: usize,
+        sink: &mut xet::shard::ChunkSink<'_>,
+    ) -> Result<bool, PublishError> {
+        let Some((sha, rec, first, n)) = self.xet.as_ref().and_then(|x| x.xorb(xorb)) else {
+            return Ok(false);
+        };
+        if end > n {
+            return Err(PublishError::BadObject(format!(
+                "shard: a term names chunks [{start}, {end}) of stored xorb {xorb}, which has {n}"
+            )));
+        }
+        xet::stored_read::read(&self.store, &sha, &rec, first + start, first + end, sink)?;
+        Ok(true)
     }
 }
 

@@ -21,7 +21,7 @@ use crate::request::CommitRequest;
 
 /// Where each source's bytes are, by the source name ingest gives back.
 enum Plan<'a> {
-    Spooled(&'a std::fs::File),
+    Spooled(&'a Path),
     Stored {
         path: &'a str,
         sha256: Sha256,
@@ -46,9 +46,16 @@ impl Opener for CommitOpener<'_> {
         let unknown = || StoreError::Invalid(format!("commit: no source {}", source.display()));
         match self.plans.get(source).ok_or_else(unknown)? {
             // A stream, not a file: ingest records no stamp of a spool file (its name is reused).
-            Plan::Spooled(f) => Ok(Opened::Stream(Box::new(
-                f.try_clone().map_err(|e| StoreError::io(source, e))?,
-            ))),
+            // Opened now, one at a time, whatever the number of files.
+            Plan::Spooled(p) => {
+                let f = std::fs::File::open(p).map_err(|e| {
+                    StoreError::Invalid(format!(
+                        "{}: the uploaded file is no longer in the spool ({e}); upload it again",
+                        source.display()
+                    ))
+                })?;
+                Ok(Opened::Stream(Box::new(f)))
+            }
             Plan::Stored { path, sha256, map } => Ok(Opened::Stored {
                 sha256: *sha256,
                 chunks: map.sources.iter().map(|c| (c.id, c.raw_len)).collect(),
@@ -70,11 +77,15 @@ pub(crate) fn publish(
 ) -> Result<IngestReport, PublishError> {
     let mut plans = HashMap::new();
     let mut files = Vec::with_capacity(applied.files.len());
-    for (i, (path, (src, executable))) in applied.files.iter().enumerate() {
-        // One source per file: sources are named by position, never by a client's path.
-        let source = PathBuf::from(format!("commit/{i}"));
+    for (path, (src, executable)) in &applied.files {
+        // One source per file, named by its path in the revision (ingest's errors name it).
+        let source = PathBuf::from(path);
         let (size, sha, plan) = match src {
-            Source::Spooled { file, sha256, size } => (*size, *sha256, Plan::Spooled(file)),
+            Source::Spooled {
+                path: p,
+                sha256,
+                size,
+            } => (*size, *sha256, Plan::Spooled(p)),
             Source::Stored { manifest, index } => {
                 let f = &manifest.files[*index];
                 let map = ChunkMap::new(manifest, f)?;

@@ -106,7 +106,12 @@ fn a_commit_adds_replaces_and_deletes_on_its_branch() {
     let h = hub();
     let weights = big(1, 3 << 20);
     h.publisher
-        .receive(&sha(&weights), weights.len() as u64, &mut &weights[..])
+        .receive(
+            &repo(),
+            &sha(&weights),
+            weights.len() as u64,
+            &mut &weights[..],
+        )
         .unwrap();
     let first = h
         .publisher
@@ -124,7 +129,7 @@ fn a_commit_adds_replaces_and_deletes_on_its_branch() {
     assert_eq!(
         h.publisher
             .spool()
-            .object(&sha(&weights), weights.len() as u64),
+            .object(&repo(), &sha(&weights), weights.len() as u64),
         None,
         "taken from the spool"
     );
@@ -187,6 +192,30 @@ fn refused_commits_change_nothing() {
             matches!(e, PublishError::BadRequest(_))
         }),
         (
+            vec![add("x/.GIT/config", b"x")],
+            |e| matches!(e, PublishError::BadRequest(m) if m.contains(".git")),
+        ),
+        (
+            vec![add("a\\..\\x", b"x")],
+            |e| matches!(e, PublishError::BadRequest(m) if m.contains("backslash")),
+        ),
+        (
+            vec![add("C:", b"x")],
+            |e| matches!(e, PublishError::BadRequest(m) if m.contains("drive")),
+        ),
+        (
+            vec![add("line\nbreak", b"x")],
+            |e| matches!(e, PublishError::BadRequest(m) if m.contains("control")),
+        ),
+        (
+            vec![add(&"n".repeat(256), b"x")],
+            |e| matches!(e, PublishError::BadRequest(m) if m.contains("255")),
+        ),
+        (
+            vec![add(&format!("{}x", "d/".repeat(600)), b"x")],
+            |e| matches!(e, PublishError::BadRequest(m) if m.contains("1024")),
+        ),
+        (
             vec![add("a", b"x")],
             |e| matches!(e, PublishError::BadRequest(m) if m.contains("both a file and a folder")),
         ),
@@ -236,6 +265,108 @@ fn refused_commits_change_nothing() {
         h.publisher.commit(&h.index, &bad_branch),
         Err(PublishError::BadRequest(_))
     ));
+}
+
+#[test]
+fn a_first_commit_held_back_by_its_release_check_does_not_block_the_next() {
+    // Hostile review of issue 41 (helper-42, 7): with refs of failing revisions held, a
+    // new repository's first commit stored a revision but made no branch; the next commit
+    // was refused "no branch main" for ever.
+    let h = hub();
+    let bad = h
+        .publisher
+        .commit(&h.index, &req(vec![add("f", b"1")]))
+        .unwrap();
+    h.store.delete_ref(&repo(), "main").unwrap(); // as a held first commit leaves it
+    assert!(h.store.refs(&repo()).unwrap().is_empty());
+    let next = h
+        .publisher
+        .commit(&h.index, &req(vec![add("g", b"2")]))
+        .unwrap();
+    assert_ne!(next.commit, bad.commit);
+    assert_eq!(files(&h, "main"), vec![("g".into(), b"2".to_vec())]);
+}
+
+#[test]
+fn an_object_sent_for_one_repository_is_not_another_s() {
+    // Hostile review of issue 41 (helper-42, 1): the spool was one for all repositories,
+    // so a commit anywhere could take bytes sent for another by naming their sha256.
+    let h = hub();
+    let secret = big(9, 300_000);
+    h.publisher
+        .receive(
+            &repo(),
+            &sha(&secret),
+            secret.len() as u64,
+            &mut &secret[..],
+        )
+        .unwrap();
+    let other = RepoId::parse("other/x").unwrap();
+    let mut r = req(vec![object("stolen.bin", &secret)]);
+    r.repo = other.clone();
+    let e = h.publisher.commit(&h.index, &r).unwrap_err();
+    assert!(
+        matches!(e, PublishError::BadRequest(ref m) if m.contains("never uploaded")),
+        "{e}"
+    );
+    assert_eq!(
+        h.publisher
+            .present(&other, &[(sha(&secret), secret.len() as u64)])
+            .unwrap(),
+        vec![false]
+    );
+    // Its own repository still takes it.
+    h.publisher
+        .commit(&h.index, &req(vec![object("mine.bin", &secret)]))
+        .unwrap();
+}
+
+#[test]
+fn a_damaged_spooled_object_is_dropped_when_its_commit_fails() {
+    // Hostile review of issue 41 (helper-42, 6): a bit flipped in the spool failed every
+    // commit until the object expired, the batch answering "present" all along.
+    let h = hub();
+    let data = big(4, 200_000);
+    let p = h
+        .publisher
+        .spool()
+        .receive(&repo(), &sha(&data), data.len() as u64, &mut &data[..])
+        .unwrap();
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes[1000] ^= 1;
+    std::fs::write(&p, bytes).unwrap();
+    assert!(h
+        .publisher
+        .commit(&h.index, &req(vec![object("w.bin", &data)]))
+        .is_err());
+    assert_eq!(
+        h.publisher
+            .present(&repo(), &[(sha(&data), data.len() as u64)])
+            .unwrap(),
+        vec![false]
+    );
+}
+
+#[test]
+fn a_commit_of_many_files_holds_no_file_open_for_each() {
+    // Hostile review of issue 41 (helper-42, 4): each added file was held open until the
+    // commit was published: 1,100 files failed under a 1,024-descriptor limit.
+    let h = hub();
+    let ops: Vec<Operation> = (0..1500)
+        .map(|i| add(&format!("f/{i}.txt"), format!("{i}").as_bytes()))
+        .collect();
+    let before = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let mut peak = before;
+    let r = req(ops);
+    let applied = crate::apply::apply(&h.store, h.publisher.spool(), &r).unwrap();
+    peak = peak.max(std::fs::read_dir("/proc/self/fd").unwrap().count());
+    assert!(
+        peak < before + 50,
+        "{before} descriptors before, {peak} after applying"
+    );
+    drop(applied);
+    let done = h.publisher.commit(&h.index, &r).unwrap();
+    assert_eq!(done.files, 1500);
 }
 
 #[test]

@@ -396,6 +396,9 @@ impl Hub {
         if let Some(r) = self.xet_own_auth(req, &segs) {
             return r;
         }
+        if let Some(r) = self.xet_dedup_route(req, &segs) {
+            return r;
+        }
         if let ["api", "modelcas", "v1", rest @ ..] = segs.as_slice() {
             // Its own tokens (node tokens) and methods.
             let (endpoint, r) = self.nodes.route(req, rest);

@@ -79,7 +79,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(300),
             write_timeout: Duration::from_secs(60),
             max_body: 1 << 20,
-            max_commit_body: 64 << 20,
+            max_commit_body: 32 << 20,
             body_timeout: Duration::from_secs(30),
         }
     }
@@ -166,8 +166,14 @@ async fn respond(
             .await,
         );
     }
-    let kind = crate::hub::reads_body(&parts.method, parts.uri.path())
-        .filter(|_| hub.authorized(&parts.headers));
+    // A write route's body is read only for a token that may write there: others are
+    // answered (401, 403) from the head alone.
+    let kind = crate::hub::reads_body(&parts.method, parts.uri.path()).filter(|_| {
+        hub.authorized(&parts.headers) && hub.may_send_body(parts.uri.path(), &parts.headers)
+    });
+    // A commit's permit is held until it is answered: commits (each an ingest on a thread
+    // of the router's pool) are at most COMMIT_BODIES_AT_ONCE at a time.
+    let mut _commit_permit = None;
     let body = match kind {
         None => Bytes::new(),
         Some(kind) => {
@@ -179,14 +185,18 @@ async fn respond(
                     limits.body_timeout * 10,
                 ),
             };
-            let Ok(_permit) = sem.try_acquire() else {
+            let Ok(permit) = sem.try_acquire() else {
                 let msg = "too many request bodies at once; try again";
                 return response(Reply::error(StatusCode::SERVICE_UNAVAILABLE, "", msg, None));
             };
-            match read_body(&parts.headers, incoming, cap, timeout).await {
+            let body = match read_body(&parts.headers, incoming, cap, timeout).await {
                 Ok(b) => b,
                 Err(reply) => return response(*reply),
+            };
+            if kind == BodyKind::Commit {
+                _commit_permit = Some(permit);
             }
+            body
         }
     };
     let (parts, client) = (Arc::new(parts), Arc::new(client));
@@ -252,7 +262,7 @@ const BODIES_AT_ONCE: usize = 32;
 static BODIES: Semaphore = Semaphore::const_new(BODIES_AT_ONCE);
 
 /// Commit bodies buffered at once (each at most [`Limits::max_commit_body`]).
-const COMMIT_BODIES_AT_ONCE: usize = 4;
+const COMMIT_BODIES_AT_ONCE: usize = 2;
 static COMMIT_BODIES: Semaphore = Semaphore::const_new(COMMIT_BODIES_AT_ONCE);
 
 /// Longest a commit's reply may take (its files are stored meanwhile).

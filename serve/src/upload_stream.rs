@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use format::{Sha256, XetHash};
+use format::{RepoId, Sha256, XetHash};
 use http::{HeaderMap, Method, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -33,12 +33,16 @@ const FRAMES_IN_FLIGHT: usize = 8;
 
 /// What a request uploads, its authorization checked.
 pub(crate) enum Target {
-    /// An LFS object (the URL's signature checked).
-    Lfs { sha256: Sha256, size: u64 },
+    /// An LFS object for a repository (the URL's signature checked).
+    Lfs {
+        repo: RepoId,
+        sha256: Sha256,
+        size: u64,
+    },
     /// A Xet xorb (a Xet write token).
     Xorb(XetHash),
-    /// A Xet shard (a Xet write token).
-    Shard,
+    /// A Xet shard for the repository of the Xet write token.
+    Shard(RepoId),
 }
 
 /// Most bytes of a xorb's body: 64 MiB of chunks stored at most twice their size, and
@@ -49,8 +53,9 @@ const MAX_SHARD_BODY: u64 = 64 << 20;
 
 /// The upload a request makes: `None` when it is not one, an error reply when it is one
 /// that may not be made (bad or expired signature or token, uploads off, wrong method), or
-/// a Xet route this hub answers without a body (no grants, no v2 shards, no global dedup
-/// answer, no telemetry: each 404, which hf_xet takes as "not offered").
+/// a Xet route this hub answers without a body (no grants, no v2 shards, no telemetry: each
+/// 404, which hf_xet takes as "not offered"). The global dedup query is the router's
+/// (`hub/upload.rs`).
 pub(crate) fn target(
     hub: &Hub,
     parts: &http::request::Parts,
@@ -76,6 +81,9 @@ pub(crate) fn target(
                 return refuse(StatusCode::FORBIDDEN, "not a valid upload URL");
             };
             let repo = format!("{org}/{name}");
+            let Ok(repo_id) = RepoId::parse(&repo) else {
+                return refuse(StatusCode::FORBIDDEN, "not a valid upload URL");
+            };
             if !up.check(
                 &repo,
                 &sha256.to_hex(),
@@ -87,10 +95,14 @@ pub(crate) fn target(
                 let msg = "the upload URL's signature is not valid or has expired: ask the LFS batch again";
                 return refuse(StatusCode::FORBIDDEN, msg);
             }
-            Some(Ok(Target::Lfs { sha256, size }))
+            Some(Ok(Target::Lfs {
+                repo: repo_id,
+                sha256,
+                size,
+            }))
         }
         ["v1", "xorbs", _, hash] if post && up.is_some() => {
-            Some(xet_auth(up?, parts).and_then(|()| {
+            Some(xet_auth(up?, parts).and_then(|_| {
                 XetHash::parse(hash).map(Target::Xorb).map_err(|e| {
                     Box::new(Reply::error(
                         StatusCode::BAD_REQUEST,
@@ -101,29 +113,28 @@ pub(crate) fn target(
                 })
             }))
         }
-        ["v1", "shards"] if post && up.is_some() => {
-            Some(xet_auth(up?, parts).map(|()| Target::Shard))
-        }
+        ["v1", "shards"] if post && up.is_some() => Some(xet_auth(up?, parts).map(Target::Shard)),
         ["v1", "xorb-grants", ..] | ["v2", "shards"] | ["v1", "telemetry"]
             if post && up.is_some() =>
         {
             refuse(StatusCode::NOT_FOUND, "not offered here")
-        }
-        ["v1", "chunks", _, _] if parts.method == Method::GET && up.is_some() => {
-            refuse(StatusCode::NOT_FOUND, "no global dedup answer")
         }
         _ => None,
     }
 }
 
 /// Whether the request carries a Xet write token of this hub.
+/// The repository of the request's Xet write token, if it carries one of this hub's.
 fn xet_auth(
     up: &crate::uploads::UploadOptions,
     parts: &http::request::Parts,
-) -> Result<(), Box<Reply>> {
+) -> Result<RepoId, Box<Reply>> {
     let token = crate::auth::bearer(&parts.headers).unwrap_or("");
-    match up.open_xet_token(token, repo::manifest::now_secs()) {
-        Some(_) => Ok(()),
+    match up
+        .open_xet_token(token, repo::manifest::now_secs())
+        .and_then(|r| RepoId::parse(&r).ok())
+    {
+        Some(repo) => Ok(repo),
         None => Err(Box::new(Reply::error(
             StatusCode::UNAUTHORIZED,
             "",
@@ -146,7 +157,7 @@ pub(crate) async fn receive(
             let endpoint = match t {
                 Target::Lfs { .. } => "lfs-upload",
                 Target::Xorb(_) => "xet-xorb-upload",
-                Target::Shard => "xet-shard-upload",
+                Target::Shard(_) => "xet-shard-upload",
             };
             (
                 endpoint,
@@ -187,7 +198,7 @@ async fn receive_checked(
             *size
         }
         Target::Xorb(_) => MAX_XORB_BODY,
-        Target::Shard => MAX_SHARD_BODY,
+        Target::Shard(_) => MAX_SHARD_BODY,
     };
     if announced.is_some_and(|n| n > cap) {
         return bad(
@@ -202,35 +213,56 @@ async fn receive_checked(
         );
     };
     let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT);
-    let spooling = tokio::task::spawn_blocking(move || {
-        let mut body = ChannelReader {
-            rx,
-            buf: Bytes::new(),
-        };
-        let mut body = (&mut body).take(cap.saturating_add(1));
-        match t {
-            Target::Lfs { sha256, size } => up
-                .uploads
-                .receive(&sha256, size, &mut body)
-                .map(|()| serde_json::json!({ "oid": sha256.to_hex(), "size": size })),
-            Target::Xorb(hash) => up
-                .uploads
-                .receive_xorb(&hash, &mut body)
-                .map(|new| serde_json::json!({ "was_inserted": new })),
-            Target::Shard => up
-                .uploads
-                .receive_shard(&mut body)
-                .map(|_| serde_json::json!({ "result": 1 })),
-        }
-    });
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    // A thread of its own, not one of the router's pool: uploads as slow as their clients
+    // never take the threads downloads and every other request need.
+    let spawned = std::thread::Builder::new()
+        .name("serve-upload".into())
+        .spawn(move || {
+            let mut body = ChannelReader {
+                rx,
+                buf: Bytes::new(),
+            };
+            let mut body = (&mut body).take(cap.saturating_add(1));
+            let _ = done_tx.send(spool(&up, t, &mut body));
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start an upload thread: {e}");
+        return bad(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cannot start an upload thread; try again",
+        );
+    }
     forward(incoming, tx, stall).await;
-    match spooling.await {
+    match done.await {
         Ok(Ok(v)) => Reply::json(StatusCode::OK, &v),
         Ok(Err(e)) => e.reply(),
-        Err(e) => {
-            tracing::error!("upload handler failed: {e}");
+        Err(_) => {
+            tracing::error!("an upload thread ended without an answer");
             bad(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
         }
+    }
+}
+
+/// Spools the upload `t` from `body`; the JSON the client expects.
+fn spool(
+    up: &crate::uploads::UploadOptions,
+    t: Target,
+    body: &mut dyn Read,
+) -> Result<serde_json::Value, crate::uploads::UploadError> {
+    match t {
+        Target::Lfs { repo, sha256, size } => up
+            .uploads
+            .receive(&repo, &sha256, size, body)
+            .map(|()| serde_json::json!({ "oid": sha256.to_hex(), "size": size })),
+        Target::Xorb(hash) => up
+            .uploads
+            .receive_xorb(&hash, body)
+            .map(|new| serde_json::json!({ "was_inserted": new })),
+        Target::Shard(repo) => up
+            .uploads
+            .receive_shard(&repo, body)
+            .map(|_| serde_json::json!({ "result": 1 })),
     }
 }
 

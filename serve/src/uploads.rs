@@ -97,18 +97,27 @@ pub trait Uploads: Send + Sync {
     /// Whether an object of `size` bytes may be received now (checked before any byte is
     /// read).
     fn check_room(&self, size: u64) -> Result<(), UploadError>;
-    /// Receives object `sha256` of `size` bytes from `body` (at most `size + 1` bytes are
-    /// read); kept only when it is exactly that.
-    fn receive(&self, sha256: &Sha256, size: u64, body: &mut dyn Read) -> Result<(), UploadError>;
+    /// Receives object `sha256` of `size` bytes for `repo` from `body` (at most `size + 1`
+    /// bytes are read); kept only when it is exactly that, and only for `repo`.
+    fn receive(
+        &self,
+        repo: &RepoId,
+        sha256: &Sha256,
+        size: u64,
+        body: &mut dyn Read,
+    ) -> Result<(), UploadError>;
     /// Whether the spool holds object `sha256` of `size` bytes (LFS verify).
-    fn received(&self, sha256: &Sha256, size: u64) -> bool;
+    fn received(&self, repo: &RepoId, sha256: &Sha256, size: u64) -> bool;
     /// Receives a Xet xorb named `hash` from `body`; whether it was new.
     fn receive_xorb(&self, hash: &XetHash, body: &mut dyn Read) -> Result<bool, UploadError>;
     /// Receives a Xet shard from `body`: each file it describes is checked and kept; how
     /// many.
-    fn receive_shard(&self, body: &mut dyn Read) -> Result<usize, UploadError>;
+    fn receive_shard(&self, repo: &RepoId, body: &mut dyn Read) -> Result<usize, UploadError>;
+    /// Xet's global dedup query: the repository of a revision holding `chunk` and a shard
+    /// listing the stored xorb that holds it (`None`: unknown, 404).
+    fn dedup(&self, chunk: &XetHash) -> Option<(RepoId, Vec<u8>)>;
     /// Applies a commit and publishes it.
-    fn commit(&self, req: &CommitRequest) -> Result<Committed, UploadError>;
+    fn commit(&self, req: CommitRequest) -> Result<Committed, UploadError>;
 }
 
 /// The hub's upload settings.
@@ -215,19 +224,28 @@ mod tests {
         fn check_room(&self, _: u64) -> Result<(), UploadError> {
             Ok(())
         }
-        fn receive(&self, _: &Sha256, _: u64, _: &mut dyn Read) -> Result<(), UploadError> {
+        fn receive(
+            &self,
+            _: &RepoId,
+            _: &Sha256,
+            _: u64,
+            _: &mut dyn Read,
+        ) -> Result<(), UploadError> {
             Ok(())
         }
-        fn received(&self, _: &Sha256, _: u64) -> bool {
+        fn received(&self, _: &RepoId, _: &Sha256, _: u64) -> bool {
             false
         }
         fn receive_xorb(&self, _: &XetHash, _: &mut dyn Read) -> Result<bool, UploadError> {
             Ok(false)
         }
-        fn receive_shard(&self, _: &mut dyn Read) -> Result<usize, UploadError> {
+        fn receive_shard(&self, _: &RepoId, _: &mut dyn Read) -> Result<usize, UploadError> {
             Ok(0)
         }
-        fn commit(&self, _: &CommitRequest) -> Result<Committed, UploadError> {
+        fn dedup(&self, _: &XetHash) -> Option<(RepoId, Vec<u8>)> {
+            None
+        }
+        fn commit(&self, _: CommitRequest) -> Result<Committed, UploadError> {
             Err(UploadError::Internal("no".into()))
         }
     }

@@ -317,6 +317,7 @@ impl hubserve::uploads::Uploads for DrainUploads {
     }
     fn receive(
         &self,
+        _: &RepoId,
         _: &format::Sha256,
         size: u64,
         body: &mut dyn std::io::Read,
@@ -326,7 +327,7 @@ impl hubserve::uploads::Uploads for DrainUploads {
             false => Err(hubserve::uploads::UploadError::BadRequest("length".into())),
         }
     }
-    fn received(&self, _: &format::Sha256, size: u64) -> bool {
+    fn received(&self, _: &RepoId, _: &format::Sha256, size: u64) -> bool {
         size == 0
     }
     fn receive_xorb(
@@ -338,13 +339,19 @@ impl hubserve::uploads::Uploads for DrainUploads {
     }
     fn receive_shard(
         &self,
+        _: &RepoId,
         body: &mut dyn std::io::Read,
     ) -> Result<usize, hubserve::uploads::UploadError> {
         drain(body).map(|n| n as usize)
     }
+    fn dedup(&self, chunk: &XetHash) -> Option<(RepoId, Vec<u8>)> {
+        chunk.0[0]
+            .is_multiple_of(2)
+            .then(|| (RepoId::parse(REPO).unwrap(), vec![0; 300]))
+    }
     fn commit(
         &self,
-        req: &hubserve::uploads::CommitRequest,
+        req: hubserve::uploads::CommitRequest,
     ) -> Result<hubserve::uploads::Committed, hubserve::uploads::UploadError> {
         match req.operations.len() {
             0 => Err(hubserve::uploads::UploadError::Moved("moved".into())),

@@ -225,8 +225,12 @@ fn uploads(
             dir.display()
         );
     }
-    let publisher = publish::Publisher::new(store.clone(), spool).hold_failing_refs(s.hold_failing);
     let secret = hubserve::xet::load_secret(None).map_err(anyhow::Error::msg)?;
+    let dedup_key = blake3::derive_key("modelcas serve xet dedup key v1", &secret);
+    let publisher = publish::Publisher::new(store.clone(), spool)
+        .hold_failing_refs(s.hold_failing)
+        .with_global_dedup(dedup_key)
+        .context("the upload spool's Xet chunk lists")?;
     Ok(Some(hubserve::uploads::UploadOptions {
         uploads: Arc::new(super::uploads::HubUploads::new(publisher, index.clone())),
         secret,

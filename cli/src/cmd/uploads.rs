@@ -31,35 +31,47 @@ impl Uploads for HubUploads {
         self.publisher.spool().check_room(size).map_err(refused)
     }
 
-    fn receive(&self, sha256: &Sha256, size: u64, body: &mut dyn Read) -> Result<(), UploadError> {
-        self.publisher.receive(sha256, size, body).map_err(refused)
+    fn receive(
+        &self,
+        repo: &RepoId,
+        sha256: &Sha256,
+        size: u64,
+        body: &mut dyn Read,
+    ) -> Result<(), UploadError> {
+        self.publisher
+            .receive(repo, sha256, size, body)
+            .map_err(refused)
     }
 
-    fn received(&self, sha256: &Sha256, size: u64) -> bool {
-        self.publisher.spool().object(sha256, size).is_some()
+    fn received(&self, repo: &RepoId, sha256: &Sha256, size: u64) -> bool {
+        self.publisher.spool().object(repo, sha256, size).is_some()
     }
 
     fn receive_xorb(&self, hash: &XetHash, body: &mut dyn Read) -> Result<bool, UploadError> {
         self.publisher.receive_xorb(hash, body).map_err(refused)
     }
 
-    fn receive_shard(&self, body: &mut dyn Read) -> Result<usize, UploadError> {
+    fn receive_shard(&self, repo: &RepoId, body: &mut dyn Read) -> Result<usize, UploadError> {
         self.publisher
-            .receive_shard(body)
+            .receive_shard(repo, body)
             .map(|s| s.len())
             .map_err(refused)
     }
 
-    fn commit(&self, req: &CommitRequest) -> Result<Committed, UploadError> {
+    fn dedup(&self, chunk: &XetHash) -> Option<(RepoId, Vec<u8>)> {
+        self.publisher.dedup(chunk)
+    }
+
+    fn commit(&self, req: CommitRequest) -> Result<Committed, UploadError> {
         let index = self
             .index
             .get()
             .map_err(|e| UploadError::Internal(format!("opening the index: {e:#}")))?;
         let req = publish::CommitRequest {
-            repo: req.repo.clone(),
-            branch: req.branch.clone(),
+            repo: req.repo,
+            branch: req.branch,
             parent: req.parent,
-            operations: req.operations.iter().map(operation).collect(),
+            operations: req.operations.into_iter().map(operation).collect(),
         };
         let done = self.publisher.commit(&index, &req);
         self.index.release(index);
@@ -82,20 +94,18 @@ impl Uploads for HubUploads {
     }
 }
 
-fn operation(op: &Operation) -> publish::Operation {
+/// One operation, moved (inline files are not copied).
+fn operation(op: Operation) -> publish::Operation {
     match op {
         Operation::Add { path, content } => publish::Operation::Add {
-            path: path.clone(),
+            path,
             content: match content {
-                Content::Inline(b) => publish::Content::Inline(b.clone()),
-                Content::Object { sha256, size } => publish::Content::Object {
-                    sha256: *sha256,
-                    size: *size,
-                },
+                Content::Inline(b) => publish::Content::Inline(b),
+                Content::Object { sha256, size } => publish::Content::Object { sha256, size },
             },
         },
-        Operation::DeleteFile { path } => publish::Operation::DeleteFile { path: path.clone() },
-        Operation::DeleteFolder { path } => publish::Operation::DeleteFolder { path: path.clone() },
+        Operation::DeleteFile { path } => publish::Operation::DeleteFile { path },
+        Operation::DeleteFolder { path } => publish::Operation::DeleteFolder { path },
     }
 }
 

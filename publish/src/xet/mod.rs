@@ -4,5 +4,8 @@
 //! ([`shard`]). From there a commit's `lfsFile` takes it as it takes an LFS upload: the
 //! store chunks and deduplicates it as any file.
 
+pub mod full_shard;
 pub mod shard;
+pub mod stored;
+pub(crate) mod stored_read;
 pub mod xorb;

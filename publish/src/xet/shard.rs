@@ -15,18 +15,14 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::PathBuf;
 
-use format::{Sha256, XetHash};
+use format::{RepoId, Sha256, XetHash};
 use sha2::{Digest, Sha256 as Hasher};
 
+use super::full_shard::TAG;
 use super::xorb::{next_record, MAX_CHUNKS};
 use crate::error::PublishError;
 use crate::spool::Spool;
 
-/// The first 32 bytes of a shard.
-const TAG: [u8; 32] = [
-    72, 70, 82, 101, 112, 111, 77, 101, 116, 97, 68, 97, 116, 97, 0, 85, 105, 103, 69, 106, 123,
-    129, 87, 131, 165, 189, 217, 92, 205, 209, 74, 169,
-];
 /// The BLAKE3 key of a verification entry (xet-core `VERIFICATION_KEY`).
 const VERIFICATION_KEY: [u8; 32] = [
     127, 24, 87, 214, 206, 86, 237, 102, 18, 127, 249, 19, 231, 165, 195, 243, 164, 205, 38, 213,
@@ -78,7 +74,12 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 }
 
 /// Reads an uploaded shard from `body` and keeps each file it describes in `spool`.
-pub(crate) fn receive(spool: &Spool, body: &mut dyn Read) -> Result<ShardOutcome, PublishError> {
+pub(crate) fn receive(
+    spool: &Spool,
+    repo: &RepoId,
+    stored: &dyn StoredXorbs,
+    body: &mut dyn Read,
+) -> Result<ShardOutcome, PublishError> {
     let mut body = body.take(MAX_SHARD);
     let head = record(&mut body)?;
     if head[..32] != TAG {
@@ -91,20 +92,20 @@ pub(crate) fn receive(spool: &Spool, body: &mut dyn Read) -> Result<ShardOutcome
         return Err(bad(format!("version {version}; this hub reads version 2")));
     }
     // Files are kept only once the whole shard has been read and found right.
-    let mut made: Vec<(PathBuf, Sha256)> = Vec::new();
+    let mut made: Vec<Made> = Vec::new();
     let read = (|| {
         loop {
             let h = record(&mut body)?;
             if h[..32] == [0xff; 32] {
                 break;
             }
-            made.push(file_block(spool, &mut body, &h)?);
+            made.push(file_block(spool, stored, &mut body, &h)?);
         }
         xorb_section(&mut body)
     })();
     if let Err(e) = read {
-        for (tmp, _) in &made {
-            let _ = std::fs::remove_file(tmp);
+        for m in &made {
+            let _ = std::fs::remove_file(&m.0);
         }
         return Err(e);
     }
@@ -112,8 +113,9 @@ pub(crate) fn receive(spool: &Spool, body: &mut dyn Read) -> Result<ShardOutcome
         files: made.len(),
         sha256s: Vec::new(),
     };
-    for (tmp, sha) in made {
-        spool.keep(&tmp, &sha)?;
+    for (tmp, sha, chunks) in made {
+        spool.keep(repo, &tmp, &sha)?;
+        spool.keep_chunks(repo, &sha, &chunks)?;
         out.sha256s.push(sha);
     }
     Ok(out)
@@ -140,9 +142,10 @@ fn xorb_section(body: &mut dyn Read) -> Result<(), PublishError> {
 /// the spool; that file and its SHA-256.
 fn file_block(
     spool: &Spool,
+    stored: &dyn StoredXorbs,
     body: &mut dyn Read,
     h: &[u8; 48],
-) -> Result<(PathBuf, Sha256), PublishError> {
+) -> Result<Made, PublishError> {
     let file_hash = hash_at(h);
     let (flags, n) = (u32_at(h, 32), u32_at(h, 36) as usize);
     let what = format!("file {file_hash}");
@@ -182,31 +185,38 @@ fn file_block(
     } else {
         None
     };
-    rebuild(spool, &what, &file_hash, &terms, &checks, sha256)
+    rebuild(spool, stored, &what, &file_hash, &terms, &checks, sha256)
 }
 
 /// Writes the file of `terms` to a temporary file of the spool, checking every term, the
 /// file hash and the SHA-256; returns the file and its SHA-256.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one file block's parts and where to read them"
+)]
 fn rebuild(
     spool: &Spool,
+    stored: &dyn StoredXorbs,
     what: &str,
     file_hash: &XetHash,
     terms: &[Term],
     checks: &[XetHash],
     sha256: Option<Sha256>,
-) -> Result<(PathBuf, Sha256), PublishError> {
+) -> Result<Made, PublishError> {
     let size: u64 = terms.iter().map(|t| t.bytes).sum();
-    spool.check_room(size)?;
+    let _room = spool.reserve(size)?;
     let (tmp, mut file) = spool.temporary()?;
     let written = (|| {
         let mut tree = xethash::Tree::default();
         let mut sha = Hasher::new();
+        let mut chunks = Vec::new();
         for (i, (t, check)) in terms.iter().zip(checks).enumerate() {
-            let hashes = term(spool, what, i, t, &mut |data: &[u8], h| {
+            let hashes = term(spool, stored, what, i, t, &mut |data: &[u8], h| {
                 tree.push(h, data.len() as u64);
+                chunks.push((h, data.len() as u32));
                 sha.update(data);
                 file.write_all(data)
-                    .map_err(|e| PublishError::Io(format!("writing the upload spool: {e}")))
+                    .map_err(|e| crate::spool::write_error(&e))
             })?;
             let mut k = blake3::Hasher::new_keyed(&VERIFICATION_KEY);
             for h in &hashes {
@@ -231,11 +241,11 @@ fn rebuild(
         }
         file.sync_all()
             .map_err(|e| PublishError::Io(e.to_string()))?;
-        Ok(got)
+        Ok((got, chunks))
     })();
     drop(file);
     match written {
-        Ok(sha) => Ok((tmp, sha)),
+        Ok((sha, chunks)) => Ok((tmp, sha, chunks)),
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(e)
@@ -243,23 +253,57 @@ fn rebuild(
     }
 }
 
+/// A file made from a shard: its temporary file, SHA-256 and Xet chunk list.
+type Made = (PathBuf, Sha256, Vec<(XetHash, u32)>);
+
 /// Where a term's chunks go: each decoded chunk and its hash.
-type ChunkSink<'a> = dyn FnMut(&[u8], XetHash) -> Result<(), PublishError> + 'a;
+pub(crate) type ChunkSink<'a> = dyn FnMut(&[u8], XetHash) -> Result<(), PublishError> + 'a;
+
+/// Xorbs the store holds (stored xorbs, [`super::stored`]), for terms whose xorb the spool
+/// lacks.
+pub(crate) trait StoredXorbs {
+    /// Hands chunks `[start, end)` of stored xorb `xorb` to `sink`, each read back from the
+    /// store and checked against its recorded hash; `false` when `xorb` is not a stored
+    /// xorb.
+    fn read(
+        &self,
+        xorb: &XetHash,
+        start: usize,
+        end: usize,
+        sink: &mut ChunkSink<'_>,
+    ) -> Result<bool, PublishError>;
+}
 
 /// Reads chunks `[start, end)` of term `i`'s xorb from the spool, handing each (decoded,
 /// hashed again) to `sink`; returns their hashes.
 fn term(
     spool: &Spool,
+    stored: &dyn StoredXorbs,
     what: &str,
     i: usize,
     t: &Term,
     sink: &mut ChunkSink<'_>,
 ) -> Result<Vec<XetHash>, PublishError> {
     let Some(path) = spool.xorb(&t.xorb) else {
-        return Err(bad(format!(
-            "{what}: term {i} names xorb {}, which this hub does not have (upload it first)",
-            t.xorb
-        )));
+        let (mut hashes, mut bytes) = (Vec::new(), 0u64);
+        let found = stored.read(&t.xorb, t.start, t.end, &mut |data: &[u8], h| {
+            hashes.push(h);
+            bytes += data.len() as u64;
+            sink(data, h)
+        })?;
+        if !found {
+            return Err(bad(format!(
+                "{what}: term {i} names xorb {}, which this hub does not have (upload it first)",
+                t.xorb
+            )));
+        }
+        if bytes != t.bytes {
+            return Err(bad(format!(
+                "{what}: term {i} says {} bytes, its chunks hold {bytes}",
+                t.bytes
+            )));
+        }
+        return Ok(hashes);
     };
     let f = File::open(&path).map_err(|e| PublishError::Io(format!("{}: {e}", path.display())))?;
     let mut r = BufReader::new(f);
@@ -293,6 +337,25 @@ mod tests {
     use super::super::xorb::tests::{record, xorb_hash};
     use super::*;
     use std::time::Duration;
+
+    /// No stored xorbs.
+    struct NoStored;
+
+    impl StoredXorbs for NoStored {
+        fn read(
+            &self,
+            _: &XetHash,
+            _: usize,
+            _: usize,
+            _: &mut ChunkSink<'_>,
+        ) -> Result<bool, PublishError> {
+            Ok(false)
+        }
+    }
+
+    fn repo() -> RepoId {
+        RepoId::parse("team/model").unwrap()
+    }
 
     fn rec(parts: &[&[u8]]) -> Vec<u8> {
         let mut r = parts.concat();
@@ -367,13 +430,13 @@ mod tests {
         let b = b"tail".to_vec();
         let (_d, s, x) = spool_with(&[&a, &b]);
         let body = shard(&x, &[&a, &b], |_| {});
-        let out = receive(&s, &mut &body[..]).unwrap();
+        let out = receive(&s, &repo(), &NoStored, &mut &body[..]).unwrap();
         assert_eq!(out.files, 1);
         let whole = [a.clone(), b.clone()].concat();
         let sha = Sha256(Hasher::digest(&whole).into());
         assert_eq!(out.sha256s, vec![sha]);
         assert_eq!(
-            std::fs::read(s.object(&sha, whole.len() as u64).unwrap()).unwrap(),
+            std::fs::read(s.object(&repo(), &sha, whole.len() as u64).unwrap()).unwrap(),
             whole
         );
     }
@@ -410,13 +473,11 @@ mod tests {
         ];
         for (says, edit) in cases {
             let body = shard(&x, &[&a, &b], edit);
-            let e = receive(&s, &mut &body[..]).unwrap_err().to_string();
+            let e = receive(&s, &repo(), &NoStored, &mut &body[..])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(says), "{says}: {e}");
-            assert_eq!(
-                std::fs::read_dir(d.path().join("objects")).unwrap().count(),
-                0,
-                "{says}"
-            );
+            assert!(!d.path().join("objects/team").exists(), "{says}");
             assert_eq!(
                 std::fs::read_dir(d.path().join("tmp")).unwrap().count(),
                 0,
@@ -430,6 +491,6 @@ mod tests {
         bytes[n - 2] ^= 1;
         std::fs::write(&p, bytes).unwrap();
         let body = shard(&x, &[&a, &b], |_| {});
-        assert!(receive(&s, &mut &body[..]).is_err());
+        assert!(receive(&s, &repo(), &NoStored, &mut &body[..]).is_err());
     }
 }

@@ -24,6 +24,79 @@ use crate::uploads::{CommitRequest, Content, Operation, UploadOptions};
 const MAX_BATCH: usize = 10_000;
 
 impl Hub {
+    /// Xet's global dedup query, `GET /v1/chunks/{prefix}/{chunk hash}` with a Xet write
+    /// token (not a token of the token file: routed before them): a shard listing the
+    /// stored xorb that holds the chunk, its chunk hashes keyed (xet.md, "Global dedup
+    /// answers"), when the repository of the revision holding it is served here; else 404.
+    pub(super) fn xet_dedup_route(&self, req: &Head<'_>, segs: &[&str]) -> Option<Reply> {
+        let ["v1", "chunks", _, hash] = segs else {
+            return None;
+        };
+        let up = self.uploads.as_ref()?;
+        let r = if *req.method != Method::GET {
+            Reply::error(StatusCode::METHOD_NOT_ALLOWED, "", "GET only", None)
+        } else if up
+            .open_xet_token(
+                crate::auth::bearer(req.headers).unwrap_or(""),
+                repo::manifest::now_secs(),
+            )
+            .is_none()
+        {
+            Reply::error(
+                StatusCode::UNAUTHORIZED,
+                "",
+                "a Xet write token is needed",
+                None,
+            )
+        } else {
+            let found = format::XetHash::parse(hash)
+                .ok()
+                .and_then(|h| up.uploads.dedup(&h));
+            match found.filter(|(repo, _)| self.policy.allows(&repo.to_string())) {
+                Some((_, shard)) => {
+                    let mut r = Reply::json(StatusCode::OK, &Value::Null);
+                    r.body = crate::body::Body::full(bytes::Bytes::from(shard));
+                    r.header(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/octet-stream"),
+                    )
+                }
+                None => Reply::error(
+                    StatusCode::NOT_FOUND,
+                    "",
+                    "no stored xorb holds this chunk",
+                    None,
+                ),
+            }
+        };
+        self.count("xet-dedup", r.status.as_u16());
+        Some(r)
+    }
+
+    /// Whether the server may read the body of a request to `path`: for a write route, only
+    /// when the token may write to its repository (`create` and `validate-yaml`: to some
+    /// repository), so that no other token can hold the body slots.
+    pub fn may_send_body(&self, path: &str, headers: &http::HeaderMap) -> bool {
+        let Ok(segs) = crate::decode::segments(path) else {
+            return false;
+        };
+        let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+        let token = crate::auth::bearer(headers).unwrap_or("");
+        let scope = self.write_scopes.get(token);
+        let may = |org: &str, name: &str| {
+            let repo = format!("{org}/{}", name.strip_suffix(".git").unwrap_or(name));
+            scope.is_some_and(|p| crate::uploads::may_write(p, &repo))
+        };
+        match segs.as_slice() {
+            ["api", "models", _, _, "paths-info", ..] => true,
+            ["api", "models", org, name, ..]
+            | [org, name, "info", "lfs", ..]
+            | ["upload", "verify", org, name] => may(org, name),
+            ["api", "repos", "create"] | ["api", "validate-yaml"] => scope.is_some(),
+            _ => true,
+        }
+    }
+
     /// The reply to a write route, or `None` when the request is not one.
     pub(super) fn upload_route(
         &self,
@@ -178,6 +251,16 @@ impl Hub {
                 "repository ids here are org/name: give create_repo an id with an organization",
             );
         };
+        if let Err(e) = RepoId::parse(&format!("{org}/{name}")) {
+            return bad(&e.to_string());
+        }
+        let private = v.get("private").and_then(Value::as_bool) == Some(true)
+            || v.get("visibility")
+                .and_then(Value::as_str)
+                .is_some_and(|s| s != "public");
+        if private {
+            return bad("this hub has no private repositories: every token of the token file reads every repository it serves");
+        }
         let repo = match self.writable(req, org, name) {
             Ok((_, r)) => r,
             Err(r) => return *r,
@@ -326,7 +409,7 @@ impl Hub {
 
     /// `POST /upload/verify/{repo}` `{oid, size}`: 200 when the object arrived whole.
     fn lfs_verify(&self, req: &Head<'_>, org: &str, name: &str, body: &[u8]) -> Reply {
-        let (up, _) = match self.writable(req, org, name) {
+        let (up, repo) = match self.writable(req, org, name) {
             Ok(x) => x,
             Err(r) => return *r,
         };
@@ -341,7 +424,7 @@ impl Hub {
         let (Some(oid), Some(size)) = (oid, v.get("size").and_then(Value::as_u64)) else {
             return bad("verify needs `oid` and `size`");
         };
-        if up.uploads.received(&oid, size) {
+        if up.uploads.received(&repo, &oid, size) {
             Reply::json(
                 StatusCode::OK,
                 &json!({ "oid": oid.to_hex(), "size": size }),
@@ -367,6 +450,9 @@ impl Hub {
         if crate::decode::query_flag(req.query, "create_pr") {
             return bad("this hub takes no pull requests: commit to a branch");
         }
+        if let Err(msg) = branch_name(branch) {
+            return bad(&msg);
+        }
         let (parent, operations) = match parse_commit(body) {
             Ok(x) => x,
             Err(msg) => return bad(&msg),
@@ -377,7 +463,7 @@ impl Hub {
             parent,
             operations,
         };
-        match up.uploads.commit(&c) {
+        match up.uploads.commit(c) {
             Ok(done) => {
                 self.forget_spellings();
                 let oid = done.commit.to_hex();
@@ -444,8 +530,8 @@ impl Hub {
     }
 
     fn create_ref(&self, repo: &RepoId, name: &str, from: &str) -> Reply {
-        if let Err(e) = format::names::check_ref_name(name) {
-            return bad(&format!("ref name {name:?}: {e}"));
+        if let Err(msg) = branch_name(name) {
+            return bad(&msg);
         }
         let at = match self.locate(repo.org(), repo.name(), from) {
             Ok(at) => at,
@@ -473,6 +559,17 @@ impl Hub {
     }
 
     fn delete_ref(&self, repo: &RepoId, name: &str) -> Reply {
+        // As on the Hub, the default branch stays: deleting it would unref the
+        // repository's revisions for gc (and `delete_tag("main")` names it too: the store
+        // has one kind of ref).
+        if name == "main" {
+            return Reply::error(
+                StatusCode::FORBIDDEN,
+                "",
+                "the default branch main cannot be deleted",
+                None,
+            );
+        }
         match self.store.delete_ref(repo, name) {
             Ok(_) => Reply::json(StatusCode::OK, &json!({})),
             Err(repo::StoreError::UnknownRevision { .. } | repo::StoreError::UnknownRepo(_)) => {
@@ -580,6 +677,18 @@ pub(crate) fn parse_commit(body: &[u8]) -> Result<(Option<CommitId>, Vec<Operati
         });
     }
     Ok((parent, ops))
+}
+
+/// A name a commit, branch or tag may take: a valid ref name, not `HEAD` and not under
+/// `refs/` (pull requests and the like, which the Hub makes itself).
+fn branch_name(name: &str) -> Result<(), String> {
+    format::names::check_ref_name(name).map_err(|e| format!("ref name {name:?}: {e}"))?;
+    if name == "HEAD" || name.starts_with("refs/") {
+        return Err(format!(
+            "ref name {name:?}: HEAD and refs/... are the Hub's own"
+        ));
+    }
+    Ok(())
 }
 
 fn json_body(body: &[u8]) -> Result<Value, Box<Reply>> {

@@ -1,0 +1,343 @@
+//! Xet's view of what the store holds, for the global dedup query: the Xet chunk list of
+//! stored files, recorded on the hub's disk (`<spool>/xet/<sha256>`, node.md "Xet chunk
+//! lists"), and the *stored xorbs* they are cut into: each file's chunks in groups of at
+//! most [`XORB_CHUNKS`] chunks and 64 MiB, in file order, each named by the Merkle hash of
+//! its chunks as any xorb is. A client that asks about a chunk of a stored file gets a
+//! shard listing the stored xorb holding it (its chunk hashes keyed, so that only a client
+//! holding a chunk can recognise it); its own shard may then name that xorb, and the hub
+//! reads those chunks back from the store (`crate::Publisher`), hashing each again.
+//!
+//! In memory: the key chunks (a file's first chunk, and every chunk whose hash's last word
+//! is a multiple of 1024: the ones hf_xet asks about) and the stored xorbs, each a few
+//! dozen bytes per 64 MiB stored; chunk lists are read from disk when needed.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use format::{CommitId, RepoId, Sha256, XetHash};
+use parking_lot::Mutex;
+
+use crate::error::PublishError;
+
+/// Most chunks of one stored xorb.
+pub const XORB_CHUNKS: usize = 1024;
+/// Most bytes of one stored xorb.
+const XORB_BYTES: u64 = 64 << 20;
+/// hf_xet asks about a chunk whose hash's last word is a multiple of this.
+const KEY_MODULUS: u64 = 1024;
+const MAGIC: &[u8; 8] = b"MCASXETF";
+const VERSION: u32 = 1;
+/// Most chunks in one record (a 1 TiB file).
+const MAX_CHUNKS: u32 = 1 << 24;
+
+/// A stored file's Xet chunks, and a revision that holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileRecord {
+    pub repo: RepoId,
+    pub commit: CommitId,
+    pub path: String,
+    /// Each chunk's hash and length, in file order.
+    pub chunks: Vec<(XetHash, u32)>,
+}
+
+impl FileRecord {
+    /// The chunk list of a file no revision holds yet (the spool's `objects/<sha256>.xet`):
+    /// repository `spool/pending`, commit all zero, path empty.
+    pub fn pending(chunks: Vec<(XetHash, u32)>) -> Result<FileRecord, PublishError> {
+        Ok(FileRecord {
+            repo: RepoId::parse("spool/pending").map_err(|e| PublishError::Io(e.to_string()))?,
+            commit: CommitId([0; 20]),
+            path: String::new(),
+            chunks,
+        })
+    }
+
+    /// The record's bytes: `MCASXETF`, version u32 (1), the repository (u16 length and
+    /// UTF-8), the commit (20 bytes), the path (u32 length and UTF-8), the chunk count u32,
+    /// each chunk's hash (32) and length u32, then the BLAKE3 of everything before (32);
+    /// integers little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let repo = self.repo.to_string();
+        let mut out =
+            Vec::with_capacity(80 + repo.len() + self.path.len() + 36 * self.chunks.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(repo.len() as u16).to_le_bytes());
+        out.extend_from_slice(repo.as_bytes());
+        out.extend_from_slice(&self.commit.0);
+        out.extend_from_slice(&(self.path.len() as u32).to_le_bytes());
+        out.extend_from_slice(self.path.as_bytes());
+        out.extend_from_slice(&(self.chunks.len() as u32).to_le_bytes());
+        for (h, len) in &self.chunks {
+            out.extend_from_slice(&h.0);
+            out.extend_from_slice(&len.to_le_bytes());
+        }
+        let sum = blake3::hash(&out);
+        out.extend_from_slice(sum.as_bytes());
+        out
+    }
+
+    /// A record from its bytes; `None` when they are not a whole, intact record.
+    pub fn decode(b: &[u8]) -> Option<FileRecord> {
+        let body = b.get(..b.len().checked_sub(32)?)?;
+        if blake3::hash(body).as_bytes() != &b[body.len()..] || !body.starts_with(MAGIC) {
+            return None;
+        }
+        let mut r = Reader { b: body, at: 8 };
+        if r.u32()? != VERSION {
+            return None;
+        }
+        let n = r.u16()? as usize;
+        let repo = RepoId::parse(std::str::from_utf8(r.take(n)?).ok()?).ok()?;
+        let commit = CommitId(r.take(20)?.try_into().ok()?);
+        let n = r.u32()? as usize;
+        let path = std::str::from_utf8(r.take(n)?).ok()?.to_string();
+        let n = r.u32()?;
+        if n > MAX_CHUNKS || r.b.len() - r.at != 36 * n as usize {
+            return None;
+        }
+        let chunks = (0..n)
+            .map(|_| Some((XetHash(r.take(32)?.try_into().ok()?), r.u32()?)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(FileRecord {
+            repo,
+            commit,
+            path,
+            chunks,
+        })
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let out = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(out)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+}
+
+/// The stored xorbs of a chunk list: (first chunk, chunk count, Merkle hash).
+pub fn stored_xorbs(chunks: &[(XetHash, u32)]) -> Vec<(usize, usize, XetHash)> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    while first < chunks.len() {
+        let (mut n, mut bytes) = (0usize, 0u64);
+        let mut tree = xethash::Tree::default();
+        while first + n < chunks.len() && n < XORB_CHUNKS {
+            let (h, len) = chunks[first + n];
+            if n > 0 && bytes + u64::from(len) > XORB_BYTES {
+                break;
+            }
+            tree.push(h, u64::from(len));
+            bytes += u64::from(len);
+            n += 1;
+        }
+        if let Some(root) = tree.root() {
+            out.push((first, n, root));
+        }
+        first += n;
+    }
+    out
+}
+
+fn is_key(h: &XetHash) -> bool {
+    u64::from_le_bytes(h.0[24..].try_into().unwrap_or_default()) % KEY_MODULUS == 0
+}
+
+#[derive(Default)]
+struct Maps {
+    /// Key chunk → the file and the chunk's index.
+    keys: HashMap<XetHash, (Sha256, u32)>,
+    /// Stored xorb → the file, its first chunk and count.
+    xorbs: HashMap<XetHash, (Sha256, u32, u32)>,
+}
+
+/// The chunk lists of stored files, on the hub's disk, with their key chunks and stored
+/// xorbs in memory.
+pub struct StoredXet {
+    dir: PathBuf,
+    maps: Mutex<Maps>,
+}
+
+impl StoredXet {
+    /// The records in `dir` (created if needed); records that do not decode are deleted.
+    pub fn open(dir: &Path) -> Result<StoredXet, PublishError> {
+        fs::create_dir_all(dir).map_err(|e| PublishError::Io(format!("{}: {e}", dir.display())))?;
+        let me = StoredXet {
+            dir: dir.to_path_buf(),
+            maps: Mutex::new(Maps::default()),
+        };
+        let entries =
+            fs::read_dir(dir).map_err(|e| PublishError::Io(format!("{}: {e}", dir.display())))?;
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(sha) = name.to_str().and_then(|n| Sha256::from_hex(n).ok()) else {
+                let _ = fs::remove_file(e.path()); // a temporary left by a crash
+                continue;
+            };
+            match fs::read(e.path()).ok().and_then(|b| FileRecord::decode(&b)) {
+                Some(rec) => me.learn(sha, &rec),
+                None => {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        Ok(me)
+    }
+
+    fn learn(&self, sha: Sha256, rec: &FileRecord) {
+        let mut m = self.maps.lock();
+        for (i, (h, _)) in rec.chunks.iter().enumerate() {
+            if i == 0 || is_key(h) {
+                m.keys.insert(*h, (sha, i as u32));
+            }
+        }
+        for (first, n, hash) in stored_xorbs(&rec.chunks) {
+            m.xorbs.insert(hash, (sha, first as u32, n as u32));
+        }
+    }
+
+    /// Whether content `sha` has a record.
+    pub fn has(&self, sha: &Sha256) -> bool {
+        self.dir.join(sha.to_hex()).exists()
+    }
+
+    /// Records the chunk list of stored content `sha` (written whole, then renamed).
+    pub fn add(&self, sha: Sha256, rec: &FileRecord) -> Result<(), PublishError> {
+        let io = |e: std::io::Error| PublishError::Io(format!("{}: {e}", self.dir.display()));
+        let tmp = self
+            .dir
+            .join(format!(".tmp-{}-{}", std::process::id(), sha.to_hex()));
+        let mut f = fs::File::create(&tmp).map_err(io)?;
+        f.write_all(&rec.encode())
+            .and_then(|()| f.sync_all())
+            .map_err(io)?;
+        fs::rename(&tmp, self.dir.join(sha.to_hex())).map_err(io)?;
+        self.learn(sha, rec);
+        Ok(())
+    }
+
+    fn record(&self, sha: &Sha256) -> Option<FileRecord> {
+        FileRecord::decode(&fs::read(self.dir.join(sha.to_hex())).ok()?)
+    }
+
+    /// The stored xorb `hash`: its file's content and record, its first chunk and count.
+    pub fn xorb(&self, hash: &XetHash) -> Option<(Sha256, FileRecord, usize, usize)> {
+        let (sha, first, n) = *self.maps.lock().xorbs.get(hash)?;
+        let rec = self.record(&sha)?;
+        let (first, n) = (first as usize, n as usize);
+        (first + n <= rec.chunks.len()).then_some((sha, rec, first, n))
+    }
+
+    /// The answer to a global dedup query for `chunk`: the repository of a revision holding
+    /// it, and a shard (xet.md, "Global dedup answers") listing the stored xorb that holds
+    /// it, chunk hashes keyed with `key`, expiring at `expiry`. `None`: not a key chunk of
+    /// anything recorded.
+    pub fn dedup_shard(
+        &self,
+        chunk: &XetHash,
+        key: &[u8; 32],
+        now: u64,
+        expiry: u64,
+    ) -> Option<(RepoId, Vec<u8>)> {
+        let (sha, at) = *self.maps.lock().keys.get(chunk)?;
+        let rec = self.record(&sha)?;
+        let at = at as usize;
+        let (first, n, hash) = stored_xorbs(&rec.chunks)
+            .into_iter()
+            .find(|(f, n, _)| (*f..f + n).contains(&at))?;
+        let shard =
+            super::full_shard::write(&hash, &rec.chunks[first..first + n], key, now, expiry);
+        Some((rec.repo, shard))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(n: usize) -> FileRecord {
+        FileRecord {
+            repo: RepoId::parse("team/model").unwrap(),
+            commit: CommitId([7; 20]),
+            path: "model.safetensors".into(),
+            chunks: (0..n)
+                .map(|i| (xethash::chunk_hash(&(i as u64).to_le_bytes()), 65536))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_damage_is_refused() {
+        let r = rec(3000);
+        let b = r.encode();
+        assert_eq!(FileRecord::decode(&b), Some(r));
+        for at in [0, 9, 20, b.len() / 2, b.len() - 1] {
+            let mut d = b.clone();
+            d[at] ^= 1;
+            assert_eq!(FileRecord::decode(&d), None, "{at}");
+        }
+        assert_eq!(FileRecord::decode(&b[..b.len() - 1]), None);
+        assert_eq!(FileRecord::decode(&[]), None);
+    }
+
+    #[test]
+    fn files_are_cut_into_xorbs_of_at_most_1024_chunks_and_64_mib() {
+        let r = rec(2500);
+        let x = stored_xorbs(&r.chunks);
+        assert_eq!(
+            x.iter().map(|(f, n, _)| (*f, *n)).collect::<Vec<_>>(),
+            vec![(0, 1024), (1024, 1024), (2048, 452)]
+        );
+        let mut small = rec(1500);
+        for c in &mut small.chunks {
+            c.1 = 1000;
+        }
+        assert_eq!(
+            stored_xorbs(&small.chunks)
+                .iter()
+                .map(|x| x.1)
+                .collect::<Vec<_>>(),
+            vec![1024, 476]
+        );
+        assert!(stored_xorbs(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_key_chunk_finds_its_stored_xorb_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = rec(2500);
+        let sha = Sha256([3; 32]);
+        {
+            let s = StoredXet::open(dir.path()).unwrap();
+            s.add(sha, &r).unwrap();
+        }
+        fs::write(dir.path().join("junk"), b"x").unwrap();
+        let s = StoredXet::open(dir.path()).unwrap();
+        assert!(!dir.path().join("junk").exists());
+        let (repo, shard) = s.dedup_shard(&r.chunks[0].0, &[0; 32], 1, 2).unwrap();
+        assert_eq!(repo.to_string(), "team/model");
+        assert!(shard.len() > 1000 * 48);
+        let xorbs = stored_xorbs(&r.chunks);
+        let (got_sha, got, first, n) = s.xorb(&xorbs[1].2).unwrap();
+        assert_eq!(got_sha, sha);
+        assert_eq!((first, n), (1024, 1024));
+        assert_eq!(got, r);
+        assert!(s
+            .dedup_shard(&xethash::chunk_hash(b"unknown"), &[0; 32], 1, 2)
+            .is_none());
+    }
+}
