@@ -2,7 +2,7 @@
 test: each phase runs in a process of its own with its own HF_HOME (so hf_xet's own
 cache of what it sent is empty: another machine).
 
-usage: hub_upload_dedup.py ENDPOINT REPO WORK_DIR WRITE_TOKEN PHASE
+usage: hub_upload_dedup.py ENDPOINT REPO WORK_DIR WRITE_TOKEN PHASE[-lfs]
 
 Phase 1 uploads a model of two 3 MiB shards of random bytes and a config; phase 2 uploads
 it with its second shard changed. Each downloads the commit it made and compares every
@@ -16,6 +16,9 @@ os.environ.update(HF_ENDPOINT=endpoint, HF_HOME=os.path.join(work, f"home-{phase
                   HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
 for v in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_DISABLE_XET"):
     os.environ.pop(v, None)
+if phase.endswith("-lfs"):  # this phase uploads with plain LFS
+    phase = phase[:-4]
+    os.environ["HF_HUB_DISABLE_XET"] = "1"
 
 from huggingface_hub import HfApi, snapshot_download  # noqa: E402
 

@@ -314,6 +314,37 @@ fn a_second_machine_sends_only_the_changed_shard_through_the_global_dedup_query(
 }
 
 #[test]
+fn content_that_came_another_way_is_answered_too() {
+    // The base came through LFS (as ingest or pull bring it: no Xet shard); the hub makes
+    // its chunk lists in the background after the commit, and when a Xet token is asked.
+    let env = Env::empty();
+    let srv = hub(&env, &[]);
+    std::fs::create_dir_all(env.path("client")).unwrap();
+    dedup_phase(&env, &srv, "1-lfs");
+    let (status, _) = request(
+        &srv.addr,
+        "GET",
+        "/api/models/team/dedup/xet-write-token/main",
+        Some(WRITER),
+        b"",
+        None,
+    );
+    assert_eq!(status, 200);
+    let records = env.path("spool/xet-files");
+    wait_until(
+        "the base's chunk lists",
+        std::time::Duration::from_secs(60),
+        || {
+            let n = std::fs::read_dir(&records).map(|d| d.count()).unwrap_or(0);
+            (n >= 3).then_some(())
+        },
+    );
+    let second = dedup_phase(&env, &srv, "2");
+    assert!(second < 4.5e6, "the second upload sent {second} bytes");
+    common::fsck_clean(&env, true);
+}
+
+#[test]
 fn hostile_uploads_change_nothing() {
     let env = Env::empty();
     let srv = hub(&env, &[]);

@@ -70,7 +70,9 @@ pub struct Publisher {
     /// Whether a revision whose release check does not pass leaves its branch unmoved.
     hold_failing_refs: bool,
     /// The Xet chunk lists of stored files, for the global dedup query (`None`: off).
-    xet: Option<xet::stored::StoredXet>,
+    xet: Option<std::sync::Arc<xet::stored::StoredXet>>,
+    /// Makes chunk lists of stored files in the background.
+    indexer: Option<xet::indexer::Indexer>,
     /// The key of the chunk hashes in dedup answers.
     dedup_key: [u8; 32],
 }
@@ -84,6 +86,7 @@ impl Publisher {
             busy: Mutex::new(HashSet::new()),
             hold_failing_refs: false,
             xet: None,
+            indexer: None,
             dedup_key: [0; 32],
         }
     }
@@ -92,11 +95,24 @@ impl Publisher {
     /// files uploaded through Xet (kept in the spool's `xet-files/`), their chunk hashes
     /// keyed with `key`.
     pub fn with_global_dedup(mut self, key: [u8; 32]) -> Result<Publisher, PublishError> {
-        self.xet = Some(xet::stored::StoredXet::open(
+        let stored = std::sync::Arc::new(xet::stored::StoredXet::open(
             &self.spool.dir().join("xet-files"),
         )?);
+        self.indexer = Some(xet::indexer::Indexer::start(
+            self.store.clone(),
+            stored.clone(),
+        )?);
+        self.xet = Some(stored);
         self.dedup_key = key;
         Ok(self)
+    }
+
+    /// Makes, in the background, the Xet chunk lists of the files of `repo`'s revisions
+    /// that have none (a client is about to upload to it through Xet).
+    pub fn prepare(&self, repo: &RepoId) {
+        if let Some(i) = &self.indexer {
+            i.queue(repo);
+        }
     }
 
     /// The answer to Xet's global dedup query for `chunk`: the repository of a revision
@@ -214,6 +230,7 @@ impl Publisher {
             PublishError::Io("internal error: the commit's ingest reported no revision".into())
         })?;
         self.record_chunk_lists(req, outcome.commit, &applied);
+        self.prepare(&req.repo);
         for sha in applied.spooled() {
             self.spool.remove(&req.repo, sha);
         }

@@ -113,6 +113,9 @@ pub trait Uploads: Send + Sync {
     /// Receives a Xet shard from `body`: each file it describes is checked and kept; how
     /// many.
     fn receive_shard(&self, repo: &RepoId, body: &mut dyn Read) -> Result<usize, UploadError>;
+    /// A client is about to upload to `repo` through Xet: what the store holds of it may
+    /// be made ready for the dedup query (in the background).
+    fn prepare(&self, repo: &RepoId);
     /// Xet's global dedup query: the repository of a revision holding `chunk` and a shard
     /// listing the stored xorb that holds it (`None`: unknown, 404).
     fn dedup(&self, chunk: &XetHash) -> Option<(RepoId, Vec<u8>)>;
@@ -245,6 +248,7 @@ mod tests {
         fn dedup(&self, _: &XetHash) -> Option<(RepoId, Vec<u8>)> {
             None
         }
+        fn prepare(&self, _: &RepoId) {}
         fn commit(&self, _: CommitRequest) -> Result<Committed, UploadError> {
             Err(UploadError::Internal("no".into()))
         }

@@ -344,6 +344,7 @@ impl hubserve::uploads::Uploads for DrainUploads {
     ) -> Result<usize, hubserve::uploads::UploadError> {
         drain(body).map(|n| n as usize)
     }
+    fn prepare(&self, _: &RepoId) {}
     fn dedup(&self, chunk: &XetHash) -> Option<(RepoId, Vec<u8>)> {
         chunk.0[0]
             .is_multiple_of(2)

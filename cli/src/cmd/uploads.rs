@@ -58,6 +58,10 @@ impl Uploads for HubUploads {
             .map_err(refused)
     }
 
+    fn prepare(&self, repo: &RepoId) {
+        self.publisher.prepare(repo);
+    }
+
     fn dedup(&self, chunk: &XetHash) -> Option<(RepoId, Vec<u8>)> {
         self.publisher.dedup(chunk)
     }

@@ -5,6 +5,7 @@
 //! store chunks and deduplicates it as any file.
 
 pub mod full_shard;
+pub mod indexer;
 pub mod shard;
 pub mod stored;
 pub(crate) mod stored_read;

@@ -218,9 +218,9 @@ impl StoredXet {
     /// Records the chunk list of stored content `sha` (written whole, then renamed).
     pub fn add(&self, sha: Sha256, rec: &FileRecord) -> Result<(), PublishError> {
         let io = |e: std::io::Error| PublishError::Io(format!("{}: {e}", self.dir.display()));
-        let tmp = self
-            .dir
-            .join(format!(".tmp-{}-{}", std::process::id(), sha.to_hex()));
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.dir.join(format!(".tmp-{}-{n}", std::process::id()));
         let mut f = fs::File::create(&tmp).map_err(io)?;
         f.write_all(&rec.encode())
             .and_then(|()| f.sync_all())

@@ -209,6 +209,7 @@ impl Hub {
         };
         let exp = repo::manifest::now_secs() + up.url_ttl.as_secs();
         let token = up.xet_token(&repo.to_string(), exp);
+        up.uploads.prepare(&repo);
         let cas = match self.xet.as_ref().and_then(|x| x.cas_url.clone()) {
             Some(u) => u.trim_end_matches('/').to_string(),
             None => base_url(req.headers),

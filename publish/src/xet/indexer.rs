@@ -1,0 +1,123 @@
+//! The Xet chunk lists of stored files that came in another way (ingest, pull, an LFS
+//! upload, a base revision), made in the background so that Xet's global dedup query can
+//! answer for them too: a repository is queued when a client asks for a Xet write token
+//! for it (its uploads are about to start) and after each commit to it; one thread reads
+//! the files of its refs' revisions that have no record yet through the read path (every
+//! chunk checked), cuts them as Xet does and records their chunk lists.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use format::{RepoId, XetHash};
+use parking_lot::Mutex;
+use read::file_reader::FileReader;
+use repo::manifest::{FileEntry, Manifest};
+use repo::Store;
+
+use super::stored::{FileRecord, StoredXet};
+use crate::error::PublishError;
+
+/// Repositories waiting; more are dropped (asked again at the next token or commit).
+const QUEUE: usize = 64;
+
+/// The background indexer of one hub.
+pub struct Indexer {
+    tx: SyncSender<RepoId>,
+    queued: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Indexer {
+    /// Starts the thread indexing into `stored` from `store`.
+    pub fn start(store: Store, stored: Arc<StoredXet>) -> Result<Indexer, PublishError> {
+        let (tx, rx) = sync_channel::<RepoId>(QUEUE);
+        let queued = Arc::new(Mutex::new(HashSet::new()));
+        let q = queued.clone();
+        std::thread::Builder::new()
+            .name("xet-indexer".into())
+            .spawn(move || {
+                for repo in rx {
+                    if let Err(e) = index_repo(&store, &stored, &repo) {
+                        tracing::warn!("indexing {repo} for Xet dedup: {e}");
+                    }
+                    q.lock().remove(&repo.folded());
+                }
+            })
+            .map_err(|e| PublishError::Io(format!("starting the Xet indexer: {e}")))?;
+        Ok(Indexer { tx, queued })
+    }
+
+    /// Queues `repo` (once until it is done).
+    pub fn queue(&self, repo: &RepoId) {
+        if !self.queued.lock().insert(repo.folded()) {
+            return;
+        }
+        if let Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) =
+            self.tx.try_send(repo.clone())
+        {
+            self.queued.lock().remove(&r.folded());
+        }
+    }
+}
+
+/// Records the chunk lists of the files of `repo`'s refs' revisions that have none.
+fn index_repo(store: &Store, stored: &StoredXet, repo: &RepoId) -> Result<(), PublishError> {
+    let refs = match store.refs(repo) {
+        Ok(r) => r,
+        Err(repo::StoreError::UnknownRepo(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let commits: HashSet<_> = refs.values().copied().collect();
+    for commit in commits {
+        let m = store.manifest_resolved(repo, &commit)?;
+        for f in &m.files {
+            if f.size == 0 || stored.has(&f.sha256) {
+                continue;
+            }
+            let chunks = chunk_list(store, &m, f)?;
+            let rec = FileRecord {
+                repo: repo.clone(),
+                commit,
+                path: f.path.clone(),
+                chunks,
+            };
+            stored.add(f.sha256, &rec)?;
+        }
+    }
+    Ok(())
+}
+
+/// The Xet chunks (hash, length) of a stored file, read through the read path.
+pub(crate) fn chunk_list(
+    store: &Store,
+    m: &Manifest,
+    f: &FileEntry,
+) -> Result<Vec<(XetHash, u32)>, PublishError> {
+    let mut r = FileReader::new(store, m, f)?.into_read();
+    let mut chunker = xethash::Chunker::default();
+    let (mut out, mut cur) = (Vec::new(), Vec::with_capacity(xethash::MAX_CHUNK));
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = r
+            .read(&mut buf)
+            .map_err(|e| PublishError::Io(format!("{}: {e}", f.path)))?;
+        if n == 0 {
+            break;
+        }
+        let mut data = &buf[..n];
+        while !data.is_empty() {
+            let (k, end) = chunker.scan(data);
+            cur.extend_from_slice(&data[..k]);
+            data = &data[k..];
+            if end {
+                out.push((xethash::chunk_hash(&cur), cur.len() as u32));
+                cur.clear();
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push((xethash::chunk_hash(&cur), cur.len() as u32));
+    }
+    Ok(out)
+}
