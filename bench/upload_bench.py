@@ -10,8 +10,9 @@ followed by a byte-exact download check:
   one-shard  r1 with its last shard replaced by r2's (a fine-tune that touched one shard),
              from the machine that uploaded r1 (with hf_xet: its cache of what it sent)
   fine-tune  r2 whole (the last quarter of the layers changed: two shards differ)
-  one-shard, another machine   the one-shard change again into a second repository
-             holding r1, from a client with an empty cache (a CI runner's first upload)
+  other shard, another machine   r1 with its third shard replaced by r2's, into a second
+             repository holding r1, from a client with an empty cache (a CI runner's first
+             upload; before the fine-tune, so that the store lacks that shard)
 For each: the bytes the client sent (serve's `upload_bytes_received`: object and commit
 bodies), the bytes the store grew by (packs and manifests), and the time. Prints a
 Markdown table and one JSON line.
@@ -98,7 +99,13 @@ home_a, home_b, home_c = f"{WORK}/home-a", f"{WORK}/home-b", f"{WORK}/home-c"
 cases = [("full", REPO, f"{SERIES}/plain/r1", home_a), ("one-shard", REPO, one, home_a),
          ("fine-tune", REPO, f"{SERIES}/plain/r2", home_a)]
 api.create_repo(REPO, exist_ok=True)
-cases.append(("one-shard, another machine", REPO2, one, home_b))
+# Another shard changed (r2's third, which no upload sent yet), from a client whose cache
+# is empty, into a second repository holding r1: what it sends is what the store lacks.
+other = f"{WORK}/other-shard"
+shutil.copytree(f"{SERIES}/plain/r1", other)
+third = sorted(f["path"] for f in revs["r2"]["files"] if f["path"].endswith(".safetensors"))[-2]
+shutil.copy(f"{SERIES}/plain/r2/{third}", f"{other}/{third}")
+cases.insert(2, ("other shard, another machine", REPO2, other, home_b))
 rows = []
 try:
     for name, repo, folder, home in cases:
