@@ -1,6 +1,7 @@
-//! `modelcas serve`: a read-only HTTP endpoint that answers enough of the Hugging Face Hub
+//! `modelcas serve`: an HTTP endpoint that answers enough of the Hugging Face Hub
 //! API, from a modelcas store, for the official `huggingface_hub` client to work against it
-//! with `HF_ENDPOINT` set (`snapshot_download`, `hf_hub_download`, `from_pretrained`).
+//! with `HF_ENDPOINT` set (`snapshot_download`, `hf_hub_download`, `from_pretrained`), and,
+//! for tokens with a write scope, to upload (`hf upload`, `upload_folder`, `push_to_hub`).
 //!
 //! Routes (repository ids are `org/name`; revisions are ref names, URL-quoted, or shas):
 //!
@@ -20,6 +21,8 @@
 //! | `GET /v1/reconstructions/{xet hash}` | the file's reconstruction (Xet read token; `Range`) |
 //! | `GET /xet/xorbs/...` | chunk records (signed, expiring URL; `Range`) |
 //! | `GET /metrics` | Prometheus metrics |
+//! | `POST /api/repos/create`, `.../preupload/{rev}`, `.../commit/{branch}`, `.../branch/{name}`, `.../tag/{rev}`, `/{repo}.git/info/lfs/objects/batch`, `PUT /upload/lfs/...`, `POST /upload/verify/{repo}` | uploads ([`uploads`], `hub/upload.rs`; a token with a write scope) |
+//! | `GET .../xet-write-token/{rev}`, `POST /v1/xorbs/...`, `POST /v1/shards`, `GET /v1/chunks/...` | Xet uploads and the global dedup query (a Xet write token) |
 //! | `/api/modelcas/v1/...` | the store API nodes read the store through ([`nodes`], node tokens only) |
 //! | `GET /`, `/ui/...` | HTML pages for people ([`ui`]; off with `--no-ui`) |
 //!
