@@ -572,6 +572,7 @@ class ServeUpload(Case):
     revision or at the second, never a revision with missing data; the rerun uploads
     again. The server's exit status is the command's."""
     name = "serve-upload"
+    xet = False
 
     def prepare(self, s, phase=0):
         s.run("import", self.up.bundle_r1, check=True)
@@ -582,9 +583,14 @@ class ServeUpload(Case):
         with open(tokens, "w") as f:
             f.write(f"{UPLOAD_TOKEN}  write=*\n")
         srv = Serve(s, "--token-file", tokens, "--upload-dir", f"{s.dir}/spool", extra=extra)
-        env = dict(os.environ, HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-                   HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=f"{s.dir}/hf-home")
+        env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1",
+                   HF_HOME=f"{s.dir}/hf-home", HF_XET_CLIENT_RETRY_BASE_DELAY="100ms",
+                   HF_XET_CLIENT_RETRY_MAX_ATTEMPTS="1")
         env.pop("HF_TOKEN", None)
+        if self.xet:
+            env.pop("HF_HUB_DISABLE_XET", None)
+        else:
+            env["HF_HUB_DISABLE_XET"] = "1"
         folder = f"{A.series}/plain/{REVS[1]['name']}"
         client = subprocess.run([sys.executable, "-c", UPLOAD_CLIENT, srv.url, UPLOAD_TOKEN,
                                  folder, REPO], env=env, stdout=subprocess.DEVNULL,
@@ -596,6 +602,13 @@ class ServeUpload(Case):
 
     def check(self, s, what):
         s.same_bytes(f"{REPO}@main", files_of(REVS[1]), what)
+
+
+class ServeUploadXet(ServeUpload):
+    """`serve-upload` with hf_xet (xorbs, a shard, the global dedup query, then the
+    commit): killed at every crash step of the same commit."""
+    name = "serve-upload-xet"
+    xet = True
 
 
 def overwrite_in_place(path, sync=True):
@@ -715,7 +728,8 @@ def kill_round(case, backend, label, k, counts, rerun, fs=None):
     return True
 
 
-CASES = [Ingest, Import, Gc, Pull, Sync, ServeUpstream, Skip, PullPartial, ServeUpload]
+CASES = [Ingest, Import, Gc, Pull, Sync, ServeUpstream, Skip, PullPartial, ServeUpload,
+         ServeUploadXet]
 
 
 def kills(backend, label, up, cases=None):
@@ -1144,6 +1158,107 @@ def run_record_round(root, s, how):
         fail(f"run-record-{how}: the next gc left the record unreadable ({st})")
         return False, int(unreadable)
     return True, int(unreadable)
+
+
+# ---- issue 41: the uploads' shortcuts ----
+
+def http(method, url, token=None, body=None):
+    """(status, body bytes) of one request; an HTTP error is returned, not raised."""
+    req = urllib.request.Request(url, data=body, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def upload_round(kind, up, i):
+    """One damaged shortcut of the uploads: `spool-flip` (a spooled object changed after
+    its PUT was checked: its commit must be refused and the object dropped, main unmoved,
+    then the next try whole), `record-flip` and `record-other` (a Xet chunk list record
+    damaged, or another file's put in its place, while serve is down: the next serve drops
+    or distrusts it, and an upload through it stores the right bytes)."""
+    s = Store("local")
+    s.run("import", up.bundle_r1, check=True)
+    s.run("ref", REPO, "main", REVS[0]["commit"], check=True)
+    tokens, spool = f"{s.dir}/tokens", f"{s.dir}/spool"
+    with open(tokens, "w") as f:
+        f.write(f"{UPLOAD_TOKEN}  write=*\n")
+    args = ("--token-file", tokens, "--upload-dir", spool)
+    what = f"upload {kind} #{i}"
+    srv = Serve(s, *args)
+    try:
+        data = os.urandom(300_000)
+        oid = hashlib.sha256(data).hexdigest()
+        if kind == "spool-flip":
+            batch = json.dumps({"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]}).encode()
+            st, b = http("POST", f"{srv.url}/{REPO}.git/info/lfs/objects/batch", UPLOAD_TOKEN, batch)
+            href = json.loads(b)["objects"][0]["actions"]["upload"]["href"]
+            if http("PUT", href, None, data)[0] != 200:
+                fail(f"{what}: the upload was refused")
+            obj = [os.path.join(d, n) for d, _, ns in os.walk(f"{spool}/objects") for n in ns if n == oid]
+            with open(obj[0], "r+b") as f:
+                f.seek(rng.randrange(len(data)))
+                c = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([c[0] ^ 0xFF]))
+            commit = (json.dumps({"key": "header", "value": {"summary": "s"}}) + "\n" +
+                      json.dumps({"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256",
+                                                            "oid": oid, "size": len(data)}}) + "\n").encode()
+            st, _ = http("POST", f"{srv.url}/api/models/{REPO}/commit/main", UPLOAD_TOKEN, commit)
+            if st == 200:
+                fail(f"{what}: a commit of a damaged spooled object was answered 200")
+            s.same_bytes(f"{REPO}@main", files_of(REVS[0]), f"{what}: main moved")
+            if http("PUT", href, None, data)[0] != 200:
+                fail(f"{what}: the upload again was refused")
+            st, b = http("POST", f"{srv.url}/api/models/{REPO}/commit/main", UPLOAD_TOKEN, commit)
+            if st != 200:
+                fail(f"{what}: the commit after a new upload failed: {st} {b[:200]}")
+        else:
+            srv.stop()
+            ServeUploadXet(up).act(s, {})  # hf_xet uploads r2: records of its files
+            records = f"{spool}/xet-files"
+            names = sorted(n for n in os.listdir(records) if not n.startswith("."))
+            victim = f"{records}/{rng.choice(names)}"
+            if kind == "record-flip":
+                corrupt_file(victim, "flip")
+            else:
+                shutil.copy(f"{records}/{rng.choice([n for n in names if n != os.path.basename(victim)] or names)}", victim)
+            srv = Serve(s, *args)
+            # A fresh client uploads r3 (the re-shard: the same tensors, other files): the
+            # dedup answers come from the records, damaged one included.
+            env = dict(os.environ, HF_HOME=f"{s.dir}/hf-home-2", HF_HUB_DISABLE_PROGRESS_BARS="1",
+                       HF_XET_CLIENT_RETRY_BASE_DELAY="100ms", HF_XET_CLIENT_RETRY_MAX_ATTEMPTS="1")
+            env.pop("HF_HUB_DISABLE_XET", None)
+            env.pop("HF_TOKEN", None)
+            subprocess.run([sys.executable, "-c", UPLOAD_CLIENT, srv.url, UPLOAD_TOKEN,
+                            f"{A.series}/plain/{REVS[2]['name']}", REPO], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=POWER_LOSS_TIMEOUT)
+        srv.stop()
+        s.consistent(what)
+        if kind != "spool-flip":
+            # Whatever the upload did, main is r2 or r3 and every byte of it right.
+            for r in REVS[1:3]:
+                if all(s.run("cat", f"{REPO}@main", p).stdout and
+                       hashlib.sha256(s.run("cat", f"{REPO}@main", p).stdout).hexdigest() == sha
+                       for p, sha in files_of(r)):
+                    break
+            else:
+                fail(f"{what}: main is neither r2 nor r3, byte for byte")
+    finally:
+        srv.stop()
+        shutil.rmtree(s.dir, ignore_errors=True)
+
+
+def upload_corruptions(up, n):
+    done = {}
+    for kind in ("spool-flip", "record-flip", "record-other"):
+        for i in range(n):
+            upload_round(kind, up, i)
+        done[kind] = n
+    return done
 
 
 def corruptions(n, up):
@@ -2118,7 +2233,8 @@ def main():
         elif A.only == "issue36":
             report = {"kills": {"local": kills("local", "local", up, [PullPartial])}}
         elif A.only == "upload":
-            report = {"kills": {"local": kills("local", "local", up, [ServeUpload])}}
+            report = {"kills": {"local": kills("local", "local", up, [ServeUpload, ServeUploadXet])},
+                      "upload_corruptions": upload_corruptions(up, A.corruptions or 4)}
         else:
             report = {"kills": {"local": kills("local", "local", up)}}
             if A.s3_env:
