@@ -32,6 +32,10 @@ const WITH_VERIFICATION: u32 = 1 << 31;
 const WITH_METADATA: u32 = 1 << 30;
 /// Most terms of one file (a 1 TiB file in 64 MiB xorbs has 16,384).
 const MAX_TERMS: usize = 1 << 20;
+/// A file's chunks average at least this many bytes (hf_xet cuts 8 KiB at least, all but a
+/// file's last chunk): the file's chunk list, 36 bytes a chunk in memory while it is made
+/// whole, stays under 1% of the bytes the spool reserved for it.
+const MIN_AVERAGE_CHUNK: u64 = 4096;
 /// Most bytes of one shard.
 pub const MAX_SHARD: u64 = 64 << 20;
 
@@ -173,6 +177,13 @@ fn file_block(
             start,
             end,
         });
+    }
+    let chunks: u64 = terms.iter().map(|t| (t.end - t.start) as u64).sum();
+    let size: u64 = terms.iter().map(|t| t.bytes).sum();
+    if chunks > 1 + size / MIN_AVERAGE_CHUNK || chunks > u64::from(super::stored::MAX_CHUNKS) {
+        return Err(bad(format!(
+            "{what}: {chunks} chunks in {size} bytes (at most one per {MIN_AVERAGE_CHUNK} bytes)"
+        )));
     }
     let mut checks = Vec::with_capacity(n.min(4096));
     for _ in 0..n {
@@ -484,6 +495,19 @@ mod tests {
                 "{says}"
             );
         }
+        // A file of more chunks than its bytes allow (a chunk averages 4 KiB or more; hf_xet
+        // cuts 8 KiB at least, all but the last) is refused before a chunk is read: a term
+        // of 8,192 one-byte chunks is 48 bytes of shard, and each chunk would be 36 bytes
+        // of the file's chunk list in memory.
+        let tiny: Vec<Vec<u8>> = (0..300u32).map(|i| vec![(i % 251) as u8]).collect();
+        let refs: Vec<&[u8]> = tiny.iter().map(|c| &c[..]).collect();
+        let (d2, s2, x2) = spool_with(&refs);
+        let body = shard(&x2, &refs, |_| {});
+        let e = receive(&s2, &repo(), &NoStored, &mut &body[..])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("300 chunks in 300 bytes"), "{e}");
+        assert!(!d2.path().join("objects/team").exists());
         // A xorb damaged in the spool after it was checked is found out by its chunks.
         let p = s.xorb(&x).unwrap();
         let mut bytes = std::fs::read(&p).unwrap();

@@ -30,7 +30,7 @@ const KEY_MODULUS: u64 = 1024;
 const MAGIC: &[u8; 8] = b"MCASXETF";
 const VERSION: u32 = 1;
 /// Most chunks in one record (a 1 TiB file).
-const MAX_CHUNKS: u32 = 1 << 24;
+pub(crate) const MAX_CHUNKS: u32 = 1 << 24;
 
 /// A stored file's Xet chunks, and a revision that holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -59,6 +59,11 @@ pub(crate) fn next_record(r: &mut dyn Read, i: usize) -> Result<Option<Record>, 
             "record {i}: a chunk of {ulen} bytes ({clen} stored) is over the limits"
         )));
     }
+    if ulen == 0 {
+        return Err(bad(format!(
+            "record {i}: an empty chunk (no chunker makes one)"
+        )));
+    }
     let mut payload = vec![0u8; clen];
     if read_full(r, &mut payload)? != clen {
         return Err(bad(format!("record {i}: the xorb ends inside a payload")));
@@ -232,6 +237,9 @@ pub(crate) mod tests {
             let data: Vec<u8> = (0..len).map(|i| (i * 31 % 253) as u8).collect();
             assert_eq!(ungroup(&group(&data)), data, "{len}");
             for scheme in [0, 1, 2] {
+                if len == 0 {
+                    continue; // refused: lying_xorbs_are_refused
+                }
                 let rec = record(&data, scheme);
                 assert_eq!(
                     next_record(&mut &rec[..], 0).unwrap().unwrap().data,
@@ -273,6 +281,13 @@ pub(crate) mod tests {
         let mut big = record(&b, 0);
         big[5..8].copy_from_slice(&[0, 0, 4]); // 256 KiB declared
         assert!(check(&big).contains("limits"));
+        // No chunker makes an empty chunk; 8,192 of them in a 64-byte xorb would let a
+        // shard name millions of chunks for nothing.
+        let empty = [record(&b, 0), record(b"", 0)].concat();
+        let e = check_into(&xorb_hash(&[&b, b""]), &mut &empty[..], &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("record 1: an empty chunk"), "{e}");
         let mut lz = record(&a, 1);
         let n = lz.len();
         lz[n / 2] ^= 0xff;
