@@ -639,26 +639,10 @@ fn stored_copy(
 }
 
 /// Stored files by sha256: the manifest and the file's position in it.
-type StoredFiles = HashMap<Sha256, (Arc<Manifest>, usize)>;
+type StoredFiles = repo::FilesBySha256;
 
-/// Every file of `repo`'s stored commits, by sha256.
+/// Every file of `repo`'s stored commits, by sha256 (a revision removed meanwhile: its
+/// files are simply downloaded).
 fn stored_by_sha256(store: &Store, repo: &RepoId) -> Result<StoredFiles, PullError> {
-    let mut out = HashMap::new();
-    let commits = match store.commits(repo) {
-        Ok(c) => c,
-        Err(StoreError::UnknownRepo(_)) => return Ok(out),
-        Err(e) => return Err(e.into()),
-    };
-    for c in commits {
-        let m = match store.manifest(repo, &c) {
-            Ok(m) => Arc::new(m),
-            // Removed meanwhile: its files are simply downloaded.
-            Err(StoreError::UnknownRevision { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for (i, f) in m.files.iter().enumerate() {
-            out.entry(f.sha256).or_insert_with(|| (m.clone(), i));
-        }
-    }
-    Ok(out)
+    Ok(store.files_by_sha256(repo, false)?)
 }

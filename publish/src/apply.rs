@@ -2,14 +2,14 @@
 //! file with where its bytes come from. Nothing is written here but inline files into
 //! the spool; every refusal happens before any byte is published.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use format::manifest::check_path;
-use format::{CommitId, RepoId, Sha256};
+use format::{RepoId, Sha256};
 use repo::manifest::Manifest;
-use repo::{Store, StoreError};
+use repo::{FilesBySha256, Store, StoreError};
 
 use crate::error::PublishError;
 use crate::request::{CommitRequest, Content, Operation};
@@ -116,7 +116,7 @@ pub(crate) fn apply(
             files.insert(f.path.clone(), (src, f.executable));
         }
     }
-    let mut stored: Option<HashMap<Sha256, (Arc<Manifest>, usize)>> = None;
+    let mut stored: Option<FilesBySha256> = None;
     for op in &req.operations {
         match op {
             Operation::Add { path, content } => {
@@ -210,7 +210,7 @@ pub(crate) fn checked(path: &str) -> Result<(), PublishError> {
 fn object(
     spool: &Spool,
     repo: &RepoId,
-    stored: &HashMap<Sha256, (Arc<Manifest>, usize)>,
+    stored: &FilesBySha256,
     path: &str,
     sha256: &Sha256,
     size: u64,
@@ -230,29 +230,10 @@ fn object(
     }
 }
 
-/// Every file of every revision of `repo` by sha256 (the first found of each).
-pub(crate) fn stored_files(
-    store: &Store,
-    repo: &RepoId,
-) -> Result<HashMap<Sha256, (Arc<Manifest>, usize)>, PublishError> {
-    let mut out = HashMap::new();
-    let commits: Vec<CommitId> = match store.commits(repo) {
-        Ok(c) => c,
-        Err(StoreError::UnknownRepo(_)) => return Ok(out),
-        Err(e) => return Err(e.into()),
-    };
-    for c in commits {
-        let m = match store.manifest_resolved(repo, &c) {
-            Ok(m) => Arc::new(m),
-            // Removed meanwhile: its files are simply not there.
-            Err(StoreError::UnknownRevision { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for (i, f) in m.files.iter().enumerate() {
-            out.entry(f.sha256).or_insert_with(|| (m.clone(), i));
-        }
-    }
-    Ok(out)
+/// Every file of every revision of `repo` by sha256, located through gc's forwarding
+/// records (the files a commit takes unread are read by their chunk lists).
+pub(crate) fn stored_files(store: &Store, repo: &RepoId) -> Result<FilesBySha256, PublishError> {
+    Ok(store.files_by_sha256(repo, true)?)
 }
 
 /// Refuses a file list where a path is both a file and a folder (`a` and `a/b`).

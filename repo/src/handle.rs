@@ -20,8 +20,11 @@ use crate::pack::{PackId, DEFAULT_PACK_TARGET};
 use format::codec::{self, Kind};
 use format::layout;
 use format::names::{CommitId, RepoId};
-use format::ChunkId;
+use format::{ChunkId, Sha256};
 use objects::ObjectStore;
+
+/// A repository's files by SHA-256: a manifest holding each and its position there.
+pub type FilesBySha256 = HashMap<Sha256, (Arc<Manifest>, usize)>;
 
 mod mirror;
 mod refs;
@@ -372,6 +375,31 @@ impl Store {
     /// For readers that found a pack gone, and for whole-revision readers (fsck, export).
     pub fn manifest_resolved(&self, repo: &RepoId, commit: &CommitId) -> Result<Manifest> {
         self.resolved(self.manifest(repo, commit)?)
+    }
+
+    /// Every file of `repo`'s revisions by its SHA-256: a manifest holding it (locations
+    /// resolved when `resolved`, see [`Store::manifest_resolved`]) and the file's position
+    /// there. A revision removed meanwhile is passed over; a repository the store lacks has
+    /// no files.
+    pub fn files_by_sha256(&self, repo: &RepoId, resolved: bool) -> Result<FilesBySha256> {
+        let mut out = HashMap::new();
+        let commits = match self.commits(repo) {
+            Ok(c) => c,
+            Err(StoreError::UnknownRepo(_)) => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for c in commits {
+            let m = match self.manifest(repo, &c) {
+                Ok(m) if resolved => Arc::new(self.resolved(m)?),
+                Ok(m) => Arc::new(m),
+                Err(StoreError::UnknownRevision { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            for (i, f) in m.files.iter().enumerate() {
+                out.entry(f.sha256).or_insert_with(|| (m.clone(), i));
+            }
+        }
+        Ok(out)
     }
 
     /// `m` with its chunk locations resolved through the forwarding records reachable

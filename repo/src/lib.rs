@@ -40,5 +40,5 @@ pub mod pack;
 pub mod usage;
 
 pub use error::{Result, StoreError};
-pub use handle::{CreateOptions, Store};
+pub use handle::{CreateOptions, FilesBySha256, Store};
 pub use metered::MeteredStore;

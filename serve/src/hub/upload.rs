@@ -492,15 +492,9 @@ impl Hub {
     /// `POST .../branch/{branch}` `{startingPoint?}` creates a branch (at the revision
     /// named, else the default one; 409 when it exists); `DELETE` deletes it.
     fn branch(&self, req: &Head<'_>, org: &str, name: &str, branch: &str, body: &[u8]) -> Reply {
-        let repo = match self.writable(req, org, name) {
-            Ok((_, r)) => r,
-            Err(r) => return *r,
-        };
-        if *req.method == Method::DELETE {
-            return self.delete_ref(&repo, branch);
-        }
-        let v = match json_body(body) {
-            Ok(v) => v,
+        let (repo, v) = match self.ref_request(req, org, name, body) {
+            Ok((repo, Some(v))) => (repo, v),
+            Ok((repo, None)) => return self.delete_ref(&repo, branch),
             Err(r) => return *r,
         };
         let from = v
@@ -513,21 +507,31 @@ impl Hub {
     /// `POST .../tag/{rev}` `{tag}` tags a revision (409 when the tag exists); `DELETE
     /// .../tag/{tag}` deletes it. Tags are refs of the store like branches.
     fn tag(&self, req: &Head<'_>, org: &str, name: &str, rev: &str, body: &[u8]) -> Reply {
-        let repo = match self.writable(req, org, name) {
-            Ok((_, r)) => r,
-            Err(r) => return *r,
-        };
-        if *req.method == Method::DELETE {
-            return self.delete_ref(&repo, rev);
-        }
-        let v = match json_body(body) {
-            Ok(v) => v,
+        let (repo, v) = match self.ref_request(req, org, name, body) {
+            Ok((repo, Some(v))) => (repo, v),
+            Ok((repo, None)) => return self.delete_ref(&repo, rev),
             Err(r) => return *r,
         };
         let Some(tag) = v.get("tag").and_then(Value::as_str) else {
             return bad("a tag needs `tag`, its name");
         };
         self.create_ref(&repo, tag, rev)
+    }
+
+    /// The repository a branch or tag request may write, and its JSON body (`None` for a
+    /// `DELETE`).
+    fn ref_request(
+        &self,
+        req: &Head<'_>,
+        org: &str,
+        name: &str,
+        body: &[u8],
+    ) -> Result<(RepoId, Option<Value>), Box<Reply>> {
+        let (_, repo) = self.writable(req, org, name)?;
+        if *req.method == Method::DELETE {
+            return Ok((repo, None));
+        }
+        Ok((repo, Some(json_body(body)?)))
     }
 
     fn create_ref(&self, repo: &RepoId, name: &str, from: &str) -> Reply {
