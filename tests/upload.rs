@@ -18,13 +18,19 @@ const READER: &str = "reader-0123456789";
 
 /// A hub on an empty store taking uploads to `team/*` from [`WRITER`].
 fn hub(env: &Env, vars: &[(&str, &str)]) -> Served {
+    hub_at(env, "spool", vars)
+}
+
+/// [`hub`] with its spool at `spool` in `env` (another hub over the same store: another
+/// spool, and an index of its own in `vars`).
+fn hub_at(env: &Env, spool: &str, vars: &[(&str, &str)]) -> Served {
     let tokens = env.path("tokens");
     std::fs::write(
         &tokens,
         format!("{WRITER}  write=team/*  # CI\n{READER}  # readers\n"),
     )
     .unwrap();
-    let spool = env.path("spool");
+    let spool = env.path(spool);
     Served::start_with(
         env,
         &[
@@ -827,5 +833,100 @@ fn two_commits_to_one_branch_at_once_one_wins_the_other_is_told() {
     assert_eq!(
         download(&a, &format!("/{repo}/resolve/main/f.txt")),
         b"first"
+    );
+}
+
+/// Two hubs over one store (two machines): commits to one branch are applied one at a time
+/// across them, as in one hub; a hub killed while it holds a branch blocks nobody after.
+#[test]
+fn two_hubs_over_one_store_commit_to_a_branch_one_at_a_time() {
+    let env = Env::empty();
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let point = "publish-commit-start";
+    let index_b = env.path("index-b");
+    let mut a = hub_at(
+        &env,
+        "spool-a",
+        &[
+            ("MODELCAS_PAUSE_AT", point),
+            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
+        ],
+    );
+    let b = hub_at(
+        &env,
+        "spool-b",
+        &[("MODELCAS_INDEX", index_b.to_str().unwrap())],
+    );
+    let repo = "team/shared";
+    let reached = || {
+        wait_until(
+            "the commit through A to pause",
+            std::time::Duration::from_secs(60),
+            || {
+                pause
+                    .join(format!("{point}.reached"))
+                    .exists()
+                    .then_some(())
+            },
+        )
+    };
+    let (status, resp) = commit(&b.addr, repo, &[inline("base.txt", b"base")]);
+    assert_eq!(status, 200, "{resp}");
+    let first = std::thread::spawn({
+        let a = a.addr.clone();
+        move || commit(&a, repo, &[inline("a.txt", b"from A")])
+    });
+    reached();
+    let (status, resp) = commit(&b.addr, repo, &[inline("b.txt", b"from B")]);
+    assert_eq!(
+        status, 409,
+        "B must not move the branch A is committing to: {resp}"
+    );
+    go_on(&pause, point);
+    let (status, resp) = first.join().unwrap();
+    assert_eq!(status, 200, "{resp}");
+    let oid_a = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
+    assert_eq!(head(&b.addr, repo).as_deref(), Some(oid_a.as_str()));
+    // B again, now built on A's commit: every file of both is on the branch.
+    let (status, resp) = commit(&b.addr, repo, &[inline("b.txt", b"from B")]);
+    assert_eq!(status, 200, "{resp}");
+    for (path, bytes) in [
+        ("base.txt", &b"base"[..]),
+        ("a.txt", b"from A"),
+        ("b.txt", b"from B"),
+    ] {
+        assert_eq!(
+            download(&b.addr, &format!("/{repo}/resolve/main/{path}")),
+            bytes,
+            "{path}"
+        );
+    }
+    // A killed while it holds the branch: B commits at once (the lock's holder is gone).
+    for f in std::fs::read_dir(&pause).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    let stuck = std::thread::spawn({
+        let a = a.addr.clone();
+        move || commit(&a, repo, &[inline("never.txt", b"never")])
+    });
+    reached();
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let _ = stuck.join();
+    let (status, resp) = commit(&b.addr, repo, &[inline("c.txt", b"after A died")]);
+    assert_eq!(status, 200, "{resp}");
+    let r = request(
+        &b.addr,
+        "GET",
+        &format!("/{repo}/resolve/main/never.txt"),
+        Some(READER),
+        b"",
+        None,
+    );
+    assert!(
+        r.0 == 404,
+        "the killed commit is not on the branch: {}",
+        r.1
     );
 }

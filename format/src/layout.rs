@@ -193,6 +193,23 @@ pub fn lock_key(kind: &str, id: u64) -> String {
     format!("{LOCKS_PREFIX}{kind}-{id:016x}")
 }
 
+/// The lock kind of commits to one branch (`commit.<16 hex>`): the first 8 bytes of the
+/// BLAKE3 of the repository id in ASCII lower case, a line feed and the branch name, in hex.
+/// A hub taking uploads holds it, exclusive, from reading the branch's head until the branch
+/// has moved (docs/format/protocols.md, "Commit lock").
+pub fn commit_lock_kind(repo: &RepoId, branch: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(repo.to_string().to_ascii_lowercase().as_bytes());
+    h.update(b"\n");
+    h.update(branch.as_bytes());
+    let digest = h.finalize();
+    let mut hex = String::with_capacity(16);
+    for b in &digest.as_bytes()[..8] {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    format!("commit.{hex}")
+}
+
 /// Key of a ref (the name must have passed [`crate::names::check_ref_name`]).
 pub fn ref_key(repo: &RepoId, name: &str) -> String {
     format!("{}{}", refs_prefix(repo), name.replace('/', "%2F"))

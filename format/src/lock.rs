@@ -9,7 +9,7 @@ use crate::codec::{self, CodecError, Kind};
 /// The persisted lock or lease (`MCASLOCK`).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct LockObject {
-    /// `gc`, `ingest` or `write`.
+    /// `gc`, `ingest`, `write`, or `commit.<16 hex>` (a branch's commit lock).
     pub kind: String,
     /// Host name and pid namespace of the holder (`node-1 pid:[4026531836]`).
     pub host: String,

@@ -36,7 +36,8 @@ use std::path::Path;
 use format::{CommitId, RepoId, Sha256};
 use index::Index;
 use parking_lot::Mutex;
-use repo::Store;
+use repo::lock::Held;
+use repo::{Store, StoreError};
 
 pub use apply::Applied;
 pub use error::PublishError;
@@ -215,12 +216,30 @@ impl Publisher {
         out
     }
 
+    /// Takes the branch's commit lock in the store (other hubs over the store commit to
+    /// it one at a time, as this process's commits do), then applies the commit.
     fn commit_locked(&self, index: &Index, req: &CommitRequest) -> Result<Committed, PublishError> {
+        let lock = match Held::commit_lock(self.store.backend().clone(), &req.repo, &req.branch) {
+            Ok(l) => l,
+            Err(StoreError::LockHeld { holder, .. }) => {
+                return Err(PublishError::Conflict(format!(
+                    "another hub ({holder}) is applying a commit to {} branch {}; try again when it is done",
+                    req.repo, req.branch
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
         repo::failpoint::pause("publish-commit-start");
         let applied = apply::apply(&self.store, &self.spool, req)?;
         let report =
-            match opener::publish(&self.store, index, req, &applied, self.hold_failing_refs) {
+            match opener::publish(&self.store, index, req, &applied, self.hold_failing_refs, &lock) {
                 Ok(r) => r,
+                Err(PublishError::Store(StoreError::LockLost { reason, .. })) => {
+                    return Err(PublishError::Conflict(format!(
+                        "the commit lock of {} branch {} was lost ({reason}); the branch was not moved; try again",
+                        req.repo, req.branch
+                    )))
+                }
                 Err(e) => {
                     self.drop_damaged(&req.repo, &applied);
                     return Err(e);

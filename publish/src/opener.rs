@@ -11,6 +11,7 @@ use index::Index;
 use read::chunk_map::ChunkMap;
 use read::file_reader::FileReader;
 use read::progress::NoProgress;
+use repo::lock::Held;
 use repo::{Store, StoreError};
 use store::ingest::{ingest_from, IngestOptions, IngestReport, Opened, Opener};
 use store::source::{Snapshot, SourceFile};
@@ -32,6 +33,8 @@ enum Plan<'a> {
 struct CommitOpener<'a> {
     store: &'a Store,
     plans: HashMap<PathBuf, Plan<'a>>,
+    /// The branch's commit lock, confirmed just before the branch moves.
+    lock: &'a Held,
 }
 
 impl Opener for CommitOpener<'_> {
@@ -40,6 +43,10 @@ impl Opener for CommitOpener<'_> {
             Opened::Stream(r) | Opened::Stored { fallback: r, .. } => Ok(r),
             Opened::File(f) => Ok(Box::new(f)),
         }
+    }
+
+    fn before_refs(&self) -> repo::Result<()> {
+        self.lock.check()
     }
 
     fn open_source(&self, source: &Path) -> repo::Result<Opened<'_>> {
@@ -74,6 +81,7 @@ pub(crate) fn publish(
     req: &CommitRequest,
     applied: &Applied,
     hold_failing_refs: bool,
+    lock: &Held,
 ) -> Result<IngestReport, PublishError> {
     let mut plans = HashMap::new();
     let mut files = Vec::with_capacity(applied.files.len());
@@ -124,7 +132,7 @@ pub(crate) fn publish(
         checked_by: "upload",
         ..Default::default()
     };
-    let opener = CommitOpener { store, plans };
+    let opener = CommitOpener { store, plans, lock };
     Ok(ingest_from(
         store,
         index,

@@ -13,7 +13,11 @@
 //!   expired manifests, waits until the write leases live then are released before it
 //!   lists refs and pins again (see `gc`).
 //!
-//! Both are refreshed (re-PUT) by a background thread every quarter of their time to live.
+//! * A **commit lock** (`locks/commit.<16 hex>-<id>`) makes commits to one branch of one
+//!   repository exclusive across hubs, as the gc lock makes gc runs (see
+//!   [`Held::commit_lock`]).
+//!
+//! All are refreshed (re-PUT) by a background thread every quarter of their time to live.
 //! **Age is the store's**: an object's age is the object store's current time
 //! ([`ObjectStore::now`], read *before* listing) minus the object's modification time, both
 //! by the store's clock, so no host's clock is compared with another's. An object is
@@ -299,9 +303,31 @@ impl Held {
     /// Takes the exclusive gc lock, or fails with [`StoreError::LockHeld`] naming the
     /// holder. Stale gc locks left by dead runs are ignored (and removed).
     pub fn gc_lock(store: Arc<dyn ObjectStore>, ttl: Duration) -> Result<Held> {
-        let held = Held::write_new(store.clone(), "gc", ttl)?;
+        Held::exclusive(store, "gc", ttl)
+    }
+
+    /// Takes the commit lock of `branch` of `repo` ([`layout::commit_lock_kind`]), held by a
+    /// hub from reading the branch's head until the branch has moved; fails with
+    /// [`StoreError::LockHeld`] while another live process holds it.
+    pub fn commit_lock(
+        store: Arc<dyn ObjectStore>,
+        repo: &format::names::RepoId,
+        branch: &str,
+    ) -> Result<Held> {
+        Held::exclusive(
+            store,
+            &layout::commit_lock_kind(repo, branch),
+            WRITE_LEASE_TTL,
+        )
+    }
+
+    /// Takes a lock of `kind` no other live process holds: writes its own object, then
+    /// lists the kind's objects; a live other one makes it remove its own and fail (both
+    /// may back off), stale ones are removed.
+    fn exclusive(store: Arc<dyn ObjectStore>, kind: &str, ttl: Duration) -> Result<Held> {
+        let held = Held::write_new(store.clone(), kind, ttl)?;
         let others =
-            store_now_ms(store.as_ref()).and_then(|now| Ok((now, list(store.as_ref(), "gc")?)));
+            store_now_ms(store.as_ref()).and_then(|now| Ok((now, list(store.as_ref(), kind)?)));
         let (now, others) = match others {
             Ok(v) => v,
             Err(e) => {
@@ -463,6 +489,32 @@ mod tests {
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
+    }
+
+    #[test]
+    fn a_branch_is_committed_to_by_one_holder_at_a_time() {
+        let (mem, store) = frozen();
+        let repo = |s: &str| format::names::RepoId::parse(s).unwrap();
+        let a = Held::commit_lock(store.clone(), &repo("Team/M"), "main").unwrap();
+        // The same branch of the same repository, spelled in another case: held.
+        let err = Held::commit_lock(store.clone(), &repo("team/m"), "main")
+            .err()
+            .unwrap();
+        assert!(matches!(err, StoreError::LockHeld { .. }), "{err}");
+        // Another branch, or another repository: free.
+        let _other = Held::commit_lock(store.clone(), &repo("team/m"), "dev").unwrap();
+        let _another = Held::commit_lock(store.clone(), &repo("team/n"), "main").unwrap();
+        // Its holder gone silent past the time to live (another host): taken over.
+        mem.advance(WRITE_LEASE_TTL + secs(1));
+        let b = Held::commit_lock(store.clone(), &repo("team/m"), "main").unwrap();
+        assert!(
+            a.check().is_err(),
+            "the silent holder learns it lost the lock"
+        );
+        drop(a);
+        drop(b);
+        let kind = layout::commit_lock_kind(&repo("team/m"), "main");
+        assert!(list(store.as_ref(), &kind).unwrap().is_empty());
     }
 
     #[test]

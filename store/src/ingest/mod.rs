@@ -156,6 +156,7 @@ pub fn ingest_from(
             (refs, m)
         })
         .collect();
+    opener.before_refs()?;
     set_refs(store, &lease, &with_refs)?;
     for (((s, m, new), check), held) in manifests.into_iter().zip(checks).zip(held) {
         report.snapshots.push(SnapshotOutcome {

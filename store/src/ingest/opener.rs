@@ -23,6 +23,13 @@ pub trait Opener: Sync {
     fn open_source(&self, source: &Path) -> Result<Opened<'_>> {
         Ok(Opened::Stream(self.open(source)?))
     }
+
+    /// Called once every manifest is written, just before the refs are set: an error fails
+    /// the ingest with every ref as it was. A caller that holds a lock of its own over the
+    /// refs (a hub's commit lock) confirms it here. The default: nothing to confirm.
+    fn before_refs(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A source opened for ingest ([`Opener::open_source`]).
