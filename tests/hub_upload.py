@@ -123,6 +123,19 @@ refused(lambda: api.create_branch(repo, branch="dev"), 409)
 dev = api.upload_file(path_or_fileobj=b"dev only\n", path_in_repo="dev.txt", repo_id=repo, revision="dev")
 assert api.model_info(repo, revision="dev").sha == dev.oid
 assert api.model_info(repo).sha == third.oid, "main did not move"
+# A tag is listed as a tag, takes no commit, and each route deletes only its own kind.
+refs = api.list_repo_refs(repo)
+assert [(t.name, t.target_commit) for t in refs.tags] == [("v1.0", second.oid)], refs
+assert {b.name for b in refs.branches} == {"main", "dev"}, refs
+facts["commit_to_tag"] = refused(lambda: api.upload_file(
+    path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=repo, revision="v1.0"), 400)
+assert api.model_info(repo, revision="v1.0").sha == second.oid, "the tag did not move"
+refused(lambda: api.delete_branch(repo, branch="v1.0"), 404)
+refused(lambda: api.delete_tag(repo, tag="dev"), 404)
+api.delete_tag(repo, tag="v1.0")
+assert api.list_repo_refs(repo).tags == [] and api.model_info(repo, revision="dev").sha == dev.oid
+api.create_tag(repo, tag="v1.0", revision=second.oid)
+assert [t.name for t in api.list_repo_refs(repo).tags] == ["v1.0"]
 
 # What a client is refused.
 facts["read_token"] = refused(lambda: reader.upload_file(

@@ -153,10 +153,14 @@ fn upload_path(addr: &str, repo: &str, bytes: &[u8]) -> String {
 }
 
 fn commit(addr: &str, repo: &str, lines: &[Value]) -> (u16, String) {
+    commit_to(addr, repo, "main", lines)
+}
+
+fn commit_to(addr: &str, repo: &str, branch: &str, lines: &[Value]) -> (u16, String) {
     request(
         addr,
         "POST",
-        &format!("/api/models/{repo}/commit/main"),
+        &format!("/api/models/{repo}/commit/{branch}"),
         Some(WRITER),
         &ndjson(&[vec![header()], lines.to_vec()].concat()),
         None,
@@ -729,7 +733,7 @@ fn refs_the_hub_keeps_and_repositories_it_cannot_make() {
     let srv = hub(&env, &[]);
     let a = srv.addr.as_str();
     assert_eq!(commit(a, "team/refs", &[inline("f", b"1")]).0, 200);
-    for route in ["tag", "branch"] {
+    for (route, want) in [("tag", 404), ("branch", 403)] {
         let (status, resp) = request(
             a,
             "DELETE",
@@ -738,7 +742,7 @@ fn refs_the_hub_keeps_and_repositories_it_cannot_make() {
             b"",
             None,
         );
-        assert_eq!(status, 403, "{resp}");
+        assert_eq!(status, want, "{route}: {resp}");
     }
     assert!(head(a, "team/refs").is_some());
     for name in ["refs%2Fpr%2F1", "HEAD"] {
@@ -929,4 +933,66 @@ fn two_hubs_over_one_store_commit_to_a_branch_one_at_a_time() {
         "the killed commit is not on the branch: {}",
         r.1
     );
+}
+
+/// A tag is a ref with a tag record naming its commit: a record left behind by a ref that
+/// another command removed or moved makes no branch a tag, and a damaged record keeps the
+/// tag a tag (no commit moves it).
+#[test]
+fn tag_records_that_lie_never_move_a_tag() {
+    let env = Env::empty();
+    let srv = hub(&env, &[]);
+    let a = srv.addr.as_str();
+    let repo = "team/tags";
+    let (_, resp) = commit(a, repo, &[inline("f", b"1")]);
+    let first = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
+    let tag = |name: &str| {
+        request(
+            a,
+            "POST",
+            &format!("/api/models/{repo}/tag/main"),
+            Some(WRITER),
+            json!({ "tag": name }).to_string().as_bytes(),
+            None,
+        )
+    };
+    let tags = || {
+        let (status, resp) = request(
+            a,
+            "GET",
+            &format!("/api/models/{repo}/refs"),
+            Some(READER),
+            b"",
+            None,
+        );
+        assert_eq!(status, 200, "{resp}");
+        let v = json_of(&resp);
+        v["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tag("v1").0, 200);
+    assert_eq!(tags(), ["v1"]);
+    // Removed by the operator's `ref` commands and set again elsewhere: a branch now.
+    let (_, resp) = commit(a, repo, &[inline("f", b"2")]);
+    let second = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
+    env.ok(&["ref", repo, "v1", &second]);
+    assert!(tags().is_empty(), "a moved ref is a branch");
+    let (status, resp) = commit_to(a, repo, "v1", &[inline("g", b"on v1")]);
+    assert_eq!(status, 200, "{resp}");
+    // A tag whose record is damaged stays a tag: no commit moves it.
+    assert_eq!(tag("v2").0, 200);
+    let record = std::path::Path::new(&env.location).join("repos/team/tags/tags/v2");
+    let mut bytes = std::fs::read(&record).unwrap();
+    let n = bytes.len();
+    bytes[n - 1] ^= 1;
+    std::fs::write(&record, bytes).unwrap();
+    assert_eq!(tags(), ["v2"]);
+    let (status, resp) = commit_to(a, repo, "v2", &[inline("h", b"moved?")]);
+    assert_eq!(status, 400, "{resp}");
+    assert!(resp.contains("is a tag"), "{resp}");
+    assert_ne!(first, second);
 }

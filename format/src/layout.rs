@@ -210,6 +210,16 @@ pub fn commit_lock_kind(repo: &RepoId, branch: &str) -> String {
     format!("commit.{hex}")
 }
 
+/// Prefix of a repository's tag records (docs/format/bytes.md, "Tag records").
+pub fn tags_prefix(repo: &RepoId) -> String {
+    format!("{}tags/", repo_prefix(repo))
+}
+
+/// Key of the tag record of ref `name` (escaped as under `refs/`).
+pub fn tag_key(repo: &RepoId, name: &str) -> String {
+    format!("{}{}", tags_prefix(repo), name.replace('/', "%2F"))
+}
+
 /// Key of a ref (the name must have passed [`crate::names::check_ref_name`]).
 pub fn ref_key(repo: &RepoId, name: &str) -> String {
     format!("{}{}", refs_prefix(repo), name.replace('/', "%2F"))

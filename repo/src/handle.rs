@@ -29,6 +29,7 @@ pub type FilesBySha256 = HashMap<Sha256, (Arc<Manifest>, usize)>;
 mod mirror;
 mod refs;
 mod release;
+mod tags;
 
 /// Shortest commit prefix accepted as a revision.
 pub const MIN_PREFIX: usize = 7;

@@ -873,9 +873,15 @@ impl Hub {
         {
             return missing(&repo.to_string());
         }
-        let (mut branches, mut prs) = (Vec::new(), Vec::new());
+        let tags = match self.store.tags(&repo, &refs) {
+            Ok(t) => t,
+            Err(e) => return internal(e),
+        };
+        let (mut branches, mut tagged, mut prs) = (Vec::new(), Vec::new(), Vec::new());
         for (n, c) in refs {
-            if n.starts_with("refs/pr/") {
+            if tags.contains(&n) {
+                tagged.push(json!({ "name": n, "ref": format!("refs/tags/{n}"), "targetCommit": c.to_hex() }));
+            } else if n.starts_with("refs/pr/") {
                 prs.push(json!({ "name": n, "ref": n, "targetCommit": c.to_hex() }));
             } else {
                 branches.push(json!({ "name": n, "ref": format!("refs/heads/{n}"), "targetCommit": c.to_hex() }));
@@ -883,7 +889,7 @@ impl Hub {
         }
         Reply::json(
             StatusCode::OK,
-            &json!({ "branches": branches, "tags": [], "converts": [], "pullRequests": prs }),
+            &json!({ "branches": branches, "tags": tagged, "converts": [], "pullRequests": prs }),
         )
     }
 }

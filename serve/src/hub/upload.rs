@@ -454,6 +454,15 @@ impl Hub {
         if let Err(msg) = branch_name(branch) {
             return bad(&msg);
         }
+        match self.is_tag(&repo, branch) {
+            Ok(false) => {}
+            Ok(true) => {
+                return bad(&format!(
+                    "{branch} is a tag of {repo}: tags do not move; commit to a branch"
+                ))
+            }
+            Err(r) => return *r,
+        }
         let (parent, operations) = match parse_commit(body) {
             Ok(x) => x,
             Err(msg) => return bad(&msg),
@@ -494,14 +503,14 @@ impl Hub {
     fn branch(&self, req: &Head<'_>, org: &str, name: &str, branch: &str, body: &[u8]) -> Reply {
         let (repo, v) = match self.ref_request(req, org, name, body) {
             Ok((repo, Some(v))) => (repo, v),
-            Ok((repo, None)) => return self.delete_ref(&repo, branch),
+            Ok((repo, None)) => return self.delete_ref(&repo, branch, RefKind::Branch),
             Err(r) => return *r,
         };
         let from = v
             .get("startingPoint")
             .and_then(Value::as_str)
             .unwrap_or("main");
-        self.create_ref(&repo, branch, from)
+        self.create_ref(&repo, branch, from, RefKind::Branch)
     }
 
     /// `POST .../tag/{rev}` `{tag}` tags a revision (409 when the tag exists); `DELETE
@@ -509,13 +518,26 @@ impl Hub {
     fn tag(&self, req: &Head<'_>, org: &str, name: &str, rev: &str, body: &[u8]) -> Reply {
         let (repo, v) = match self.ref_request(req, org, name, body) {
             Ok((repo, Some(v))) => (repo, v),
-            Ok((repo, None)) => return self.delete_ref(&repo, rev),
+            Ok((repo, None)) => return self.delete_ref(&repo, rev, RefKind::Tag),
             Err(r) => return *r,
         };
         let Some(tag) = v.get("tag").and_then(Value::as_str) else {
             return bad("a tag needs `tag`, its name");
         };
-        self.create_ref(&repo, tag, rev)
+        self.create_ref(&repo, tag, rev, RefKind::Tag)
+    }
+
+    /// Whether ref `name` of `repo` is a tag ([`repo::Store::tags`]).
+    fn is_tag(&self, repo: &RepoId, name: &str) -> Result<bool, Box<Reply>> {
+        let refs = self.store.refs(repo).map_err(internal)?;
+        if !refs.contains_key(name) {
+            return Ok(false);
+        }
+        Ok(self
+            .store
+            .tags(repo, &refs)
+            .map_err(internal)?
+            .contains(name))
     }
 
     /// The repository a branch or tag request may write, and its JSON body (`None` for a
@@ -534,7 +556,10 @@ impl Hub {
         Ok((repo, Some(json_body(body)?)))
     }
 
-    fn create_ref(&self, repo: &RepoId, name: &str, from: &str) -> Reply {
+    /// Creates branch or tag `name` at revision `from` (409 when a ref of that name
+    /// exists). A tag's record is written before its ref, a branch clears a record a tag
+    /// of its name left behind (docs/format/bytes.md, "Tag records").
+    fn create_ref(&self, repo: &RepoId, name: &str, from: &str, kind: RefKind) -> Reply {
         if let Err(msg) = branch_name(name) {
             return bad(&msg);
         }
@@ -554,6 +579,13 @@ impl Hub {
             Ok(_) => {}
             Err(e) => return internal(e),
         }
+        let record = match kind {
+            RefKind::Tag => self.store.set_tag_record(&at.repo, name, &at.commit),
+            RefKind::Branch => self.store.delete_tag_record(&at.repo, name),
+        };
+        if let Err(e) = record {
+            return internal(e);
+        }
         match self.store.set_ref(&at.repo, name, &at.commit) {
             Ok(()) => Reply::json(
                 StatusCode::OK,
@@ -563,10 +595,28 @@ impl Hub {
         }
     }
 
-    fn delete_ref(&self, repo: &RepoId, name: &str) -> Reply {
+    /// Deletes branch or tag `name`: 404 when it is not one of that kind (`delete_tag`
+    /// never deletes a branch, nor `delete_branch` a tag); a tag's record goes after it.
+    fn delete_ref(&self, repo: &RepoId, name: &str, kind: RefKind) -> Reply {
+        let tag = match self.is_tag(repo, name) {
+            Ok(t) => t,
+            Err(r) => return *r,
+        };
+        if tag != (kind == RefKind::Tag) {
+            let (is, not) = if tag {
+                ("a tag", "a branch")
+            } else {
+                ("not a tag", "a tag")
+            };
+            return Reply::error(
+                StatusCode::NOT_FOUND,
+                "RevisionNotFound",
+                &format!("{repo} has no {not} {name} ({name} is {is})"),
+                None,
+            );
+        }
         // As on the Hub, the default branch stays: deleting it would unref the
-        // repository's revisions for gc (and `delete_tag("main")` names it too: the store
-        // has one kind of ref).
+        // repository's revisions for gc.
         if name == "main" {
             return Reply::error(
                 StatusCode::FORBIDDEN,
@@ -576,6 +626,10 @@ impl Hub {
             );
         }
         match self.store.delete_ref(repo, name) {
+            Ok(_) if kind == RefKind::Tag => match self.store.delete_tag_record(repo, name) {
+                Ok(()) => Reply::json(StatusCode::OK, &json!({})),
+                Err(e) => internal(e),
+            },
             Ok(_) => Reply::json(StatusCode::OK, &json!({})),
             Err(repo::StoreError::UnknownRevision { .. } | repo::StoreError::UnknownRepo(_)) => {
                 Reply::error(
@@ -588,6 +642,13 @@ impl Hub {
             Err(e) => internal(e),
         }
     }
+}
+
+/// What a branch or tag route makes or deletes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RefKind {
+    Branch,
+    Tag,
 }
 
 /// Most bytes of one line of a commit body other than inline content.
