@@ -123,6 +123,9 @@ refused(lambda: api.create_branch(repo, branch="dev"), 409)
 dev = api.upload_file(path_or_fileobj=b"dev only\n", path_in_repo="dev.txt", repo_id=repo, revision="dev")
 assert api.model_info(repo, revision="dev").sha == dev.oid
 assert api.model_info(repo).sha == third.oid, "main did not move"
+# Every later push_to_hub or upload script starts with this on a repository with commits.
+again = api.create_repo(repo, exist_ok=True)
+assert str(again).rstrip("/").endswith(repo), again
 # A tag is listed as a tag, takes no commit, and each route deletes only its own kind.
 refs = api.list_repo_refs(repo)
 assert [(t.name, t.target_commit) for t in refs.tags] == [("v1.0", second.oid)], refs

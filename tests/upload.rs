@@ -996,3 +996,52 @@ fn tag_records_that_lie_never_move_a_tag() {
     assert!(resp.contains("is a tag"), "{resp}");
     assert_ne!(first, second);
 }
+
+/// Hostile review of issue 41 (helper-44, 7): sixteen bodies trickled a byte at a time held
+/// every upload place for as long as they trickled (each frame came within the stall
+/// timeout); a body slower than 16 KiB/s past the grace is cut off and frees its place.
+#[test]
+fn trickled_uploads_are_cut_off_and_free_their_places() {
+    let env = Env::empty();
+    let srv = hub(&env, &[("MODELCAS_TEST_UPLOAD_GRACE_SECS", "1")]);
+    let a = srv.addr.clone();
+    let data = vec![3u8; 1 << 20];
+    let path = upload_path(&a, "team/trickle", &data);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tricklers = Vec::new();
+    for _ in 0..16 {
+        let mut s = TcpStream::connect(&a).unwrap();
+        let head = format!(
+            "PUT {path} HTTP/1.1\r\nHost: {a}\r\nContent-Length: {}\r\n\r\n",
+            data.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let stop = stop.clone();
+        // The attacker's workload: a byte every 100 ms until cut off or told to stop.
+        tricklers.push(std::thread::spawn(move || {
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 4000 {
+                if s.write_all(&[7]).is_err() {
+                    return; // cut off
+                }
+                sent += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }));
+    }
+    let honest = vec![9u8; 4096];
+    let honest_path = upload_path(&a, "team/trickle", &honest);
+    let got = wait_until(
+        "an honest upload to get a place",
+        std::time::Duration::from_secs(60),
+        || {
+            let (status, _) = request(&a, "PUT", &honest_path, None, &honest, None);
+            (status == 200).then_some(status)
+        },
+    );
+    assert_eq!(got, 200);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tricklers {
+        t.join().unwrap();
+    }
+}

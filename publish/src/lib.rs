@@ -118,11 +118,36 @@ impl Publisher {
 
     /// The answer to Xet's global dedup query for `chunk`: the repository of a revision
     /// holding it and the shard to send (`None`: nothing known, 404).
+    ///
+    /// A record whose revision is gone (`rm`, gc) answers nothing: it is forgotten and its
+    /// repository indexed again (another of its revisions may hold the file), so that the
+    /// client sends the chunks instead of naming a stored xorb the store no longer has.
     pub fn dedup(&self, chunk: &format::XetHash) -> Option<(RepoId, Vec<u8>)> {
         let now = repo::manifest::now_secs();
-        self.xet
-            .as_ref()?
-            .dedup_shard(chunk, &self.dedup_key, now, now + 3600)
+        let xet = self.xet.as_ref()?;
+        let a = xet.dedup_shard(chunk, &self.dedup_key, now, now + 3600)?;
+        match self.store.has_commit(&a.repo, &a.commit) {
+            Ok(true) => Some((a.repo, a.shard)),
+            Ok(false) => {
+                tracing::info!(
+                    "the Xet chunk list of {} names {}@{}, which is gone: forgotten",
+                    a.sha,
+                    a.repo,
+                    a.commit
+                );
+                xet.forget(&a.sha);
+                self.prepare(&a.repo);
+                None
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "global dedup: cannot tell whether {}@{} is stored: {e}",
+                    a.repo,
+                    a.commit
+                );
+                None
+            }
+        }
     }
 
     /// The same publisher, leaving a branch unmoved when its new revision's release check
@@ -332,9 +357,45 @@ impl xet::shard::StoredXorbs for Publisher {
                 "shard: a term names chunks [{start}, {end}) of stored xorb {xorb}, which has {n}"
             )));
         }
-        xet::stored_read::read(&self.store, &sha, &rec, first + start, first + end, sink)?;
-        Ok(true)
+        let mut in_sink = false;
+        let read = xet::stored_read::read(
+            &self.store,
+            &sha,
+            &rec,
+            first + start,
+            first + end,
+            &mut |data: &[u8], h| {
+                let r = sink(data, h);
+                in_sink = r.is_err();
+                r
+            },
+        );
+        match read {
+            Ok(()) => Ok(true),
+            Err(e) if in_sink || transient(&e) => Err(e),
+            Err(e) => {
+                // Gone or damaged in the store: forgotten, so the dedup query stops naming
+                // it and the client's next try sends the chunks.
+                tracing::error!(
+                    "stored xorb {xorb} (content {sha} of {}@{}) does not read back: {e}; its Xet chunk list is forgotten",
+                    rec.repo,
+                    rec.commit
+                );
+                if let Some(x) = &self.xet {
+                    x.forget(&sha);
+                }
+                Err(PublishError::BadObject(format!(
+                    "shard: stored xorb {xorb} cannot be read back ({e}); this hub has forgotten it: upload again, sending its chunks"
+                )))
+            }
+        }
     }
+}
+
+/// Whether `e` may pass by itself (the object store unreachable), rather than say that
+/// the bytes are gone or damaged.
+fn transient(e: &PublishError) -> bool {
+    matches!(e, PublishError::Store(StoreError::Object(o)) if !o.is_not_found())
 }
 
 /// The default spool directory for a store: `<cache>/modelcas/uploads/<store id>`.

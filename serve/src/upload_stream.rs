@@ -8,7 +8,8 @@
 //! channel, never the whole object in memory) to a blocking thread that spools it
 //! ([`crate::uploads::Uploads`]), which keeps it only if it is what it was declared:
 //! an object of the signed length and sha256, a xorb whose chunks hash to its name, a
-//! shard whose every file checks. A body that stalls for the server's body timeout is cut off.
+//! shard whose every file checks. A body that stalls for the server's body timeout, or
+//! comes slower than 16 KiB/s on average after its first 30 s, is cut off.
 
 use std::io::{self, Read};
 use std::pin::Pin;
@@ -27,6 +28,18 @@ use crate::hub::{Hub, Reply};
 /// Objects received at once; another gets 503 at once.
 const UPLOADS_AT_ONCE: usize = 16;
 static UPLOADS: Semaphore = Semaphore::const_new(UPLOADS_AT_ONCE);
+
+/// The slowest an upload's body may come, on average, once [`rate_grace`] has passed: a
+/// body trickled to hold one of the [`UPLOADS_AT_ONCE`] places is cut off.
+const MIN_RATE: u64 = 16 << 10;
+
+/// How long a body may come slower than [`MIN_RATE`] (a slow start): 30 s, or in test builds
+/// `MODELCAS_TEST_UPLOAD_GRACE_SECS`.
+fn rate_grace() -> Duration {
+    repo::failpoint::test_var("MODELCAS_TEST_UPLOAD_GRACE_SECS")
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(Duration::from_secs(30), Duration::from_secs)
+}
 
 /// Body frames in flight between the connection and the spooling thread.
 const FRAMES_IN_FLIGHT: usize = 8;
@@ -266,10 +279,23 @@ fn spool(
     }
 }
 
-/// Sends the body's data frames to the spooling thread, then an error if the body failed
-/// or stalled; stops when that thread has stopped reading.
+/// Sends the body's data frames to the spooling thread, then an error if the body failed,
+/// stalled, or came slower than [`MIN_RATE`] past [`rate_grace`]; stops when that thread
+/// has stopped reading.
 async fn forward(mut incoming: Incoming, tx: mpsc::Sender<Result<Bytes, String>>, stall: Duration) {
+    let (started, grace) = (std::time::Instant::now(), rate_grace());
+    let mut got = 0u64;
     loop {
+        let late = started.elapsed().saturating_sub(grace);
+        if got < MIN_RATE.saturating_mul(late.as_secs()) {
+            let msg = format!(
+                "the body came at under {} KiB/s ({got} bytes in {:?})",
+                MIN_RATE >> 10,
+                started.elapsed()
+            );
+            let _ = tx.send(Err(msg)).await;
+            return;
+        }
         let next = std::future::poll_fn(|cx| Pin::new(&mut incoming).poll_frame(cx));
         let frame = match tokio::time::timeout(stall, next).await {
             Ok(None) => return,
@@ -285,6 +311,7 @@ async fn forward(mut incoming: Incoming, tx: mpsc::Sender<Result<Bytes, String>>
             }
         };
         if let Ok(data) = frame.into_data() {
+            got += data.len() as u64;
             crate::metrics::METRICS.upload_received(data.len() as u64);
             if tx.send(Ok(data)).await.is_err() {
                 return;

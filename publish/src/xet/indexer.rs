@@ -5,12 +5,13 @@
 //! the files of its refs' revisions that have no record yet through the read path (every
 //! chunk checked), cuts them as Xet does and records their chunk lists.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use format::{RepoId, XetHash};
+use format::{RepoId, Sha256, XetHash};
 use parking_lot::Mutex;
 use read::file_reader::FileReader;
 use repo::manifest::{FileEntry, Manifest};
@@ -37,8 +38,9 @@ impl Indexer {
         std::thread::Builder::new()
             .name("xet-indexer".into())
             .spawn(move || {
+                let mut failed = Failed::default();
                 for repo in rx {
-                    if let Err(e) = index_repo(&store, &stored, &repo) {
+                    if let Err(e) = index_repo(&store, &stored, &repo, &mut failed) {
                         tracing::warn!("indexing {repo} for Xet dedup: {e}");
                     }
                     q.lock().remove(&repo.folded());
@@ -61,8 +63,38 @@ impl Indexer {
     }
 }
 
-/// Records the chunk lists of the files of `repo`'s refs' revisions that have none.
-fn index_repo(store: &Store, stored: &StoredXet, repo: &RepoId) -> Result<(), PublishError> {
+/// How long a file whose chunk list could not be made is passed over: a damaged file is
+/// not read again from its start at every token request.
+const RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// Most files remembered as failed (then forgotten all at once).
+const MAX_FAILED: usize = 4096;
+
+/// Files whose chunk list could not be made, and when.
+#[derive(Default)]
+struct Failed(HashMap<Sha256, Instant>);
+
+impl Failed {
+    fn recently(&self, sha: &Sha256) -> bool {
+        self.0.get(sha).is_some_and(|t| t.elapsed() < RETRY_AFTER)
+    }
+
+    fn note(&mut self, sha: Sha256) {
+        if self.0.len() >= MAX_FAILED {
+            self.0.clear();
+        }
+        self.0.insert(sha, Instant::now());
+    }
+}
+
+/// Records the chunk lists of the files of `repo`'s refs' revisions that have none. A file
+/// that fails (damaged in the store) is logged, passed over for [`RETRY_AFTER`], and the
+/// others are still indexed.
+fn index_repo(
+    store: &Store,
+    stored: &StoredXet,
+    repo: &RepoId,
+    failed: &mut Failed,
+) -> Result<(), PublishError> {
     let refs = match store.refs(repo) {
         Ok(r) => r,
         Err(repo::StoreError::UnknownRepo(_)) => return Ok(()),
@@ -72,10 +104,17 @@ fn index_repo(store: &Store, stored: &StoredXet, repo: &RepoId) -> Result<(), Pu
     for commit in commits {
         let m = store.manifest_resolved(repo, &commit)?;
         for f in &m.files {
-            if f.size == 0 || stored.has(&f.sha256) {
+            if f.size == 0 || stored.has(&f.sha256) || failed.recently(&f.sha256) {
                 continue;
             }
-            let chunks = chunk_list(store, &m, f)?;
+            let chunks = match chunk_list(store, &m, f) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("indexing {repo}@{commit} {} for Xet dedup: {e}", f.path);
+                    failed.note(f.sha256);
+                    continue;
+                }
+            };
             let rec = FileRecord {
                 repo: repo.clone(),
                 commit,

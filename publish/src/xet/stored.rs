@@ -165,6 +165,15 @@ struct Maps {
     xorbs: HashMap<XetHash, (Sha256, u32, u32)>,
 }
 
+/// A global dedup answer ([`StoredXet::dedup_shard`]): the shard to send, and the record's
+/// content, repository and revision (the revision holding it when it was recorded).
+pub struct DedupAnswer {
+    pub sha: Sha256,
+    pub repo: RepoId,
+    pub commit: CommitId,
+    pub shard: Vec<u8>,
+}
+
 /// The chunk lists of stored files, on the hub's disk, with their key chunks and stored
 /// xorbs in memory.
 pub struct StoredXet {
@@ -215,8 +224,13 @@ impl StoredXet {
         self.dir.join(sha.to_hex()).exists()
     }
 
-    /// Records the chunk list of stored content `sha` (written whole, then renamed).
+    /// Records the chunk list of stored content `sha` (written whole, then renamed). The
+    /// first record of a content stays: the stored xorbs handed out name its chunks, and
+    /// the same bytes cut otherwise by a later upload must not change what they hold.
     pub fn add(&self, sha: Sha256, rec: &FileRecord) -> Result<(), PublishError> {
+        if self.record(&sha).is_some() {
+            return Ok(());
+        }
         let io = |e: std::io::Error| PublishError::Io(format!("{}: {e}", self.dir.display()));
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -228,6 +242,16 @@ impl StoredXet {
         fs::rename(&tmp, self.dir.join(sha.to_hex())).map_err(io)?;
         self.learn(sha, rec);
         Ok(())
+    }
+
+    /// Forgets content `sha`'s record (its revision is gone, or its chunks no longer read
+    /// back as recorded): the file, and every key chunk and stored xorb naming it, so that
+    /// the dedup query stops answering for it and clients send its chunks again.
+    pub fn forget(&self, sha: &Sha256) {
+        let _ = fs::remove_file(self.dir.join(sha.to_hex()));
+        let mut m = self.maps.lock();
+        m.keys.retain(|_, (s, _)| s != sha);
+        m.xorbs.retain(|_, (s, _, _)| s != sha);
     }
 
     fn record(&self, sha: &Sha256) -> Option<FileRecord> {
@@ -242,9 +266,9 @@ impl StoredXet {
         (first + n <= rec.chunks.len()).then_some((sha, rec, first, n))
     }
 
-    /// The answer to a global dedup query for `chunk`: the repository of a revision holding
-    /// it, and a shard (xet.md, "Global dedup answers") listing the stored xorb that holds
-    /// it, chunk hashes keyed with `key`, expiring at `expiry`. `None`: not a key chunk of
+    /// The answer to a global dedup query for `chunk`: a shard (xet.md, "Global dedup
+    /// answers") listing the stored xorb that holds it, chunk hashes keyed with `key`,
+    /// expiring at `expiry`, and the record it came from. `None`: not a key chunk of
     /// anything recorded.
     pub fn dedup_shard(
         &self,
@@ -252,7 +276,7 @@ impl StoredXet {
         key: &[u8; 32],
         now: u64,
         expiry: u64,
-    ) -> Option<(RepoId, Vec<u8>)> {
+    ) -> Option<DedupAnswer> {
         let (sha, at) = *self.maps.lock().keys.get(chunk)?;
         let rec = self.record(&sha)?;
         let at = at as usize;
@@ -261,7 +285,12 @@ impl StoredXet {
             .find(|(f, n, _)| (*f..f + n).contains(&at))?;
         let shard =
             super::full_shard::write(&hash, &rec.chunks[first..first + n], key, now, expiry);
-        Some((rec.repo, shard))
+        Some(DedupAnswer {
+            sha,
+            repo: rec.repo,
+            commit: rec.commit,
+            shard,
+        })
     }
 }
 
@@ -328,9 +357,10 @@ mod tests {
         fs::write(dir.path().join("junk"), b"x").unwrap();
         let s = StoredXet::open(dir.path()).unwrap();
         assert!(!dir.path().join("junk").exists());
-        let (repo, shard) = s.dedup_shard(&r.chunks[0].0, &[0; 32], 1, 2).unwrap();
-        assert_eq!(repo.to_string(), "team/model");
-        assert!(shard.len() > 1000 * 48);
+        let a = s.dedup_shard(&r.chunks[0].0, &[0; 32], 1, 2).unwrap();
+        assert_eq!(a.repo.to_string(), "team/model");
+        assert_eq!((a.sha, a.commit), (sha, r.commit));
+        assert!(a.shard.len() > 1000 * 48);
         let xorbs = stored_xorbs(&r.chunks);
         let (got_sha, got, first, n) = s.xorb(&xorbs[1].2).unwrap();
         assert_eq!(got_sha, sha);
@@ -339,5 +369,34 @@ mod tests {
         assert!(s
             .dedup_shard(&xethash::chunk_hash(b"unknown"), &[0; 32], 1, 2)
             .is_none());
+    }
+
+    #[test]
+    fn the_first_record_of_a_content_stays_until_it_is_forgotten() {
+        // Hostile review (helper-44, 3): the same bytes cut otherwise, committed by another
+        // writer, replaced the record the stored xorbs handed out point into.
+        let dir = tempfile::tempdir().unwrap();
+        let s = StoredXet::open(dir.path()).unwrap();
+        let (first, sha) = (rec(1500), Sha256([4; 32]));
+        s.add(sha, &first).unwrap();
+        let mut other = rec(1501);
+        other.repo = RepoId::parse("other/x").unwrap();
+        s.add(sha, &other).unwrap();
+        let xorbs = stored_xorbs(&first.chunks);
+        let (_, got, f, n) = s.xorb(&xorbs[1].2).unwrap();
+        assert_eq!((got, f, n), (first.clone(), 1024, 476));
+        assert!(s.xorb(&stored_xorbs(&other.chunks)[1].2).is_none());
+        // Forgotten: no answer, no stored xorb, no file; then a new record is taken.
+        s.forget(&sha);
+        assert!(s.dedup_shard(&first.chunks[0].0, &[0; 32], 1, 2).is_none());
+        assert!(s.xorb(&xorbs[0].2).is_none());
+        assert!(!s.has(&sha));
+        s.add(sha, &other).unwrap();
+        assert_eq!(
+            s.dedup_shard(&other.chunks[0].0, &[0; 32], 1, 2)
+                .unwrap()
+                .repo,
+            other.repo
+        );
     }
 }

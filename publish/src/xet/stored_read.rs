@@ -56,7 +56,7 @@ pub(crate) fn read(
         for (h, len) in &rec.chunks[i..j] {
             let data = bytes.get(p..p + *len as usize).ok_or_else(gone)?;
             if xethash::chunk_hash(data) != *h {
-                return Err(PublishError::Io(format!(
+                return Err(PublishError::BadObject(format!(
                     "the stored file {sha} does not match its Xet chunk list"
                 )));
             }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::browse::base_url;
 use super::{Head, Hub, Reply};
-use crate::reply::internal;
+use crate::reply::{internal, X_ERROR_MESSAGE};
 use crate::uploads::{CommitRequest, Content, Operation, UploadOptions};
 
 /// Most files in one preupload or LFS batch request (the client sends 256 and 1000).
@@ -268,12 +268,13 @@ impl Hub {
         };
         let url = format!("{}/{repo}", base_url(req.headers));
         match self.store.commits(&repo) {
-            Ok(c) if !c.is_empty() => Reply::error(
-                StatusCode::CONFLICT,
-                "",
-                "You already created this model repo",
-                None,
-            ),
+            // As the Hub: the 409 carries the repository's `url`, which `create_repo(...,
+            // exist_ok=True)` reads from it.
+            Ok(c) if !c.is_empty() => {
+                let msg = "You already created this model repo";
+                Reply::json(StatusCode::CONFLICT, &json!({ "error": msg, "url": url }))
+                    .header(X_ERROR_MESSAGE, HeaderValue::from_static(msg))
+            }
             Ok(_) | Err(repo::StoreError::UnknownRepo(_)) => Reply::json(
                 StatusCode::OK,
                 &json!({ "url": url, "name": repo.to_string(), "id": repo.to_string() }),
