@@ -214,12 +214,21 @@ impl Publisher {
     /// Receives a Xet shard sent for `repo`: each file it describes is checked against the
     /// spooled (or stored) xorbs and kept whole in the spool, as `repo`'s, under its
     /// SHA-256. Returns their SHA-256s.
+    ///
+    /// Its terms may name the stored xorbs of content recorded for repositories `visible`
+    /// accepts; any other reads as a xorb this hub does not have (no answer tells a writer
+    /// what a repository hidden from it holds).
     pub fn receive_shard(
         &self,
         repo: &RepoId,
         body: &mut dyn std::io::Read,
+        visible: &dyn Fn(&RepoId) -> bool,
     ) -> Result<Vec<Sha256>, PublishError> {
-        Ok(xet::shard::receive(&self.spool, repo, self, body)?.sha256s)
+        let stored = VisibleStored {
+            publisher: self,
+            visible,
+        };
+        Ok(xet::shard::receive(&self.spool, repo, &stored, body)?.sha256s)
     }
 
     /// Applies `req` to its branch and publishes the result through `index`.
@@ -341,7 +350,14 @@ impl Publisher {
     }
 }
 
-impl xet::shard::StoredXorbs for Publisher {
+/// The stored xorbs a shard may name: those of content recorded for a repository
+/// `visible` accepts.
+struct VisibleStored<'a> {
+    publisher: &'a Publisher,
+    visible: &'a dyn Fn(&RepoId) -> bool,
+}
+
+impl xet::shard::StoredXorbs for VisibleStored<'_> {
     fn read(
         &self,
         xorb: &format::XetHash,
@@ -349,9 +365,14 @@ impl xet::shard::StoredXorbs for Publisher {
         end: usize,
         sink: &mut xet::shard::ChunkSink<'_>,
     ) -> Result<bool, PublishError> {
-        let Some((sha, rec, first, n)) = self.xet.as_ref().and_then(|x| x.xorb(xorb)) else {
+        let me = self.publisher;
+        let Some((sha, g, rec)) = me.xet.as_ref().and_then(|x| x.xorb(xorb)) else {
             return Ok(false);
         };
+        if !(self.visible)(&rec.repo) {
+            return Ok(false);
+        }
+        let n = rec.chunks.len();
         if end > n {
             return Err(PublishError::BadObject(format!(
                 "shard: a term names chunks [{start}, {end}) of stored xorb {xorb}, which has {n}"
@@ -359,11 +380,11 @@ impl xet::shard::StoredXorbs for Publisher {
         }
         let mut in_sink = false;
         let read = xet::stored_read::read(
-            &self.store,
+            &me.store,
             &sha,
             &rec,
-            first + start,
-            first + end,
+            g.offset,
+            (start, end),
             &mut |data: &[u8], h| {
                 let r = sink(data, h);
                 in_sink = r.is_err();
@@ -381,7 +402,7 @@ impl xet::shard::StoredXorbs for Publisher {
                     rec.repo,
                     rec.commit
                 );
-                if let Some(x) = &self.xet {
+                if let Some(x) = &me.xet {
                     x.forget(&sha);
                 }
                 Err(PublishError::BadObject(format!(

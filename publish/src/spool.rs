@@ -7,6 +7,7 @@
 //! <dir>/objects/<org>/<name>/<sha256 hex>    a whole object, checked (repository folded)
 //! <dir>/objects/<org>/<name>/<sha256>.xet    its Xet chunk list, when a shard made it
 //! <dir>/xorbs/<xet hash>                     a Xet xorb whose records and hash were checked
+//! <dir>/xorbs/<xet hash>.idx                 where each of its records starts (a hint)
 //! ```
 //!
 //! An object is streamed to a temporary file while its SHA-256 is computed; only when its
@@ -274,16 +275,55 @@ impl Spool {
         let _room = self.reserve(crate::xet::xorb::MAX_BYTES)?;
         let (tmp, mut file) = self.temporary()?;
         let outcome = crate::xet::xorb::check_into(hash, body, &mut file)
-            .and_then(|_| file.sync_all().map_err(|e| io_at(&tmp, e)));
+            .and_then(|o| file.sync_all().map(|()| o).map_err(|e| io_at(&tmp, e)));
         drop(file);
-        if let Err(e) = outcome {
+        if outcome.is_err() {
             let _ = fs::remove_file(&tmp);
-            return Err(e);
+        }
+        let offsets = outcome?;
+        // The offsets first: a xorb without them is still read, from its first record.
+        if let Err(e) = self.write_offsets(hash, &offsets) {
+            tracing::warn!("the record offsets of xorb {hash}: {e}");
         }
         let dest = self.dir.join("xorbs").join(hash.hex());
         fs::rename(&tmp, &dest).map_err(|e| io_at(&dest, e))?;
         sync_dir(&self.dir.join("xorbs"));
         Ok(!existed)
+    }
+
+    /// Writes `<hash>.idx`: each record's offset (u32 LE), then the BLAKE3 of those bytes.
+    fn write_offsets(&self, hash: &XetHash, offsets: &[u32]) -> Result<(), PublishError> {
+        let mut bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+        let sum = blake3::hash(&bytes);
+        bytes.extend_from_slice(sum.as_bytes());
+        let (tmp, mut file) = self.temporary()?;
+        let written = file.write_all(&bytes).and_then(|()| file.sync_all());
+        drop(file);
+        let dest = self.dir.join("xorbs").join(format!("{}.idx", hash.hex()));
+        match written.and_then(|()| fs::rename(&tmp, &dest)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(io_at(&dest, e))
+            }
+        }
+    }
+
+    /// Where each record of spooled xorb `hash` starts, when its `.idx` is whole (its
+    /// BLAKE3 matches, offsets increasing); a hint only: the records read there are decoded
+    /// and hashed as any.
+    pub(crate) fn xorb_offsets(&self, hash: &XetHash) -> Option<Vec<u32>> {
+        let path = self.dir.join("xorbs").join(format!("{}.idx", hash.hex()));
+        let bytes = fs::read(path).ok()?;
+        let n = bytes.len().checked_sub(32)?;
+        if n % 4 != 0 || blake3::hash(&bytes[..n]).as_bytes() != &bytes[n..] {
+            return None;
+        }
+        let offsets: Vec<u32> = bytes[..n]
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        offsets.windows(2).all(|w| w[0] < w[1]).then_some(offsets)
     }
 
     /// Keeps the checked temporary file `tmp` as object `sha256` of `repo`.

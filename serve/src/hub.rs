@@ -259,6 +259,12 @@ impl Hub {
         self
     }
 
+    /// Whether the allow-list lets this hub serve `repo` (what a shard may name of the
+    /// store's stored xorbs, as the dedup query answers).
+    pub(crate) fn allows(&self, repo: &RepoId) -> bool {
+        self.policy.allows(&repo.to_string())
+    }
+
     /// The upload settings (the streamed object `PUT` of `server.rs`).
     pub(crate) fn upload_options(&self) -> Option<&crate::uploads::UploadOptions> {
         self.uploads.as_ref()

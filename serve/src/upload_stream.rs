@@ -229,15 +229,17 @@ async fn receive_checked(
     let (done_tx, done) = tokio::sync::oneshot::channel();
     // A thread of its own, not one of the router's pool: uploads as slow as their clients
     // never take the threads downloads and every other request need.
+    let policy = hub.clone();
     let spawned = std::thread::Builder::new()
         .name("serve-upload".into())
         .spawn(move || {
+            let visible = |r: &RepoId| policy.allows(r);
             let mut body = ChannelReader {
                 rx,
                 buf: Bytes::new(),
             };
             let mut body = (&mut body).take(cap.saturating_add(1));
-            let _ = done_tx.send(spool(&up, t, &mut body));
+            let _ = done_tx.send(spool(&up, t, &mut body, &visible));
         });
     if let Err(e) = spawned {
         tracing::error!("cannot start an upload thread: {e}");
@@ -262,6 +264,7 @@ fn spool(
     up: &crate::uploads::UploadOptions,
     t: Target,
     body: &mut dyn Read,
+    visible: &dyn Fn(&RepoId) -> bool,
 ) -> Result<serde_json::Value, crate::uploads::UploadError> {
     match t {
         Target::Lfs { repo, sha256, size } => up
@@ -274,7 +277,7 @@ fn spool(
             .map(|new| serde_json::json!({ "was_inserted": new })),
         Target::Shard(repo) => up
             .uploads
-            .receive_shard(&repo, body)
+            .receive_shard(&repo, body, visible)
             .map(|_| serde_json::json!({ "result": 1 })),
     }
 }

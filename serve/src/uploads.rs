@@ -112,7 +112,14 @@ pub trait Uploads: Send + Sync {
     fn receive_xorb(&self, hash: &XetHash, body: &mut dyn Read) -> Result<bool, UploadError>;
     /// Receives a Xet shard from `body`: each file it describes is checked and kept; how
     /// many.
-    fn receive_shard(&self, repo: &RepoId, body: &mut dyn Read) -> Result<usize, UploadError>;
+    /// Receives a Xet shard for `repo` from `body`; its terms may name the stored xorbs of
+    /// content held by repositories `visible` accepts (others read as unknown).
+    fn receive_shard(
+        &self,
+        repo: &RepoId,
+        body: &mut dyn Read,
+        visible: &dyn Fn(&RepoId) -> bool,
+    ) -> Result<usize, UploadError>;
     /// A client is about to upload to `repo` through Xet: what the store holds of it may
     /// be made ready for the dedup query (in the background).
     fn prepare(&self, repo: &RepoId);
@@ -242,7 +249,12 @@ mod tests {
         fn receive_xorb(&self, _: &XetHash, _: &mut dyn Read) -> Result<bool, UploadError> {
             Ok(false)
         }
-        fn receive_shard(&self, _: &RepoId, _: &mut dyn Read) -> Result<usize, UploadError> {
+        fn receive_shard(
+            &self,
+            _: &RepoId,
+            _: &mut dyn Read,
+            _: &dyn Fn(&RepoId) -> bool,
+        ) -> Result<usize, UploadError> {
             Ok(0)
         }
         fn dedup(&self, _: &XetHash) -> Option<(RepoId, Vec<u8>)> {

@@ -341,6 +341,7 @@ impl hubserve::uploads::Uploads for DrainUploads {
         &self,
         _: &RepoId,
         body: &mut dyn std::io::Read,
+        _: &dyn Fn(&RepoId) -> bool,
     ) -> Result<usize, hubserve::uploads::UploadError> {
         drain(body).map(|n| n as usize)
     }

@@ -51,9 +51,14 @@ impl Uploads for HubUploads {
         self.publisher.receive_xorb(hash, body).map_err(refused)
     }
 
-    fn receive_shard(&self, repo: &RepoId, body: &mut dyn Read) -> Result<usize, UploadError> {
+    fn receive_shard(
+        &self,
+        repo: &RepoId,
+        body: &mut dyn Read,
+        visible: &dyn Fn(&RepoId) -> bool,
+    ) -> Result<usize, UploadError> {
         self.publisher
-            .receive_shard(repo, body)
+            .receive_shard(repo, body, visible)
             .map(|s| s.len())
             .map_err(refused)
     }

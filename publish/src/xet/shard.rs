@@ -12,7 +12,7 @@
 //! shape checked.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 use format::{RepoId, Sha256, XetHash};
@@ -316,10 +316,30 @@ fn term(
         }
         return Ok(hashes);
     };
-    let f = File::open(&path).map_err(|e| PublishError::Io(format!("{}: {e}", path.display())))?;
+    let mut f =
+        File::open(&path).map_err(|e| PublishError::Io(format!("{}: {e}", path.display())))?;
+    // Straight to the term's first record where the spool knows the offsets; else read
+    // from the first.
+    let from = match spool.xorb_offsets(&t.xorb) {
+        Some(o) if t.end > o.len() => {
+            return Err(bad(format!(
+                "{what}: term {i} names chunks [{}, {}) of xorb {}, which has {}",
+                t.start,
+                t.end,
+                t.xorb,
+                o.len()
+            )))
+        }
+        Some(o) => {
+            f.seek(SeekFrom::Start(u64::from(o[t.start])))
+                .map_err(|e| PublishError::Io(format!("{}: {e}", path.display())))?;
+            t.start
+        }
+        None => 0,
+    };
     let mut r = BufReader::new(f);
     let (mut hashes, mut bytes) = (Vec::with_capacity(t.end - t.start), 0u64);
-    for k in 0..t.end {
+    for k in from..t.end {
         let rec = next_record(&mut r, k)
             .map_err(|e| bad(format!("{what}: xorb {} in the spool: {e}", t.xorb)))?
             .ok_or_else(|| {
@@ -450,6 +470,39 @@ mod tests {
             std::fs::read(s.object(&repo(), &sha, whole.len() as u64).unwrap()).unwrap(),
             whole
         );
+    }
+
+    #[test]
+    fn a_term_reads_only_its_own_chunks_of_a_spooled_xorb() {
+        // Hostile review (helper-44, 4): each term read its xorb from the first record up
+        // to its end, so 96 bytes of term naming the last chunk of a 64 MiB xorb cost 64 MiB
+        // of decoding and hashing. A term reads its own records only: a record before them
+        // that no longer decodes is not read at all.
+        let a: Vec<u8> = (0..70_000u32).map(|i| (i % 241) as u8).collect();
+        let b: Vec<u8> = (0..5_000u32).map(|i| (i % 13) as u8).collect();
+        let c: Vec<u8> = (0..6_000u32).map(|i| (i % 17) as u8).collect();
+        let (_d, s, x) = spool_with(&[&a, &b, &c]);
+        let p = s.xorb(&x).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[0] = 9; // record 0's version
+        std::fs::write(&p, bytes).unwrap();
+        let body = shard(&x, &[&b, &c], |r| {
+            r[2][40..44].copy_from_slice(&1u32.to_le_bytes());
+            r[2][44..48].copy_from_slice(&3u32.to_le_bytes());
+        });
+        let out = receive(&s, &repo(), &NoStored, &mut &body[..]).unwrap();
+        assert_eq!(out.files, 1);
+        let whole = [b.clone(), c.clone()].concat();
+        assert_eq!(out.sha256s, vec![Sha256(Hasher::digest(&whole).into())]);
+        // A term past the xorb's last chunk is still refused.
+        let body = shard(&x, &[&b, &c], |r| {
+            r[2][40..44].copy_from_slice(&2u32.to_le_bytes());
+            r[2][44..48].copy_from_slice(&4u32.to_le_bytes());
+        });
+        let e = receive(&s, &repo(), &NoStored, &mut &body[..])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("which has 3"), "{e}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use format::{CommitId, RepoId, Sha256, XetHash};
@@ -161,8 +161,29 @@ fn is_key(h: &XetHash) -> bool {
 struct Maps {
     /// Key chunk → the file and the chunk's index.
     keys: HashMap<XetHash, (Sha256, u32)>,
-    /// Stored xorb → the file, its first chunk and count.
-    xorbs: HashMap<XetHash, (Sha256, u32, u32)>,
+    /// Stored xorb → the file and where the xorb lies in it.
+    xorbs: HashMap<XetHash, (Sha256, Group)>,
+    /// Each file's stored xorbs, in order.
+    groups: HashMap<Sha256, Vec<Group>>,
+}
+
+/// Where one stored xorb lies in its file: its first chunk, chunk count, the offset of its
+/// first byte, and its hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub first: u32,
+    pub n: u32,
+    pub offset: u64,
+    pub hash: XetHash,
+}
+
+/// Part of a record read from disk: its repository and revision, and chunks `[first,
+/// first + n)` of one stored xorb.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    pub repo: RepoId,
+    pub commit: CommitId,
+    pub chunks: Vec<(XetHash, u32)>,
 }
 
 /// A global dedup answer ([`StoredXet::dedup_shard`]): the shard to send, and the record's
@@ -208,15 +229,30 @@ impl StoredXet {
     }
 
     fn learn(&self, sha: Sha256, rec: &FileRecord) {
+        let mut groups = Vec::new();
+        let mut offset = 0u64;
+        for (first, n, hash) in stored_xorbs(&rec.chunks) {
+            groups.push(Group {
+                first: first as u32,
+                n: n as u32,
+                offset,
+                hash,
+            });
+            offset += rec.chunks[first..first + n]
+                .iter()
+                .map(|c| u64::from(c.1))
+                .sum::<u64>();
+        }
         let mut m = self.maps.lock();
         for (i, (h, _)) in rec.chunks.iter().enumerate() {
             if i == 0 || is_key(h) {
                 m.keys.insert(*h, (sha, i as u32));
             }
         }
-        for (first, n, hash) in stored_xorbs(&rec.chunks) {
-            m.xorbs.insert(hash, (sha, first as u32, n as u32));
+        for g in &groups {
+            m.xorbs.insert(g.hash, (sha, *g));
         }
+        m.groups.insert(sha, groups);
     }
 
     /// Whether content `sha` has a record.
@@ -251,19 +287,61 @@ impl StoredXet {
         let _ = fs::remove_file(self.dir.join(sha.to_hex()));
         let mut m = self.maps.lock();
         m.keys.retain(|_, (s, _)| s != sha);
-        m.xorbs.retain(|_, (s, _, _)| s != sha);
+        m.xorbs.retain(|_, (s, _)| s != sha);
+        m.groups.remove(sha);
     }
 
     fn record(&self, sha: &Sha256) -> Option<FileRecord> {
         FileRecord::decode(&fs::read(self.dir.join(sha.to_hex())).ok()?)
     }
 
-    /// The stored xorb `hash`: its file's content and record, its first chunk and count.
-    pub fn xorb(&self, hash: &XetHash) -> Option<(Sha256, FileRecord, usize, usize)> {
-        let (sha, first, n) = *self.maps.lock().xorbs.get(hash)?;
-        let rec = self.record(&sha)?;
-        let (first, n) = (first as usize, n as usize);
-        (first + n <= rec.chunks.len()).then_some((sha, rec, first, n))
+    /// Reads the chunks of stored xorb `g` of content `sha`'s record: its header, then only
+    /// those 36-byte entries. The record's BLAKE3 was checked when it was learnt; the chunks
+    /// are hashed again wherever they are read, so damage since fails a shard, never
+    /// passes a wrong byte.
+    fn slice(&self, sha: &Sha256, g: &Group) -> Option<Slice> {
+        let mut f = fs::File::open(self.dir.join(sha.to_hex())).ok()?;
+        let mut head = [0u8; 14];
+        f.read_exact(&mut head).ok()?;
+        if &head[..8] != MAGIC || u32::from_le_bytes(head[8..12].try_into().ok()?) != VERSION {
+            return None;
+        }
+        let repo_len = u16::from_le_bytes([head[12], head[13]]) as usize;
+        let mut repo_commit_len = vec![0u8; repo_len + 24];
+        f.read_exact(&mut repo_commit_len).ok()?;
+        let repo = RepoId::parse(std::str::from_utf8(&repo_commit_len[..repo_len]).ok()?).ok()?;
+        let commit = CommitId(repo_commit_len[repo_len..repo_len + 20].try_into().ok()?);
+        let path_len = u32::from_le_bytes(repo_commit_len[repo_len + 20..].try_into().ok()?);
+        f.seek(SeekFrom::Current(i64::from(path_len))).ok()?;
+        let mut count = [0u8; 4];
+        f.read_exact(&mut count).ok()?;
+        if g.first.checked_add(g.n)? > u32::from_le_bytes(count) {
+            return None;
+        }
+        f.seek(SeekFrom::Current(36 * i64::from(g.first))).ok()?;
+        let mut entries = vec![0u8; 36 * g.n as usize];
+        f.read_exact(&mut entries).ok()?;
+        let chunks = entries
+            .chunks_exact(36)
+            .map(|e| {
+                Some((
+                    XetHash(e[..32].try_into().ok()?),
+                    u32::from_le_bytes(e[32..].try_into().ok()?),
+                ))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Slice {
+            repo,
+            commit,
+            chunks,
+        })
+    }
+
+    /// The stored xorb `hash`: its file's content, where it lies there, and its chunks.
+    pub fn xorb(&self, hash: &XetHash) -> Option<(Sha256, Group, Slice)> {
+        let (sha, g) = *self.maps.lock().xorbs.get(hash)?;
+        let slice = self.slice(&sha, &g)?;
+        Some((sha, g, slice))
     }
 
     /// The answer to a global dedup query for `chunk`: a shard (xet.md, "Global dedup
@@ -277,18 +355,22 @@ impl StoredXet {
         now: u64,
         expiry: u64,
     ) -> Option<DedupAnswer> {
-        let (sha, at) = *self.maps.lock().keys.get(chunk)?;
-        let rec = self.record(&sha)?;
-        let at = at as usize;
-        let (first, n, hash) = stored_xorbs(&rec.chunks)
-            .into_iter()
-            .find(|(f, n, _)| (*f..f + n).contains(&at))?;
-        let shard =
-            super::full_shard::write(&hash, &rec.chunks[first..first + n], key, now, expiry);
+        let (sha, g) = {
+            let m = self.maps.lock();
+            let (sha, at) = *m.keys.get(chunk)?;
+            let g = *m
+                .groups
+                .get(&sha)?
+                .iter()
+                .find(|g| (g.first..g.first + g.n).contains(&at))?;
+            (sha, g)
+        };
+        let slice = self.slice(&sha, &g)?;
+        let shard = super::full_shard::write(&g.hash, &slice.chunks, key, now, expiry);
         Some(DedupAnswer {
             sha,
-            repo: rec.repo,
-            commit: rec.commit,
+            repo: slice.repo,
+            commit: slice.commit,
             shard,
         })
     }
@@ -362,10 +444,14 @@ mod tests {
         assert_eq!((a.sha, a.commit), (sha, r.commit));
         assert!(a.shard.len() > 1000 * 48);
         let xorbs = stored_xorbs(&r.chunks);
-        let (got_sha, got, first, n) = s.xorb(&xorbs[1].2).unwrap();
+        let (got_sha, g, slice) = s.xorb(&xorbs[1].2).unwrap();
         assert_eq!(got_sha, sha);
-        assert_eq!((first, n), (1024, 1024));
-        assert_eq!(got, r);
+        assert_eq!((g.first, g.n, g.offset), (1024, 1024, 1024 * 65536));
+        assert_eq!((&slice.repo, slice.commit), (&r.repo, r.commit));
+        assert_eq!(slice.chunks, r.chunks[1024..2048]);
+        let (_, last, tail) = s.xorb(&xorbs[2].2).unwrap();
+        assert_eq!((last.first, last.n), (2048, 452));
+        assert_eq!(tail.chunks, r.chunks[2048..]);
         assert!(s
             .dedup_shard(&xethash::chunk_hash(b"unknown"), &[0; 32], 1, 2)
             .is_none());
@@ -383,8 +469,9 @@ mod tests {
         other.repo = RepoId::parse("other/x").unwrap();
         s.add(sha, &other).unwrap();
         let xorbs = stored_xorbs(&first.chunks);
-        let (_, got, f, n) = s.xorb(&xorbs[1].2).unwrap();
-        assert_eq!((got, f, n), (first.clone(), 1024, 476));
+        let (_, g, got) = s.xorb(&xorbs[1].2).unwrap();
+        assert_eq!((g.first, g.n), (1024, 476));
+        assert_eq!(got.chunks, first.chunks[1024..]);
         assert!(s.xorb(&stored_xorbs(&other.chunks)[1].2).is_none());
         // Forgotten: no answer, no stored xorb, no file; then a new record is taken.
         s.forget(&sha);

@@ -1,26 +1,27 @@
 //! Chunks of a stored xorb read back from the store: the file its record names (the
 //! revision recorded, else any revision of that repository holding the same content), the
 //! byte range of the chunks read in windows of at most 8 MiB, each chunk hashed and
-//! compared with the record before it is handed on.
+//! compared with the record's slice before it is handed on.
 
 use format::Sha256;
 use read::file_reader::FileReader;
 use repo::{Store, StoreError};
 
 use super::shard::ChunkSink;
-use super::stored::FileRecord;
+use super::stored::Slice;
 use crate::error::PublishError;
 
 /// Bytes read from the store at a time.
 const WINDOW: usize = 8 << 20;
 
-/// Hands chunks `[from, to)` of the file `rec` describes (content `sha`) to `sink`.
+/// Hands chunks `[from, to)` of `rec` (a stored xorb's chunks of content `sha`, its first
+/// byte at `offset` of the file) to `sink`.
 pub(crate) fn read(
     store: &Store,
     sha: &Sha256,
-    rec: &FileRecord,
-    from: usize,
-    to: usize,
+    rec: &Slice,
+    offset: u64,
+    (from, to): (usize, usize),
     sink: &mut ChunkSink<'_>,
 ) -> Result<(), PublishError> {
     let gone = || {
@@ -43,7 +44,11 @@ pub(crate) fn read(
         .find(|f| f.sha256 == *sha)
         .ok_or_else(gone)?;
     let reader = FileReader::new(store, &manifest, file)?;
-    let mut at: u64 = rec.chunks[..from].iter().map(|c| u64::from(c.1)).sum();
+    let mut at: u64 = offset
+        + rec.chunks[..from]
+            .iter()
+            .map(|c| u64::from(c.1))
+            .sum::<u64>();
     let mut i = from;
     while i < to {
         let (mut win, mut j) = (0usize, i);

@@ -145,11 +145,14 @@ pub(crate) fn check_into(
     name: &XetHash,
     body: &mut dyn Read,
     out: &mut dyn Write,
-) -> Result<usize, PublishError> {
+) -> Result<Vec<u32>, PublishError> {
     let mut tree = xethash::Tree::default();
     let (mut chunks, mut bytes) = (0usize, 0u64);
+    let (mut offsets, mut at) = (Vec::new(), 0u64);
     while let Some(rec) = next_record(body, chunks)? {
         chunks += 1;
+        offsets.push(at as u32);
+        at += rec.raw.len() as u64;
         bytes += rec.data.len() as u64;
         if chunks > MAX_CHUNKS || bytes > MAX_BYTES {
             return Err(bad(format!(
@@ -168,7 +171,7 @@ pub(crate) fn check_into(
             "the xorb's chunks hash to {root}, not to the {name} it was sent as"
         )));
     }
-    Ok(chunks)
+    Ok(offsets)
 }
 
 #[cfg(test)]
@@ -225,7 +228,10 @@ pub(crate) mod tests {
             XetHash::parse("49dd99b90f8a27df4bc307d9f2b7f8dd40c048423463f71b7dcab5a3f29c03b5")
                 .unwrap();
         let mut out = Vec::new();
-        assert_eq!(check_into(&name, &mut &body[..], &mut out).unwrap(), 1);
+        assert_eq!(
+            check_into(&name, &mut &body[..], &mut out).unwrap(),
+            vec![0]
+        );
         assert_eq!(out, body);
         let rec = next_record(&mut &body[..], 0).unwrap().unwrap();
         assert_eq!(rec.data, b"hello xet\n".repeat(10));
@@ -258,7 +264,7 @@ pub(crate) mod tests {
         let name = xorb_hash(&[&a, &b]);
         assert_eq!(
             check_into(&name, &mut &good[..], &mut Vec::new()).unwrap(),
-            2
+            vec![0, record(&a, 2).len() as u32]
         );
         let check = |body: &[u8]| {
             check_into(&name, &mut &body[..], &mut Vec::new())
