@@ -1179,7 +1179,9 @@ def upload_round(kind, up, i):
     its PUT was checked: its commit must be refused and the object dropped, main unmoved,
     then the next try whole), `record-flip` and `record-other` (a Xet chunk list record
     damaged, or another file's put in its place, while serve is down: the next serve drops
-    or distrusts it, and an upload through it stores the right bytes)."""
+    or distrusts it, and an upload through it stores the right bytes), `idx-flip` (the
+    record offsets beside every spooled xorb damaged: a hint only, the same client's next
+    upload, naming those xorbs, stores the right bytes)."""
     s = Store("local")
     s.run("import", up.bundle_r1, check=True)
     s.run("ref", REPO, "main", REVS[0]["commit"], check=True)
@@ -1224,12 +1226,21 @@ def upload_round(kind, up, i):
             victim = f"{records}/{rng.choice(names)}"
             if kind == "record-flip":
                 corrupt_file(victim, "flip")
-            else:
+            elif kind == "record-other":
                 shutil.copy(f"{records}/{rng.choice([n for n in names if n != os.path.basename(victim)] or names)}", victim)
+            else:
+                # Every xorb's record offsets (a hint) flipped or truncated.
+                idx = sorted(n for n in os.listdir(f"{spool}/xorbs") if n.endswith(".idx"))
+                if not idx:
+                    fail(f"{what}: no record offsets beside the spooled xorbs")
+                for n in idx:
+                    corrupt_file(f"{spool}/xorbs/{n}", rng.choice(["flip", "truncate"]))
             srv = Serve(s, *args)
-            # A fresh client uploads r3 (the re-shard: the same tensors, other files): the
-            # dedup answers come from the records, damaged one included.
-            env = dict(os.environ, HF_HOME=f"{s.dir}/hf-home-2", HF_HUB_DISABLE_PROGRESS_BARS="1",
+            # r3 (the re-shard: the same tensors, other files) uploaded by a fresh client (its
+            # dedup answers from the records, the damaged one included), or for `idx-flip` by
+            # the same client (its shards name the xorbs it sent, read through the offsets).
+            home = "hf-home" if kind == "idx-flip" else "hf-home-2"
+            env = dict(os.environ, HF_HOME=f"{s.dir}/{home}", HF_HUB_DISABLE_PROGRESS_BARS="1",
                        HF_XET_CLIENT_RETRY_BASE_DELAY="100ms", HF_XET_CLIENT_RETRY_MAX_ATTEMPTS="1")
             env.pop("HF_HUB_DISABLE_XET", None)
             env.pop("HF_TOKEN", None)
@@ -1247,6 +1258,8 @@ def upload_round(kind, up, i):
                     break
             else:
                 fail(f"{what}: main is neither r2 nor r3, byte for byte")
+            if kind == "idx-flip":
+                s.same_bytes(f"{REPO}@main", files_of(REVS[2]), f"{what}: damaged offsets failed the upload")
     finally:
         srv.stop()
         shutil.rmtree(s.dir, ignore_errors=True)
@@ -1254,7 +1267,7 @@ def upload_round(kind, up, i):
 
 def upload_corruptions(up, n):
     done = {}
-    for kind in ("spool-flip", "record-flip", "record-other"):
+    for kind in ("spool-flip", "record-flip", "record-other", "idx-flip"):
         for i in range(n):
             upload_round(kind, up, i)
         done[kind] = n

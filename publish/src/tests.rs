@@ -417,3 +417,63 @@ fn a_second_commit_to_a_busy_branch_gets_a_conflict() {
         .unwrap();
     assert_eq!(files(&h, "main"), vec![("f".into(), b"2".to_vec())]);
 }
+
+/// Hostile review of issue 41 (helper-44, 9): the stored xorbs of a repository the hub does
+/// not serve answered a shard naming them (200 for a right guess, 400 for a wrong one),
+/// telling a writer what a hidden repository holds. They read as unknown now.
+#[test]
+fn a_shard_names_stored_xorbs_of_visible_repositories_only() {
+    let mut h = hub();
+    h.publisher = std::mem::replace(
+        &mut h.publisher,
+        Publisher::new(
+            h.store.clone(),
+            Spool::open(
+                &h._dir.path().join("spool2"),
+                Duration::from_secs(60),
+                1 << 30,
+            )
+            .unwrap(),
+        ),
+    )
+    .with_global_dedup([7; 32])
+    .unwrap();
+    let bytes = big(3, 300_000);
+    h.publisher
+        .commit(&h.index, &req(vec![add("w.bin", &bytes)]))
+        .unwrap();
+    h.publisher.prepare(&repo());
+    let xet = h.publisher.xet.clone().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !xet.has(&sha(&bytes)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the indexer made no record"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let chunks = crate::xet::indexer::chunk_list_of(&bytes);
+    let mut at = 0;
+    let parts: Vec<&[u8]> = chunks
+        .iter()
+        .map(|(_, len)| {
+            let p = &bytes[at..at + *len as usize];
+            at += *len as usize;
+            p
+        })
+        .collect();
+    let x = crate::xet::stored::stored_xorbs(&chunks)[0].2;
+    let body = crate::xet::shard::tests::shard(&x, &parts, |_| {});
+    let other = RepoId::parse("team/other").unwrap();
+    let e = h
+        .publisher
+        .receive_shard(&other, &mut &body[..], &|_| false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not have"), "{e}");
+    let made = h
+        .publisher
+        .receive_shard(&other, &mut &body[..], &|r| *r == repo())
+        .unwrap();
+    assert_eq!(made, vec![sha(&bytes)]);
+}

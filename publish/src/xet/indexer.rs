@@ -127,6 +127,23 @@ fn index_repo(
     Ok(())
 }
 
+/// The Xet chunks (hash, length) of `bytes`.
+#[cfg(test)]
+pub(crate) fn chunk_list_of(bytes: &[u8]) -> Vec<(XetHash, u32)> {
+    let mut chunker = xethash::Chunker::default();
+    let (mut out, mut start, mut data) = (Vec::new(), 0, bytes);
+    while !data.is_empty() {
+        let (k, end) = chunker.scan(data);
+        data = &data[k..];
+        let at = bytes.len() - data.len();
+        if end || data.is_empty() {
+            out.push((xethash::chunk_hash(&bytes[start..at]), (at - start) as u32));
+            start = at;
+        }
+    }
+    out
+}
+
 /// The Xet chunks (hash, length) of a stored file, read through the read path.
 pub(crate) fn chunk_list(
     store: &Store,

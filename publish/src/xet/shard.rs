@@ -364,7 +364,7 @@ fn term(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::xorb::tests::{record, xorb_hash};
     use super::*;
     use std::time::Duration;
@@ -396,7 +396,11 @@ mod tests {
 
     /// A file block of `chunks` of one xorb `x` (all of them, in one term), as hf_xet
     /// writes it, with its sha256 in the metadata (word-reversed), and the xorb section.
-    fn shard(x: &XetHash, chunks: &[&[u8]], edit: impl FnOnce(&mut Vec<Vec<u8>>)) -> Vec<u8> {
+    pub(crate) fn shard(
+        x: &XetHash,
+        chunks: &[&[u8]],
+        edit: impl FnOnce(&mut Vec<Vec<u8>>),
+    ) -> Vec<u8> {
         let mut tree = xethash::Tree::default();
         let mut k = blake3::Hasher::new_keyed(&VERIFICATION_KEY);
         let mut sha = Hasher::new();
