@@ -288,12 +288,8 @@ impl Hub {
     /// path, its oid as the client computes its own (sha256 for LFS, git blob id for
     /// regular), so that unchanged files are not sent.
     fn preupload(&self, req: &Head<'_>, org: &str, name: &str, rev: &str, body: &[u8]) -> Reply {
-        let (up, repo) = match self.writable(req, org, name) {
+        let (up, repo, v) = match self.writable_json(req, org, name, body) {
             Ok(x) => x,
-            Err(r) => return *r,
-        };
-        let v = match json_body(body) {
-            Ok(v) => v,
             Err(r) => return *r,
         };
         let Some(files) = v
@@ -340,12 +336,8 @@ impl Hub {
     /// `POST /{repo}.git/info/lfs/objects/batch`: per object, nothing to do when the
     /// repository or the spool has it, else a signed, expiring upload URL and a verify URL.
     fn lfs_batch(&self, req: &Head<'_>, org: &str, name: &str, body: &[u8]) -> Reply {
-        let (up, repo) = match self.writable(req, org, name) {
+        let (up, repo, v) = match self.writable_json(req, org, name, body) {
             Ok(x) => x,
-            Err(r) => return *r,
-        };
-        let v = match json_body(body) {
-            Ok(v) => v,
             Err(r) => return *r,
         };
         if v.get("operation").and_then(Value::as_str) != Some("upload") {
@@ -411,12 +403,8 @@ impl Hub {
 
     /// `POST /upload/verify/{repo}` `{oid, size}`: 200 when the object arrived whole.
     fn lfs_verify(&self, req: &Head<'_>, org: &str, name: &str, body: &[u8]) -> Reply {
-        let (up, repo) = match self.writable(req, org, name) {
+        let (up, repo, v) = match self.writable_json(req, org, name, body) {
             Ok(x) => x,
-            Err(r) => return *r,
-        };
-        let v = match json_body(body) {
-            Ok(v) => v,
             Err(r) => return *r,
         };
         let oid = v
@@ -541,6 +529,18 @@ impl Hub {
             .contains(name))
     }
 
+    /// [`Hub::writable`], and the request's body as a JSON object.
+    fn writable_json(
+        &self,
+        req: &Head<'_>,
+        org: &str,
+        name: &str,
+        body: &[u8],
+    ) -> Result<(&UploadOptions, RepoId, Value), Box<Reply>> {
+        let (up, repo) = self.writable(req, org, name)?;
+        Ok((up, repo, json_body(body)?))
+    }
+
     /// The repository a branch or tag request may write, and its JSON body (`None` for a
     /// `DELETE`).
     fn ref_request(
@@ -604,17 +604,12 @@ impl Hub {
             Err(r) => return *r,
         };
         if tag != (kind == RefKind::Tag) {
-            let (is, not) = if tag {
-                ("a tag", "a branch")
+            let msg = if tag {
+                format!("{repo} has no branch {name}: {name} is a tag (delete_tag deletes it)")
             } else {
-                ("not a tag", "a tag")
+                format!("{repo} has no tag {name}")
             };
-            return Reply::error(
-                StatusCode::NOT_FOUND,
-                "RevisionNotFound",
-                &format!("{repo} has no {not} {name} ({name} is {is})"),
-                None,
-            );
+            return Reply::error(StatusCode::NOT_FOUND, "RevisionNotFound", &msg, None);
         }
         // As on the Hub, the default branch stays: deleting it would unref the
         // repository's revisions for gc.
