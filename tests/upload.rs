@@ -1045,3 +1045,89 @@ fn trickled_uploads_are_cut_off_and_free_their_places() {
         t.join().unwrap();
     }
 }
+
+/// Hostile review of issue 41 (helper-45, 1 and 2): the tag check of a commit and the
+/// branch and tag routes took no lock, so a commit in flight moved a tag made meanwhile of
+/// its branch's name, and two creations of one name both answered 200. The routes now take
+/// the name's commit lock, and a commit looks for a tag again under it.
+#[test]
+fn refs_are_not_changed_under_a_commit_in_flight() {
+    let env = Env::empty();
+    let pause = env.path("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let point = "publish-commit-start";
+    let srv = hub(
+        &env,
+        &[
+            ("MODELCAS_PAUSE_AT", point),
+            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
+        ],
+    );
+    let (a, repo) = (srv.addr.clone(), "team/inflight");
+    let first = std::thread::spawn({
+        let a = a.clone();
+        move || commit(&a, repo, &[inline("base.txt", b"base")])
+    });
+    let reached = || {
+        wait_until(
+            "a commit to pause",
+            std::time::Duration::from_secs(60),
+            || {
+                pause
+                    .join(format!("{point}.reached"))
+                    .exists()
+                    .then_some(())
+            },
+        )
+    };
+    reached();
+    go_on(&pause, point);
+    assert_eq!(first.join().unwrap().0, 200);
+    let route = |method: &str, path: &str, body: Value| {
+        request(
+            &a,
+            method,
+            &format!("/api/models/{repo}/{path}"),
+            Some(WRITER),
+            body.to_string().as_bytes(),
+            None,
+        )
+    };
+    assert_eq!(route("POST", "branch/b", json!({})).0, 200);
+    for f in std::fs::read_dir(&pause).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    let inflight = std::thread::spawn({
+        let a = a.clone();
+        move || commit_to(&a, repo, "b", &[inline("b.txt", b"on b")])
+    });
+    reached();
+    let (status, resp) = route("DELETE", "branch/b", json!({}));
+    assert_eq!(
+        status, 409,
+        "the branch a commit is applied to was deleted: {resp}"
+    );
+    let (status, resp) = route("POST", "tag/main", json!({"tag": "b"}));
+    assert_eq!(status, 409, "{resp}");
+    go_on(&pause, point);
+    let (status, resp) = inflight.join().unwrap();
+    assert_eq!(status, 200, "{resp}");
+    let oid = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
+    let (_, refs) = request(
+        &a,
+        "GET",
+        &format!("/api/models/{repo}/refs"),
+        Some(READER),
+        b"",
+        None,
+    );
+    let refs = json_of(&refs);
+    assert_eq!(refs["tags"], json!([]), "{refs}");
+    let b = refs["branches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "b")
+        .unwrap();
+    assert_eq!(b["targetCommit"], oid.as_str());
+}

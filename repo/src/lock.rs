@@ -150,26 +150,47 @@ fn modified_ms(store: &dyn ObjectStore, key: &str, listed: Option<SystemTime>) -
 /// Every lock object under `locks/<kind>-`. An object that cannot be read is returned as
 /// an error: nobody can tell whether it is held.
 pub fn list(store: &dyn ObjectStore, kind: &str) -> Result<Vec<Listed>> {
-    let mut out = Vec::new();
+    let (out, damaged) = list_with_damaged(store, kind)?;
+    match damaged.into_iter().next() {
+        None => Ok(out),
+        Some(d) => Err(StoreError::CorruptObject {
+            key: d.key,
+            reason: format!("{} (remove it if no modelcas process is running)", d.reason),
+        }),
+    }
+}
+
+/// A lock object that does not decode: its key, why, and its store time (ms).
+struct Damaged {
+    key: String,
+    reason: String,
+    modified_ms: u64,
+}
+
+/// [`list`], with the objects that do not decode apart.
+fn list_with_damaged(store: &dyn ObjectStore, kind: &str) -> Result<(Vec<Listed>, Vec<Damaged>)> {
+    let (mut out, mut damaged) = (Vec::new(), Vec::new());
     for obj in store.list(&format!("{}{kind}-", layout::LOCKS_PREFIX))? {
         let bytes = match store.get(&obj.key) {
             Ok(b) => b,
             Err(objects::ObjectError::NotFound(_)) => continue, // released meanwhile
             Err(e) => return Err(e.into()),
         };
-        let lock: LockObject =
-            lock_object::decode(&bytes).map_err(|e| StoreError::CorruptObject {
-                key: obj.key.clone(),
-                reason: format!("{e} (remove it if no modelcas process is running)"),
-            })?;
         let modified_ms = modified_ms(store, &obj.key, obj.modified)?;
-        out.push(Listed {
-            key: obj.key,
-            lock,
-            modified_ms,
-        });
+        match lock_object::decode(&bytes) {
+            Ok(lock) => out.push(Listed {
+                key: obj.key,
+                lock,
+                modified_ms,
+            }),
+            Err(e) => damaged.push(Damaged {
+                key: obj.key,
+                reason: e.to_string(),
+                modified_ms,
+            }),
+        }
     }
-    Ok(out)
+    Ok((out, damaged))
 }
 
 /// What the holder and its refresh thread share.
@@ -324,17 +345,38 @@ impl Held {
     /// Takes a lock of `kind` no other live process holds: writes its own object, then
     /// lists the kind's objects; a live other one makes it remove its own and fail (both
     /// may back off), stale ones are removed.
+    ///
+    /// An object of the kind that does not decode holds it too until it is `ttl` old by the
+    /// store's clock: a live holder rewrites its own every quarter of that, so one
+    /// unchanged that long is nobody's; it is then removed.
     fn exclusive(store: Arc<dyn ObjectStore>, kind: &str, ttl: Duration) -> Result<Held> {
         let held = Held::write_new(store.clone(), kind, ttl)?;
-        let others =
-            store_now_ms(store.as_ref()).and_then(|now| Ok((now, list(store.as_ref(), kind)?)));
-        let (now, others) = match others {
+        let others = store_now_ms(store.as_ref())
+            .and_then(|now| Ok((now, list_with_damaged(store.as_ref(), kind)?)));
+        let (now, (others, damaged)) = match others {
             Ok(v) => v,
             Err(e) => {
                 held.release();
                 return Err(e);
             }
         };
+        for d in damaged {
+            let age = now.saturating_sub(d.modified_ms);
+            if age >= ttl.as_millis() as u64 {
+                let _ = store.delete(&d.key);
+                continue;
+            }
+            held.release();
+            return Err(StoreError::LockHeld {
+                holder: format!(
+                    "an object that does not decode ({}), taken as held until it is {} s old (now {} s)",
+                    d.reason,
+                    ttl.as_secs(),
+                    age / 1000
+                ),
+                key: d.key,
+            });
+        }
         for other in others {
             if other.key == held.shared.key {
                 continue;
@@ -515,6 +557,30 @@ mod tests {
         drop(b);
         let kind = layout::commit_lock_kind(&repo("team/m"), "main");
         assert!(list(store.as_ref(), &kind).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_damaged_commit_lock_holds_the_branch_only_until_it_is_stale() {
+        // Hostile review (helper-45, 3): a lock object that did not decode answered every
+        // commit to its branch 500, forever.
+        let (mem, store) = frozen();
+        let repo = format::names::RepoId::parse("team/m").unwrap();
+        let kind = layout::commit_lock_kind(&repo, "main");
+        let junk = format!("{}{kind}-deadbeefdeadbeef", layout::LOCKS_PREFIX);
+        store.put(&junk, b"garbage").unwrap();
+        let err = Held::commit_lock(store.clone(), &repo, "main")
+            .err()
+            .unwrap();
+        assert!(matches!(err, StoreError::LockHeld { .. }), "{err}");
+        assert!(err.to_string().contains("does not decode"), "{err}");
+        mem.advance(WRITE_LEASE_TTL);
+        let held = Held::commit_lock(store.clone(), &repo, "main").unwrap();
+        assert!(store.get(&junk).is_err(), "the stale junk is removed");
+        drop(held);
+        // The other kinds still refuse to guess: gc stops on an ingest lease it cannot read.
+        let bad = format!("{}ingest-00000000000000aa", layout::LOCKS_PREFIX);
+        store.put(&bad, b"garbage").unwrap();
+        assert!(list(store.as_ref(), "ingest").is_err());
     }
 
     #[test]

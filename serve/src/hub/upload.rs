@@ -516,6 +516,22 @@ impl Hub {
         self.create_ref(&repo, tag, rev, RefKind::Tag)
     }
 
+    /// The commit lock of ref `name` (docs/format/protocols.md, "Commit lock"), held while
+    /// a branch or tag is made or deleted, so that neither interleaves with a commit to
+    /// that name or with another such change: `409` while someone else holds it.
+    fn ref_lock(&self, repo: &RepoId, name: &str) -> Result<repo::lock::Held, Box<Reply>> {
+        match repo::lock::Held::commit_lock(self.store.backend().clone(), repo, name) {
+            Ok(l) => Ok(l),
+            Err(repo::StoreError::LockHeld { holder, .. }) => Err(Box::new(Reply::error(
+                StatusCode::CONFLICT,
+                "",
+                &format!("{repo} {name} is being changed ({holder}); try again when it is done"),
+                None,
+            ))),
+            Err(e) => Err(Box::new(internal(e))),
+        }
+    }
+
     /// Whether ref `name` of `repo` is a tag ([`repo::Store::tags`]).
     fn is_tag(&self, repo: &RepoId, name: &str) -> Result<bool, Box<Reply>> {
         let refs = self.store.refs(repo).map_err(internal)?;
@@ -568,6 +584,10 @@ impl Hub {
             Ok(at) => at,
             Err(r) => return *r,
         };
+        let lock = match self.ref_lock(&at.repo, name) {
+            Ok(l) => l,
+            Err(r) => return *r,
+        };
         match self.store.refs(&at.repo) {
             Ok(refs) if refs.contains_key(name) => {
                 return Reply::error(
@@ -584,7 +604,7 @@ impl Hub {
             RefKind::Tag => self.store.set_tag_record(&at.repo, name, &at.commit),
             RefKind::Branch => self.store.delete_tag_record(&at.repo, name),
         };
-        if let Err(e) = record {
+        if let Err(e) = record.and_then(|()| lock.check()) {
             return internal(e);
         }
         match self.store.set_ref(&at.repo, name, &at.commit) {
@@ -599,6 +619,10 @@ impl Hub {
     /// Deletes branch or tag `name`: 404 when it is not one of that kind (`delete_tag`
     /// never deletes a branch, nor `delete_branch` a tag); a tag's record goes after it.
     fn delete_ref(&self, repo: &RepoId, name: &str, kind: RefKind) -> Reply {
+        let _lock = match self.ref_lock(repo, name) {
+            Ok(l) => l,
+            Err(r) => return *r,
+        };
         let tag = match self.is_tag(repo, name) {
             Ok(t) => t,
             Err(r) => return *r,
