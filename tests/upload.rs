@@ -16,6 +16,52 @@ use serde_json::{json, Value};
 const WRITER: &str = "writer-0123456789";
 const READER: &str = "reader-0123456789";
 
+/// Commits paused at `publish-commit-start` (after the branch's commit lock is taken) until
+/// told to go on.
+struct CommitPause {
+    dir: std::path::PathBuf,
+}
+
+impl CommitPause {
+    const POINT: &'static str = "publish-commit-start";
+
+    fn new(env: &Env) -> CommitPause {
+        let dir = env.path("pause");
+        std::fs::create_dir_all(&dir).unwrap();
+        CommitPause { dir }
+    }
+
+    /// The environment of a hub whose commits pause.
+    fn vars(&self) -> [(&'static str, &str); 2] {
+        [
+            ("MODELCAS_PAUSE_AT", Self::POINT),
+            ("MODELCAS_PAUSE_DIR", self.dir.to_str().unwrap()),
+        ]
+    }
+
+    /// Waits until a commit has reached the point.
+    fn reached(&self) {
+        let flag = self.dir.join(format!("{}.reached", Self::POINT));
+        wait_until(
+            "a commit to pause",
+            std::time::Duration::from_secs(60),
+            || flag.exists().then_some(()),
+        );
+    }
+
+    /// Lets the paused commit (and every later one) go on.
+    fn go_on(&self) {
+        go_on(&self.dir, Self::POINT);
+    }
+
+    /// Makes the next commit pause again.
+    fn rearm(&self) {
+        for f in std::fs::read_dir(&self.dir).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+    }
+}
+
 /// A hub on an empty store taking uploads to `team/*` from [`WRITER`].
 fn hub(env: &Env, vars: &[(&str, &str)]) -> Served {
     hub_at(env, "spool", vars)
@@ -797,31 +843,14 @@ fn refs_the_hub_keeps_and_repositories_it_cannot_make() {
 #[test]
 fn two_commits_to_one_branch_at_once_one_wins_the_other_is_told() {
     let env = Env::empty();
-    let pause = env.path("pause");
-    std::fs::create_dir_all(&pause).unwrap();
-    let point = "publish-commit-start";
-    let srv = hub(
-        &env,
-        &[
-            ("MODELCAS_PAUSE_AT", point),
-            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
-        ],
-    );
+    let pause = CommitPause::new(&env);
+    let srv = hub(&env, &pause.vars());
     let (a, repo) = (srv.addr.clone(), "team/race");
     let first = std::thread::spawn({
         let a = a.clone();
         move || commit(&a, repo, &[inline("f.txt", b"first")])
     });
-    wait_until(
-        "the first commit to pause",
-        std::time::Duration::from_secs(60),
-        || {
-            pause
-                .join(format!("{point}.reached"))
-                .exists()
-                .then_some(())
-        },
-    );
+    pause.reached();
     let (status, resp) = commit(&a, repo, &[inline("f.txt", b"second")]);
     assert_eq!(status, 409, "{resp}");
     assert_eq!(
@@ -829,7 +858,7 @@ fn two_commits_to_one_branch_at_once_one_wins_the_other_is_told() {
         None,
         "nothing visible while the first is applied"
     );
-    go_on(&pause, point);
+    pause.go_on();
     let (status, resp) = first.join().unwrap();
     assert_eq!(status, 200, "{resp}");
     let oid = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
@@ -845,49 +874,28 @@ fn two_commits_to_one_branch_at_once_one_wins_the_other_is_told() {
 #[test]
 fn two_hubs_over_one_store_commit_to_a_branch_one_at_a_time() {
     let env = Env::empty();
-    let pause = env.path("pause");
-    std::fs::create_dir_all(&pause).unwrap();
-    let point = "publish-commit-start";
+    let pause = CommitPause::new(&env);
     let index_b = env.path("index-b");
-    let mut a = hub_at(
-        &env,
-        "spool-a",
-        &[
-            ("MODELCAS_PAUSE_AT", point),
-            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
-        ],
-    );
+    let mut a = hub_at(&env, "spool-a", &pause.vars());
     let b = hub_at(
         &env,
         "spool-b",
         &[("MODELCAS_INDEX", index_b.to_str().unwrap())],
     );
     let repo = "team/shared";
-    let reached = || {
-        wait_until(
-            "the commit through A to pause",
-            std::time::Duration::from_secs(60),
-            || {
-                pause
-                    .join(format!("{point}.reached"))
-                    .exists()
-                    .then_some(())
-            },
-        )
-    };
     let (status, resp) = commit(&b.addr, repo, &[inline("base.txt", b"base")]);
     assert_eq!(status, 200, "{resp}");
     let first = std::thread::spawn({
         let a = a.addr.clone();
         move || commit(&a, repo, &[inline("a.txt", b"from A")])
     });
-    reached();
+    pause.reached();
     let (status, resp) = commit(&b.addr, repo, &[inline("b.txt", b"from B")]);
     assert_eq!(
         status, 409,
         "B must not move the branch A is committing to: {resp}"
     );
-    go_on(&pause, point);
+    pause.go_on();
     let (status, resp) = first.join().unwrap();
     assert_eq!(status, 200, "{resp}");
     let oid_a = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
@@ -907,14 +915,12 @@ fn two_hubs_over_one_store_commit_to_a_branch_one_at_a_time() {
         );
     }
     // A killed while it holds the branch: B commits at once (the lock's holder is gone).
-    for f in std::fs::read_dir(&pause).unwrap() {
-        std::fs::remove_file(f.unwrap().path()).unwrap();
-    }
+    pause.rearm();
     let stuck = std::thread::spawn({
         let a = a.addr.clone();
         move || commit(&a, repo, &[inline("never.txt", b"never")])
     });
-    reached();
+    pause.reached();
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     let _ = stuck.join();
@@ -1053,35 +1059,15 @@ fn trickled_uploads_are_cut_off_and_free_their_places() {
 #[test]
 fn refs_are_not_changed_under_a_commit_in_flight() {
     let env = Env::empty();
-    let pause = env.path("pause");
-    std::fs::create_dir_all(&pause).unwrap();
-    let point = "publish-commit-start";
-    let srv = hub(
-        &env,
-        &[
-            ("MODELCAS_PAUSE_AT", point),
-            ("MODELCAS_PAUSE_DIR", pause.to_str().unwrap()),
-        ],
-    );
+    let pause = CommitPause::new(&env);
+    let srv = hub(&env, &pause.vars());
     let (a, repo) = (srv.addr.clone(), "team/inflight");
     let first = std::thread::spawn({
         let a = a.clone();
         move || commit(&a, repo, &[inline("base.txt", b"base")])
     });
-    let reached = || {
-        wait_until(
-            "a commit to pause",
-            std::time::Duration::from_secs(60),
-            || {
-                pause
-                    .join(format!("{point}.reached"))
-                    .exists()
-                    .then_some(())
-            },
-        )
-    };
-    reached();
-    go_on(&pause, point);
+    pause.reached();
+    pause.go_on();
     assert_eq!(first.join().unwrap().0, 200);
     let route = |method: &str, path: &str, body: Value| {
         request(
@@ -1094,14 +1080,12 @@ fn refs_are_not_changed_under_a_commit_in_flight() {
         )
     };
     assert_eq!(route("POST", "branch/b", json!({})).0, 200);
-    for f in std::fs::read_dir(&pause).unwrap() {
-        std::fs::remove_file(f.unwrap().path()).unwrap();
-    }
+    pause.rearm();
     let inflight = std::thread::spawn({
         let a = a.clone();
         move || commit_to(&a, repo, "b", &[inline("b.txt", b"on b")])
     });
-    reached();
+    pause.reached();
     let (status, resp) = route("DELETE", "branch/b", json!({}));
     assert_eq!(
         status, 409,
@@ -1109,7 +1093,7 @@ fn refs_are_not_changed_under_a_commit_in_flight() {
     );
     let (status, resp) = route("POST", "tag/main", json!({"tag": "b"}));
     assert_eq!(status, 409, "{resp}");
-    go_on(&pause, point);
+    pause.go_on();
     let (status, resp) = inflight.join().unwrap();
     assert_eq!(status, 200, "{resp}");
     let oid = json_of(&resp)["commitOid"].as_str().unwrap().to_string();
