@@ -265,7 +265,7 @@ impl Publisher {
         };
         repo::failpoint::pause("publish-commit-start");
         // Under the lock: a tag made of the branch's name since the hub looked is refused.
-        if self.is_tag(&req.repo, &req.branch)? {
+        if self.store.is_tag(&req.repo, &req.branch)? {
             return Err(PublishError::BadRequest(format!(
                 "{} is a tag of {}: tags do not move; commit to a branch",
                 req.branch, req.repo
@@ -308,19 +308,6 @@ impl Publisher {
 }
 
 impl Publisher {
-    /// Whether ref `name` of `repo` is a tag ([`repo::Store::tags`]).
-    fn is_tag(&self, repo: &RepoId, name: &str) -> Result<bool, PublishError> {
-        let refs = match self.store.refs(repo) {
-            Ok(r) => r,
-            Err(StoreError::UnknownRepo(_)) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        };
-        if !refs.contains_key(name) {
-            return Ok(false);
-        }
-        Ok(self.store.tags(repo, &refs)?.contains(name))
-    }
-
     /// After a commit failed: removes the spooled objects it took that no longer hold the
     /// bytes their name says (damaged on disk), so that the client's next try uploads them
     /// again instead of failing the same way until they expire.

@@ -452,7 +452,7 @@ fn a_shard_names_stored_xorbs_of_visible_repositories_only() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let chunks = crate::xet::indexer::chunk_list_of(&bytes);
+    let chunks = crate::xet::indexer::chunks_of(&bytes[..]).unwrap();
     let mut at = 0;
     let parts: Vec<&[u8]> = chunks
         .iter()

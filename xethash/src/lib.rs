@@ -142,23 +142,82 @@ pub fn chunk_lengths(data: &[u8]) -> Vec<usize> {
     out
 }
 
-/// The Xet file hash of a stream: feed it with [`Hasher::update`] in pieces of any size,
-/// then [`Hasher::finalize`]. Memory: one BLAKE3 state and a few Merkle nodes per tree level.
+/// Cuts a stream into Xet chunks and hashes each as it passes (one BLAKE3 state, no chunk
+/// buffered): what [`Hasher`] and [`ChunkList`] share.
 #[derive(Clone)]
-pub struct Hasher {
+struct Cutter {
     chunker: Chunker,
     chunk: blake3::Hasher,
-    tree: Tree,
 }
 
-impl Default for Hasher {
+impl Default for Cutter {
     fn default() -> Self {
-        Hasher {
+        Cutter {
             chunker: Chunker::default(),
             chunk: blake3::Hasher::new_keyed(&DATA_KEY),
-            tree: Tree::default(),
         }
     }
+}
+
+impl Cutter {
+    /// Feeds the next bytes; `done` gets each chunk completed (hash, length).
+    fn update(&mut self, mut data: &[u8], done: &mut impl FnMut(XetHash, u64)) {
+        while !data.is_empty() {
+            let (n, cut) = self.chunker.scan(data);
+            self.chunk.update(&data[..n]);
+            data = &data[n..];
+            if cut {
+                self.end_chunk(done);
+            }
+        }
+    }
+
+    /// Ends the last chunk, if any bytes are in it.
+    fn finish(&mut self, done: &mut impl FnMut(XetHash, u64)) {
+        if self.chunk.count() > 0 {
+            self.end_chunk(done);
+        }
+    }
+
+    fn end_chunk(&mut self, done: &mut impl FnMut(XetHash, u64)) {
+        let len = self.chunk.count();
+        let hash = XetHash(*self.chunk.finalize().as_bytes());
+        self.chunk.reset();
+        done(hash, len);
+    }
+}
+
+/// The Xet chunks of a stream, in order: feed it with [`ChunkList::update`] in pieces of
+/// any size, then [`ChunkList::finish`]. Memory: 36 bytes a chunk.
+#[derive(Clone, Default)]
+pub struct ChunkList {
+    cutter: Cutter,
+    chunks: Vec<(XetHash, u32)>,
+}
+
+impl ChunkList {
+    /// Feeds the next bytes of the file.
+    pub fn update(&mut self, data: &[u8]) {
+        let chunks = &mut self.chunks;
+        self.cutter
+            .update(data, &mut |h, len| chunks.push((h, len as u32)));
+    }
+
+    /// Each chunk's hash and length.
+    pub fn finish(mut self) -> Vec<(XetHash, u32)> {
+        let chunks = &mut self.chunks;
+        self.cutter
+            .finish(&mut |h, len| chunks.push((h, len as u32)));
+        self.chunks
+    }
+}
+
+/// The Xet file hash of a stream: feed it with [`Hasher::update`] in pieces of any size,
+/// then [`Hasher::finalize`]. Memory: one BLAKE3 state and a few Merkle nodes per tree level.
+#[derive(Clone, Default)]
+pub struct Hasher {
+    cutter: Cutter,
+    tree: Tree,
 }
 
 impl Hasher {
@@ -168,29 +227,15 @@ impl Hasher {
     }
 
     /// Feeds the next bytes of the file.
-    pub fn update(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
-            let (n, cut) = self.chunker.scan(data);
-            self.chunk.update(&data[..n]);
-            data = &data[n..];
-            if cut {
-                self.end_chunk();
-            }
-        }
-    }
-
-    fn end_chunk(&mut self) {
-        let len = self.chunk.count();
-        let hash = XetHash(*self.chunk.finalize().as_bytes());
-        self.chunk.reset();
-        self.tree.push(hash, len);
+    pub fn update(&mut self, data: &[u8]) {
+        let tree = &mut self.tree;
+        self.cutter.update(data, &mut |h, len| tree.push(h, len));
     }
 
     /// The file hash of everything fed.
     pub fn finalize(mut self) -> XetHash {
-        if self.chunk.count() > 0 {
-            self.end_chunk();
-        }
+        let tree = &mut self.tree;
+        self.cutter.finish(&mut |h, len| tree.push(h, len));
         match self.tree.root() {
             Some(root) => file_hash_of_root(&root),
             None => XetHash::default(),
@@ -263,6 +308,30 @@ mod tests {
             let d = bytes(seed, n, period);
             prop_assert_eq!(chunk_lengths(&d), reference(&d));
         }
+    }
+
+    /// A chunk list fed in pieces of any size names the chunks the definition cuts, each
+    /// by its own hash.
+    #[test]
+    fn chunk_lists_are_the_cut_chunks_hashed() {
+        let d = bytes(5, 700_000, 0);
+        for piece in [1usize, 4093, 1 << 20] {
+            let mut list = ChunkList::default();
+            for p in d.chunks(piece) {
+                list.update(p);
+            }
+            let got = list.finish();
+            let mut at = 0;
+            let want: Vec<(XetHash, u32)> = reference(&d)
+                .into_iter()
+                .map(|n| {
+                    at += n;
+                    (chunk_hash(&d[at - n..at]), n as u32)
+                })
+                .collect();
+            assert_eq!(got, want, "pieces of {piece}");
+        }
+        assert!(ChunkList::default().finish().is_empty());
     }
 
     /// Long random inputs (about 48 cuts each), many seeds.

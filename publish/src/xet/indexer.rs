@@ -127,53 +127,24 @@ fn index_repo(
     Ok(())
 }
 
-/// The Xet chunks (hash, length) of `bytes`.
-#[cfg(test)]
-pub(crate) fn chunk_list_of(bytes: &[u8]) -> Vec<(XetHash, u32)> {
-    let mut chunker = xethash::Chunker::default();
-    let (mut out, mut start, mut data) = (Vec::new(), 0, bytes);
-    while !data.is_empty() {
-        let (k, end) = chunker.scan(data);
-        data = &data[k..];
-        let at = bytes.len() - data.len();
-        if end || data.is_empty() {
-            out.push((xethash::chunk_hash(&bytes[start..at]), (at - start) as u32));
-            start = at;
-        }
-    }
-    out
-}
-
 /// The Xet chunks (hash, length) of a stored file, read through the read path.
 pub(crate) fn chunk_list(
     store: &Store,
     m: &Manifest,
     f: &FileEntry,
 ) -> Result<Vec<(XetHash, u32)>, PublishError> {
-    let mut r = FileReader::new(store, m, f)?.into_read();
-    let mut chunker = xethash::Chunker::default();
-    let (mut out, mut cur) = (Vec::new(), Vec::with_capacity(xethash::MAX_CHUNK));
+    let r = FileReader::new(store, m, f)?.into_read();
+    chunks_of(r).map_err(|e| PublishError::Io(format!("{}: {e}", f.path)))
+}
+
+/// The Xet chunks (hash, length) of what `r` reads, cut as Xet cuts.
+pub(crate) fn chunks_of(mut r: impl Read) -> std::io::Result<Vec<(XetHash, u32)>> {
+    let mut list = xethash::ChunkList::default();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = r
-            .read(&mut buf)
-            .map_err(|e| PublishError::Io(format!("{}: {e}", f.path)))?;
-        if n == 0 {
-            break;
-        }
-        let mut data = &buf[..n];
-        while !data.is_empty() {
-            let (k, end) = chunker.scan(data);
-            cur.extend_from_slice(&data[..k]);
-            data = &data[k..];
-            if end {
-                out.push((xethash::chunk_hash(&cur), cur.len() as u32));
-                cur.clear();
-            }
+        match r.read(&mut buf)? {
+            0 => return Ok(list.finish()),
+            n => list.update(&buf[..n]),
         }
     }
-    if !cur.is_empty() {
-        out.push((xethash::chunk_hash(&cur), cur.len() as u32));
-    }
-    Ok(out)
 }

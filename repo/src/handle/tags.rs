@@ -53,6 +53,20 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether ref `name` of `repo` is a tag (false when there is no such ref or
+    /// repository).
+    pub fn is_tag(&self, repo: &RepoId, name: &str) -> Result<bool> {
+        let refs = match self.refs(repo) {
+            Ok(r) => r,
+            Err(crate::StoreError::UnknownRepo(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if !refs.contains_key(name) {
+            return Ok(false);
+        }
+        Ok(self.tags(repo, &refs)?.contains(name))
+    }
+
     /// Writes the tag record of `name` at `commit` (before the ref itself is set).
     pub fn set_tag_record(&self, repo: &RepoId, name: &str, commit: &CommitId) -> Result<()> {
         let obj = RefObject {

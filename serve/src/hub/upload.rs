@@ -443,15 +443,7 @@ impl Hub {
         if let Err(msg) = branch_name(branch) {
             return bad(&msg);
         }
-        match self.is_tag(&repo, branch) {
-            Ok(false) => {}
-            Ok(true) => {
-                return bad(&format!(
-                    "{branch} is a tag of {repo}: tags do not move; commit to a branch"
-                ))
-            }
-            Err(r) => return *r,
-        }
+        // A tag of that name refuses it: the commit looks under the branch's commit lock.
         let (parent, operations) = match parse_commit(body) {
             Ok(x) => x,
             Err(msg) => return bad(&msg),
@@ -532,19 +524,6 @@ impl Hub {
         }
     }
 
-    /// Whether ref `name` of `repo` is a tag ([`repo::Store::tags`]).
-    fn is_tag(&self, repo: &RepoId, name: &str) -> Result<bool, Box<Reply>> {
-        let refs = self.store.refs(repo).map_err(internal)?;
-        if !refs.contains_key(name) {
-            return Ok(false);
-        }
-        Ok(self
-            .store
-            .tags(repo, &refs)
-            .map_err(internal)?
-            .contains(name))
-    }
-
     /// [`Hub::writable`], and the request's body as a JSON object.
     fn writable_json(
         &self,
@@ -623,9 +602,9 @@ impl Hub {
             Ok(l) => l,
             Err(r) => return *r,
         };
-        let tag = match self.is_tag(repo, name) {
+        let tag = match self.store.is_tag(repo, name) {
             Ok(t) => t,
-            Err(r) => return *r,
+            Err(e) => return internal(e),
         };
         if tag != (kind == RefKind::Tag) {
             let msg = if tag {
