@@ -333,10 +333,20 @@ impl StoredXet {
         })
     }
 
+    /// [`StoredXet::slice`]; a record that no longer reads (removed or cut short on disk)
+    /// is forgotten, so that a later commit or the indexer records the content again.
+    fn slice_or_forget(&self, sha: &Sha256, g: &Group) -> Option<Slice> {
+        let slice = self.slice(sha, g);
+        if slice.is_none() {
+            self.forget(sha);
+        }
+        slice
+    }
+
     /// The stored xorb `hash`: its file's content, where it lies there, and its chunks.
     pub fn xorb(&self, hash: &XetHash) -> Option<(Sha256, Group, Slice)> {
         let (sha, g) = *self.maps.lock().xorbs.get(hash)?;
-        let slice = self.slice(&sha, &g)?;
+        let slice = self.slice_or_forget(&sha, &g)?;
         Some((sha, g, slice))
     }
 
@@ -361,7 +371,7 @@ impl StoredXet {
                 .find(|g| (g.first..g.first + g.n).contains(&at))?;
             (sha, g)
         };
-        let slice = self.slice(&sha, &g)?;
+        let slice = self.slice_or_forget(&sha, &g)?;
         let shard = super::full_shard::write(&g.hash, &slice.chunks, key, now, expiry);
         Some(DedupAnswer {
             sha,
@@ -474,6 +484,11 @@ mod tests {
         assert!(s.dedup_shard(&first.chunks[0].0, &[0; 32], 1, 2).is_none());
         assert!(s.xorb(&xorbs[0].2).is_none());
         assert!(!s.has(&sha));
+        s.add(sha, &other).unwrap();
+        // A record gone from the disk under a running hub: forgotten at its first use,
+        // then recorded again.
+        fs::remove_file(dir.path().join(sha.to_hex())).unwrap();
+        assert!(s.dedup_shard(&other.chunks[0].0, &[0; 32], 1, 2).is_none());
         s.add(sha, &other).unwrap();
         assert_eq!(
             s.dedup_shard(&other.chunks[0].0, &[0; 32], 1, 2)
