@@ -1,8 +1,9 @@
 //! The Hub's write routes, as `huggingface_hub` calls them to upload (`upload_file`,
 //! `upload_folder`, `create_commit`, `push_to_hub`, `create_repo`, `create_branch`,
 //! `create_tag`): create a repository, preupload, the LFS batch and verify, the commit
-//! (NDJSON), branches and tags. The object `PUT` an LFS batch hands out is streamed by
-//! `server.rs`; the writing itself is the binary's [`crate::uploads::Uploads`].
+//! (NDJSON, parsed in `upload/commit_body.rs`), branches and tags (`upload/refs.rs`). The
+//! object `PUT` an LFS batch hands out is streamed by `server.rs`; the writing itself is the
+//! binary's [`crate::uploads::Uploads`].
 //!
 //! Every route needs a token whose write scope covers the repository (403
 //! `WriteNotAllowed` otherwise, nothing read or changed), and obeys the policy: the
@@ -10,15 +11,19 @@
 //! takes no upload), and the mirror (403 `RepoMirrored` for a repository brought from
 //! upstream, unless `--upload-over-mirror`).
 
-use base64::Engine as _;
-use format::{CommitId, RepoId, Sha256};
+use format::{RepoId, Sha256};
 use http::{header, HeaderValue, Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::browse::base_url;
 use super::{Head, Hub, Reply};
 use crate::reply::{internal, X_ERROR_MESSAGE};
-use crate::uploads::{CommitRequest, Content, Operation, UploadOptions};
+use crate::uploads::{CommitRequest, UploadOptions};
+
+mod commit_body;
+mod refs;
+
+pub(crate) use commit_body::parse_commit;
 
 /// Most files in one preupload or LFS batch request (the client sends 256 and 1000).
 const MAX_BATCH: usize = 10_000;
@@ -479,51 +484,6 @@ impl Hub {
         }
     }
 
-    /// `POST .../branch/{branch}` `{startingPoint?}` creates a branch (at the revision
-    /// named, else the default one; 409 when it exists); `DELETE` deletes it.
-    fn branch(&self, req: &Head<'_>, org: &str, name: &str, branch: &str, body: &[u8]) -> Reply {
-        let (repo, v) = match self.ref_request(req, org, name, body) {
-            Ok((repo, Some(v))) => (repo, v),
-            Ok((repo, None)) => return self.delete_ref(&repo, branch, RefKind::Branch),
-            Err(r) => return *r,
-        };
-        let from = v
-            .get("startingPoint")
-            .and_then(Value::as_str)
-            .unwrap_or("main");
-        self.create_ref(&repo, branch, from, RefKind::Branch)
-    }
-
-    /// `POST .../tag/{rev}` `{tag}` tags a revision (409 when the tag exists); `DELETE
-    /// .../tag/{tag}` deletes it. Tags are refs of the store like branches.
-    fn tag(&self, req: &Head<'_>, org: &str, name: &str, rev: &str, body: &[u8]) -> Reply {
-        let (repo, v) = match self.ref_request(req, org, name, body) {
-            Ok((repo, Some(v))) => (repo, v),
-            Ok((repo, None)) => return self.delete_ref(&repo, rev, RefKind::Tag),
-            Err(r) => return *r,
-        };
-        let Some(tag) = v.get("tag").and_then(Value::as_str) else {
-            return bad("a tag needs `tag`, its name");
-        };
-        self.create_ref(&repo, tag, rev, RefKind::Tag)
-    }
-
-    /// The commit lock of ref `name` (docs/format/protocols.md, "Commit lock"), held while
-    /// a branch or tag is made or deleted, so that neither interleaves with a commit to
-    /// that name or with another such change: `409` while someone else holds it.
-    fn ref_lock(&self, repo: &RepoId, name: &str) -> Result<repo::lock::Held, Box<Reply>> {
-        match repo::lock::Held::commit_lock(self.store.backend().clone(), repo, name) {
-            Ok(l) => Ok(l),
-            Err(repo::StoreError::LockHeld { holder, .. }) => Err(Box::new(Reply::error(
-                StatusCode::CONFLICT,
-                "",
-                &format!("{repo} {name} is being changed ({holder}); try again when it is done"),
-                None,
-            ))),
-            Err(e) => Err(Box::new(internal(e))),
-        }
-    }
-
     /// [`Hub::writable`], and the request's body as a JSON object.
     fn writable_json(
         &self,
@@ -535,213 +495,6 @@ impl Hub {
         let (up, repo) = self.writable(req, org, name)?;
         Ok((up, repo, json_body(body)?))
     }
-
-    /// The repository a branch or tag request may write, and its JSON body (`None` for a
-    /// `DELETE`).
-    fn ref_request(
-        &self,
-        req: &Head<'_>,
-        org: &str,
-        name: &str,
-        body: &[u8],
-    ) -> Result<(RepoId, Option<Value>), Box<Reply>> {
-        let (_, repo) = self.writable(req, org, name)?;
-        if *req.method == Method::DELETE {
-            return Ok((repo, None));
-        }
-        Ok((repo, Some(json_body(body)?)))
-    }
-
-    /// Creates branch or tag `name` at revision `from` (409 when a ref of that name
-    /// exists). A tag's record is written before its ref, a branch clears a record a tag
-    /// of its name left behind (docs/format/bytes.md, "Tag records").
-    fn create_ref(&self, repo: &RepoId, name: &str, from: &str, kind: RefKind) -> Reply {
-        if let Err(msg) = branch_name(name) {
-            return bad(&msg);
-        }
-        let at = match self.locate(repo.org(), repo.name(), from) {
-            Ok(at) => at,
-            Err(r) => return *r,
-        };
-        let lock = match self.ref_lock(&at.repo, name) {
-            Ok(l) => l,
-            Err(r) => return *r,
-        };
-        match self.store.refs(&at.repo) {
-            Ok(refs) if refs.contains_key(name) => {
-                return Reply::error(
-                    StatusCode::CONFLICT,
-                    "",
-                    &format!("Reference {name} already exists"),
-                    None,
-                )
-            }
-            Ok(_) => {}
-            Err(e) => return internal(e),
-        }
-        let record = match kind {
-            RefKind::Tag => self.store.set_tag_record(&at.repo, name, &at.commit),
-            RefKind::Branch => self.store.delete_tag_record(&at.repo, name),
-        };
-        if let Err(e) = record.and_then(|()| lock.check()) {
-            return internal(e);
-        }
-        match self.store.set_ref(&at.repo, name, &at.commit) {
-            Ok(()) => Reply::json(
-                StatusCode::OK,
-                &json!({ "name": name, "targetCommit": at.commit.to_hex() }),
-            ),
-            Err(e) => internal(e),
-        }
-    }
-
-    /// Deletes branch or tag `name`: 404 when it is not one of that kind (`delete_tag`
-    /// never deletes a branch, nor `delete_branch` a tag); a tag's record goes after it.
-    fn delete_ref(&self, repo: &RepoId, name: &str, kind: RefKind) -> Reply {
-        let _lock = match self.ref_lock(repo, name) {
-            Ok(l) => l,
-            Err(r) => return *r,
-        };
-        let tag = match self.store.is_tag(repo, name) {
-            Ok(t) => t,
-            Err(e) => return internal(e),
-        };
-        if tag != (kind == RefKind::Tag) {
-            let msg = if tag {
-                format!("{repo} has no branch {name}: {name} is a tag (delete_tag deletes it)")
-            } else {
-                format!("{repo} has no tag {name}")
-            };
-            return Reply::error(StatusCode::NOT_FOUND, "RevisionNotFound", &msg, None);
-        }
-        // As on the Hub, the default branch stays: deleting it would unref the
-        // repository's revisions for gc.
-        if name == "main" {
-            return Reply::error(
-                StatusCode::FORBIDDEN,
-                "",
-                "the default branch main cannot be deleted",
-                None,
-            );
-        }
-        match self.store.delete_ref(repo, name) {
-            Ok(_) if kind == RefKind::Tag => match self.store.delete_tag_record(repo, name) {
-                Ok(()) => Reply::json(StatusCode::OK, &json!({})),
-                Err(e) => internal(e),
-            },
-            Ok(_) => Reply::json(StatusCode::OK, &json!({})),
-            Err(repo::StoreError::UnknownRevision { .. } | repo::StoreError::UnknownRepo(_)) => {
-                Reply::error(
-                    StatusCode::NOT_FOUND,
-                    "RevisionNotFound",
-                    &format!("{repo} has no ref {name}"),
-                    None,
-                )
-            }
-            Err(e) => internal(e),
-        }
-    }
-}
-
-/// What a branch or tag route makes or deletes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum RefKind {
-    Branch,
-    Tag,
-}
-
-/// Most bytes of one line of a commit body other than inline content.
-const MAX_LINE: usize = 64 << 10;
-
-/// A commit body: NDJSON, a `header` line (`summary`, `description`, `parentCommit`) first,
-/// then `file` (base64 `content`), `lfsFile` (`algo: sha256`, `oid`, `size`),
-/// `deletedFile` and `deletedFolder` lines. The error says which line is wrong and why.
-pub(crate) fn parse_commit(body: &[u8]) -> Result<(Option<CommitId>, Vec<Operation>), String> {
-    let text = std::str::from_utf8(body).map_err(|_| "the commit body is not UTF-8".to_string())?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let line_err = |n: usize, why: &str| format!("commit line {}: {why}", n + 1);
-    let Some((n, first)) = lines.next() else {
-        return Err("the commit body is empty: it needs a header line".into());
-    };
-    let header: Value =
-        serde_json::from_str(first).map_err(|e| line_err(n, &format!("not JSON ({e})")))?;
-    if header.get("key").and_then(Value::as_str) != Some("header") {
-        return Err(line_err(
-            n,
-            "the first line must be the header (`{\"key\": \"header\", ...}`)",
-        ));
-    }
-    let parent = match header.pointer("/value/parentCommit") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_str()
-                .and_then(|s| CommitId::parse(s).ok())
-                .ok_or_else(|| line_err(n, "parentCommit is not a 40-hex commit id"))?,
-        ),
-    };
-    let mut ops = Vec::new();
-    for (n, line) in lines {
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| line_err(n, &format!("not JSON ({e})")))?;
-        let key = v.get("key").and_then(Value::as_str).unwrap_or("");
-        let val = v.get("value").ok_or_else(|| line_err(n, "no `value`"))?;
-        let path = val
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| line_err(n, "no `path`"))?
-            .to_string();
-        if line.len() > MAX_LINE && key != "file" {
-            return Err(line_err(n, "too long"));
-        }
-        ops.push(match key {
-            "file" => {
-                if val
-                    .get("encoding")
-                    .and_then(Value::as_str)
-                    .unwrap_or("base64")
-                    != "base64"
-                {
-                    return Err(line_err(n, "inline content must be base64"));
-                }
-                let content = val
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| line_err(n, "no `content`"))?;
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(content)
-                    .map_err(|e| line_err(n, &format!("content is not base64 ({e})")))?;
-                Operation::Add {
-                    path,
-                    content: Content::Inline(bytes),
-                }
-            }
-            "lfsFile" => {
-                if val.get("algo").and_then(Value::as_str).unwrap_or("sha256") != "sha256" {
-                    return Err(line_err(n, "lfsFile algo must be sha256"));
-                }
-                let sha256 = val
-                    .get("oid")
-                    .and_then(Value::as_str)
-                    .and_then(|s| Sha256::from_hex(s).ok())
-                    .ok_or_else(|| line_err(n, "lfsFile oid is not a sha256 (64 hex digits)"))?;
-                let size = val
-                    .get("size")
-                    .and_then(Value::as_u64)
-                    .ok_or_else(|| line_err(n, "lfsFile has no `size`"))?;
-                Operation::Add {
-                    path,
-                    content: Content::Object { sha256, size },
-                }
-            }
-            "deletedFile" => Operation::DeleteFile { path },
-            "deletedFolder" => Operation::DeleteFolder { path },
-            other => return Err(line_err(n, &format!("unknown operation {other:?}"))),
-        });
-    }
-    Ok((parent, ops))
 }
 
 /// A name a commit, branch or tag may take: a valid ref name, not `HEAD` and not under
@@ -766,71 +519,4 @@ fn json_body(body: &[u8]) -> Result<Value, Box<Reply>> {
 
 fn bad(msg: &str) -> Reply {
     Reply::error(StatusCode::BAD_REQUEST, "", msg, None)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_commit_body_parses_as_the_client_writes_it() {
-        let body = concat!(
-            r#"{"key": "header", "value": {"summary": "s", "description": "", "parentCommit": "0123456789abcdef0123456789abcdef01234567"}}"#,
-            "\n",
-            r#"{"key": "file", "value": {"content": "aGk=", "path": "a.txt", "encoding": "base64"}}"#,
-            "\n",
-            r#"{"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": "00000000000000000000000000000000000000000000000000000000000000ff", "size": 5}}"#,
-            "\n",
-            r#"{"key": "deletedFile", "value": {"path": "old"}}"#,
-            "\n",
-            r#"{"key": "deletedFolder", "value": {"path": "dir/"}}"#,
-            "\n",
-        );
-        let (parent, ops) = parse_commit(body.as_bytes()).unwrap();
-        assert_eq!(
-            parent.unwrap().to_hex(),
-            "0123456789abcdef0123456789abcdef01234567"
-        );
-        assert_eq!(ops.len(), 4);
-        assert_eq!(
-            ops[0],
-            Operation::Add {
-                path: "a.txt".into(),
-                content: Content::Inline(b"hi".to_vec())
-            }
-        );
-        assert!(matches!(
-            &ops[1],
-            Operation::Add {
-                content: Content::Object { size: 5, .. },
-                ..
-            }
-        ));
-        assert_eq!(
-            ops[3],
-            Operation::DeleteFolder {
-                path: "dir/".into()
-            }
-        );
-    }
-
-    #[test]
-    fn a_bad_commit_body_names_its_line() {
-        let header = r#"{"key": "header", "value": {"summary": "s"}}"#;
-        for (body, says) in [
-            ("", "empty"),
-            ("[1]", "header"),
-            (r#"{"key": "file"}"#, "header"),
-            (&format!("{header}\nnot json"), "line 2: not JSON"),
-            (&format!("{header}\n{{\"key\": \"file\", \"value\": {{\"path\": \"a\", \"content\": \"***\"}}}}"), "base64"),
-            (&format!("{header}\n{{\"key\": \"lfsFile\", \"value\": {{\"path\": \"a\", \"oid\": \"xyz\", \"size\": 1}}}}"), "sha256"),
-            (&format!("{header}\n{{\"key\": \"rename\", \"value\": {{\"path\": \"a\"}}}}"), "unknown operation"),
-            (&format!("{header}\n{{\"key\": \"deletedFile\", \"value\": {{}}}}"), "no `path`"),
-            (r#"{"key": "header", "value": {"parentCommit": "main"}}"#, "parentCommit"),
-        ] {
-            let e = parse_commit(body.as_bytes()).unwrap_err();
-            assert!(e.contains(says), "{body:?}: {e}");
-        }
-        assert!(parse_commit(&[0xff, 0xfe]).unwrap_err().contains("UTF-8"));
-    }
 }
