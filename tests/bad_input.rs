@@ -308,6 +308,28 @@ fn checkout_target_not_empty() {
     unchanged(&env, &listing);
 }
 
+/// A `--spin-us` past one second is refused before anything is mounted (issue 40); so is
+/// one that is not a number.
+#[test]
+fn a_spin_window_past_a_second_is_refused() {
+    let (env, _) = with_r1();
+    let mnt = env.path("mnt-spin");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let err = env.fails(&["mount", mnt.to_str().unwrap(), "--spin-us", "2000000"]);
+    assert!(
+        one_line(&err).contains("--spin-us 2000000: at most 1000000"),
+        "{err}"
+    );
+    // clap's own message, with its usage lines.
+    let err = env.fails(&["mount", mnt.to_str().unwrap(), "--spin-us", "fast"]);
+    assert!(
+        err.contains("invalid value 'fast' for '--spin-us <US>'"),
+        "{err}"
+    );
+    assert!(!common::mount::is_mounted(&mnt));
+    assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
+}
+
 #[test]
 fn store_that_does_not_exist() {
     let env = Env::empty();

@@ -87,6 +87,8 @@ pub struct MountConfig {
     pub cache_mib: Option<usize>,
     pub fetch_threads: Option<usize>,
     pub threads: Option<usize>,
+    /// See `--spin-us`.
+    pub spin_us: Option<u64>,
     /// `name`, `file` or `off`: see `--safetensors-order`.
     pub safetensors_order: Option<String>,
     /// See `--file-cache`.

@@ -58,6 +58,10 @@ pub enum MountError {
     State(#[from] takeover::StateError),
 }
 
+/// [`MountOptions::spin_wait`] by default: 50 µs, a little more than the gap between one
+/// small file's requests and the next file's open in a walk (docs/BENCHMARKS.md, issue 40).
+pub const DEFAULT_SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// What to show and how.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
@@ -67,6 +71,10 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// FUSE worker threads.
     pub threads: usize,
+    /// How long a worker that answered a request looks for the next before it sleeps (one
+    /// worker at a time, yielding the CPU to any runnable thread; zero: never): a sleeping
+    /// worker's wake-up, on another CPU, is most of what a small file's open and read cost.
+    pub spin_wait: std::time::Duration,
     /// Bytes of decoded chunks kept in memory.
     pub cache_bytes: usize,
     /// Threads fetching and decoding chunks.
@@ -103,6 +111,7 @@ impl Default for MountOptions {
             single: None,
             allow_other: false,
             threads: 8,
+            spin_wait: DEFAULT_SPIN_WAIT,
             cache_bytes: 64 << 20,
             fetch_threads: 4,
             tensor_order: TensorOrder::Name,
@@ -156,6 +165,7 @@ pub fn mount(store: Store, path: &Path, opts: &MountOptions) -> Result<Mounted, 
     config.mount_options = mount_options();
     config.acl = acl(opts);
     config.n_threads = Some(opts.threads.max(1));
+    config.spin_wait = opts.spin_wait;
     config.clone_fd = true;
     let fs = model_fs(ns, cache, opts);
     repo::usage::start_background_writer();
@@ -302,6 +312,7 @@ pub fn serve_connection(
     let mut config = Config::default();
     config.acl = acl(opts);
     config.n_threads = Some(opts.threads.max(1));
+    config.spin_wait = opts.spin_wait;
     config.clone_fd = false;
     repo::usage::start_background_writer();
     let resend = fuse.try_clone().map_err(MountError::Device)?;

@@ -4,8 +4,9 @@
 
 use std::sync::LazyLock;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -100,6 +101,25 @@ pub fn register(r: &mut Registry) {
         "Opens through the mount served from a whole file on the node, without passthrough.",
         m.whole_file_opens.clone(),
     );
+    r.register_collector(Box::new(FoundLooking));
+}
+
+/// `requests_found_looking`: requests a FUSE worker looking for the next one saw pending
+/// (`MountOptions::spin_wait`), from fuser's count at each scrape.
+#[derive(Debug)]
+struct FoundLooking;
+
+impl Collector for FoundLooking {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let counter = ConstCounter::new(fuser::requests_found_looking());
+        let metric = encoder.encode_descriptor(
+            "requests_found_looking",
+            "Requests a FUSE worker looking for the next one (--spin-us) saw pending: read without waking a sleeping worker.",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +138,7 @@ mod tests {
             "# UNIT modelcas_mount_read_seconds seconds\n",
             "# TYPE modelcas_mount_whole_file_opens counter\n",
             "# TYPE modelcas_mount_open_files gauge\n",
+            "# TYPE modelcas_mount_requests_found_looking counter\n",
         ] {
             assert!(text.contains(want), "{want:?} missing from:\n{text}");
         }

@@ -424,27 +424,50 @@ impl Namespace {
     /// system does not count the kernel's lookups (`forget`), so it cannot tell when that
     /// ends. A node costs its path and about 100 bytes.
     fn ino(&self, node: Node, mtime: u64) -> u64 {
+        self.inos(vec![(node, mtime)])[0]
+    }
+
+    /// The inodes of `nodes` (each with its mtime), in order, as [`Self::ino`] gives them;
+    /// the new ones are journaled with one write (a listing's entries: issue 40).
+    fn inos(&self, nodes: Vec<(Node, u64)>) -> Vec<u64> {
         let mut inodes = self.inodes.lock();
-        if let Some(&i) = inodes.by_node.get(&node) {
-            return i;
+        let mut out = Vec::with_capacity(nodes.len());
+        let mut new: Vec<(Node, u64)> = Vec::new();
+        let mut fresh: HashMap<Node, u64> = HashMap::new();
+        for (node, mtime) in nodes {
+            let known = inodes.by_node.get(&node).or_else(|| fresh.get(&node));
+            if let Some(&i) = known {
+                out.push(i);
+                continue;
+            }
+            let i = (inodes.nodes.len() + new.len() + 1) as u64;
+            fresh.insert(node.clone(), i);
+            new.push((node, mtime));
+            out.push(i);
         }
-        if let Some(state) = &self.journal {
-            // Before the kernel hears of the inode: a successor must know every one it holds.
-            let rec = bincode::encode_to_vec((&node, mtime), bincode::config::standard());
-            if let Err(e) = rec
+        if let (Some(state), false) = (&self.journal, new.is_empty()) {
+            // Before the kernel hears of the inodes: a successor must know every one it holds.
+            let recs: std::result::Result<Vec<Vec<u8>>, _> = new
+                .iter()
+                .map(|(n, m)| bincode::encode_to_vec((n, *m), bincode::config::standard()))
+                .collect();
+            if let Err(e) = recs
                 .map_err(std::io::Error::other)
-                .and_then(|r| state.append(&r))
+                .and_then(|r| state.append_all(&r))
             {
                 tracing::error!(
-                    "takeover journal: {e}: a server taking over will not know inode {}",
-                    inodes.nodes.len() + 1
+                    "takeover journal: {e}: a server taking over will not know inodes {} to {}",
+                    inodes.nodes.len() + 1,
+                    inodes.nodes.len() + new.len()
                 );
             }
         }
-        inodes.nodes.push((node.clone(), mtime));
-        let i = inodes.nodes.len() as u64;
-        inodes.by_node.insert(node, i);
-        i
+        for (node, mtime) in new {
+            inodes.nodes.push((node.clone(), mtime));
+            let i = inodes.nodes.len() as u64;
+            inodes.by_node.insert(node, i);
+        }
+        out
     }
 
     fn repos(&self) -> Result<Vec<RepoId>> {
@@ -565,8 +588,13 @@ impl Namespace {
 
     /// The inode of entry `name` (`child`) of directory `at`.
     fn child_ino(&self, at: &Shown, name: &str, child: Child) -> (u64, Kind) {
+        let (node, kind) = Self::child_node(at, name, child);
+        (self.ino(node, at.tree.manifest.ingested_at), kind)
+    }
+
+    /// The node of entry `name` (a `child`) of the directory `at` shows.
+    fn child_node(at: &Shown, name: &str, child: Child) -> (Node, Kind) {
         let path = Tree::join(&at.path, name);
-        let mtime = at.tree.manifest.ingested_at;
         let (repo, commit) = (at.repo.clone(), at.commit);
         match child {
             Child::Dir => {
@@ -577,7 +605,7 @@ impl Namespace {
                     path,
                     digest: at.digest,
                 };
-                (self.ino(node, mtime), Kind::Dir)
+                (node, Kind::Dir)
             }
             Child::File(i) => {
                 let content = Content::of(&at.tree.manifest.files[i]);
@@ -587,7 +615,7 @@ impl Namespace {
                     path,
                     content,
                 };
-                (self.ino(node, mtime), Kind::File)
+                (node, Kind::File)
             }
         }
     }
@@ -679,12 +707,20 @@ impl Namespace {
                 let Some(entries) = at.tree.list(&at.path) else {
                     return Ok(None);
                 };
-                entries
+                // The entries' inodes in one go: new ones journaled with one write.
+                let mtime = at.tree.manifest.ingested_at;
+                let (nodes, kinds): (Vec<(Node, u64)>, Vec<Kind>) = entries
                     .iter()
                     .map(|(name, child)| {
-                        let (i, kind) = self.child_ino(&at, name, *child);
-                        (name.clone(), i, kind)
+                        let (node, kind) = Self::child_node(&at, name, *child);
+                        ((node, mtime), kind)
                     })
+                    .unzip();
+                let inos = self.inos(nodes);
+                entries
+                    .iter()
+                    .zip(inos.into_iter().zip(kinds))
+                    .map(|((name, _), (i, kind))| (name.clone(), i, kind))
                     .collect()
             }
             Node::File { .. } => return Ok(None),

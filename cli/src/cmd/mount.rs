@@ -28,6 +28,7 @@ pub struct Options {
     pub cache_mib: usize,
     pub fetch_threads: Option<usize>,
     pub threads: usize,
+    pub spin_us: Option<u64>,
     pub safetensors_order: Option<String>,
     pub file_cache: Option<PathBuf>,
     pub file_cache_size: Option<String>,
@@ -44,6 +45,7 @@ impl Options {
             cache_mib: a.cache_mib.or(m.cache_mib).unwrap_or(64),
             fetch_threads: a.fetch_threads.or(m.fetch_threads),
             threads: a.threads.or(m.threads).unwrap_or(8),
+            spin_us: a.spin_us.or(m.spin_us),
             safetensors_order: a.safetensors_order.clone().or(m.safetensors_order.clone()),
             file_cache: a.file_cache.clone().or(m.file_cache.clone()),
             file_cache_size: a.file_cache_size.clone().or(m.file_cache_size.clone()),
@@ -96,6 +98,16 @@ fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
     }
 }
 
+/// `--spin-us` (`MODELCAS_MOUNT_SPIN_US`, `[mount] spin_us`): at most one second (a
+/// longer look would only burn a CPU the kernel could give a sleeping worker).
+fn spin_wait(us: Option<u64>) -> Result<Duration> {
+    match us {
+        None => Ok(modelfs::DEFAULT_SPIN_WAIT),
+        Some(us) if us > 1_000_000 => bail!("--spin-us {us}: at most 1000000 (one second)"),
+        Some(us) => Ok(Duration::from_micros(us)),
+    }
+}
+
 /// The mount's options for `o`, `single` shown at the root (None: every repository).
 fn mount_options(
     store: &repo::Store,
@@ -114,6 +126,7 @@ fn mount_options(
         single,
         allow_other: o.allow_other,
         threads,
+        spin_wait: spin_wait(o.spin_us)?,
         cache_bytes: cache_mib << 20,
         fetch_threads: o.fetch_threads.unwrap_or(if remote {
             crate::ctx::REMOTE_READ_THREADS

@@ -321,6 +321,7 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        let spinning = Arc::new(std::sync::atomic::AtomicBool::new(false));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -330,6 +331,8 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                spin_wait: config.spin_wait,
+                spinning: spinning.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -550,15 +553,62 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// `Config::spin_wait`, and whether one of the session's workers is looking now.
+    pub(crate) spin_wait: std::time::Duration,
+    pub(crate) spinning: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Requests a looking worker saw pending (`Config::spin_wait`), in this process.
+static FOUND_LOOKING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many requests the session's looking workers saw pending (`Config::spin_wait`) in
+/// this process so far: requests read without a sleeping worker to wake (unless another
+/// worker, woken by the kernel, took one first).
+pub fn requests_found_looking() -> u64 {
+    FOUND_LOOKING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// Returns when a request is pending, the connection is gone, `spin_wait` has passed, or
+    /// another worker is looking already (at most one looks). Looking is `poll` with no
+    /// timeout, and `sched_yield` between polls so that any other runnable thread on this
+    /// CPU goes first: the wait costs only time the CPU would idle. The read that follows
+    /// can still block (another worker may take the request first); that is a plain read.
+    fn spin_until_pending(&self) {
+        use std::sync::atomic::Ordering;
+        if self.spin_wait.is_zero() || self.spinning.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let mut pfd = libc::pollfd {
+            fd: self.ch.raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            pfd.revents = 0;
+            // SAFETY: one valid pollfd, no timeout.
+            let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+            if n > 0 && pfd.revents & libc::POLLIN != 0 {
+                FOUND_LOOKING.fetch_add(1, Ordering::Relaxed);
+            }
+            if n != 0 || started.elapsed() >= self.spin_wait {
+                break;
+            }
+            // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
+            unsafe { libc::sched_yield() };
+        }
+        self.spinning.store(false, Ordering::Release);
+    }
+
     fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
+            // Look for the next request a while before sleeping in `read` (spin_wait).
+            self.spin_until_pending();
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {

@@ -18,6 +18,12 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// How long a worker that finished a request keeps looking for the next one before it
+    /// sleeps in `read` (zero: never; modelcas addition, see `MODELCAS-PATCH.md`). One worker
+    /// at a time looks, with `poll` and `sched_yield`, so a request that arrives meanwhile
+    /// is taken without waking a sleeping thread (a cross-CPU wake-up, which costs tens of
+    /// microseconds on a VM), and the CPU goes to any other runnable thread while it looks.
+    pub spin_wait: std::time::Duration,
 }
 
 /// Mount options accepted by the FUSE filesystem type
