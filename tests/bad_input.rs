@@ -308,18 +308,27 @@ fn checkout_target_not_empty() {
     unchanged(&env, &listing);
 }
 
-/// A `--spin-us` past one second is refused before anything is mounted (issue 40); so is
-/// one that is not a number.
+/// A `--spin-us` past a millisecond is refused before anything is mounted (issue 40), by
+/// every spelling; so is one that is not a number.
 #[test]
 fn a_spin_window_past_a_second_is_refused() {
     let (env, _) = with_r1();
     let mnt = env.path("mnt-spin");
     std::fs::create_dir_all(&mnt).unwrap();
-    let err = env.fails(&["mount", mnt.to_str().unwrap(), "--spin-us", "2000000"]);
-    assert!(
-        one_line(&err).contains("--spin-us 2000000: at most 1000000"),
-        "{err}"
-    );
+    let err = env.fails(&["mount", mnt.to_str().unwrap(), "--spin-us", "1001"]);
+    let want =
+        "--spin-us (MODELCAS_MOUNT_SPIN_US, [mount] spin_us) 1001: at most 1000 microseconds";
+    assert!(one_line(&err).contains(want), "{err}");
+    let out = env
+        .cmd()
+        .env("MODELCAS_MOUNT_SPIN_US", "2000000")
+        .arg("mount")
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(one_line(&err).contains("MODELCAS_MOUNT_SPIN_US"), "{err}");
     // clap's own message, with its usage lines.
     let err = env.fails(&["mount", mnt.to_str().unwrap(), "--spin-us", "fast"]);
     assert!(

@@ -387,8 +387,9 @@ pub struct MountTuning {
     #[arg(long, env = "MODELCAS_MOUNT_THREADS")]
     pub threads: Option<usize>,
     /// Microseconds a FUSE worker that answered a request looks for the next one before
-    /// it sleeps (one worker at a time, yielding to any other runnable thread; default 50,
-    /// 0 turns it off). Saves a thread's wake-up per request in walks of small files.
+    /// it sleeps (one worker reads at a time, yielding to any other runnable thread; at
+    /// most 1000; default 50, or 0 under a CPU quota; 0 turns it off). Saves a thread's
+    /// wake-up per request in walks of small files.
     #[arg(long, env = "MODELCAS_MOUNT_SPIN_US", value_name = "US")]
     pub spin_us: Option<u64>,
     /// The order loaders are expected to read a `.safetensors` file's tensors in, for

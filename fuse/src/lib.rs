@@ -9,6 +9,7 @@
 //! `read::file_cache`).
 
 pub mod adapter;
+pub mod cpu_quota;
 mod errno;
 pub mod fs;
 mod handles;
@@ -62,6 +63,20 @@ pub enum MountError {
 /// small file's requests and the next file's open in a walk (docs/BENCHMARKS.md, issue 40).
 pub const DEFAULT_SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
 
+/// The longest [`MountOptions::spin_wait`] allowed: 1 ms (longer looks only spend a CPU
+/// after each request; a health probe every half second would keep one busy).
+pub const MAX_SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// [`MountOptions::spin_wait`] when none is given: [`DEFAULT_SPIN_WAIT`], or zero when this
+/// process runs under a CPU quota ([`cpu_quota`]), whose time looking would spend.
+pub fn default_spin_wait() -> std::time::Duration {
+    if cpu_quota::under_cpu_quota() {
+        std::time::Duration::ZERO
+    } else {
+        DEFAULT_SPIN_WAIT
+    }
+}
+
 /// What to show and how.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
@@ -111,7 +126,7 @@ impl Default for MountOptions {
             single: None,
             allow_other: false,
             threads: 8,
-            spin_wait: DEFAULT_SPIN_WAIT,
+            spin_wait: default_spin_wait(),
             cache_bytes: 64 << 20,
             fetch_threads: 4,
             tensor_order: TensorOrder::Name,

@@ -98,12 +98,15 @@ fn file_cache(o: &Options) -> Result<Option<Arc<FileCache>>> {
     }
 }
 
-/// `--spin-us` (`MODELCAS_MOUNT_SPIN_US`, `[mount] spin_us`): at most one second (a
-/// longer look would only burn a CPU the kernel could give a sleeping worker).
+/// `--spin-us` (`MODELCAS_MOUNT_SPIN_US`, `[mount] spin_us`): at most 1000 (longer looks
+/// only spend a CPU after each request); without it, 50, or 0 under a CPU quota.
 fn spin_wait(us: Option<u64>) -> Result<Duration> {
+    let max = modelfs::MAX_SPIN_WAIT.as_micros();
     match us {
-        None => Ok(modelfs::DEFAULT_SPIN_WAIT),
-        Some(us) if us > 1_000_000 => bail!("--spin-us {us}: at most 1000000 (one second)"),
+        None => Ok(modelfs::default_spin_wait()),
+        Some(us) if u128::from(us) > max => bail!(
+            "--spin-us (MODELCAS_MOUNT_SPIN_US, [mount] spin_us) {us}: at most {max} microseconds"
+        ),
         Some(us) => Ok(Duration::from_micros(us)),
     }
 }

@@ -78,6 +78,10 @@ pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
 pub use crate::session::BackgroundSession;
 pub use crate::session::requests_found_looking;
+#[doc(hidden)]
+pub use crate::reader_place::ReaderPlace;
+#[doc(hidden)]
+pub use crate::reader_place::{IDLE_TICKS, TICK};
 use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
@@ -101,6 +105,7 @@ mod read_buf;
 mod rename_flags;
 mod reply;
 mod request;
+mod reader_place;
 mod request_param;
 mod session;
 mod time;

@@ -321,7 +321,8 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
-        let spinning = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let place = (!config.spin_wait.is_zero())
+            .then(|| Arc::new(crate::reader_place::ReaderPlace::default()));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -332,7 +333,7 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
                 spin_wait: config.spin_wait,
-                spinning: spinning.clone(),
+                place: place.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -553,9 +554,9 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
-    /// `Config::spin_wait`, and whether one of the session's workers is looking now.
+    /// `Config::spin_wait`, and the reader's place its workers share (with a spin wait).
     pub(crate) spin_wait: std::time::Duration,
-    pub(crate) spinning: Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) place: Option<Arc<crate::reader_place::ReaderPlace>>,
 }
 
 /// Requests a looking worker saw pending (`Config::spin_wait`), in this process.
@@ -569,36 +570,54 @@ pub fn requests_found_looking() -> u64 {
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
-    /// Returns when a request is pending, the connection is gone, `spin_wait` has passed, or
-    /// another worker is looking already (at most one looks). Looking is `poll` with no
-    /// timeout, and `sched_yield` between polls so that any other runnable thread on this
-    /// CPU goes first: the wait costs only time the CPU would idle. The read that follows
-    /// can still block (another worker may take the request first); that is a plain read.
-    fn spin_until_pending(&self) {
-        use std::sync::atomic::Ordering;
-        if self.spin_wait.is_zero() || self.spinning.swap(true, Ordering::Acquire) {
-            return;
-        }
-        let started = std::time::Instant::now();
+    /// Whether a request is queued now (`poll` with no timeout; an error counts as one, so
+    /// that the read that follows reports it).
+    fn pending(&self) -> bool {
         let mut pfd = libc::pollfd {
             fd: self.ch.raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
+        // SAFETY: one valid pollfd, no timeout.
+        unsafe { libc::poll(&mut pfd, 1, 0) != 0 }
+    }
+
+    /// Returns when a request is queued, the connection is gone, or `spin_wait` has passed
+    /// (only the holder of the reader's place looks). Between polls `sched_yield` lets any
+    /// other runnable thread on this CPU go first: the wait costs time the CPU would idle.
+    fn spin_until_pending(&self) {
+        let started = std::time::Instant::now();
         loop {
-            pfd.revents = 0;
-            // SAFETY: one valid pollfd, no timeout.
-            let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-            if n > 0 && pfd.revents & libc::POLLIN != 0 {
-                FOUND_LOOKING.fetch_add(1, Ordering::Relaxed);
+            if self.pending() {
+                FOUND_LOOKING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return;
             }
-            if n != 0 || started.elapsed() >= self.spin_wait {
-                break;
+            if started.elapsed() >= self.spin_wait {
+                return;
             }
             // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
             unsafe { libc::sched_yield() };
         }
-        self.spinning.store(false, Ordering::Release);
+    }
+
+    /// The next request into `buf`: with a reader's place, taken first, looked for a
+    /// while, read, and the place left (to a parked worker at once when another request
+    /// waits already); without one, a plain blocking read.
+    fn next_request(&self, buf: &mut [u8]) -> nix::Result<usize> {
+        let Some(place) = &self.place else {
+            return self.ch.receive_retrying(buf);
+        };
+        place.take();
+        self.spin_until_pending();
+        let got = self.ch.receive_retrying(buf);
+        if got.is_ok() {
+            place.leave(self.pending());
+        } else {
+            // The read failed and this worker ends: a parked worker reads next (and ends
+            // the same way when the connection is gone).
+            place.leave_for_good();
+        }
+        got
     }
 
     fn event_loop(&self) -> io::Result<()> {
@@ -607,11 +626,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
-            // Look for the next request a while before sleeping in `read` (spin_wait).
-            self.spin_until_pending();
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.ch.receive_retrying(buf) {
+            match self.next_request(buf) {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
