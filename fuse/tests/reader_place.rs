@@ -9,21 +9,25 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
+/// A second worker that takes the place once, notes it in the counter, and ends.
+fn second_worker(place: &Arc<ReaderPlace>) -> (std::thread::JoinHandle<()>, Arc<AtomicUsize>) {
+    let taken = Arc::new(AtomicUsize::new(0));
+    let (p, t) = (place.clone(), taken.clone());
+    let other = std::thread::spawn(move || {
+        p.take();
+        t.store(1, Ordering::SeqCst);
+        p.leave_for_good();
+    });
+    (other, taken)
+}
+
 /// Two workers: while one serves a slow request outside the place, the other takes
 /// the place within a few ticks (no request waits behind a slow one).
 #[test]
 fn an_empty_place_is_taken_by_the_standby_within_ticks() {
     let place = Arc::new(ReaderPlace::default());
     place.take();
-    let taken = Arc::new(AtomicUsize::new(0));
-    let other = {
-        let (place, taken) = (place.clone(), taken.clone());
-        std::thread::spawn(move || {
-            place.take();
-            taken.store(1, Ordering::SeqCst);
-            place.leave_for_good();
-        })
-    };
+    let (other, taken) = second_worker(&place);
     // The second worker parks as the standby; the first leaves with nothing waiting
     // (no wake) and "serves" a slow request.
     std::thread::sleep(Duration::from_millis(5));
@@ -45,15 +49,7 @@ fn an_empty_place_is_taken_by_the_standby_within_ticks() {
 fn a_sleeping_standby_is_woken_when_the_place_is_left() {
     let place = Arc::new(ReaderPlace::default());
     place.take();
-    let taken = Arc::new(AtomicUsize::new(0));
-    let other = {
-        let (place, taken) = (place.clone(), taken.clone());
-        std::thread::spawn(move || {
-            place.take();
-            taken.store(1, Ordering::SeqCst);
-            place.leave_for_good();
-        })
-    };
+    let (other, taken) = second_worker(&place);
     let start = Instant::now();
     while !place.standby_asleep() {
         assert!(
