@@ -427,23 +427,20 @@ impl Namespace {
         self.inos(vec![(node, mtime)])[0]
     }
 
-    /// The inodes of `nodes` (each with its mtime), in order, as [`Self::ino`] gives them;
-    /// the new ones are journaled with one write (a listing's entries: issue 40).
+    /// The inodes of `nodes` (each with its mtime, all distinct: a listing's entries have
+    /// distinct names), in order, as [`Self::ino`] gives them; the new ones are journaled
+    /// with one write (issue 40). A node given twice would get two numbers, both valid.
     fn inos(&self, nodes: Vec<(Node, u64)>) -> Vec<u64> {
         let mut inodes = self.inodes.lock();
         let mut out = Vec::with_capacity(nodes.len());
         let mut new: Vec<(Node, u64)> = Vec::new();
-        let mut fresh: HashMap<Node, u64> = HashMap::new();
         for (node, mtime) in nodes {
-            let known = inodes.by_node.get(&node).or_else(|| fresh.get(&node));
-            if let Some(&i) = known {
+            if let Some(&i) = inodes.by_node.get(&node) {
                 out.push(i);
                 continue;
             }
-            let i = (inodes.nodes.len() + new.len() + 1) as u64;
-            fresh.insert(node.clone(), i);
+            out.push((inodes.nodes.len() + new.len() + 1) as u64);
             new.push((node, mtime));
-            out.push(i);
         }
         if let (Some(state), false) = (&self.journal, new.is_empty()) {
             // Before the kernel hears of the inodes: a successor must know every one it holds.

@@ -562,9 +562,9 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 /// Requests a looking worker saw pending (`Config::spin_wait`), in this process.
 static FOUND_LOOKING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// How many requests the session's looking workers saw pending (`Config::spin_wait`) in
-/// this process so far: requests read without a sleeping worker to wake (unless another
-/// worker, woken by the kernel, took one first).
+/// How many requests the holders of the sessions' reader's places saw queued when they
+/// looked (`Config::spin_wait`) in this process so far: requests read without a sleeping
+/// worker to wake.
 pub fn requests_found_looking() -> u64 {
     FOUND_LOOKING.load(std::sync::atomic::Ordering::Relaxed)
 }
