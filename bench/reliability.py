@@ -296,13 +296,16 @@ class Serve:
         if entry["size"] == 0:
             return b""
         auth = {"Authorization": f"Bearer {tok['accessToken']}"}
-        st, _, body = self.fetch(f"{tok['casUrl']}/v1/reconstructions/{entry['xetHash']}", auth)
+        # v2, as hf_xet asks first; its per-xorb fetches in v1's shape
+        st, _, body = self.fetch(f"{tok['casUrl']}/v2/reconstructions/{entry['xetHash']}", auth)
         if st != 200:
             return None
         r = json.loads(body)
+        fetch_info = {h: [{"url": f["url"], "range": g["chunks"], "url_range": g["bytes"]}
+                          for f in fs for g in f["ranges"]] for h, fs in r["xorbs"].items()}
         data = bytearray()
         for t in r["terms"]:
-            info = next(i for i in r["fetch_info"][t["hash"]]
+            info = next(i for i in fetch_info[t["hash"]]
                         if i["range"]["start"] <= t["range"]["start"]
                         and t["range"]["end"] <= i["range"]["end"])
             a, b = info["url_range"]["start"], info["url_range"]["end"]

@@ -104,6 +104,10 @@ fn the_real_client_downloads_through_xet_byte_exact() {
     let files = series().files("r4").len() as u64;
     // Every file of both snapshots and the single file: reconstructions, no plain bytes.
     assert!(f["reconstructions"].as_u64().unwrap() > 2 * files, "{f}");
+    // hf_xet asks for v2 first: answered, none refused (a 404 there made every file's
+    // download ask twice before v2 was served).
+    assert!(f["v2_reconstructions"].as_u64().unwrap() > 2 * files, "{f}");
+    assert_eq!(f["reconstructions_refused"], 0, "{f}");
     assert_eq!(f["plain_bytes"], 0, "{f}");
     assert_eq!(f["xet_hashes_match_hf_xet"], files, "{f}");
     // Without Xet on the client: plain downloads, as before.
@@ -117,6 +121,7 @@ fn the_xet_routes_check_ranges_tokens_and_signatures() {
     let srv = Served::start(&env, &[]);
     let f = client(&srv, &env, "protocol", None);
     assert_eq!(f["tampered_urls_refused"], 3, "{f}");
+    assert_eq!(f["v2_ranges_checked"], 5, "{f}");
     // Serve stayed up and answered every hostile request.
     assert!(get(&srv.addr, "/metrics").1.contains("xet-reconstruction"));
 }

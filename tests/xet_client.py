@@ -5,12 +5,13 @@ usage: xet_client.py MODE ENDPOINT REPO EXPECTED_JSON WORK_DIR
 Modes:
   download   snapshot_download by ref and by sha and hf_hub_download of one file, with Xet
              on: byte-exact, the listed xetHash equals hf_xet's own hash_files of the bytes,
-             and serve's counters show reconstructions and xorb fetches, no plain download.
+             and serve's counters show reconstructions (v2, none refused) and xorb fetches,
+             no plain download.
   plain      the same with HF_HUB_DISABLE_XET=1: byte-exact, no reconstruction asked.
   protocol   the routes by hand: token (headers and JSON), reconstruction with Range (416
              past the end, offset_into_first_range), chunk records, a tampered fetch URL
              (403), a token for another repository (403), an unknown hash (404), no or a
-             changed token (401), v2 (404).
+             changed token (401); v2 reconstructions the same as v1's, reshaped.
   expired    a fetch URL and a token past their short lifetimes (server started with
              --xet-url-ttl 1s --xet-token-ttl 1s): refused (403, 401).
   refresh    a download with a short-lived token: the client fetches new tokens as they
@@ -75,6 +76,11 @@ def count(c, endpoint_name, status=None):
     return sum(v for (e, s), v in c.items() if e == endpoint_name and (status is None or s == status))
 
 
+def recons(c, status=200):
+    """Reconstructions answered `status`, v1 and v2 together."""
+    return count(c, "xet-reconstruction", status) + count(c, "xet-reconstruction-v2", status)
+
+
 def tree(rev):
     s, _, body = http(f"/api/models/{repo}/tree/{rev}?recursive=true&expand=false")
     assert s == 200, (s, body)
@@ -104,15 +110,26 @@ def records(blob):
     return out
 
 
-def reconstruct(cas, tok, xet_hash, start, end):
+def v1_fetches(r):
+    """The fetch descriptors of a reconstruction, v1's shape whatever the API."""
+    if "fetch_info" in r:
+        return r["fetch_info"]
+    # v2: per xorb, URLs each covering `ranges` (chunks, bytes); one v1 entry per range.
+    return {h: [{"url": f["url"], "range": g["chunks"], "url_range": g["bytes"]}
+                for f in fetches for g in f["ranges"]]
+            for h, fetches in r["xorbs"].items()}
+
+
+def reconstruct(cas, tok, xet_hash, start, end, api="v1"):
     """The bytes [start, end] of a file, by reconstruction and fetches, as the client does."""
-    s, _, body = http(f"{cas}/v1/reconstructions/{xet_hash}",
+    s, _, body = http(f"{cas}/{api}/reconstructions/{xet_hash}",
                       {"Authorization": f"Bearer {tok}", "Range": f"bytes={start}-{end}"}, hub_auth=False)
     assert s == 200, (s, body)
     r = json.loads(body)
+    fetch_info = v1_fetches(r)
     data = b""
     for t in r["terms"]:
-        info = [i for i in r["fetch_info"][t["hash"]]
+        info = [i for i in fetch_info[t["hash"]]
                 if i["range"]["start"] <= t["range"]["start"] and t["range"]["end"] <= i["range"]["end"]][0]
         a, b = info["url_range"]["start"], info["url_range"]["end"]
         s, _, blob = http(info["url"], {"Range": f"bytes={a}-{b}"}, hub_auth=False)
@@ -138,7 +155,13 @@ if mode in ("download", "plain", "refresh"):
         p = hf_hub_download(repo, big["path"], revision="r1")
         assert sha256(p) == big["sha256"]
     after = counters()
-    facts["reconstructions"] = count(after, "xet-reconstruction", 200) - count(before, "xet-reconstruction", 200)
+    facts["reconstructions"] = recons(after) - recons(before)
+    facts["v2_reconstructions"] = count(after, "xet-reconstruction-v2", 200) - count(before, "xet-reconstruction-v2", 200)
+    # Any reconstruction the client had to ask again (a 404 on v2 made it fall back to v1;
+    # "xet-v2" is the label older servers answered that 404 under).
+    facts["reconstructions_refused"] = sum(
+        count(after, e) - count(before, e) for e in ("xet-v2",)) + sum(
+        recons(after, s) - recons(before, s) for s in (400, 401, 403, 404))
     facts["xorb_fetches"] = count(after, "xet-xorb") - count(before, "xet-xorb")
     facts["tokens"] = count(after, "xet-token", 200) - count(before, "xet-token", 200)
     facts["resolve"] = count(after, "resolve") - count(before, "resolve")
@@ -164,8 +187,15 @@ elif mode == "protocol":
     want = open(os.path.join(os.path.dirname(expected_path), "plain", "r4", big["path"]), "rb").read()
     size = len(want)
     for a, b in [(0, size - 1), (1, 2), (131071, 131073 + 300000), (size - 5, size - 1), (size // 2, size - 1)]:
-        got, _, url = reconstruct(cas, tok, big["xetHash"], a, b)
+        got, r1, url = reconstruct(cas, tok, big["xetHash"], a, b)
         assert got == want[a:b + 1], (a, b, len(got))
+        # v2, as hf_xet asks first: the same terms and offset, the same bytes.
+        got2, r2, _ = reconstruct(cas, tok, big["xetHash"], a, b, api="v2")
+        assert got2 == got and "fetch_info" not in r2, (a, b)
+        assert (r2["terms"], r2["offset_into_first_range"]) == (r1["terms"], r1["offset_into_first_range"])
+        assert {h: [(i["range"], i["url_range"]) for i in v] for h, v in v1_fetches(r2).items()} == \
+            {h: [(i["range"], i["url_range"]) for i in v] for h, v in r1["fetch_info"].items()}
+        facts["v2_ranges_checked"] = facts.get("v2_ranges_checked", 0) + 1
     facts["ranges"] = 5
     # A byte past the end: 416.
     s, _, _ = http(f"{cas}/v1/reconstructions/{big['xetHash']}",
@@ -187,14 +217,17 @@ elif mode == "protocol":
         s, _, _ = http("/".join(bad), {"Range": "bytes=0-7"}, hub_auth=False)
         assert s == 403, ("/".join(bad), s)
     facts["tampered_urls_refused"] = 3
-    # No token, a changed token: 401. A v2 request: 404. An unknown hash: 404.
+    # No token, a changed token: 401. An unknown hash: 404. A malformed one: 400. v2 alike.
+    for api in ("v1", "v2"):
+        rec = f"{cas}/{api}/reconstructions/{big['xetHash']}"
+        assert http(rec, {"Range": "bytes=0-1"}, hub_auth=False)[0] == 401
+        assert http(rec, {"Authorization": f"Bearer {tok}x", "Range": "bytes=0-1"}, hub_auth=False)[0] == 401
+        assert http(rec, {"Authorization": f"Bearer {tok}", "Range": f"bytes={size}-"}, hub_auth=False)[0] == 416
+        assert http(f"{cas}/{api}/reconstructions/{'0' * 64}", {"Authorization": f"Bearer {tok}"},
+                    hub_auth=False)[0] == 404
+        assert http(f"{cas}/{api}/reconstructions/{'z' * 64}", {"Authorization": f"Bearer {tok}"},
+                    hub_auth=False)[0] == 400
     rec = f"{cas}/v1/reconstructions/{big['xetHash']}"
-    assert http(rec, {"Range": "bytes=0-1"}, hub_auth=False)[0] == 401
-    assert http(rec, {"Authorization": f"Bearer {tok}x", "Range": "bytes=0-1"}, hub_auth=False)[0] == 401
-    assert http(f"{cas}/v2/reconstructions/{big['xetHash']}", {"Authorization": f"Bearer {tok}"},
-                hub_auth=False)[0] == 404
-    assert http(f"{cas}/v1/reconstructions/{'0' * 64}", {"Authorization": f"Bearer {tok}"},
-                hub_auth=False)[0] == 404
     # A token for another repository (the second repository the test ingested): 403.
     other = os.environ["XET_OTHER_REPO"]
     s, _, body = http(f"/api/models/{other}/xet-read-token/main")
@@ -253,6 +286,6 @@ elif mode == "big":
     p = hf_hub_download(os.environ["BIG_REPO"], os.environ["BIG_FILE"], revision="main")
     assert sha256(p) == os.environ["BIG_SHA256"], "big file differs"
     after = counters()
-    facts["reconstructions"] = count(after, "xet-reconstruction", 200) - count(before, "xet-reconstruction", 200)
+    facts["reconstructions"] = recons(after) - recons(before)
     facts["plain_bytes"] = count(after, "plain-bytes") - count(before, "plain-bytes")
 print(json.dumps(facts))

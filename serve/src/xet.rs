@@ -1,7 +1,7 @@
 //! The Xet side of serve, without I/O (docs/format/xet.md): read tokens and signed fetch
 //! URLs (keyed BLAKE3 MACs, expiring), and the layout of a file as Xet sees it: its
 //! modelcas chunks split into chunk records of at most 128 KiB, grouped into "xorbs" of
-//! consecutive chunks, and the v1 reconstruction of a byte range over them.
+//! consecutive chunks, and the reconstruction (v1 or v2) of a byte range over them.
 //!
 //! [`crate::hub`] routes the requests (`hub/xet.rs`) and reads the bytes through the one
 //! read path; everything here is a total function of its inputs.
@@ -256,13 +256,25 @@ pub fn xorb_len(records: &[u64]) -> u64 {
     records.iter().map(|r| RECORD_HEADER + r).sum()
 }
 
-/// The v1 reconstruction of bytes `[from, to]` (inclusive, `to < size`) of file `f`:
-/// `terms`, `fetch_info` (URLs made by `url(xorb id)`) and `offset_into_first_range`.
+/// The reconstruction API a client asked for: v1 (`fetch_info`, one URL per range) or v2
+/// (`xorbs`, per xorb a list of URLs each with the ranges it covers). Both carry the same
+/// terms and `offset_into_first_range`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    V1,
+    V2,
+}
+
+/// The reconstruction of bytes `[from, to]` (inclusive, `to < size`) of file `f` in the
+/// shape of `api`: `terms`, the fetch descriptors (URLs made by `url(xorb id)`) and
+/// `offset_into_first_range`. A file's xorbs are its own and consecutive, so each xorb
+/// appears in one term and one fetch of one range.
 pub fn reconstruction(
     f: &FileEntry,
     from: u64,
     to: u64,
     url: &dyn Fn(&XetHash) -> String,
+    api: Api,
 ) -> Value {
     let mut terms = Vec::new();
     let mut fetch: serde_json::Map<String, Value> = serde_json::Map::new();
@@ -293,13 +305,15 @@ pub fn reconstruction(
         let Some(a) = a else { continue };
         let b_byte: u64 = a_byte + recs[a..b].iter().map(|l| RECORD_HEADER + l).sum::<u64>();
         let hash = x.id.hex();
-        terms.push(json!({
-            "hash": hash, "range": {"start": a, "end": b}, "unpacked_length": unpacked,
-        }));
-        let info = json!({
-            "range": {"start": a, "end": b}, "url": url(&x.id),
-            "url_range": {"start": a_byte, "end": b_byte - 1},
-        });
+        let (chunks, bytes) = (
+            json!({"start": a, "end": b}),
+            json!({"start": a_byte, "end": b_byte - 1}),
+        );
+        terms.push(json!({"hash": hash, "range": chunks, "unpacked_length": unpacked}));
+        let info = match api {
+            Api::V1 => json!({"range": chunks, "url": url(&x.id), "url_range": bytes}),
+            Api::V2 => json!({"url": url(&x.id), "ranges": [{"chunks": chunks, "bytes": bytes}]}),
+        };
         match fetch.get_mut(&hash) {
             Some(Value::Array(v)) => v.push(info),
             _ => {
@@ -307,7 +321,11 @@ pub fn reconstruction(
             }
         }
     }
-    json!({"offset_into_first_range": offset, "terms": terms, "fetch_info": fetch})
+    let key = match api {
+        Api::V1 => "fetch_info",
+        Api::V2 => "xorbs",
+    };
+    json!({"offset_into_first_range": offset, "terms": terms, key: fetch})
 }
 
 #[cfg(test)]
@@ -407,7 +425,7 @@ mod tests {
             (299_999, 300_004),
             (f.size - 1, f.size - 1),
         ] {
-            let v = reconstruction(&f, from, to, &|x| format!("u{}", x.0[0]));
+            let v = reconstruction(&f, from, to, &|x| format!("u{}", x.0[0]), Api::V1);
             let terms = v["terms"].as_array().unwrap();
             let total: u64 = terms
                 .iter()
@@ -425,5 +443,44 @@ mod tests {
             }
         }
         assert_eq!(record_header(131_072), [0, 0, 0, 2, 0, 0, 0, 2]);
+    }
+
+    /// v2 is v1 reshaped as xet-core reads it: the same terms and offset, and per xorb
+    /// one URL whose `ranges` hold v1's `range` (as `chunks`) and `url_range` (as `bytes`).
+    #[test]
+    fn a_v2_reconstruction_is_the_v1_one_per_xorb() {
+        let f = file(&[300_000, 5, 9 << 20, 131_072, 1, 8 << 20, 77]);
+        let url = |x: &XetHash| format!("u{}", x.0[0]);
+        for (from, to) in [
+            (0, f.size - 1),
+            (299_999, 9_500_000),
+            (f.size - 2, f.size - 1),
+        ] {
+            let v1 = reconstruction(&f, from, to, &url, Api::V1);
+            let v2 = reconstruction(&f, from, to, &url, Api::V2);
+            assert_eq!(v1["terms"], v2["terms"]);
+            assert_eq!(v1["offset_into_first_range"], v2["offset_into_first_range"]);
+            assert!(v2.get("fetch_info").is_none() && v1.get("xorbs").is_none());
+            let (f1, f2) = (
+                v1["fetch_info"].as_object().unwrap(),
+                v2["xorbs"].as_object().unwrap(),
+            );
+            assert_eq!(f1.len(), f2.len());
+            assert!(!f1.is_empty());
+            for (hash, infos) in f1 {
+                let (i1, i2) = (&infos[0], &f2[hash][0]);
+                assert_eq!(
+                    (
+                        infos.as_array().unwrap().len(),
+                        f2[hash].as_array().unwrap().len()
+                    ),
+                    (1, 1)
+                );
+                assert_eq!(i1["url"], i2["url"]);
+                assert_eq!(i2["ranges"].as_array().unwrap().len(), 1);
+                assert_eq!(i1["range"], i2["ranges"][0]["chunks"]);
+                assert_eq!(i1["url_range"], i2["ranges"][0]["bytes"]);
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Xet downloads (issue 28, docs/format/xet.md): the read-token route (behind the same
-//! `--token-file` auth as every route), `GET /v1/reconstructions/{file_hash}` (authorized
-//! by a read token), the signed xorb fetch URLs (authorized by their own signature: the
+//! `--token-file` auth as every route), `GET /v1/reconstructions/{file_hash}` and its v2
+//! form (authorized by a read token), the signed xorb fetch URLs (authorized by their own signature: the
 //! client sends no `Authorization` there), and the Xet fields of listings and `resolve`.
 //! Only files whose manifest records their Xet hash are offered through Xet; the bytes
 //! come from [`Hub::source`], the one read path (every chunk BLAKE3-verified).
@@ -45,13 +45,14 @@ impl Hub {
     pub(super) fn xet_own_auth(&self, req: &Head<'_>, segs: &[&str]) -> Option<Reply> {
         let x = self.xet.as_ref()?;
         let (endpoint, r) = match segs {
-            ["v2", "reconstructions", _] => (
-                "xet-v2",
-                not_found("", "v2 reconstructions are not served here; use v1", None),
+            ["v2", "reconstructions", hash] => (
+                "xet-reconstruction-v2",
+                self.reconstruction(x, req, hash, xet::Api::V2),
             ),
-            ["v1", "reconstructions", hash] => {
-                ("xet-reconstruction", self.reconstruction(x, req, hash))
-            }
+            ["v1", "reconstructions", hash] => (
+                "xet-reconstruction",
+                self.reconstruction(x, req, hash, xet::Api::V1),
+            ),
             ["xet", "xorbs", rest @ ..] => match <[&str; 7]>::try_from(rest) {
                 Ok(parts) => ("xet-xorb", self.xorb(x, req, parts)),
                 Err(_) => ("xet-xorb", not_found("", "no such xorb", None)),
@@ -158,7 +159,8 @@ impl Hub {
         self.locate(org, name, &commit)
     }
 
-    fn reconstruction(&self, x: &XetOptions, req: &Head<'_>, hash: &str) -> Reply {
+    /// `GET /v1/reconstructions/{hash}` and `/v2/...`: the file's terms and fetch URLs.
+    fn reconstruction(&self, x: &XetOptions, req: &Head<'_>, hash: &str, api: xet::Api) -> Reply {
         let at = match self.token_scope(x, req) {
             Ok(at) => at,
             Err(r) => return *r,
@@ -198,9 +200,14 @@ impl Hub {
         );
         let url = |id: &XetHash| format!("{cas}{}", x.xorb_path(&repo, &commit, &hash, id, exp));
         let v = if from < to {
-            xet::reconstruction(f, from, to - 1, &url)
+            xet::reconstruction(f, from, to - 1, &url, api)
         } else {
-            json!({"offset_into_first_range": 0, "terms": [], "fetch_info": {}})
+            let key = if api == xet::Api::V1 {
+                "fetch_info"
+            } else {
+                "xorbs"
+            };
+            json!({"offset_into_first_range": 0, "terms": [], key: {}})
         };
         self.record_use(&at);
         tracing::info!(
@@ -210,6 +217,7 @@ impl Hub {
             file = %f.path,
             client = %req.client,
             range = %format!("{from}-{to}"),
+            api = ?api,
             terms = v["terms"].as_array().map_or(0, Vec::len),
             "xet reconstruction"
         );
