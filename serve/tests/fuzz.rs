@@ -916,10 +916,18 @@ fn xet_path() -> impl Strategy<Value = String> {
         (
             prop::sample::select(hashes.clone()),
             segment(),
-            any::<bool>()
+            any::<bool>(),
+            prop::sample::select(vec!["v1", "v2"])
         )
-            .prop_map(|(h, s, real)| format!("/v1/reconstructions/{}", if real { h } else { s })),
-        prop::sample::select(hashes).prop_map(|h| format!("/v1/reconstructions/{h}")),
+            .prop_map(|(h, s, real, api)| format!(
+                "/{api}/reconstructions/{}",
+                if real { h } else { s }
+            )),
+        (
+            prop::sample::select(hashes),
+            prop::sample::select(vec!["v1", "v2"])
+        )
+            .prop_map(|(h, api)| format!("/{api}/reconstructions/{h}")),
         segment().prop_map(|s| format!("/v2/reconstructions/{s}")),
         // Half of them unchanged, so that some are answered with bytes.
         (0usize..8, 0usize..2, 0u8..14, segment()).prop_map(|(file, x, change, s)| {
