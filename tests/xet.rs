@@ -502,3 +502,73 @@ fn a_fetch_url_names_content_not_a_place_in_the_file_list() {
         }
     );
 }
+
+/// Sleeps until the wall clock's fraction of a second is `frac` (0..1).
+fn sleep_until_fraction(frac: f64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let wait = (frac - now.fract()).rem_euclid(1.0);
+    std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+}
+
+/// A lifetime of one second means at least a second: a token and a fetch URL issued late in
+/// a second (x.88) are used 150 ms later, in the next second. Failed before (hostile review
+/// of the v2 route, finding 2): `exp` was the issuing second plus the TTL, so both were
+/// refused at x+1.03, and the real client, behind 400 ms of latency, gave up.
+#[test]
+fn a_one_second_lifetime_lasts_a_second_whatever_the_fraction_it_starts_at() {
+    let env = Env::new();
+    let dir = env.path("src");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+        .collect();
+    std::fs::write(dir.join("w.bin"), &data).unwrap();
+    env.ingest(&dir, &["--repo", "o/m", "--ref", "main"]);
+    let srv = Served::start(&env, &["--xet-token-ttl", "1s", "--xet-url-ttl", "1s"]);
+    let (st, tree) = get_bytes(&srv.addr, "/api/models/o/m/tree/main", &[]);
+    assert_eq!(st, 200);
+    let tree: serde_json::Value = serde_json::from_slice(&tree).unwrap();
+    let rec_path = format!(
+        "/v2/reconstructions/{}",
+        tree[0]["xetHash"].as_str().unwrap()
+    );
+    for _ in 0..3 {
+        sleep_until_fraction(0.88);
+        let issued = std::time::Instant::now();
+        let (st, tok) = get_bytes(&srv.addr, "/api/models/o/m/xet-read-token/main", &[]);
+        assert_eq!(st, 200);
+        let tok: serde_json::Value = serde_json::from_slice(&tok).unwrap();
+        let auth = format!("Bearer {}", tok["accessToken"].as_str().unwrap());
+        let (st, rec) = get_bytes(&srv.addr, &rec_path, &[("Authorization", &auth)]);
+        assert_eq!(st, 200, "{}", String::from_utf8_lossy(&rec));
+        let rec: serde_json::Value = serde_json::from_slice(&rec).unwrap();
+        let url = rec["xorbs"].as_object().unwrap().values().next().unwrap()[0]["url"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let url_path = url.split_once(&srv.addr).unwrap().1.to_string();
+        std::thread::sleep(std::time::Duration::from_millis(150).saturating_sub(issued.elapsed()));
+        assert!(
+            issued.elapsed() < std::time::Duration::from_millis(900),
+            "too slow to tell"
+        );
+        let (st, _) = get_bytes(&srv.addr, &rec_path, &[("Authorization", &auth)]);
+        assert_eq!(
+            st,
+            200,
+            "a 1 s token refused {:?} after it was issued",
+            issued.elapsed()
+        );
+        let (st, body) = get_bytes(&srv.addr, &url_path, &[]);
+        assert_eq!(
+            st,
+            200,
+            "a 1 s URL refused {:?} after it was issued",
+            issued.elapsed()
+        );
+        assert_eq!(xorb_payload(&body), data);
+    }
+}

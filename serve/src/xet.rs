@@ -22,6 +22,14 @@ pub const RECORD_HEADER: u64 = 8;
 /// reconstruction of a large file stays short.
 pub const XORB_TARGET: u64 = 8 << 20;
 
+/// When something issued at `now` (whole seconds, rounded down) with lifetime `ttl`
+/// expires: at least `ttl` (and at least a second) from the true instant of issue, at most a
+/// second more. `now + ttl` alone gave a token issued at x.9 s with a 1 s lifetime only a
+/// tenth of a second (whatever has `exp <= now` is refused).
+pub fn expiry(now: u64, ttl: Duration) -> u64 {
+    now.saturating_add(ttl.as_secs().max(1)).saturating_add(1)
+}
+
 /// Xet's settings: the MAC secret and lifetimes.
 #[derive(Clone)]
 pub struct XetOptions {
@@ -267,8 +275,8 @@ pub enum Api {
 
 /// The reconstruction of bytes `[from, to]` (inclusive, `to < size`) of file `f` in the
 /// shape of `api`: `terms`, the fetch descriptors (URLs made by `url(xorb id)`) and
-/// `offset_into_first_range`. A file's xorbs are its own and consecutive, so each xorb
-/// appears in one term and one fetch of one range.
+/// `offset_into_first_range`. Each term has one fetch of one range, listed under its
+/// xorb's id (a file repeating a run of chunks names one xorb id in several terms).
 pub fn reconstruction(
     f: &FileEntry,
     from: u64,
@@ -362,6 +370,20 @@ mod tests {
             url_ttl: Duration::from_secs(60),
             cas_url: None,
         }
+    }
+
+    #[test]
+    fn an_expiry_is_at_least_the_lifetime_from_any_instant_of_the_issuing_second() {
+        for ttl in [0u64, 1, 2, 3600] {
+            let exp = expiry(100, Duration::from_secs(ttl));
+            // Issued at 100.999: still valid at 100.999 + max(ttl, 1) - 0.001, whose
+            // whole second is below `exp`.
+            assert!(
+                100 + ttl.max(1) < exp && exp <= 101 + ttl.max(1),
+                "{ttl}: {exp}"
+            );
+        }
+        assert_eq!(expiry(u64::MAX - 1, Duration::from_secs(5)), u64::MAX);
     }
 
     #[test]

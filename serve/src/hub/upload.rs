@@ -212,7 +212,7 @@ impl Hub {
             Ok(x) => x,
             Err(r) => return *r,
         };
-        let exp = repo::manifest::now_secs() + up.url_ttl.as_secs();
+        let exp = crate::xet::expiry(repo::manifest::now_secs(), up.url_ttl);
         let token = up.xet_token(&repo.to_string(), exp);
         up.uploads.prepare(&repo);
         let cas = match self.xet.as_ref().and_then(|x| x.cas_url.clone()) {
@@ -373,7 +373,7 @@ impl Hub {
             Err(e) => return e.reply(),
         };
         let base = base_url(req.headers);
-        let exp = repo::manifest::now_secs() + up.url_ttl.as_secs();
+        let exp = crate::xet::expiry(repo::manifest::now_secs(), up.url_ttl);
         let answers: Vec<Value> = wanted
             .iter()
             .zip(present)

@@ -131,7 +131,7 @@ impl Hub {
         };
         self.record_use(&at);
         self.remember_xet(&at);
-        let exp = now() + x.token_ttl.as_secs().max(1);
+        let exp = xet::expiry(now(), x.token_ttl);
         let token = x.token(&at.repo.to_string(), &at.commit.to_hex(), exp);
         let mut r = Reply::json(
             StatusCode::OK,
@@ -196,7 +196,7 @@ impl Hub {
         let (repo, commit, exp) = (
             at.repo.to_string(),
             at.commit.to_hex(),
-            now() + x.url_ttl.as_secs().max(1),
+            xet::expiry(now(), x.url_ttl),
         );
         let url = |id: &XetHash| format!("{cas}{}", x.xorb_path(&repo, &commit, &hash, id, exp));
         let v = if from < to {
