@@ -23,6 +23,7 @@ Modes:
 HF_TOKEN, when set, is the server's --token-file token. Prints one JSON line of facts.
 """
 import json, os, re, sys, time, urllib.error, urllib.request
+from http.client import IncompleteRead
 
 mode, endpoint, repo, expected_path, work = sys.argv[1:6]
 os.environ["HF_ENDPOINT"] = endpoint
@@ -57,7 +58,12 @@ def http(path, headers=None, method="GET", hub_auth=True):
     req = urllib.request.Request(url, headers=h, method=method)
     try:
         with urllib.request.urlopen(req) as r:
-            return r.status, dict(r.headers), r.read()
+            try:
+                return r.status, dict(r.headers), r.read()
+            except IncompleteRead as e:
+                # A streamed body cut short (a chunk failed its check mid-way): status -1,
+                # the bytes that came before the cut.
+                return -1, dict(r.headers), e.partial
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
 
@@ -96,10 +102,11 @@ def token(commit):
     return j
 
 
-def records(blob):
-    """Splits xorb bytes into chunk records, checking each header."""
+def records(blob, cut=False):
+    """Splits xorb bytes into chunk records, checking each header (`cut`: the bytes may end
+    anywhere, the last record then a prefix)."""
     out, at = [], 0
-    while at < len(blob):
+    while at < len(blob) and not (cut and at + 8 > len(blob)):
         hdr = blob[at:at + 8]
         assert hdr[0] == 0 and hdr[4] == 0, hdr  # version 0, scheme none
         clen = int.from_bytes(hdr[1:4], "little")
@@ -275,6 +282,11 @@ elif mode == "damaged":
             part = b"".join(records(blob))
             assert part == want[pos:pos + len(part)], f"wrong bytes served at {pos}"
             served += 1
+        elif s == -1:
+            # Cut where a chunk failed its check: what came before the cut is the file's.
+            part = b"".join(records(blob, cut=True))
+            assert part == want[pos:pos + len(part)], f"wrong bytes before the cut at {pos}"
+            refused += 1
         else:
             assert s >= 500, s
             refused += 1

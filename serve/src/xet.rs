@@ -264,6 +264,43 @@ pub fn xorb_len(records: &[u64]) -> u64 {
     records.iter().map(|r| RECORD_HEADER + r).sum()
 }
 
+/// A part of a xorb range as sent: bytes of a record header, or file bytes `[from, to)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum XorbPart {
+    Header(Vec<u8>),
+    File { from: u64, to: u64 },
+}
+
+/// Bytes `[from, to)` of the serialized xorb `x` (whose records are `recs`), as the parts
+/// to send in order: each record it overlaps, header then payload, cut to the range. The
+/// payload is named by its place in the file, read when it is sent.
+pub fn xorb_range(x: &Xorb, recs: &[u64], from: u64, to: u64) -> Vec<XorbPart> {
+    let mut parts = Vec::new();
+    let (mut byte, mut pos) = (0u64, x.file_start);
+    for &len in recs {
+        let (h_end, end) = (byte + RECORD_HEADER, byte + RECORD_HEADER + len);
+        if end > from && byte < to {
+            let (a, b) = (from.max(byte), to.min(h_end));
+            if a < b {
+                let h = record_header(len);
+                parts.push(XorbPart::Header(
+                    h[(a - byte) as usize..(b - byte) as usize].to_vec(),
+                ));
+            }
+            let (a, b) = (from.max(h_end), to.min(end));
+            if a < b {
+                parts.push(XorbPart::File {
+                    from: pos + (a - h_end),
+                    to: pos + (b - h_end),
+                });
+            }
+        }
+        byte = end;
+        pos += len;
+    }
+    parts
+}
+
 /// The reconstruction API a client asked for: v1 (`fetch_info`, one URL per range) or v2
 /// (`xorbs`, per xorb a list of URLs each with the ranges it covers). Both carry the same
 /// terms and `offset_into_first_range`.
@@ -465,6 +502,50 @@ mod tests {
             }
         }
         assert_eq!(record_header(131_072), [0, 0, 0, 2, 0, 0, 0, 2]);
+    }
+
+    /// The parts of any range of a xorb, headers and file bytes put together, are the
+    /// serialized xorb's bytes of that range.
+    #[test]
+    fn a_xorb_range_is_its_records_bytes_cut_to_the_range() {
+        let f = file(&[300_000, 5, 131_072, 1, 9 << 20]);
+        let data: Vec<u8> = (0..f.size).map(|i| (i * 7 + i / 300) as u8).collect();
+        for x in &xorbs(&f) {
+            let recs = records(&f, x);
+            let mut whole = Vec::new();
+            let mut pos = x.file_start as usize;
+            for &len in &recs {
+                whole.extend_from_slice(&record_header(len));
+                whole.extend_from_slice(&data[pos..pos + len as usize]);
+                pos += len as usize;
+            }
+            let n = whole.len() as u64;
+            for (from, to) in [
+                (0, n),
+                (0, 1),
+                (3, 9),
+                (7, 8),
+                (8, 9),
+                (n - 1, n),
+                (131_075, 262_170),
+                (5, n - 3),
+            ] {
+                let mut got = Vec::new();
+                for p in xorb_range(x, &recs, from, to) {
+                    match p {
+                        XorbPart::Header(h) => got.extend_from_slice(&h),
+                        XorbPart::File { from, to } => {
+                            got.extend_from_slice(&data[from as usize..to as usize])
+                        }
+                    }
+                }
+                assert_eq!(
+                    got,
+                    &whole[from as usize..to as usize],
+                    "{from}..{to} of {n}"
+                );
+            }
+        }
     }
 
     /// v2 is v1 reshaped as xet-core reads it: the same terms and offset, and per xorb

@@ -12,9 +12,9 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::{Hub, Located};
-use crate::body::Body;
+use crate::body::{Body, Segment};
 use crate::decode::{self, header_ascii};
-use crate::reply::{internal, not_found, Head, Reply};
+use crate::reply::{not_found, Head, Reply};
 use crate::xet::{self, Refusal, XetOptions};
 
 const X_XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
@@ -261,11 +261,15 @@ impl Hub {
                     return r;
                 }
             };
-        let parts = match self.xorb_parts(&at, fi, xb, &recs, from, to) {
-            Ok(b) => b,
-            Err(e) => return internal(e),
-        };
-        let len: u64 = parts.iter().map(|b| b.len() as u64).sum();
+        let segs: Vec<Segment> = xet::xorb_range(xb, &recs, from, to)
+            .into_iter()
+            .map(|p| match p {
+                xet::XorbPart::Header(h) => Segment::Bytes(Bytes::from(h)),
+                xet::XorbPart::File { from, to } => Segment::File { from, to },
+            })
+            .collect();
+        let len = to - from;
+        let hold = repo::usage::hold(&self.store, &at.repo, &at.commit, "serve");
         let mut r = Reply {
             status: if range.is_some() {
                 StatusCode::PARTIAL_CONTENT
@@ -273,7 +277,9 @@ impl Hub {
                 StatusCode::OK
             },
             headers: HeaderMap::new(),
-            body: Body::parts(parts),
+            // Streamed as downloads are: a slow reader holds a few batches, not the range;
+            // and, as a download does, keeps its revision in use until it ends.
+            body: Body::segments(self.source(&at, fi), segs, Box::new(move |_| drop(hold))),
         };
         if range.is_some() {
             let cr = format!("bytes {from}-{}/{total}", to - 1);
@@ -286,69 +292,6 @@ impl Hub {
         r.headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         r
-    }
-
-    /// Bytes `[from, to)` of the serialized xorb, as pieces in order: the records it
-    /// overlaps, each header followed by its payload as the one read path hands it out
-    /// (verified chunks, no copy), cut to the range.
-    fn xorb_parts(
-        &self,
-        at: &Located,
-        fi: usize,
-        xb: &xet::Xorb,
-        recs: &[u64],
-        from: u64,
-        to: u64,
-    ) -> Result<Vec<Bytes>, read::source::ReadError> {
-        // The records overlapping [from, to), and their payload's place in the file.
-        let (mut byte, mut pos) = (0u64, xb.file_start);
-        let mut first: Option<(usize, u64, u64)> = None;
-        let mut last = 0;
-        for (k, len) in recs.iter().enumerate() {
-            let end = byte + xet::RECORD_HEADER + len;
-            if end > from && byte < to {
-                first.get_or_insert((k, byte, pos));
-                last = k + 1;
-            }
-            byte = end;
-            pos += len;
-        }
-        let Some((k0, byte0, mut pos)) = first else {
-            return Ok(Vec::new());
-        };
-        let src = self.source(at, fi);
-        let mut parts = Vec::with_capacity(3 * (last - k0));
-        let (mut skip, mut keep) = (from - byte0, to - from);
-        let mut take = |b: Bytes, parts: &mut Vec<Bytes>| {
-            let n = b.len() as u64;
-            let a = skip.min(n);
-            skip -= a;
-            let k = keep.min(n - a);
-            keep -= k;
-            if k > 0 {
-                parts.push(b.slice(a as usize..(a + k) as usize));
-            }
-        };
-        for len in &recs[k0..last] {
-            take(
-                Bytes::copy_from_slice(&xet::record_header(*len)),
-                &mut parts,
-            );
-            let mut got = 0u64;
-            src.copy_range(pos, pos + len, &mut |b: Bytes| {
-                got += b.len() as u64;
-                take(b, &mut parts);
-                true
-            })?;
-            if got != *len {
-                return Err(read::source::ReadError::Inconsistent {
-                    commit: at.commit.to_hex(),
-                    what: format!("{}: short read for a xorb", at.manifest.files[fi].path),
-                });
-            }
-            pos += len;
-        }
-        Ok(parts)
     }
 
     /// The `xetHash` of a tree entry for file `i`, when offered through Xet.
