@@ -683,3 +683,71 @@ fn stalled_readers_of_whole_xorbs_hold_a_few_batches_each() {
     assert_eq!(get(&srv.addr, "/api/models/o/m/tree/main").0, 200);
     drop(socks);
 }
+
+/// A serve restarted (an upgrade, a crash) without `--xet-secret-file` still honours the
+/// tokens and fetch URLs it handed out: hf_xet does not ask for a new token on a 401, so a
+/// running client failed every file until its token expired (an hour). Failed before
+/// (hostile review of the v2 route, finding 1): the key was random per process. The key is
+/// kept in the index directory, 0600; a damaged one is replaced at the next start.
+#[test]
+fn a_restarted_serve_honours_the_tokens_and_urls_it_handed_out() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let dir = env.path("src");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 9) as u8)
+        .collect();
+    std::fs::write(dir.join("w.bin"), &data).unwrap();
+    env.ingest(&dir, &["--repo", "o/m", "--ref", "main"]);
+    let srv = Served::start(&env, &[]);
+    let addr = srv.addr.clone();
+    let (_, tree) = get_bytes(&addr, "/api/models/o/m/tree/main", &[]);
+    let tree: serde_json::Value = serde_json::from_slice(&tree).unwrap();
+    let rec_path = format!(
+        "/v2/reconstructions/{}",
+        tree[0]["xetHash"].as_str().unwrap()
+    );
+    let (_, tok) = get_bytes(&addr, "/api/models/o/m/xet-read-token/main", &[]);
+    let tok: serde_json::Value = serde_json::from_slice(&tok).unwrap();
+    let auth = format!("Bearer {}", tok["accessToken"].as_str().unwrap());
+    let (st, rec) = get_bytes(&addr, &rec_path, &[("Authorization", &auth)]);
+    assert_eq!(st, 200);
+    let rec: serde_json::Value = serde_json::from_slice(&rec).unwrap();
+    let url = rec["xorbs"].as_object().unwrap().values().next().unwrap()[0]["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let url_path = url.split_once(&addr).unwrap().1.to_string();
+    drop(srv);
+    let srv = Served::start_at(&env, &addr, &[], &[]);
+    let (st, _) = get_bytes(&addr, &rec_path, &[("Authorization", &auth)]);
+    assert_eq!(
+        st, 200,
+        "the token handed out before the restart was refused"
+    );
+    let (st, body) = get_bytes(&addr, &url_path, &[]);
+    assert_eq!(
+        (st, xorb_payload(&body) == data),
+        (200, true),
+        "the URL, after the restart"
+    );
+    let kept = env.path("index").join("xet-secret");
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", kept.display());
+    // A kept key cut short (a power cut as it was written): replaced, and serve starts;
+    // what was handed out before is refused then, not honoured under a weaker key.
+    drop(srv);
+    std::fs::write(&kept, "0123").unwrap();
+    let _srv = Served::start_at(&env, &addr, &[], &[]);
+    let (st, _) = get_bytes(&addr, &rec_path, &[("Authorization", &auth)]);
+    assert_eq!(st, 401);
+    assert_eq!(std::fs::read(&kept).unwrap().len(), 64);
+    let (_, tok) = get_bytes(&addr, "/api/models/o/m/xet-read-token/main", &[]);
+    let tok: serde_json::Value = serde_json::from_slice(&tok).unwrap();
+    let auth = format!("Bearer {}", tok["accessToken"].as_str().unwrap());
+    assert_eq!(
+        get_bytes(&addr, &rec_path, &[("Authorization", &auth)]).0,
+        200
+    );
+}

@@ -33,8 +33,8 @@ pub fn expiry(now: u64, ttl: Duration) -> u64 {
 /// Xet's settings: the MAC secret and lifetimes.
 #[derive(Clone)]
 pub struct XetOptions {
-    /// Key of every token and URL signature (from `--xet-secret-file`, or random per
-    /// process).
+    /// Key of every token and URL signature (from `--xet-secret-file`, or made once and
+    /// kept in the index directory by the binary).
     pub secret: [u8; 32],
     /// Lifetime of a read token.
     pub token_ttl: Duration,

@@ -180,7 +180,56 @@ pub struct Options {
     /// `--no-ui`: no pages.
     pub no_ui: bool,
     pub xet: Option<hubserve::xet::XetOptions>,
+    /// Whether `--xet-secret-file` (or `[serve] xet_secret_file`) named the Xet key; else
+    /// it is the one kept beside the index ([`kept_secret`]).
+    pub xet_secret_given: bool,
     pub uploads: UploadSettings,
+}
+
+/// The file in the index directory holding the Xet key of a serve started without
+/// `--xet-secret-file`.
+const KEPT_XET_SECRET: &str = "xet-secret";
+
+/// The Xet key of a serve started without `--xet-secret-file`: kept in `dir` (the index
+/// directory, this machine's own) as [`KEPT_XET_SECRET`] (0600), made on the first start,
+/// so that a restart (an upgrade, a crash) keeps the tokens and URLs handed out valid:
+/// hf_xet does not ask for a new token on a 401, it uses the one it has until that one
+/// expires (an hour by default). A file that cannot be read as a key (a power cut while a
+/// first start wrote it, though it is written whole before it takes the name) is replaced.
+fn kept_secret(dir: &Path) -> Result<[u8; 32]> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(KEPT_XET_SECRET);
+    match hubserve::xet::load_secret(Some(&path)) {
+        Ok(key) => return Ok(key),
+        Err(e) if path.exists() => {
+            tracing::warn!(
+                "the kept Xet key {e}; making a new one (tokens handed out before are refused)"
+            );
+        }
+        Err(_) => {}
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    let key = hubserve::xet::load_secret(None).map_err(anyhow::Error::msg)?;
+    let tmp = dir.join(format!("{KEPT_XET_SECRET}.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            let text: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .and_then(|()| std::fs::File::open(dir)?.sync_all());
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("keeping the Xet key in {}", path.display()));
+    }
+    hubserve::xet::load_secret(Some(&path)).map_err(anyhow::Error::msg)
 }
 
 /// Where and how uploads are taken (`--upload-dir`, `--upload-over-mirror`,
@@ -347,6 +396,7 @@ impl Options {
             upstream: mirror(c, &a.upstream)?,
             no_ui: a.no_ui || c.ui == Some(false),
             xet: xet(c, &a.xet)?,
+            xet_secret_given: a.xet.xet_secret_file.is_some() || c.xet_secret_file.is_some(),
             uploads: UploadSettings {
                 dir: a.uploads.upload_dir.clone().or(c.upload_dir.clone()),
                 over_mirror: a.uploads.upload_over_mirror || c.upload_over_mirror == Some(true),
@@ -470,6 +520,10 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
     guard_locks(&store, &o.policy)?;
     let index = super::shared_index::SharedIndex::new(store.clone(), ctx.index_dir(&store)?);
     let uploads = uploads(&store, &o.uploads, &write_scopes, &index)?;
+    let mut xet = o.xet;
+    if let (Some(x), false) = (xet.as_mut(), o.xet_secret_given) {
+        x.secret = kept_secret(&ctx.index_dir(&store)?)?;
+    }
     let upstream = match &o.upstream {
         None => None,
         Some(m) => {
@@ -511,7 +565,7 @@ pub fn run(ctx: &Ctx, o: Options) -> Result<ExitCode> {
             let inventory = super::ui::StoreInventory::new(store, gc);
             hubserve::ui::Pages(Arc::new(inventory))
         }),
-        xet: o.xet,
+        xet,
         nodes,
         uploads,
         write_scopes,
