@@ -751,3 +751,94 @@ fn a_restarted_serve_honours_the_tokens_and_urls_it_handed_out() {
         200
     );
 }
+
+/// What sits where the kept Xet key goes is never trusted or followed unless it is a key
+/// this code wrote: a link to a readable file is replaced (not read: the key would be that
+/// file's text), a file readable by others or not 64 hex digits is replaced, 0600; and a
+/// key that cannot be kept (a directory in the way) leaves serve starting, signing with a
+/// key of its own. Failed before (hostile review, helper-49): the link was followed and
+/// its target's text became the key, a key cut to 40 hex digits was taken as another key,
+/// a 0644 file kept its mode, and serve refused to start where it could not write.
+#[test]
+fn a_kept_key_is_only_ever_one_this_code_wrote() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let dir = env.path("src");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("w.bin"), vec![7u8; 200_000]).unwrap();
+    env.ingest(&dir, &["--repo", "o/m", "--ref", "main"]);
+    let kept = env.path("index").join("xet-secret");
+    let public = env.path("public.txt");
+    std::fs::write(
+        &public,
+        "a public text of more than thirty-two bytes, readable by all\n",
+    )
+    .unwrap();
+    let token_works = |srv: &Served| {
+        let (st, tok) = get_bytes(&srv.addr, "/api/models/o/m/xet-read-token/main", &[]);
+        assert_eq!(st, 200);
+        let tok: serde_json::Value = serde_json::from_slice(&tok).unwrap();
+        let (_, tree) = get_bytes(&srv.addr, "/api/models/o/m/tree/main", &[]);
+        let tree: serde_json::Value = serde_json::from_slice(&tree).unwrap();
+        let rec = format!(
+            "/v2/reconstructions/{}",
+            tree[0]["xetHash"].as_str().unwrap()
+        );
+        let auth = format!("Bearer {}", tok["accessToken"].as_str().unwrap());
+        assert_eq!(
+            get_bytes(&srv.addr, &rec, &[("Authorization", &auth)]).0,
+            200
+        );
+        auth
+    };
+    let is_own_key = |kept: &std::path::Path| {
+        let m = std::fs::symlink_metadata(kept).unwrap();
+        let text = std::fs::read_to_string(kept).unwrap();
+        m.file_type().is_file() && m.permissions().mode() & 0o777 == 0o600 && text.len() == 64
+    };
+    // A link to a readable file: replaced by a key of its own; the file is left as it was.
+    std::fs::create_dir_all(env.path("index")).unwrap();
+    std::os::unix::fs::symlink(&public, &kept).unwrap();
+    let srv = Served::start(&env, &[]);
+    let auth = token_works(&srv);
+    assert!(is_own_key(&kept), "the link was kept");
+    assert!(std::fs::read_to_string(&public)
+        .unwrap()
+        .starts_with("a public text"));
+    // Under a key made from the public file's text, that token is refused.
+    let addr = srv.addr.clone();
+    drop(srv);
+    let forged = Served::start_at(
+        &env,
+        &addr,
+        &["--xet-secret-file", public.to_str().unwrap()],
+        &[],
+    );
+    let (_, tree) = get_bytes(&addr, "/api/models/o/m/tree/main", &[]);
+    let tree: serde_json::Value = serde_json::from_slice(&tree).unwrap();
+    let rec = format!(
+        "/v2/reconstructions/{}",
+        tree[0]["xetHash"].as_str().unwrap()
+    );
+    assert_eq!(get_bytes(&addr, &rec, &[("Authorization", &auth)]).0, 401);
+    drop(forged);
+    // Cut to 40 hex digits, or readable by others: replaced.
+    for (text, mode) in [
+        ("0123456789abcdef0123456789abcdef01234567", 0o600),
+        (&*"ab".repeat(32), 0o644),
+    ] {
+        let _ = std::fs::remove_file(&kept);
+        std::fs::write(&kept, text).unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(mode)).unwrap();
+        let srv = Served::start_at(&env, &addr, &[], &[]);
+        token_works(&srv);
+        assert!(is_own_key(&kept), "{text:?} {mode:o} was kept");
+        assert_ne!(std::fs::read_to_string(&kept).unwrap(), text);
+    }
+    // A directory in the way: serve starts, and signs with a key of its own.
+    std::fs::remove_file(&kept).unwrap();
+    std::fs::create_dir_all(kept.join("in-the-way")).unwrap();
+    let srv = Served::start_at(&env, &addr, &[], &[]);
+    token_works(&srv);
+    assert!(kept.join("in-the-way").is_dir());
+}

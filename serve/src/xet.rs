@@ -66,12 +66,16 @@ pub fn load_secret(path: Option<&std::path::Path>) -> Result<[u8; 32], String> {
         return Ok(key);
     };
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    secret_from_text(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The MAC key from a secret's text (surrounding whitespace ignored; at least 32 bytes).
+pub fn secret_from_text(bytes: &[u8]) -> Result<[u8; 32], String> {
     let text = bytes.trim_ascii();
     if text.len() < 32 {
-        return Err(format!(
-            "{}: a Xet secret needs at least 32 bytes (e.g. `head -c 32 /dev/urandom | base64`)",
-            path.display()
-        ));
+        return Err(
+            "a Xet secret needs at least 32 bytes (e.g. `head -c 32 /dev/urandom | base64`)".into(),
+        );
     }
     Ok(blake3::derive_key("modelcas serve xet secret v1", text))
 }
