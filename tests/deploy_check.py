@@ -341,6 +341,34 @@ for _, doc in objs:
             keys |= set((doc.get(field) or {}).keys())
         keys_of[doc.get("metadata", {}).get("name")] = keys
 
+# Whether some ConfigMap's config.toml names the Xet key or turns Xet off (`[serve]`).
+XET_KEY_SET = any(
+    re.search(r"^\s*(xet_secret_file\s*=|xet\s*=\s*false)", d["data"]["config.toml"], re.M)
+    for _, d in objs
+    if d.get("kind") == "ConfigMap" and "config.toml" in (d.get("data") or {}))
+
+
+def check_serve_replicas(doc, pod, where):
+    """Replicas of `modelcas serve` behind one address must share one Xet key: each one
+    refuses the tokens and URLs the others hand out (a client's next request may reach
+    another replica), and a replica's kept key is its own."""
+    replicas = (doc.get("spec") or {}).get("replicas", 1)
+    if doc.get("kind") not in ("Deployment", "StatefulSet", "ReplicaSet") or replicas <= 1:
+        return
+    for c in containers(pod):
+        env = env_values(c)
+        for argv in invocations(c):
+            if subcommand(argv) != "serve":
+                continue
+            if (flag(argv, "--xet-secret-file") or "--no-xet" in argv or XET_KEY_SET
+                    or "MODELCAS_SERVE_XET_SECRET_FILE" in env or "MODELCAS_SERVE_NO_XET" in env):
+                continue
+            problems.append(f"{where} container {c.get('name')}: {replicas} replicas of "
+                            "`modelcas serve` without --xet-secret-file: each signs Xet tokens "
+                            "with a key of its own and refuses the others' (mount one Secret "
+                            "in all of them, or pass --no-xet)")
+
+
 sockets = {"mountd": [], "csi": []}
 uses = {}  # volume lifecycle mode -> the first place using it
 claims = []  # (namespace, claim, readOnly, where) of pod volumes
@@ -358,6 +386,7 @@ for where, doc in objs:
         walk_containers(pod, where, keys_of)
         check_csi_pod(pod, where, kind)
         check_volumes(pod, where, meta.get("namespace", "default"))
+        check_serve_replicas(doc, pod, where)
     if kind == "ConfigMap" and "config.toml" in doc.get("data", {}):
         with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
             f.write(doc["data"]["config.toml"])

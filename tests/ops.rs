@@ -134,6 +134,12 @@ fn deploy_manifests_are_valid_and_use_real_commands() {
         "ExecReload=",
         "ExecStop=/usr/local/bin/modelcas umount /models\nExecReload=",
     );
+    // Replicas of serve with a key each refuse each other's Xet tokens (helper-49).
+    edit(
+        "kubernetes/70-serve.yaml",
+        "            - --xet-secret-file\n            - /etc/modelcas-tokens/xet-secret\n",
+        "",
+    );
     let out = deploy_check(&bad);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
@@ -160,6 +166,7 @@ fn deploy_manifests_are_valid_and_use_real_commands() {
         "no `repo` attribute",
         "persistentVolumeClaim.readOnly must be true",
         "ExecStop: unmounts",
+        "2 replicas of `modelcas serve` without --xet-secret-file",
     ] {
         assert!(text.contains(want), "the checker missed {want}:\n{text}");
     }

@@ -564,7 +564,7 @@ pub struct XetArgs {
     #[arg(long, env = "MODELCAS_SERVE_NO_XET")]
     pub no_xet: bool,
     /// The key of Xet read tokens and fetch URLs, from this file (at least 32 bytes;
-    /// default: random per process, so tokens die with it).
+    /// default: made once and kept in the index directory, one per machine; serve replicas behind one address need this file).
     #[arg(long, env = "MODELCAS_SERVE_XET_SECRET_FILE", value_name = "FILE")]
     pub xet_secret_file: Option<PathBuf>,
     /// Lifetime of a Xet read token (default 1h).
