@@ -47,7 +47,9 @@ pristine copy.
 
 Issue 36 (--issue36 N, each): Xet URLs across manifest replacement (every signed fetch URL
 of a commit handed out, the commit replaced by `rm --force` and an ingest of other files
-under the same sha, sometimes gc'ed: each old URL answers 404 or the bytes of its file);
+under the same sha, sometimes gc'ed: each old URL answers 404 or the bytes of its file;
+or serve restarted with nothing changed: each URL answers its bytes, and restarted with its
+kept key cut short: each is refused);
 pull against a stored commit (a small file or an LFS file changed at equal length, or a
 file the upstream lacks: the pull fails naming it, refs unchanged; an unchanged copy as the
 control; and, issue 37, a commit pulled again after another machine removed it and ran gc,
@@ -231,8 +233,8 @@ def wait_for(pred, what, limit=30):
 class Serve:
     """`modelcas serve` of a store, listening on a free port of the loopback."""
 
-    def __init__(self, s, *args, extra=None):
-        self.port = free_port()
+    def __init__(self, s, *args, extra=None, port=None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(s.env, **(extra or {}))
         # Its log goes to a file: a pipe nobody reads fills up, and the server then blocks.
@@ -1449,8 +1451,12 @@ def xet_url_round(i, st):
     a file added that sorts first, a file removed, or a shard changed at equal length; every
     fourth time followed by gc, which deletes what only the old commit held) and every old
     URL fetched again: each must answer 404 or the bytes of the file it was handed out for.
-    The new commit must then read back byte-exact through Xet."""
-    how = ["added-first", "removed", "changed", "changed+gc"][i % 4]
+    The new commit must then read back byte-exact through Xet. Or serve is restarted on the
+    same port with nothing changed: every URL must still answer its bytes (the kept key,
+    docs/format/node.md); or restarted with the kept key cut short first (a power cut, a
+    stamp that lies): every URL refused (403), never honoured under another key."""
+    how = ["added-first", "removed", "changed", "changed+gc", "restarted",
+           "restarted-key-cut"][i % 6]
     rev = rng.choice(REVS)
     commit = rev["commit"]
     s = Store("local")
@@ -1466,6 +1472,29 @@ def xet_url_round(i, st):
         urls = xet_handout(srv, XET_REPO, commit, src)
         paths = sorted(p for p, _ in source_files(src2))
         big = [p for p in paths if os.path.getsize(f"{src2}/{p}") >= FILE_CACHE_MIN]
+        if how.startswith("restarted"):
+            srv.stop()
+            if how == "restarted-key-cut":
+                key = f"{s.dir}/index/xet-secret"
+                open(key, "w").write(open(key).read()[:40])
+            srv = Serve(s, port=srv.port)
+            for path, url, rng_h, at in urls:
+                code, _, blob = srv.fetch(url, {"Range": rng_h})
+                k["urls"] += 1
+                data = open(f"{src}/{path}", "rb").read()
+                recs = xet_records(blob) if code == 206 else None
+                payload = b"".join(recs) if recs is not None else None
+                if how == "restarted" and payload is not None and (
+                        data[max(at, 0):at + len(payload)] == payload[max(-at, 0):][:len(data)]):
+                    k["same_bytes"] += 1
+                elif how == "restarted-key-cut" and code == 403:
+                    k["not_found"] += 1  # refused: counted with the URLs that answer nothing
+                else:
+                    k["wrong_bytes"] += 1
+                    fail(f"xet-urls {how} ({rev['name']}): the URL handed out for {path} "
+                         f"answered {code} after the restart")
+            k["tried"] += 1
+            return
         if how == "added-first":  # every file of the list one place further
             with open(f"{src2}/00-added.bin", "wb") as f:
                 f.write(rng.randbytes(300_000))

@@ -19,7 +19,7 @@
 # it is missing and the S3 half runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${1:-}" = "--short" ]; then kills=4; corr=76; power=2; i36=4; hub=2; else
+if [ "${1:-}" = "--short" ]; then kills=4; corr=76; power=2; i36=6; hub=2; else
   kills="${1:-36}"; corr="${2:-1000}"; power="${3:-12}"; i36="${4:-24}"; hub="${5:-12}"; fi
 . bench/lib.sh
 [ "$power" = 0 ] || need_debs e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck mount:losetup

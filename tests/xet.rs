@@ -322,12 +322,7 @@ fn a_file_over_256_mib_downloads_in_windows_and_again_after_a_cut() {
     let dir = env.path("big");
     std::fs::create_dir_all(&dir).unwrap();
     // 300 MiB that compress poorly and dedup nowhere: a counter hashed block by block.
-    let mut data = Vec::with_capacity(300 << 20);
-    let mut i = 0u64;
-    while data.len() < 300 << 20 {
-        data.extend_from_slice(blake3::hash(&i.to_le_bytes()).as_bytes());
-        i += 1;
-    }
+    let data = incompressible(300 << 20);
     let sha = hex::encode(Sha256::digest(&data));
     std::fs::write(dir.join("big.bin"), &data).unwrap();
     drop(data);
@@ -503,31 +498,37 @@ fn a_fetch_url_names_content_not_a_place_in_the_file_list() {
     );
 }
 
-/// Sleeps until the wall clock's fraction of a second is `frac` (0..1).
-fn sleep_until_fraction(frac: f64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    let wait = (frac - now.fract()).rem_euclid(1.0);
-    std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+/// `len` bytes that compress poorly and dedup nowhere: a counter hashed block by block.
+fn incompressible(len: usize) -> Vec<u8> {
+    let mut data = Vec::with_capacity(len + 32);
+    let mut i = 0u64;
+    while data.len() < len {
+        data.extend_from_slice(blake3::hash(&i.to_le_bytes()).as_bytes());
+        i += 1;
+    }
+    data
 }
 
-/// A lifetime of one second means at least a second: a token and a fetch URL issued late in
-/// a second (x.88) are used 150 ms later, in the next second. Failed before (hostile review
-/// of the v2 route, finding 2): `exp` was the issuing second plus the TTL, so both were
-/// refused at x+1.03, and the real client, behind 400 ms of latency, gave up.
+/// A lifetime of one second means at least a second: a token and a fetch URL are used when
+/// serve's clock has moved into the next second (the test clock: no waiting), and refused
+/// once it is two seconds on. Failed before (hostile review of the v2 route, finding 2):
+/// `exp` was the issuing second plus the TTL, so both were refused in the next second,
+/// however little time had passed, and the real client, behind 400 ms of latency, gave up.
 #[test]
 fn a_one_second_lifetime_lasts_a_second_whatever_the_fraction_it_starts_at() {
     let env = Env::new();
     let dir = env.path("src");
     std::fs::create_dir_all(&dir).unwrap();
-    let data: Vec<u8> = (0..300_000u32)
-        .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
-        .collect();
+    let data = incompressible(300_000);
     std::fs::write(dir.join("w.bin"), &data).unwrap();
     env.ingest(&dir, &["--repo", "o/m", "--ref", "main"]);
-    let srv = Served::start(&env, &["--xet-token-ttl", "1s", "--xet-url-ttl", "1s"]);
+    let clock = env.path("clock");
+    std::fs::write(&clock, "0").unwrap();
+    let srv = Served::start_with(
+        &env,
+        &["--xet-token-ttl", "1s", "--xet-url-ttl", "1s"],
+        &[("MODELCAS_TEST_CLOCK_FILE", clock.to_str().unwrap())],
+    );
     let (st, tree) = get_bytes(&srv.addr, "/api/models/o/m/tree/main", &[]);
     assert_eq!(st, 200);
     let tree: serde_json::Value = serde_json::from_slice(&tree).unwrap();
@@ -535,9 +536,22 @@ fn a_one_second_lifetime_lasts_a_second_whatever_the_fraction_it_starts_at() {
         "/v2/reconstructions/{}",
         tree[0]["xetHash"].as_str().unwrap()
     );
-    for _ in 0..3 {
-        sleep_until_fraction(0.88);
-        let issued = std::time::Instant::now();
+    let real_secs = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let (mut rounds, mut tries) = (0, 0);
+    while rounds < 3 {
+        tries += 1;
+        assert!(
+            tries < 20,
+            "no round stayed within one second of the real clock"
+        );
+        let start = 10 * tries;
+        std::fs::write(&clock, start.to_string()).unwrap();
+        let real = real_secs();
         let (st, tok) = get_bytes(&srv.addr, "/api/models/o/m/xet-read-token/main", &[]);
         assert_eq!(st, 200);
         let tok: serde_json::Value = serde_json::from_slice(&tok).unwrap();
@@ -550,26 +564,26 @@ fn a_one_second_lifetime_lasts_a_second_whatever_the_fraction_it_starts_at() {
             .unwrap()
             .to_string();
         let url_path = url.split_once(&srv.addr).unwrap().1.to_string();
-        std::thread::sleep(std::time::Duration::from_millis(150).saturating_sub(issued.elapsed()));
-        assert!(
-            issued.elapsed() < std::time::Duration::from_millis(900),
-            "too slow to tell"
-        );
-        let (st, _) = get_bytes(&srv.addr, &rec_path, &[("Authorization", &auth)]);
-        assert_eq!(
-            st,
-            200,
-            "a 1 s token refused {:?} after it was issued",
-            issued.elapsed()
-        );
-        let (st, body) = get_bytes(&srv.addr, &url_path, &[]);
-        assert_eq!(
-            st,
-            200,
-            "a 1 s URL refused {:?} after it was issued",
-            issued.elapsed()
-        );
+        // The next second by serve's clock (however little real time passed).
+        std::fs::write(&clock, (start + 1).to_string()).unwrap();
+        let token_next = get_bytes(&srv.addr, &rec_path, &[("Authorization", &auth)]).0;
+        let (url_next, body) = get_bytes(&srv.addr, &url_path, &[]);
+        // Two seconds on.
+        std::fs::write(&clock, (start + 2).to_string()).unwrap();
+        let token_over = get_bytes(&srv.addr, &rec_path, &[("Authorization", &auth)]).0;
+        let url_over = get_bytes(&srv.addr, &url_path, &[]).0;
+        if real_secs() != real {
+            continue; // the real clock moved a second too: the round says nothing
+        }
+        assert_eq!(token_next, 200, "a 1 s token refused in the next second");
+        assert_eq!(url_next, 200, "a 1 s URL refused in the next second");
         assert_eq!(xorb_payload(&body), data);
+        assert_eq!(
+            (token_over, url_over),
+            (401, 403),
+            "still honoured two seconds on"
+        );
+        rounds += 1;
     }
 }
 
@@ -600,12 +614,7 @@ fn stalled_readers_of_whole_xorbs_hold_a_few_batches_each() {
     let dir = env.path("src");
     std::fs::create_dir_all(&dir).unwrap();
     // 48 MiB that compress poorly: six xorbs of 8 MiB.
-    let mut data = Vec::with_capacity(48 << 20);
-    let mut i = 0u64;
-    while data.len() < 48 << 20 {
-        data.extend_from_slice(blake3::hash(&i.to_le_bytes()).as_bytes());
-        i += 1;
-    }
+    let data = incompressible(48 << 20);
     std::fs::write(dir.join("w.bin"), &data).unwrap();
     drop(data);
     env.ingest(&dir, &["--repo", "o/m", "--ref", "main"]);

@@ -314,6 +314,16 @@ pub enum Api {
     V2,
 }
 
+impl Api {
+    /// The key of the fetch descriptors in this API's answer.
+    pub fn fetch_key(self) -> &'static str {
+        match self {
+            Api::V1 => "fetch_info",
+            Api::V2 => "xorbs",
+        }
+    }
+}
+
 /// The reconstruction of bytes `[from, to]` (inclusive, `to < size`) of file `f` in the
 /// shape of `api`: `terms`, the fetch descriptors (URLs made by `url(xorb id)`) and
 /// `offset_into_first_range`. Each term has one fetch of one range, listed under its
@@ -370,11 +380,7 @@ pub fn reconstruction(
             }
         }
     }
-    let key = match api {
-        Api::V1 => "fetch_info",
-        Api::V2 => "xorbs",
-    };
-    json!({"offset_into_first_range": offset, "terms": terms, key: fetch})
+    json!({"offset_into_first_range": offset, "terms": terms, api.fetch_key(): fetch})
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod sync;
 mod ui;
 mod uploads;
 mod upstream;
+mod xet_key;
 
 use std::process::ExitCode;
 

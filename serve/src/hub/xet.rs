@@ -202,12 +202,7 @@ impl Hub {
         let v = if from < to {
             xet::reconstruction(f, from, to - 1, &url, api)
         } else {
-            let key = if api == xet::Api::V1 {
-                "fetch_info"
-            } else {
-                "xorbs"
-            };
-            json!({"offset_into_first_range": 0, "terms": [], key: {}})
+            json!({"offset_into_first_range": 0, "terms": [], api.fetch_key(): {}})
         };
         self.record_use(&at);
         tracing::info!(
